@@ -1,0 +1,48 @@
+"""The `quorum` command: `quorum serve` starts the runner; other groups add tools."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from runner.app import build_app
+    from runner.errors import ConfigError
+    from runner.logs import configure
+    from runner.models_config import load_models_file
+    from runner.server import serve
+    from runner.settings import load_settings
+
+    try:
+        settings = load_settings()
+        if args.port is not None:
+            settings = settings.model_copy(update={"port": args.port})
+        models = load_models_file(settings.models_config)
+    except ConfigError as exc:
+        print(f"quorum: {exc}", file=sys.stderr)
+        return 2
+    configure(settings.log_level, settings.log_format)
+    app = build_app(settings, models)
+    ok = serve(app, settings.host, settings.port, settings.shutdown_grace_s)
+    return 0 if ok else 3
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="quorum", description="Quorum model runner")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="start the runner (configuration from the environment)")
+    s.add_argument("--port", type=int, default=None, help="override PORT")
+    s.set_defaults(func=_serve)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Runner life states and what `/health` answers in each (pure).
+
+    STARTING ──▶ READY ──▶ STOPPING
+      503          200*       503
+
+*READY answers 503 when every configured model has failed; models that are
+merely absent (none configured) do not make the runner unhealthy.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Life(enum.Enum):
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+
+
+@dataclass(frozen=True, slots=True)
+class HealthReport:
+    status_code: int
+    body: dict[str, object]
+
+
+def health(
+    life: Life, uptime_s: float, models_loaded: int, models_failed: int, queue_depth: int
+) -> HealthReport:
+    """Decide the /health answer.
+
+    1. Starting or stopping: 503 with that status.
+    2. Models were configured and all of them failed: 503 "unhealthy".
+    3. Otherwise 200 "healthy".
+    """
+    body: dict[str, object] = {
+        "status": "healthy",
+        "uptime": int(uptime_s),
+        "modelsLoaded": models_loaded,
+        "queueDepth": queue_depth,
+    }
+    if life is not Life.READY:  # 1
+        body["status"] = "starting" if life is Life.STARTING else "shutting_down"
+        return HealthReport(503, body)
+    if models_failed and not models_loaded:  # 2
+        body["status"] = "unhealthy"
+        return HealthReport(503, body)
+    return HealthReport(200, body)  # 3

@@ -1,0 +1,80 @@
+"""Prometheus metrics: one registry per runner app (so tests never share state).
+
+Names are `quorum_*`; docs/api.md maps them to the seed's `vllm_*` examples.
+Tenant label values are capped (MAX_TENANT_LABELS distinct ones, then
+"_other") so a client inventing tenant ids cannot blow up the series count.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+MAX_TENANT_LABELS = 1000
+_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class Metrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "quorum_requests_total",
+            "Inference requests answered, by model, tenant and status",
+            ["model", "tenant", "status"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "quorum_inference_duration_seconds",
+            "Time from admission to the last byte of the engine's answer",
+            ["model"],
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "quorum_requests_in_flight",
+            "Inference requests being served by an engine now",
+            ["model"],
+            registry=r,
+        )
+        self.cache_hits = Counter(
+            "quorum_cache_hits_total",
+            "Answers the engine served partly from its prefix cache",
+            ["model"],
+            registry=r,
+        )
+        self.cache_tokens = Counter(
+            "quorum_cache_tokens_reused_total",
+            "Prompt tokens served from the prefix cache",
+            ["model"],
+            registry=r,
+        )
+        self._tenants: set[str] = set()
+        self._request_children: dict[tuple[str, str, int], Counter] = {}
+
+    def tenant_label(self, tenant: str) -> str:
+        if tenant in self._tenants:
+            return tenant
+        if len(self._tenants) >= MAX_TENANT_LABELS:
+            return "_other"
+        self._tenants.add(tenant)
+        return tenant
+
+    def count_request(self, model: str, tenant: str, status: int) -> None:
+        key = (model, tenant, status)
+        child = self._request_children.get(key)
+        if child is None:
+            child = self.requests.labels(model, self.tenant_label(tenant), str(status))
+            self._request_children[key] = child
+        child.inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

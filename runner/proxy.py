@@ -1,0 +1,365 @@
+"""The data path: OpenAI-compatible inference, forwarded to the model's engine.
+
+This is the hot path, written as a bare ASGI handler (no framework routing,
+no request objects): every request pays for it, so it does only what the
+features need.
+
+    1. read and validate the runner's headers         -> 400 naming the header
+    2. read the body, bounded                          -> 413
+    3. parse it once; route by "model"                 -> 400 / 404
+    4. drop `x_*` extension fields, let the adapter adjust; re-serialize only if changed
+    5. admission (rate limit, queue)                   -> 429 / 503 (raised by Admission)
+    6. forward; stream chunk by chunk, or read the JSON answer and its cache report
+    7. answer with the engine's status and body plus X-Cache-*, X-Queue-Wait-Ms,
+       X-GPU-Time-Ms, X-Request-Id
+
+A client that disconnects at any point after its body was read cancels the
+handler: while queued it is withdrawn, while served the engine connection is
+dropped (the engine then aborts the generation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from adapters.base import NO_REPORT, CacheReport, Engine
+from runner.admission import Admission, AdmissionRequest, Grant, Usage
+from runner.errors import (
+    BadRequest,
+    EngineBadResponse,
+    ModelNotFound,
+    PayloadTooLarge,
+    RunnerError,
+    error_body,
+    error_headers,
+    error_status,
+)
+from runner.headers import RequestMeta, new_request_id, parse_request_headers
+from runner.metrics import Metrics
+from runner.upstream import translate
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+log = logging.getLogger("quorum.proxy")
+
+INFERENCE_PATHS: dict[str, str] = {
+    "/v1/chat/completions": "/v1/chat/completions",
+    "/v1/completions": "/v1/completions",
+    "/v1/embeddings": "/v1/embeddings",
+}
+_JSON = b"application/json"
+_UPSTREAM_HEADERS = {"Content-Type": "application/json"}
+_FALSE_REPORT_HEADERS = [(b"x-cache-hit", b"false"), (b"x-cache-tokens-reused", b"0")]
+
+
+class _ClientGone(Exception):
+    """The client disconnected; nothing more is sent to it."""
+
+
+class DataPath:
+    def __init__(
+        self,
+        engines: dict[str, Engine],
+        session: aiohttp.ClientSession,
+        admission: Admission,
+        metrics: Metrics,
+        max_body_bytes: int,
+    ) -> None:
+        self.engines = engines
+        self.session = session
+        self.admission = admission
+        self.metrics = metrics
+        self.max_body = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        meta: RequestMeta | None = None
+        model = "_none"
+        try:
+            meta = parse_request_headers(scope["headers"])  # 1
+            body = await self._read_body(receive, meta)  # 2
+            engine, obj = self._route(body)  # 3
+            model = engine.model_id
+            if _strip_extensions(obj) | engine.rewrite(obj, meta.cache_mode, meta.tenant):  # 4
+                body = orjson.dumps(obj)
+            stream = obj.get("stream") is True
+            status = await self._serve(scope, receive, send, meta, engine, obj, body, stream)
+        except _ClientGone:
+            status = 499
+        except RunnerError as exc:
+            status = exc.status
+            await send_error(send, exc, meta.request_id if meta else new_request_id())
+        self.metrics.count_request(model, meta.tenant if meta else "_invalid", status)
+
+    async def _read_body(self, receive: Receive, meta: RequestMeta) -> bytes:
+        limit = self.max_body
+        if meta.content_length is not None and meta.content_length > limit:
+            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+        message = await receive()
+        body: bytes = message.get("body", b"")
+        if not message.get("more_body", False):
+            if message["type"] == "http.disconnect":
+                raise _ClientGone
+            if len(body) > limit:
+                raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+            return body
+        parts = [body]
+        size = len(body)
+        while message.get("more_body", False):
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def _route(self, body: bytes) -> tuple[Engine, dict[str, Any]]:
+        try:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise BadRequest("request body must be a JSON object") from None
+        if not isinstance(obj, dict):
+            raise BadRequest("request body must be a JSON object")
+        model = obj.get("model")
+        if not isinstance(model, str) or not model:
+            raise BadRequest("the 'model' field is required and must be a string")
+        engine = self.engines.get(model)
+        if engine is None:
+            loaded = ", ".join(sorted(self.engines)) or "none"
+            raise ModelNotFound(f"model {model!r} is not loaded; loaded models: {loaded}")
+        return engine, obj
+
+    async def _serve(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        meta: RequestMeta,
+        engine: Engine,
+        obj: dict[str, Any],
+        body: bytes,
+        stream: bool,
+    ) -> int:
+        """Steps 5-7, with a watcher that cancels this task if the client goes away."""
+        task = asyncio.current_task()
+        assert task is not None
+        gone = asyncio.Event()
+        watcher = asyncio.create_task(_watch_disconnect(receive, task, gone))
+        grant: Grant | None = None
+        report = NO_REPORT
+        started = time.perf_counter()
+        try:
+            request = AdmissionRequest(
+                meta.request_id,
+                engine.model_id,
+                meta.tenant,
+                meta.priority,
+                _estimate_input_tokens(body),
+                _estimate_output_tokens(obj),
+            )
+            grant = await self.admission.acquire(request)  # 5
+            self.metrics.in_flight.labels(engine.model_id).inc()
+            url = engine.base_url + scope["path"]
+            if stream:
+                status, report = await self._forward_stream(send, meta, grant, url, body, watcher)
+            else:
+                status, report = await self._forward_json(send, meta, grant, url, body, watcher)
+            return status
+        except asyncio.CancelledError:
+            if not gone.is_set():
+                raise
+            task.uncancel()
+            raise _ClientGone from None
+        except RunnerError as exc:
+            if grant is None:
+                raise
+            # After admission the error still carries the measured queue wait.
+            watcher.cancel()
+            await send_error(send, exc, meta.request_id, grant.queue_wait_ms)
+            return exc.status
+        finally:
+            watcher.cancel()
+            if grant is not None:
+                self.metrics.in_flight.labels(engine.model_id).dec()
+                self.metrics.duration.labels(engine.model_id).observe(time.perf_counter() - started)
+                usage = (
+                    Usage(report.input_tokens, report.output_tokens)
+                    if report.input_tokens or report.output_tokens
+                    else None
+                )
+                self.admission.release(grant, usage)
+
+    async def _forward_json(
+        self,
+        send: Send,
+        meta: RequestMeta,
+        grant: Grant,
+        url: str,
+        body: bytes,
+        watcher: asyncio.Task[None],
+    ) -> tuple[int, CacheReport]:
+        model = grant.request.model
+        try:
+            async with self.session.post(url, data=body, headers=_UPSTREAM_HEADERS) as resp:
+                payload = await resp.read()
+                status = resp.status
+                ctype = resp.headers.get("Content-Type", "application/json").encode("latin-1")
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise translate(exc, model) from None
+        report = NO_REPORT
+        if status == 200:
+            try:
+                parsed = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                raise EngineBadResponse(
+                    f"engine for model {model!r} returned a body that is not JSON"
+                ) from None
+            if isinstance(parsed, dict):
+                report = self.engines[model].report(parsed)
+        watcher.cancel()
+        headers = _response_headers(meta, grant, report, ctype)
+        headers.append((b"content-length", b"%d" % len(payload)))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+        if report.cache_hit:
+            self.metrics.cache_hits.labels(model).inc()
+            self.metrics.cache_tokens.labels(model).inc(report.tokens_reused)
+        return status, report
+
+    async def _forward_stream(
+        self,
+        send: Send,
+        meta: RequestMeta,
+        grant: Grant,
+        url: str,
+        body: bytes,
+        watcher: asyncio.Task[None],
+    ) -> tuple[int, CacheReport]:
+        model = grant.request.model
+        report = NO_REPORT
+        started = False
+        try:
+            async with self.session.post(url, data=body, headers=_UPSTREAM_HEADERS) as resp:
+                status = resp.status
+                ctype = resp.headers.get("Content-Type", "text/event-stream").encode("latin-1")
+                if status != 200:
+                    payload = await resp.read()
+                    watcher.cancel()
+                    headers = _response_headers(meta, grant, NO_REPORT, ctype)
+                    headers.append((b"content-length", b"%d" % len(payload)))
+                    await send(
+                        {"type": "http.response.start", "status": status, "headers": headers}
+                    )
+                    await send({"type": "http.response.body", "body": payload})
+                    return status, NO_REPORT
+                headers = _response_headers(meta, grant, NO_REPORT, ctype)
+                headers.append((b"cache-control", b"no-cache"))
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                started = True
+                async for chunk in resp.content.iter_any():
+                    if b'"usage"' in chunk:
+                        report = _sniff_report(self.engines[model], chunk) or report
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            error = translate(exc, model)
+            if not started:
+                raise error from None
+            log.warning("stream from %s broke: %s", model, error)
+            watcher.cancel()
+            event = b"data: " + error_body(error) + b"\n\n"
+            await send({"type": "http.response.body", "body": event, "more_body": False})
+            return 502, report
+        watcher.cancel()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return 200, report
+
+
+async def _watch_disconnect(receive: Receive, task: asyncio.Task[Any], gone: asyncio.Event) -> None:
+    """Cancel the handler `task` when the client disconnects before the answer is complete."""
+    message = await receive()
+    if message["type"] == "http.disconnect":
+        gone.set()
+        task.cancel()
+
+
+def _strip_extensions(obj: dict[str, Any]) -> bool:
+    """Remove body fields named `x_*` (runner extensions, never sent to engines)."""
+    drop = [k for k in obj if k.startswith("x_")]
+    for k in drop:
+        del obj[k]
+    return bool(drop)
+
+
+def _estimate_input_tokens(body: bytes) -> int:
+    """A cheap estimate until the engine reports real usage: ~4 bytes per token."""
+    return max(1, len(body) // 4)
+
+
+def _estimate_output_tokens(obj: dict[str, Any]) -> int:
+    for key in ("max_completion_tokens", "max_tokens", "n_predict"):
+        v = obj.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return 256
+
+
+def _response_headers(
+    meta: RequestMeta, grant: Grant, report: CacheReport, ctype: bytes
+) -> list[tuple[bytes, bytes]]:
+    if report.cache_hit:
+        cache = [
+            (b"x-cache-hit", b"true"),
+            (b"x-cache-tokens-reused", b"%d" % report.tokens_reused),
+        ]
+    else:
+        cache = list(_FALSE_REPORT_HEADERS)
+    cache += [
+        (b"content-type", ctype),
+        (b"x-queue-wait-ms", b"%d" % grant.queue_wait_ms),
+        (b"x-gpu-time-ms", b"%d" % report.gpu_time_ms),
+        (b"x-request-id", meta.request_id.encode()),
+    ]
+    return cache
+
+
+def _sniff_report(engine: Engine, chunk: bytes) -> CacheReport | None:
+    """Find the usage block in a streamed chunk (the final one carries it)."""
+    for line in chunk.split(b"\n"):
+        if line.startswith(b"data: {") and b'"usage"' in line:
+            try:
+                parsed = orjson.loads(line[6:])
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(parsed, dict) and isinstance(parsed.get("usage"), dict):
+                return engine.report(parsed)
+    return None
+
+
+async def send_error(
+    send: Send, exc: BaseException, request_id: str, queue_wait_ms: int = 0
+) -> None:
+    """Answer with the error envelope (before any byte of a response was sent)."""
+    body = error_body(exc)
+    headers = [
+        (b"content-type", _JSON),
+        (b"content-length", b"%d" % len(body)),
+        (b"x-request-id", request_id.encode()),
+        *_FALSE_REPORT_HEADERS,
+        (b"x-queue-wait-ms", b"%d" % queue_wait_ms),
+        (b"x-gpu-time-ms", b"0"),
+    ]
+    headers += [(k.lower().encode(), v.encode()) for k, v in error_headers(exc).items()]
+    await send({"type": "http.response.start", "status": error_status(exc), "headers": headers})
+    await send({"type": "http.response.body", "body": body})

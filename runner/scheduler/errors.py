@@ -1,0 +1,95 @@
+"""Why the scheduler refused or dropped a request.
+
+Exception tree::
+
+    SchedulerError                   status, code, type, extra, headers
+    ├── QueueFull             503    queue_full: MAX_QUEUE_DEPTH requests already wait
+    ├── TenantQueueFull       503    tenant_queue_full: this tenant's queue cap is reached
+    ├── QueueTimeout          503    queue_timeout: waited longer than QUEUE_TIMEOUT_MS
+    └── SchedulerStopped      503    shutting_down: the runner stopped while it waited
+
+Every one carries `Retry-After` (seconds, from the measured drain rate) in
+`headers`; the runner's error map (`runner/errors.py`) turns them into
+`{"error": {"code", "message", "type", **extra}}`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class SchedulerError(Exception):
+    status: ClassVar[int] = 503
+    code: ClassVar[str] = "scheduler_error"
+    type: ClassVar[str] = "server_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        extra: dict[str, object] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.extra: dict[str, object] = extra or {}
+        self.headers: dict[str, str] = headers or {}
+
+
+def _retry_after(seconds: int) -> dict[str, str]:
+    return {"Retry-After": str(seconds)}
+
+
+class QueueFull(SchedulerError):
+    """The runner-wide queue holds `max_depth` waiting requests (the seed's body)."""
+
+    code = "queue_full"
+
+    def __init__(self, depth: int, max_depth: int, avg_wait_ms: int, retry_after_s: int) -> None:
+        super().__init__(
+            f"Queue depth {depth}/{max_depth}, retry in {retry_after_s} seconds",
+            extra={"queueDepth": depth, "avgWaitMs": avg_wait_ms},
+            headers=_retry_after(retry_after_s),
+        )
+        self.retry_after_s = retry_after_s
+
+
+class TenantQueueFull(SchedulerError):
+    """One tenant already has its maximum number of requests waiting."""
+
+    code = "tenant_queue_full"
+
+    def __init__(self, tenant: str, depth: int, cap: int, retry_after_s: int) -> None:
+        super().__init__(
+            f"Tenant {tenant!r} has {depth}/{cap} requests queued, "
+            f"retry in {retry_after_s} seconds",
+            extra={"tenant": tenant, "tenantQueueDepth": depth, "tenantMaxDepth": cap},
+            headers=_retry_after(retry_after_s),
+        )
+        self.retry_after_s = retry_after_s
+
+
+class QueueTimeout(SchedulerError):
+    """The request waited longer than the queue timeout without getting a slot."""
+
+    code = "queue_timeout"
+
+    def __init__(self, waited_ms: int, timeout_ms: int, retry_after_s: int) -> None:
+        super().__init__(
+            f"Waited {waited_ms} ms in the queue (limit {timeout_ms} ms), "
+            f"retry in {retry_after_s} seconds",
+            extra={"queueWaitMs": waited_ms, "queueTimeoutMs": timeout_ms},
+            headers=_retry_after(retry_after_s),
+        )
+        self.retry_after_s = retry_after_s
+
+
+class SchedulerStopped(SchedulerError):
+    """The scheduler shut down while the request was still waiting."""
+
+    code = "shutting_down"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The runner is shutting down; retry on another replica",
+            headers=_retry_after(1),
+        )

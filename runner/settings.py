@@ -1,0 +1,109 @@
+"""Runner configuration, read once at start-up from the environment.
+
+Every variable of the seed contract is here, plus the runner's own (`HOST`,
+`PORT`, `RUNNER_ID`, `REDIS_URL`, `MODELS_CONFIG`, ...). `docs/configuration.md`
+is the table of all of them; keep the two in step.
+
+Invalid configuration never starts a half-configured runner: `load_settings`
+raises `ConfigError` whose message names each bad variable and its problem.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from runner.errors import ConfigError
+
+
+def _default_runner_id() -> str:
+    return f"quorum-{socket.gethostname()}"
+
+
+class Settings(BaseSettings):
+    """All settings; field names are the env var names, case-insensitive."""
+
+    model_config = SettingsConfigDict(case_sensitive=False, extra="ignore", frozen=True)
+
+    # Seed contract: GPU allocation and model storage.
+    cuda_visible_devices: str | None = None
+    hf_home: str | None = None
+    model_base_path: str = "/models"
+    # Seed contract: vLLM engine defaults (used by the vLLM backend).
+    vllm_enable_prefix_caching: bool = True
+    vllm_max_model_len: int | None = Field(default=None, gt=0)
+    vllm_gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+    # Seed contract: multi-tenancy and governance.
+    enable_multi_tenant: bool = True
+    default_rate_limit: str | None = None
+    verified_op_token_key_path: str | None = None
+    # Seed contract: logging, metrics, queue.
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+    log_format: Literal["json", "text"] = "json"
+    enable_metrics: bool = True
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    max_queue_depth: int = Field(default=16, ge=1, le=1_000_000)
+    queue_timeout_ms: int = Field(default=30_000, ge=1)
+
+    # The runner's own.
+    host: str = "0.0.0.0"
+    port: int = Field(default=8080, ge=0, le=65535)
+    runner_id: str = Field(default_factory=_default_runner_id, min_length=1, max_length=128)
+    redis_url: str | None = None
+    models_config: str | None = None
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    engine_connect_timeout_s: float = Field(default=5.0, gt=0)
+    engine_read_timeout_s: float = Field(default=300.0, gt=0)
+    shutdown_grace_s: float = Field(default=30.0, ge=0)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # load_settings reads the environment it is given (tests pass their own),
+        # so the process environment must not leak in behind its back.
+        return (init_settings,)
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        assert value is not None
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read settings from `environ` (default: the process environment).
+
+    Raises ConfigError naming every invalid variable.
+    """
+    env = dict(os.environ if environ is None else environ)
+    # Empty strings mean "unset" for optional values, as in most container setups.
+    known = {name.upper() for name in Settings.model_fields}
+    values = {k.lower(): v for k, v in env.items() if k.upper() in known and v != ""}
+    try:
+        return Settings(**values)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            name = str(err["loc"][0]).upper() if err["loc"] else "?"
+            problems.append(f"{name}={env.get(name, '')!r}: {err['msg']}")
+        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
