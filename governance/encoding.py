@@ -1,0 +1,116 @@
+"""Strict base64url and strict JSON: the only decoders the governance package uses.
+
+Strict means: no padding and no non-canonical trailing bits in base64url; in JSON no
+duplicate keys, no NaN/Infinity, no floats, integers inside the IEEE-754 safe range
+(so every JOSE library in every language reads the same numbers), no lone surrogates,
+bounded nesting. Every failure is a `ValueError` with a message that names the problem;
+callers translate it into their own error class.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from typing import Any
+
+MAX_SAFE_INT = 2**53 - 1
+MAX_DEPTH = 16
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+
+
+def b64url_encode(data: bytes) -> str:
+    """Base64url without padding (RFC 7515 §2)."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64url_decode(text: str) -> bytes:
+    """Decode base64url that is exactly what `b64url_encode` would produce, or raise."""
+    if not _B64URL.fullmatch(text) or len(text) % 4 == 1:
+        raise ValueError("not strict base64url (alphabet, padding or length)")
+    try:
+        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except binascii.Error as exc:  # pragma: no cover - the regex already excludes this
+        raise ValueError(f"not base64url: {exc}") from exc
+    if b64url_encode(data) != text:
+        raise ValueError("non-canonical base64url (trailing bits set)")
+    return data
+
+
+def _object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise ValueError(f"duplicate JSON key {key!r}")
+        obj[key] = value
+    return obj
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed in JSON")
+
+
+def _no_float(text: str) -> Any:
+    raise ValueError(f"non-integer number {text!r} is not allowed")
+
+
+def loads_strict(data: bytes | str) -> Any:
+    """Parse JSON strictly (see module docstring) and return plain Python values."""
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        value = json.loads(
+            text,
+            object_pairs_hook=_object_pairs,
+            parse_constant=_no_constant,
+            parse_float=_no_float,
+        )
+    except RecursionError as exc:
+        raise ValueError("JSON nested too deeply") from exc
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8: {exc.reason}") from exc
+    except ValueError as exc:  # json.JSONDecodeError and our hooks; int digit limit too
+        raise ValueError(str(exc)) from exc
+    check_value(value)
+    return value
+
+
+def check_value(value: object, depth: int = 0) -> None:
+    """Refuse anything that is not plain, safe JSON (used for already-parsed input too)."""
+    if depth > MAX_DEPTH:
+        raise ValueError("JSON nested too deeply")
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
+            raise ValueError(f"integer {value} is out of range")
+        return
+    if isinstance(value, str):
+        _check_text(value)
+        return
+    if isinstance(value, list):
+        for item in value:
+            check_value(item, depth + 1)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError("JSON object keys must be strings")
+            _check_text(key)
+            check_value(item, depth + 1)
+        return
+    raise ValueError(f"{type(value).__name__} is not allowed here")
+
+
+def _check_text(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("string holds a lone surrogate") from exc
+
+
+def canonical(value: object) -> bytes:
+    """Sorted keys, no spaces, UTF-8: the byte form used for comparison and for HMACs."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")

@@ -1,0 +1,93 @@
+"""Nonce stores: remember a token's nonce until the token could no longer be accepted.
+
+`consume` is one atomic set-if-absent with expiry: True the first time a nonce is seen
+(within its ttl), False afterwards. A store that cannot answer raises
+NonceStoreUnavailable, and the verifier fails closed (503).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from typing import Protocol
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from governance.errors import NonceStoreUnavailable
+
+Clock = Callable[[], float]
+
+
+class NonceStore(Protocol):
+    async def consume(self, nonce: str, ttl_s: int) -> bool:
+        """Atomically record `nonce` for `ttl_s` seconds; False if it was already there."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class MemoryNonceStore:
+    """One process's nonces, expired by the injected clock (the embedded default)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._expiry: dict[str, float] = {}
+        self._heap: list[tuple[float, str]] = []
+
+    async def consume(self, nonce: str, ttl_s: int) -> bool:
+        if ttl_s < 1:
+            raise ValueError("ttl_s must be at least 1 second")
+        now = self._clock()
+        self._purge(now)
+        if nonce in self._expiry:
+            return False
+        deadline = now + ttl_s
+        self._expiry[nonce] = deadline
+        heapq.heappush(self._heap, (deadline, nonce))
+        return True
+
+    def __len__(self) -> int:
+        return len(self._expiry)
+
+    def _purge(self, now: float) -> None:
+        while self._heap and self._heap[0][0] <= now:
+            deadline, nonce = heapq.heappop(self._heap)
+            if self._expiry.get(nonce) == deadline:
+                del self._expiry[nonce]
+
+    async def aclose(self) -> None:
+        return None
+
+
+class RedisNonceStore:
+    """Nonces shared by every replica: `SET <prefix><nonce> 1 NX EX ttl` in Redis."""
+
+    def __init__(self, client: aioredis.Redis, prefix: str = "quorum:gov:nonce:") -> None:
+        self._client = client
+        self._prefix = prefix
+
+    @classmethod
+    def from_url(cls, url: str, timeout_s: float = 2.0) -> RedisNonceStore:
+        client = aioredis.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        )
+        return cls(client)
+
+    def key(self, nonce: str) -> str:
+        return self._prefix + nonce
+
+    async def consume(self, nonce: str, ttl_s: int) -> bool:
+        if ttl_s < 1:
+            raise ValueError("ttl_s must be at least 1 second")
+        try:
+            created = await self._client.set(self.key(nonce), b"1", nx=True, ex=ttl_s)
+        except (RedisError, OSError) as exc:
+            raise NonceStoreUnavailable(
+                f"nonce store unreachable ({type(exc).__name__}); lifecycle operations are "
+                "refused until it is back"
+            ) from exc
+        return bool(created)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
