@@ -1,0 +1,185 @@
+"""`SchedulerAdmission`: the scheduler core behind the data path's `Admission` seam.
+
+One asyncio task owns the `Scheduler` and consumes events from one
+`asyncio.Queue`; a second task only puts a `Tick` on that queue every
+`tick_interval_s` (timeouts, aging). Callers never touch the core: `acquire`
+posts `RequestArrived` and awaits a future the core resolves through
+`Effects`; `release` posts `ServeDone`. Reading the core's counters for
+reporting (`stats`, `queue_depth`) is safe from any coroutine, because
+everything runs on one event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from runner.admission import AdmissionRequest, Grant, Usage
+from runner.scheduler.config import SchedulerConfig
+from runner.scheduler.core import Scheduler
+from runner.scheduler.errors import SchedulerError
+from runner.scheduler.events import (
+    Event,
+    RequestArrived,
+    RequestCancelled,
+    ServeDone,
+    Shutdown,
+    Tick,
+    Ticket,
+)
+from runner.scheduler.stats import QueueStats
+
+log = logging.getLogger("quorum.scheduler")
+
+
+class SchedulerObserver(Protocol):
+    """Metrics hooks; the runner implements them with its Prometheus metrics."""
+
+    def on_queued(self, tenant: str, priority: str) -> None: ...
+
+    def on_granted(self, tenant: str, priority: str, wait_s: float) -> None: ...
+
+    def on_rejected(self, reason: str, tenant: str) -> None: ...
+
+
+class NullObserver:
+    def on_queued(self, tenant: str, priority: str) -> None:
+        return None
+
+    def on_granted(self, tenant: str, priority: str, wait_s: float) -> None:
+        return None
+
+    def on_rejected(self, reason: str, tenant: str) -> None:
+        return None
+
+
+@dataclass(slots=True)
+class ScheduledGrant(Grant):
+    """A grant that remembers its ticket, so `release` can find the slot."""
+
+    ticket_id: int = -1
+
+
+class _FutureEffects:
+    """`Effects` over the callers' futures, keyed by ticket id."""
+
+    def __init__(self, observer: SchedulerObserver) -> None:
+        self.waiters: dict[int, asyncio.Future[ScheduledGrant]] = {}
+        self._observer = observer
+
+    def grant(self, ticket: Ticket, queue_wait_ms: int) -> bool:
+        future = self.waiters.get(ticket.ticket_id)
+        if future is None or future.done():
+            return False  # the caller left between its decision and this grant
+        future.set_result(ScheduledGrant(ticket.request, queue_wait_ms, ticket.ticket_id))
+        self._observer.on_granted(ticket.tenant, ticket.band.label, queue_wait_ms / 1000)
+        return True
+
+    def reject(self, ticket: Ticket, error: SchedulerError) -> None:
+        future = self.waiters.get(ticket.ticket_id)
+        if future is not None and not future.done():
+            future.set_exception(error)
+        self._observer.on_rejected(error.code, ticket.tenant)
+
+
+class SchedulerAdmission:
+    """Queues, priorities and fair sharing behind `runner.admission.Admission`.
+
+    Start it inside the running event loop with `await start()`, stop it with
+    `await stop()` (waiters are refused with `SchedulerStopped`).
+    """
+
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        tick_interval_s: float = 0.1,
+        observer: SchedulerObserver | None = None,
+    ) -> None:
+        self._clock = clock
+        self._tick_interval_s = tick_interval_s
+        self._observer: SchedulerObserver = observer or NullObserver()
+        self._effects = _FutureEffects(self._observer)
+        self.core = Scheduler(config, self._effects, started_at=clock())
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._ids = itertools.count(1)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        if self._tasks:
+            return
+        self._tasks = [
+            asyncio.create_task(self._run(), name="scheduler"),
+            asyncio.create_task(self._tick(), name="scheduler-tick"),
+        ]
+
+    async def stop(self) -> None:
+        """Refuse every waiter, then end both tasks once the queue is handled."""
+        if not self._tasks:
+            return
+        self._events.put_nowait(Shutdown(self._clock()))
+        await self._events.join()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    async def acquire(self, request: AdmissionRequest) -> Grant:
+        """Wait for a slot; raises a `SchedulerError` if refused.
+
+        Cancelling the awaiting coroutine withdraws the request: it is never
+        granted, or, if the grant raced the cancellation, its slot is given back.
+        """
+        ticket_id = next(self._ids)
+        future: asyncio.Future[ScheduledGrant] = asyncio.get_running_loop().create_future()
+        self._effects.waiters[ticket_id] = future
+        self._events.put_nowait(RequestArrived(ticket_id, request, self._clock()))
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled() and future.exception() is None:
+                self._events.put_nowait(ServeDone(ticket_id, None, self._clock()))
+            else:
+                self._events.put_nowait(RequestCancelled(ticket_id, self._clock()))
+            raise
+        finally:
+            del self._effects.waiters[ticket_id]
+
+    def release(self, grant: Grant, usage: Usage | None) -> None:
+        """Give the slot back with the engine's usage; call once per grant."""
+        if not isinstance(grant, ScheduledGrant):
+            raise TypeError("release() takes a grant this admission handed out")
+        self._events.put_nowait(ServeDone(grant.ticket_id, usage, self._clock()))
+
+    def queue_depth(self) -> int:
+        return self.core.queue_depth()
+
+    def stats(self) -> QueueStats:
+        return self.core.stats(self._clock())
+
+    async def _run(self) -> None:
+        while True:
+            event = await self._events.get()
+            try:
+                self.core.handle(event)
+                if isinstance(event, RequestArrived) and self.core.is_waiting(event.ticket_id):
+                    req = event.request
+                    self._observer.on_queued(req.tenant, req.priority)
+            except Exception:  # a bug in one decision must not stop scheduling
+                log.exception("scheduler failed to handle %r", event)
+            finally:
+                self._events.task_done()
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self._tick_interval_s)
+            self._events.put_nowait(Tick(self._clock()))
