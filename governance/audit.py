@@ -73,6 +73,12 @@ class FileAuditSink:
         self._fd: int | None = None
         self._lock = threading.Lock()
 
+    def probe(self) -> None:
+        """Open the file now (at start-up) so a bad path fails early; raises OSError."""
+        with self._lock:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
     async def append(self, record: AuditRecord) -> None:
         line = (record.to_json() + "\n").encode("utf-8")
         try:

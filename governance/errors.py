@@ -22,7 +22,8 @@ from these classes; nothing here knows about HTTP itself.
     │   ├── NonceStoreUnavailable        503 nonce_store_unavailable  step 6
     │   ├── AuditUnavailable             503 audit_unavailable        step 7
     │   └── RegistryExpired              503 registry_expired         before step 1
-    └── RegistryInvalid                  500 registry_invalid  (start-up only: refuse to run)
+    └── ConfigInvalid                    500 config_invalid   (start-up only: refuse to run)
+        └── RegistryInvalid              500 registry_invalid
 """
 
 from __future__ import annotations
@@ -131,9 +132,15 @@ class RegistryExpired(GovernanceUnavailable):
     retry_after_s = 60
 
 
-class RegistryInvalid(GovernanceError):
-    """The signer registry is unsafe or unreadable; the runner must refuse to start."""
+class ConfigInvalid(GovernanceError):
+    """Governance configuration is unusable; the runner must refuse to start."""
 
     status = 500
-    code = "registry_invalid"
+    code = "config_invalid"
     type = "server_error"
+
+
+class RegistryInvalid(ConfigInvalid):
+    """The signer registry is unsafe or unreadable."""
+
+    code = "registry_invalid"

@@ -27,7 +27,7 @@ from governance.errors import RegistryInvalid
 from governance.token import OPERATIONS
 
 LEGACY_PRINCIPAL = "legacy-hmac"
-_PRINCIPAL = re.compile(r"[a-z0-9._-]{1,64}")
+PRINCIPAL_NAME = re.compile(r"[a-z0-9._-]{1,64}")
 _TOP_FIELDS = frozenset({"issuer", "policyEpoch", "expires", "principals", "operations"})
 _OP_FIELDS = frozenset({"threshold", "principals", "legacy"})
 _EXPIRES = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
@@ -129,7 +129,7 @@ def _principals(value: object) -> tuple[dict[str, tuple[str, ...]], dict[str, Si
     principals: dict[str, tuple[str, ...]] = {}
     keys: dict[str, SignerKey] = {}
     for name, encoded_keys in value.items():
-        if not _PRINCIPAL.fullmatch(name):
+        if not PRINCIPAL_NAME.fullmatch(name):
             raise RegistryInvalid(f"principal name {name!r} is not lowercase [a-z0-9._-]{{1,64}}")
         if name == LEGACY_PRINCIPAL:
             raise RegistryInvalid(f"principal name {name!r} is reserved for the legacy HMAC form")

@@ -1,0 +1,62 @@
+"""Build a Verifier from settings: the one place the runner wires governance together."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from governance.audit import AuditSink, FileAuditSink, MemoryAuditSink
+from governance.errors import ConfigInvalid
+from governance.nonces import MemoryNonceStore, NonceStore, RedisNonceStore
+from governance.registry import load_registry
+from governance.verifier import Verifier
+
+MIN_LEGACY_KEY_BYTES = 32
+
+
+def load_legacy_key(path: str | Path) -> bytes:
+    """The legacy HMAC key: the file's bytes without surrounding whitespace, >= 32 bytes."""
+    try:
+        key = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise ConfigInvalid(f"legacy HMAC key {path}: cannot read: {exc.strerror}") from exc
+    if len(key) < MIN_LEGACY_KEY_BYTES:
+        raise ConfigInvalid(f"legacy HMAC key {path}: shorter than {MIN_LEGACY_KEY_BYTES} bytes")
+    return key
+
+
+def build_verifier(
+    registry_path: str,
+    runner_id: str,
+    redis_url: str | None = None,
+    legacy_key_path: str | None = None,
+    audit_path: str | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Verifier:
+    """Load and check everything now; raise ConfigInvalid (refuse to start) on any problem.
+
+    - registry_path: GOVERNANCE_REGISTRY (validated; unsafe registries are refused).
+    - redis_url: REDIS_URL; None keeps nonces in process memory (single replica only).
+    - legacy_key_path: VERIFIED_OP_TOKEN_KEY_PATH; None leaves the legacy HMAC form off.
+    - audit_path: the append-only JSONL audit log; None keeps records in memory (dev only).
+    Call `await verifier.aclose()` at shutdown to close the Redis client and the log file.
+    """
+    if not runner_id:
+        raise ConfigInvalid("a runner id is required: tokens are addressed to it (aud)")
+    registry = load_registry(registry_path)
+    legacy_key = load_legacy_key(legacy_key_path) if legacy_key_path else None
+    nonces: NonceStore = (
+        RedisNonceStore.from_url(redis_url) if redis_url else MemoryNonceStore(clock)
+    )
+    audit: AuditSink
+    if audit_path:
+        sink = FileAuditSink(audit_path)
+        try:
+            sink.probe()
+        except OSError as exc:
+            raise ConfigInvalid(f"audit log {audit_path}: cannot open: {exc.strerror}") from exc
+        audit = sink
+    else:
+        audit = MemoryAuditSink()
+    return Verifier(registry, nonces, audit, runner_id, clock, legacy_key=legacy_key)
