@@ -347,6 +347,41 @@ async def test_fake_hangs_health_with_flag(http: aiohttp.ClientSession) -> None:
         assert engine.stats()["by_path"] == {"/health": 1}
 
 
+async def test_fake_openai_load_ms_answers_503_loading(http: aiohttp.ClientSession) -> None:
+    """While --load-ms runs, /health and inference answer llama-server's 503 Loading model."""
+    loading = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
+    with start_fake("fake_openai", *FAST, "--load-ms", "600000") as engine:
+        async with http.get(engine.url + "/health") as resp:
+            assert (resp.status, await resp.json()) == (503, loading)
+        status, _, body = await post(http, engine.url + "/v1/chat/completions", CHAT)
+        assert (status, body) == (503, loading)
+        assert engine.stats()["by_path"] == {"/health": 1, "/v1/chat/completions": 1}
+
+
+async def test_fake_dies_midstream_completions_counts_content_chunks(
+    http: aiohttp.ClientSession,
+) -> None:
+    """A completions stream (no role chunk) also breaks after exactly --after content chunks."""
+    with start_fake("fake_dies_midstream", *FAST, "--after", "2", "--how", "abort") as engine:
+        received = b""
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async with http.post(
+                engine.url + "/v1/completions", data=orjson.dumps({"prompt": "x", "stream": True})
+            ) as resp:
+                async for data, _ in resp.content.iter_chunks():
+                    received += data
+        assert [e["choices"][0]["text"] for e in events(received)] == ["tok0 ", "tok1 "]
+
+
+def test_fake_crashes_on_start_reports_exit_and_stderr() -> None:
+    """A fake that exits before READY raises FakeStartError with its exit code and stderr."""
+    with (
+        pytest.raises(FakeStartError, match=r"(?s)exited with code 3.*model loading error"),
+        start_fake("fake_crashes_on_start", "--exit-code", "3"),
+    ):
+        pass
+
+
 def test_start_fake_unknown_module_fails_clearly() -> None:
     """A fake that exits before READY raises FakeStartError carrying its stderr."""
     with pytest.raises(FakeStartError, match="No module named"), start_fake("fake_nonexistent"):
