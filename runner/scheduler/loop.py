@@ -125,7 +125,7 @@ class SchedulerAdmission:
         if not self._tasks:
             return
         self._events.put_nowait(Shutdown(self._clock()))
-        await self._events.join()
+        await self.idle()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -162,6 +162,10 @@ class SchedulerAdmission:
 
     def queue_depth(self) -> int:
         return self.core.queue_depth()
+
+    async def idle(self) -> None:
+        """Return once every event posted so far has been handled (tests, shutdown)."""
+        await self._events.join()
 
     def stats(self) -> QueueStats:
         return self.core.stats(self._clock())
