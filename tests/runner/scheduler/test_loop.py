@@ -119,7 +119,12 @@ async def test_admission_grant_racing_a_cancel_gives_the_slot_back(
     """A caller cancelled right after its grant was decided returns the slot at once."""
     first = await admission.acquire(request("a"))
     racer = await queued(admission, "racer")
-    observer.on_grant = lambda tenant: racer.cancel() if tenant == "racer" else None
+
+    def cancel_racer(tenant: str) -> None:
+        if tenant == "racer":
+            racer.cancel()
+
+    observer.on_grant = cancel_racer
     admission.release(first, None)
     with pytest.raises(asyncio.CancelledError):
         await racer
