@@ -9,7 +9,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from governance import signing
 from governance.audit import MemoryAuditSink
-from governance.encoding import b64url_encode, canonical
+from governance.encoding import b64url_decode, b64url_encode, canonical
 from governance.nonces import MemoryNonceStore
 from governance.registry import Registry, parse_registry
 from governance.verifier import Verifier
@@ -137,3 +137,10 @@ def token(
 ) -> dict[str, Any]:
     payload = payload_of(claims() if body is None else body)
     return {"payload": payload, "signatures": [entry(k, payload) for k in keys]}
+
+
+def flip_bit(signature: str) -> str:
+    """The same base64url signature with one bit flipped."""
+    raw = bytearray(b64url_decode(signature))
+    raw[10] ^= 1
+    return b64url_encode(bytes(raw))

@@ -25,6 +25,7 @@ from tests.governance.support import (
     PARAMS,
     claims,
     entry,
+    flip_bit,
     header,
     make_verifier,
     payload_of,
@@ -80,14 +81,6 @@ def tamper_signature(change: Callable[[str], str]) -> dict[str, object]:
     doc = token()
     doc["signatures"][0]["signature"] = change(doc["signatures"][0]["signature"])  # type: ignore[index]
     return doc
-
-
-def flip_bit(sig: str) -> str:
-    from governance.encoding import b64url_decode
-
-    raw = bytearray(b64url_decode(sig))
-    raw[10] ^= 1
-    return b64url_encode(bytes(raw))
 
 
 def legacy(body: dict[str, object], key: bytes = LEGACY_KEY) -> dict[str, object]:
