@@ -1,0 +1,84 @@
+"""One suite for both nonce stores (memory and a real Redis), plus each store's specifics."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from governance.errors import NonceStoreUnavailable
+from governance.nonces import MemoryNonceStore, NonceStore, RedisNonceStore
+from tests.governance.support import Clock
+from tests.support.redis_server import RedisServer
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[NonceStore]:
+    if request.param == "memory":
+        yield MemoryNonceStore(Clock())
+        return
+    server: RedisServer = request.getfixturevalue("redis_server")
+    redis_store = RedisNonceStore.from_url(server.url)
+    yield redis_store
+    await redis_store.aclose()
+
+
+async def test_nonces_first_consume_wins(store: NonceStore) -> None:
+    """A nonce is accepted once; the second consume reports it as seen."""
+    assert await store.consume("nonce-aaaaaaaaaaaaaaaaaaaaaa", 60) is True
+    assert await store.consume("nonce-aaaaaaaaaaaaaaaaaaaaaa", 60) is False
+
+
+async def test_nonces_are_independent(store: NonceStore) -> None:
+    """Consuming one nonce does not affect another."""
+    assert await store.consume("nonce-one-aaaaaaaaaaaaaaaaa", 60)
+    assert await store.consume("nonce-two-aaaaaaaaaaaaaaaaa", 60)
+
+
+async def test_nonces_concurrent_consumes_have_one_winner(store: NonceStore) -> None:
+    """Many concurrent consumes of one nonce: exactly one True."""
+    results = await asyncio.gather(
+        *(store.consume("nonce-race-aaaaaaaaaaaaaaaa", 60) for _ in range(20))
+    )
+    assert results.count(True) == 1
+
+
+async def test_nonces_refuse_zero_ttl(store: NonceStore) -> None:
+    """A ttl under one second is a programming error, not a silent no-op."""
+    with pytest.raises(ValueError):
+        await store.consume("nonce-ttl-aaaaaaaaaaaaaaaaa", 0)
+
+
+async def test_nonces_memory_expire_by_clock() -> None:
+    """The memory store forgets a nonce exactly when its ttl has passed on the clock."""
+    clock = Clock()
+    store = MemoryNonceStore(clock)
+    assert await store.consume("nonce-exp-aaaaaaaaaaaaaaaaa", 10)
+    clock.advance(9.999)
+    assert not await store.consume("nonce-exp-aaaaaaaaaaaaaaaaa", 10)
+    clock.advance(0.001)
+    assert await store.consume("nonce-exp-aaaaaaaaaaaaaaaaa", 10)
+    assert len(store) == 1
+
+
+async def test_nonces_redis_sets_expiry(redis_server: RedisServer) -> None:
+    """The Redis store writes the key with the requested ttl (SET NX EX)."""
+    store = RedisNonceStore.from_url(redis_server.url)
+    assert await store.consume("nonce-ttl-bbbbbbbbbbbbbbbbb", 120)
+    client = aioredis.Redis.from_url(redis_server.url)
+    ttl = await client.ttl(store.key("nonce-ttl-bbbbbbbbbbbbbbbbb"))
+    assert 0 < ttl <= 120
+    await client.aclose()
+    await store.aclose()
+
+
+async def test_nonces_redis_unreachable_is_unavailable(redis_server: RedisServer) -> None:
+    """With Redis stopped, consume raises NonceStoreUnavailable (503), never True."""
+    store = RedisNonceStore.from_url(redis_server.url, timeout_s=1.0)
+    redis_server.stop()
+    with pytest.raises(NonceStoreUnavailable) as info:
+        await store.consume("nonce-down-aaaaaaaaaaaaaaaa", 60)
+    assert info.value.status == 503
+    await store.aclose()
