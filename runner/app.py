@@ -34,7 +34,7 @@ from runner.metrics import Metrics
 from runner.models_config import ModelsFile
 from runner.proxy import INFERENCE_PATHS, DataPath, Receive, Scope, Send, send_error
 from runner.settings import Settings
-from runner.upstream import make_session
+from runner.upstream import Pool
 
 log = logging.getLogger("quorum.app")
 
@@ -158,8 +158,11 @@ class RunnerApp:
         for spec in rt.models.models:
             assert spec.url is not None  # only URL-attached backends exist so far
             rt.engines[spec.id] = AttachedOpenAIEngine(spec.id, spec.url, spec.slots)
-        session = make_session(s.engine_connect_timeout_s, s.engine_read_timeout_s)
-        self.data = DataPath(rt.engines, session, rt.admission, rt.metrics, s.max_body_bytes)
+        pools = {
+            m: Pool(e.base_url, s.engine_connect_timeout_s, s.engine_read_timeout_s)
+            for m, e in rt.engines.items()
+        }
+        self.data = DataPath(rt.engines, pools, rt.admission, rt.metrics, s.max_body_bytes)
         rt.life = Life.READY
         log.info("runner %s ready with %d model(s)", s.runner_id, len(rt.engines))
 
@@ -170,7 +173,8 @@ class RunnerApp:
     async def shutdown(self) -> None:
         self.rt.life = Life.STOPPING
         if self.data is not None:
-            await self.data.session.close()
+            for pool in self.data.pools.values():
+                pool.close()
 
 
 def build_app(settings: Settings, models: ModelsFile, **overrides: Any) -> RunnerApp:

@@ -26,7 +26,6 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import aiohttp
 import orjson
 
 from adapters.base import NO_REPORT, CacheReport, Engine
@@ -43,7 +42,7 @@ from runner.errors import (
 )
 from runner.headers import RequestMeta, new_request_id, parse_request_headers
 from runner.metrics import Metrics
-from runner.upstream import translate
+from runner.upstream import ClientFailure, Pool, translate
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -58,7 +57,7 @@ INFERENCE_PATHS: dict[str, str] = {
     "/v1/embeddings": "/v1/embeddings",
 }
 _JSON = b"application/json"
-_UPSTREAM_HEADERS = {"Content-Type": "application/json"}
+_SSE = b"text/event-stream"
 _FALSE_REPORT_HEADERS = [(b"x-cache-hit", b"false"), (b"x-cache-tokens-reused", b"0")]
 
 
@@ -70,13 +69,15 @@ class DataPath:
     def __init__(
         self,
         engines: dict[str, Engine],
-        session: aiohttp.ClientSession,
+        pools: dict[str, Pool],
         admission: Admission,
         metrics: Metrics,
         max_body_bytes: int,
     ) -> None:
         self.engines = engines
-        self.session = session
+        self.pools = pools
+        self._in_flight = {m: metrics.in_flight.labels(m) for m in engines}
+        self._duration = {m: metrics.duration.labels(m) for m in engines}
         self.admission = admission
         self.metrics = metrics
         self.max_body = max_body_bytes
@@ -170,12 +171,12 @@ class DataPath:
                 _estimate_output_tokens(obj),
             )
             grant = await self.admission.acquire(request)  # 5
-            self.metrics.in_flight.labels(engine.model_id).inc()
-            url = engine.base_url + scope["path"]
+            self._in_flight[engine.model_id].inc()
+            path = scope["path"]
             if stream:
-                status, report = await self._forward_stream(send, meta, grant, url, body, watcher)
+                status, report = await self._forward_stream(send, meta, grant, path, body, watcher)
             else:
-                status, report = await self._forward_json(send, meta, grant, url, body, watcher)
+                status, report = await self._forward_json(send, meta, grant, path, body, watcher)
             return status
         except asyncio.CancelledError:
             if not gone.is_set():
@@ -206,18 +207,21 @@ class DataPath:
         send: Send,
         meta: RequestMeta,
         grant: Grant,
-        url: str,
+        path: str,
         body: bytes,
         watcher: asyncio.Task[None],
     ) -> tuple[int, CacheReport]:
         model = grant.request.model
+        engine = self.engines[model]
         try:
-            async with self.session.post(url, data=body, headers=_UPSTREAM_HEADERS) as resp:
+            resp = await self.pools[model].post(path, body)
+            try:
                 payload = await resp.read()
-                status = resp.status
-                ctype = resp.headers.get("Content-Type", "application/json").encode("latin-1")
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            finally:
+                resp.release()
+        except ClientFailure as exc:
             raise translate(exc, model) from None
+        status = resp.status
         report = NO_REPORT
         if status == 200:
             try:
@@ -227,9 +231,9 @@ class DataPath:
                     f"engine for model {model!r} returned a body that is not JSON"
                 ) from None
             if isinstance(parsed, dict):
-                report = self.engines[model].report(parsed)
+                report = engine.report(parsed)
         watcher.cancel()
-        headers = _response_headers(meta, grant, report, ctype)
+        headers = _response_headers(meta, grant, report, resp.header(b"content-type", _JSON))
         headers.append((b"content-length", b"%d" % len(payload)))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
@@ -243,44 +247,49 @@ class DataPath:
         send: Send,
         meta: RequestMeta,
         grant: Grant,
-        url: str,
+        path: str,
         body: bytes,
         watcher: asyncio.Task[None],
     ) -> tuple[int, CacheReport]:
         model = grant.request.model
+        engine = self.engines[model]
         report = NO_REPORT
-        started = False
         try:
-            async with self.session.post(url, data=body, headers=_UPSTREAM_HEADERS) as resp:
-                status = resp.status
-                ctype = resp.headers.get("Content-Type", "text/event-stream").encode("latin-1")
-                if status != 200:
+            resp = await self.pools[model].post(path, body)
+        except ClientFailure as exc:
+            raise translate(exc, model) from None
+        try:
+            if resp.status != 200:
+                try:
                     payload = await resp.read()
-                    watcher.cancel()
-                    headers = _response_headers(meta, grant, NO_REPORT, ctype)
-                    headers.append((b"content-length", b"%d" % len(payload)))
-                    await send(
-                        {"type": "http.response.start", "status": status, "headers": headers}
-                    )
-                    await send({"type": "http.response.body", "body": payload})
-                    return status, NO_REPORT
-                headers = _response_headers(meta, grant, NO_REPORT, ctype)
-                headers.append((b"cache-control", b"no-cache"))
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
-                started = True
-                async for chunk in resp.content.iter_any():
+                except ClientFailure as exc:
+                    raise translate(exc, model) from None
+                watcher.cancel()
+                headers = _response_headers(
+                    meta, grant, NO_REPORT, resp.header(b"content-type", _JSON)
+                )
+                headers.append((b"content-length", b"%d" % len(payload)))
+                await send(
+                    {"type": "http.response.start", "status": resp.status, "headers": headers}
+                )
+                await send({"type": "http.response.body", "body": payload})
+                return resp.status, NO_REPORT
+            headers = _response_headers(meta, grant, NO_REPORT, resp.header(b"content-type", _SSE))
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            try:
+                async for chunk in resp.chunks():
                     if b'"usage"' in chunk:
-                        report = _sniff_report(self.engines[model], chunk) or report
+                        report = _sniff_report(engine, chunk) or report
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            error = translate(exc, model)
-            if not started:
-                raise error from None
-            log.warning("stream from %s broke: %s", model, error)
-            watcher.cancel()
-            event = b"data: " + error_body(error) + b"\n\n"
-            await send({"type": "http.response.body", "body": event, "more_body": False})
-            return 502, report
+            except ClientFailure as exc:
+                error = translate(exc, model)
+                log.warning("stream from %s broke: %s", model, error)
+                watcher.cancel()
+                event = b"data: " + error_body(error) + b"\n\n"
+                await send({"type": "http.response.body", "body": event, "more_body": False})
+                return 502, report
+        finally:
+            resp.release()
         watcher.cancel()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return 200, report

@@ -55,6 +55,7 @@ def serve(app: RunnerApp, host: str, port: int, grace_s: float) -> bool:
         http="httptools",
         lifespan="on",
         access_log=False,
+        proxy_headers=False,
         server_header=False,
         log_config=None,
         timeout_graceful_shutdown=math.ceil(grace_s),
