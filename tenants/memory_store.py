@@ -18,6 +18,8 @@ from limits.aio.storage import SlidingWindowCounterSupport, Storage
 from limits.storage.base import TimestampedSlidingWindow
 
 Clock = Callable[[], float]
+Window = tuple[int, float, int, float]
+"""(previous count, previous TTL s, current count, current TTL s), as storages report it."""
 
 
 class MemoryWindowStorage(Storage, SlidingWindowCounterSupport, TimestampedSlidingWindow):
@@ -78,6 +80,13 @@ class MemoryWindowStorage(Storage, SlidingWindowCounterSupport, TimestampedSlidi
             return False
         self._incr(current_key, 2 * expiry, amount, now)
         return True
+
+    async def acquire_and_read(self, key: str, limit: int, expiry: int) -> tuple[bool, Window]:
+        """`acquire_sliding_window_entry` then `get_sliding_window`, in one call."""
+        allowed = await self.acquire_sliding_window_entry(key, limit, expiry)
+        now = self._clock()
+        previous_key, current_key = self.sliding_window_keys(key, expiry, now)
+        return allowed, self._window(previous_key, current_key, expiry, now)
 
     async def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
         now = self._clock()

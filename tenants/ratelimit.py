@@ -3,9 +3,10 @@
 The algorithm is the library's sliding window counter: a tenant's count is the current
 window's hits plus the previous window's, weighted by how much of it still overlaps the
 sliding window. Storage is either `MemoryWindowStorage` (in-process, injected clock) or the
-library's `RedisStorage` (shared by every replica, keys prefixed `quorum`). Both are used
-exactly as `SlidingWindowCounterRateLimiter.hit` uses them, with the key, limit and expiry
-computed once per tenant instead of per request.
+library's `RedisStorage` (shared by every replica, keys prefixed `quorum`). Both run the
+library's own sliding-window-counter code paths (`acquire_sliding_window_entry`, then
+`get_sliding_window`); stores with `acquire_and_read` do the two in one call (Redis: one
+pipelined round trip). Key, limit and expiry are computed once per tenant, not per request.
 
 Header semantics (all seconds are whole and rounded up):
 - `RateLimit-Limit`: requests per window; `RateLimit-Remaining`: requests left now;
@@ -20,13 +21,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from math import ceil, floor
+from typing import Protocol, runtime_checkable
 
 from limits.aio.storage import SlidingWindowCounterSupport, Storage
 from limits.errors import StorageError
 
 from tenants.config import TenantsConfig
 from tenants.errors import RateLimitExceeded, RateLimitUnavailable
-from tenants.memory_store import Clock, MemoryWindowStorage
+from tenants.memory_store import Clock, MemoryWindowStorage, Window
 from tenants.rates import Rate
 
 log = logging.getLogger("quorum.tenants.ratelimit")
@@ -34,8 +36,13 @@ log = logging.getLogger("quorum.tenants.ratelimit")
 StorageErrorObserver = Callable[[str, BaseException], None]
 """Called with (tenant, error) for every request decided without the store."""
 
-Window = tuple[int, float, int, float]
-"""(previous count, previous TTL s, current count, current TTL s), as storages report it."""
+
+@runtime_checkable
+class AcquireAndRead(Protocol):
+    """A store that acquires an entry and reads the window after it in one call."""
+
+    async def acquire_and_read(self, key: str, limit: int, expiry: int) -> tuple[bool, Window]: ...
+
 
 _EPSILON = 1e-6
 _MAX_CACHED_TENANTS = 10_000
@@ -129,6 +136,7 @@ class RateLimiter:
         self._config = config
         self._storage = storage
         self._windows: SlidingWindowCounterSupport = storage
+        self._combined = storage if isinstance(storage, AcquireAndRead) else None
         self._clock = clock
         self.fail_open = fail_open
         self._on_storage_error = on_storage_error
@@ -152,7 +160,7 @@ class RateLimiter:
 
         1. No limit for this tenant (own or default): None, without touching the store.
         2. During an outage, before the next probe: decide without the store.
-        3. Acquire an entry and read the window (memory: no I/O; Redis: two round trips).
+        3. Acquire an entry and read the window (memory: no I/O; Redis: one round trip).
         4. Store failure: start (or continue) the outage and decide without the store.
         5. Success after an outage: log the recovery once.
         6. Return the decision.
@@ -172,10 +180,15 @@ class RateLimiter:
             return self._without_store(tenant, now, None)
         # 3. the store
         try:
-            allowed = await self._windows.acquire_sliding_window_entry(
-                plan.key, plan.rate.amount, plan.expiry
-            )
-            window = await self._windows.get_sliding_window(plan.key, plan.expiry)
+            if self._combined is not None:
+                allowed, window = await self._combined.acquire_and_read(
+                    plan.key, plan.rate.amount, plan.expiry
+                )
+            else:
+                allowed = await self._windows.acquire_sliding_window_entry(
+                    plan.key, plan.rate.amount, plan.expiry
+                )
+                window = await self._windows.get_sliding_window(plan.key, plan.expiry)
         except (StorageError, OSError) as exc:
             # 4. failure
             return self._without_store(tenant, now, exc)

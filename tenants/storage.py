@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import time
+from typing import cast
 
+import redis.asyncio
 from limits.aio.storage import RedisStorage, Storage
+from limits.aio.storage.redis.redispy import RedispyBridge
+from limits.errors import StorageError
 from redis.asyncio import ConnectionPool
+from redis.exceptions import NoScriptError, RedisError
 
 from tenants.errors import InvalidTenantConfig
-from tenants.memory_store import Clock, MemoryWindowStorage
+from tenants.memory_store import Clock, MemoryWindowStorage, Window
 
 KEY_PREFIX = "quorum"
 """Every rate-limit key in Redis starts with `quorum:`."""
@@ -49,7 +54,7 @@ def storage_from_url(
         pool_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
     )
     pool_option: dict[str, object] = {"connection_pool": pool}
-    return RedisStorage(
+    return SharedRedisStorage(
         uri,
         wrap_exceptions=True,
         implementation="redispy",
@@ -64,3 +69,53 @@ async def close_storage(storage: Storage) -> None:
         client = getattr(storage.bridge, "storage", None)
         if client is not None:
             await client.aclose(close_connection_pool=True)
+
+
+class SharedRedisStorage(RedisStorage):
+    """The library's Redis storage plus `acquire_and_read`: its two sliding-window scripts
+    (acquire, then read the window) sent in one pipeline, so a decision costs one round trip
+    instead of two. Everything else is the library's own code."""
+
+    STORAGE_SCHEME: list[str] = []  # not registered under a scheme of its own
+
+    async def acquire_and_read(self, key: str, limit: int, expiry: int) -> tuple[bool, Window]:
+        """Acquire one entry and read the window after it, in one round trip.
+
+        1. Pipeline EVALSHA(acquire) + EVALSHA(window) on the library's scripts and keys.
+        2. Scripts missing (new or restarted server): load them; if the acquire did not run,
+           run everything again, else read the window with the library's call.
+        3. Redis errors become `limits.errors.StorageError`, as the library's calls raise.
+        """
+        bridge = self.bridge
+        if not isinstance(bridge, RedispyBridge):  # pragma: no cover - we build redispy only
+            acquired = await self.acquire_sliding_window_entry(key, limit, expiry)
+            return acquired, await self.get_sliding_window(key, expiry)
+        previous = bridge.prefixed_key(self._previous_window_key(key))
+        current = bridge.prefixed_key(self._current_window_key(key))
+        acquire, window = bridge.lua_acquire_sliding_window, bridge.lua_sliding_window
+        client = cast("redis.asyncio.Redis", bridge.get_connection())
+        try:
+            # 1. one round trip
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.evalsha(acquire.sha, 2, previous, current, limit, expiry, 1)
+                pipe.evalsha(window.sha, 2, previous, current, expiry)
+                acquired, raw = await pipe.execute(raise_on_error=False)
+            # 2. scripts not loaded yet
+            if isinstance(acquired, NoScriptError) or isinstance(raw, NoScriptError):
+                for script in (acquire, window):
+                    await client.script_load(script.script)
+                if isinstance(acquired, NoScriptError):
+                    return await self.acquire_and_read(key, limit, expiry)
+                return bool(acquired), await self.get_sliding_window(key, expiry)
+            for result in (acquired, raw):
+                if isinstance(result, Exception):
+                    raise result
+        except RedisError as exc:
+            # 3. the library's error type
+            raise StorageError(exc) from exc
+        return bool(acquired), (
+            int(raw[0] or 0),
+            max(0.0, float(raw[1] or 0)) / 1000,
+            int(raw[2] or 0),
+            max(0.0, float(raw[3] or 0)) / 1000,
+        )

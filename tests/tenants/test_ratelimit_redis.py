@@ -146,3 +146,20 @@ async def test_ratelimiter_redis_unlimited_tenant_needs_no_redis(redis_server: R
         assert errors.calls == []
     finally:
         await limiter.aclose()
+
+
+async def test_ratelimiter_redis_counts_once_when_scripts_were_flushed(
+    replicas: tuple[RateLimiter, RateLimiter], redis_server: RedisServer
+) -> None:
+    """After Redis lost its Lua scripts (SCRIPT FLUSH, restart), a hit is counted exactly once."""
+    import redis.asyncio
+
+    a, _ = replicas
+    await a.hit("community-x")
+    client = redis.asyncio.Redis.from_url(redis_server.url)
+    try:
+        await client.script_flush()
+    finally:
+        await client.aclose()
+    decision = await a.hit("community-x")
+    assert decision is not None and decision.allowed and decision.remaining == 8
