@@ -23,8 +23,9 @@ from typing import Protocol
 from runner.admission import AdmissionRequest, Grant, Usage
 from runner.scheduler.config import SchedulerConfig
 from runner.scheduler.core import Scheduler
-from runner.scheduler.errors import SchedulerError
+from runner.scheduler.errors import SchedulerError, SchedulerStopped
 from runner.scheduler.events import (
+    Band,
     Event,
     RequestArrived,
     RequestCancelled,
@@ -138,7 +139,10 @@ class SchedulerAdmission:
 
         Cancelling the awaiting coroutine withdraws the request: it is never
         granted, or, if the grant raced the cancellation, its slot is given back.
+        Before `start()` or after `stop()` it raises `SchedulerStopped` at once.
         """
+        if not self._tasks:
+            raise SchedulerStopped()
         ticket_id = next(self._ids)
         future: asyncio.Future[ScheduledGrant] = asyncio.get_running_loop().create_future()
         self._effects.waiters[ticket_id] = future
@@ -177,7 +181,7 @@ class SchedulerAdmission:
                 self.core.handle(event)
                 if isinstance(event, RequestArrived) and self.core.is_waiting(event.ticket_id):
                     req = event.request
-                    self._observer.on_queued(req.tenant, req.priority)
+                    self._observer.on_queued(req.tenant, Band.parse(req.priority).label)
             except Exception:  # a bug in one decision must not stop scheduling
                 log.exception("scheduler failed to handle %r", event)
             finally:

@@ -162,13 +162,17 @@ async def test_admission_queue_timeout_raises(
     other.cancel()
 
 
-async def test_admission_stop_refuses_waiters(admission: SchedulerAdmission) -> None:
-    """Stopping the scheduler refuses every waiting caller with shutting_down."""
+async def test_admission_stop_refuses_waiters_and_later_callers(
+    admission: SchedulerAdmission,
+) -> None:
+    """Stopping the scheduler refuses every waiting caller, and every later one, at once."""
     await admission.acquire(request("a"))
     waiter = await queued(admission, "b")
     await admission.stop()
     with pytest.raises(SchedulerStopped):
         await waiter
+    with pytest.raises(SchedulerStopped):
+        await admission.acquire(request("late"))
 
 
 async def test_admission_release_rejects_foreign_grants(admission: SchedulerAdmission) -> None:
