@@ -90,8 +90,10 @@ def load_models_file(path: str | None) -> ModelsFile:
         raise ConfigError(f"MODELS_CONFIG={path!r}: cannot read: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"MODELS_CONFIG={path!r}: not valid YAML: {exc}") from None
+    if raw is None or (isinstance(raw, dict) and raw.get("models", ()) is None):
+        raw = {"models": []}  # an empty file, or "models:" with nothing under it
     try:
-        parsed = ModelsFile.model_validate(raw if raw is not None else {})
+        parsed = ModelsFile.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'file'}: {e['msg']}" for e in exc.errors()

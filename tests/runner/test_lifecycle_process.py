@@ -1,0 +1,67 @@
+"""The runner process itself: start-up refusal, graceful SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import httpx
+
+from tests.fixtures.launch import start_fake
+from tests.support.runner_proc import REPO_ROOT, start_runner
+
+
+def test_sigterm_during_stream_completes_it_and_exits_zero() -> None:
+    """SIGTERM while a response streams: the stream finishes with [DONE] and the exit code is 0."""
+    with (
+        start_fake(
+            "fake_openai", "--latency-ms", "0", "--chunks", "20", "--chunk-delay-ms", "50"
+        ) as engine,
+        start_runner({"echo": engine.url}) as runner,
+        httpx.Client(base_url=runner.url, timeout=20) as client,
+    ):
+        body = {"model": "echo", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+        with client.stream("POST", "/v1/chat/completions", json=body) as r:
+            chunks = r.iter_raw()
+            first = next(chunks)
+            assert first
+            runner.proc.send_signal(signal.SIGTERM)
+            rest = b"".join(chunks)
+        assert rest.rstrip().endswith(b"data: [DONE]")
+        assert (first + rest).count(b'"tok') == 20
+        assert runner.proc.wait(20) == 0
+
+
+def test_sigterm_when_idle_exits_zero() -> None:
+    """An idle runner stops at once on SIGTERM with exit code 0."""
+    with start_runner({}) as runner:
+        assert runner.terminate() == 0
+
+
+def test_invalid_setting_refuses_start_naming_variable() -> None:
+    """An invalid environment variable stops start-up with a message naming it."""
+    env = {"MAX_QUEUE_DEPTH": "lots", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner"], cwd=REPO_ROOT, env=env, capture_output=True, timeout=30
+    )
+    assert proc.returncode == 2
+    assert b"MAX_QUEUE_DEPTH" in proc.stderr
+
+
+def test_bad_models_file_refuses_start_naming_it(tmp_path: object) -> None:
+    """A models file with an entry missing its url stops start-up naming MODELS_CONFIG."""
+    from pathlib import Path
+
+    assert isinstance(tmp_path, Path)
+    path = tmp_path / "models.yaml"
+    path.write_text("models:\n  - id: a\n    backend: openai\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner"],
+        cwd=REPO_ROOT,
+        env={"MODELS_CONFIG": str(path), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    assert b"MODELS_CONFIG" in proc.stderr and b"url" in proc.stderr

@@ -1,0 +1,101 @@
+"""The runner as a real subprocess (`python -m runner`), configured by env and a models file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tests.support.redis_server import free_port
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class RunnerProcess:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def terminate(self, timeout: float = 20.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+
+def models_yaml(models: Mapping[str, str], parallel: int | None = None) -> str:
+    lines = ["models:"]
+    for model_id, url in models.items():
+        lines += [f"  - id: {model_id}", "    backend: openai", f"    url: {url}"]
+        if parallel is not None:
+            lines.append(f"    parallel: {parallel}")
+    return "\n".join(lines) + "\n"
+
+
+@contextmanager
+def start_runner(
+    models: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    wait_ready: bool = True,
+    parallel: int | None = None,
+) -> Iterator[RunnerProcess]:
+    """Start `python -m runner` on a free port; SIGKILL it if it is still alive at the end."""
+    tmp = Path(tempfile.mkdtemp(prefix="quorum-runner-"))
+    port = free_port()
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("TENANT_RATE_LIMIT_",))}
+    full_env.update(
+        {"PORT": str(port), "HOST": "127.0.0.1", "LOG_FORMAT": "text", "RUNNER_ID": "test-runner"}
+    )
+    if models is not None:
+        path = tmp / "models.yaml"
+        path.write_text(models_yaml(models, parallel))
+        full_env["MODELS_CONFIG"] = str(path)
+    full_env.update(env or {})
+    log_path = tmp / "runner.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runner"],
+            cwd=REPO_ROOT,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    runner = RunnerProcess(proc, port, log_path)
+    try:
+        if wait_ready:
+            _wait_healthy(runner)
+        yield runner
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def _wait_healthy(runner: RunnerProcess, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if runner.proc.poll() is not None:
+            raise RuntimeError(f"runner exited with {runner.proc.returncode}:\n{runner.log()}")
+        try:
+            if httpx.get(runner.url + "/health", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"runner not healthy within {timeout}s:\n{runner.log()}")
