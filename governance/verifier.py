@@ -91,6 +91,14 @@ class Verifier:
         self._clock = clock
         self._legacy_key = legacy_key
 
+    @property
+    def nonce_store(self) -> NonceStore:
+        return self._nonces
+
+    @property
+    def audit_sink(self) -> AuditSink:
+        return self._audit
+
     async def authorize(
         self, raw_token: object, operation: str, model_id: str | None, params: dict[str, object]
     ) -> Approval:
