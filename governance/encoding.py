@@ -18,6 +18,7 @@ from typing import Any
 MAX_SAFE_INT = 2**53 - 1
 MAX_DEPTH = 16
 _B64URL = re.compile(r"[A-Za-z0-9_-]*")
+_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 
 
 def b64url_encode(data: bytes) -> str:
@@ -27,15 +28,16 @@ def b64url_encode(data: bytes) -> str:
 
 def b64url_decode(text: str) -> bytes:
     """Decode base64url that is exactly what `b64url_encode` would produce, or raise."""
-    if not _B64URL.fullmatch(text) or len(text) % 4 == 1:
+    rest = len(text) % 4
+    if rest == 1 or not _B64URL.fullmatch(text):
         raise ValueError("not strict base64url (alphabet, padding or length)")
+    # Canonical form: the unused low bits of the last character must be zero.
+    if rest and _ALPHABET.index(text[-1]) & (0x0F if rest == 2 else 0x03):
+        raise ValueError("non-canonical base64url (trailing bits set)")
     try:
-        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except binascii.Error as exc:  # pragma: no cover - the regex already excludes this
         raise ValueError(f"not base64url: {exc}") from exc
-    if b64url_encode(data) != text:
-        raise ValueError("non-canonical base64url (trailing bits set)")
-    return data
 
 
 def _object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -55,6 +57,13 @@ def _no_float(text: str) -> Any:
     raise ValueError(f"non-integer number {text!r} is not allowed")
 
 
+def _safe_int(text: str) -> int:
+    value = int(text)
+    if not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
+        raise ValueError(f"integer {text[:24]} is out of range")
+    return value
+
+
 def loads_strict(data: bytes | str) -> Any:
     """Parse JSON strictly (see module docstring) and return plain Python values."""
     try:
@@ -64,6 +73,7 @@ def loads_strict(data: bytes | str) -> Any:
             object_pairs_hook=_object_pairs,
             parse_constant=_no_constant,
             parse_float=_no_float,
+            parse_int=_safe_int,
         )
     except RecursionError as exc:
         raise ValueError("JSON nested too deeply") from exc
@@ -71,7 +81,11 @@ def loads_strict(data: bytes | str) -> Any:
         raise ValueError(f"not UTF-8: {exc.reason}") from exc
     except ValueError as exc:  # json.JSONDecodeError and our hooks; int digit limit too
         raise ValueError(str(exc)) from exc
-    check_value(value)
+    # The hooks already refused duplicates, constants, floats and big integers. Lone
+    # surrogates can only come from \u escapes, and nesting needs brackets: walk the
+    # value only when the text could hold either (the common token has neither).
+    if "\\u" in text or text.count("{") + text.count("[") > MAX_DEPTH:
+        check_value(value)
     return value
 
 
