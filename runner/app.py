@@ -1,10 +1,11 @@
 """The runner as one ASGI application.
 
 Inference paths go straight to the bare data path (runner/proxy.py); the
-control plane (health, metrics, model list, and later lifecycle) is a FastAPI
-app, where a little framework cost does not matter. The runner handles the
-ASGI lifespan itself: start-up attaches engines and opens the engine client;
-shutdown closes them.
+control plane (health, metrics, capabilities, model list, and later lifecycle)
+is a FastAPI app, where a little framework cost does not matter. The runner
+handles the ASGI lifespan itself: start-up attaches engines, starts the
+scheduler and the rate limiter; shutdown stops them after uvicorn has drained
+in-flight requests.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
@@ -20,9 +20,9 @@ from fastapi.responses import Response
 
 from adapters.base import Engine
 from adapters.openai import AttachedOpenAIEngine
-from runner.admission import Admission, OpenAdmission
+from runner.capabilities import LoadedModel, capabilities
 from runner.errors import (
-    RunnerError,
+    HTTP_ERRORS,
     ServiceUnavailable,
     error_body,
     error_headers,
@@ -30,13 +30,34 @@ from runner.errors import (
 )
 from runner.headers import new_request_id
 from runner.health import Life, health
-from runner.metrics import Metrics
+from runner.metrics import Metrics, SchedulerMetrics
 from runner.models_config import ModelsFile
 from runner.proxy import INFERENCE_PATHS, DataPath, Receive, Scope, Send, send_error
+from runner.scheduler import SchedulerAdmission, SchedulerConfig
 from runner.settings import Settings
 from runner.upstream import Pool
+from tenants.config import TenantsConfig
+from tenants.ratelimit import RateLimiter
+from tenants.storage import storage_from_url
 
 log = logging.getLogger("quorum.app")
+
+
+def scheduler_config(
+    settings: Settings, models: ModelsFile, tenants: TenantsConfig
+) -> SchedulerConfig:
+    """The scheduler's limits from settings, the models file and the tenants' policies."""
+    policies = dict(tenants.tenants)
+    return SchedulerConfig(
+        max_queue_depth=settings.max_queue_depth,
+        queue_timeout_s=settings.queue_timeout_ms / 1000,
+        model_concurrency={m.id: m.slots for m in models.models},
+        tenant_weights={t: p.weight for t, p in policies.items()},
+        default_weight=tenants.default.weight,
+        tenant_queue_caps={t: p.max_queued for t, p in policies.items() if p.max_queued},
+        default_tenant_queue_cap=tenants.default.max_queued,
+        low_aging_s=settings.queue_low_aging_ms / 1000 or None,
+    )
 
 
 @dataclass
@@ -45,11 +66,20 @@ class Runtime:
 
     settings: Settings
     models: ModelsFile
+    tenants: TenantsConfig = field(default_factory=TenantsConfig)
     metrics: Metrics = field(default_factory=Metrics)
-    admission: Admission = field(default_factory=OpenAdmission)
     engines: dict[str, Engine] = field(default_factory=dict)
+    loaded: list[LoadedModel] = field(default_factory=list)
     life: Life = Life.STARTING
     started_at: float = field(default_factory=time.monotonic)
+    admission: SchedulerAdmission = field(init=False)
+    limiter: RateLimiter | None = None
+
+    def __post_init__(self) -> None:
+        self.admission = SchedulerAdmission(
+            scheduler_config(self.settings, self.models, self.tenants),
+            observer=SchedulerMetrics(self.metrics),
+        )
 
 
 def _json(status: int, body: object, headers: dict[str, str] | None = None) -> Response:
@@ -59,14 +89,16 @@ def _json(status: int, body: object, headers: dict[str, str] | None = None) -> R
 def control_plane(rt: Runtime) -> FastAPI:
     app = FastAPI(title="Quorum runner", docs_url=None, redoc_url=None, openapi_url=None)
 
-    @app.exception_handler(RunnerError)
-    async def _runner_error(_: Request, exc: RunnerError) -> Response:
-        return Response(
-            error_body(exc),
-            error_status(exc),
-            headers=error_headers(exc),
-            media_type="application/json",
-        )
+    for error_type in HTTP_ERRORS:
+
+        @app.exception_handler(error_type)
+        async def _error(_: Request, exc: Exception) -> Response:
+            return Response(
+                error_body(exc),
+                error_status(exc),
+                headers=error_headers(exc),
+                media_type="application/json",
+            )
 
     @app.get("/health")
     async def get_health() -> Response:
@@ -79,27 +111,33 @@ def control_plane(rt: Runtime) -> FastAPI:
         )
         return _json(report.status_code, report.body)
 
+    @app.get("/v1/capabilities")
+    async def get_capabilities() -> Response:
+        doc = capabilities(
+            rt.settings.runner_id,
+            rt.life,
+            rt.loaded,
+            rt.admission.stats().capabilities(),
+            rt.settings.enable_multi_tenant,
+            rt.settings.vllm_enable_prefix_caching,
+        )
+        status = 200 if rt.life is Life.READY else 503
+        return _json(status, doc, {"Cache-Control": "max-age=5"})
+
     @app.get("/metrics")
     async def get_metrics() -> Response:
         if not rt.settings.enable_metrics:
-            return _json(
-                404,
-                {
-                    "error": {
-                        "code": "metrics_disabled",
-                        "type": "not_found_error",
-                        "message": "metrics are disabled (ENABLE_METRICS)",
-                    }
-                },
-            )
+            raise ServiceUnavailable("metrics are disabled (ENABLE_METRICS=false)")
+        stats = rt.admission.stats()
+        for priority in ("high", "normal", "low"):
+            rt.metrics.queue_depth.labels(priority).set(stats.depth_by_priority.get(priority, 0))
         return Response(rt.metrics.render(), 200, media_type=rt.metrics.content_type)
 
     @app.get("/v1/models")
     async def list_models() -> Response:
-        now = int(time.time())
         data = [
-            {"id": m, "object": "model", "created": now, "owned_by": "quorum"}
-            for m in sorted(rt.engines)
+            {"id": m.spec.id, "object": "model", "created": m.loaded_at, "owned_by": "quorum"}
+            for m in rt.loaded
         ]
         return _json(200, {"object": "list", "data": data})
 
@@ -122,13 +160,10 @@ class RunnerApp:
                 if data is not None and self.rt.life is Life.READY:
                     await data(scope, receive, send)
                 else:
-                    await send_error(
-                        send,
-                        ServiceUnavailable(
-                            f"runner is {self.rt.life.value}; retry on another runner"
-                        ),
-                        new_request_id(),
+                    error = ServiceUnavailable(
+                        f"runner is {self.rt.life.value}; retry on another runner"
                     )
+                    await send_error(send, error, new_request_id())
                 return
             await self.control(scope, receive, send)
         elif kind == "lifespan":
@@ -155,14 +190,33 @@ class RunnerApp:
     async def startup(self) -> None:
         rt = self.rt
         s = rt.settings
+        now = int(time.time())
         for spec in rt.models.models:
             assert spec.url is not None  # only URL-attached backends exist so far
             rt.engines[spec.id] = AttachedOpenAIEngine(spec.id, spec.url, spec.slots)
+            rt.loaded.append(LoadedModel(spec, now))
         pools = {
             m: Pool(e.base_url, s.engine_connect_timeout_s, s.engine_read_timeout_s)
             for m, e in rt.engines.items()
         }
-        self.data = DataPath(rt.engines, pools, rt.admission, rt.metrics, s.max_body_bytes)
+        store_errors = rt.metrics.ratelimit_store_errors
+        rt.limiter = RateLimiter(
+            rt.tenants,
+            storage_from_url(s.redis_url),
+            fail_open=s.rate_limit_fail_open,
+            on_storage_error=lambda _tenant, _exc: store_errors.inc(),
+        )
+        await rt.admission.start()
+        self.data = DataPath(
+            rt.engines,
+            pools,
+            rt.admission,
+            rt.limiter,
+            rt.tenants,
+            rt.metrics,
+            s.max_body_bytes,
+            multi_tenant=s.enable_multi_tenant,
+        )
         rt.life = Life.READY
         log.info("runner %s ready with %d model(s)", s.runner_id, len(rt.engines))
 
@@ -172,10 +226,15 @@ class RunnerApp:
 
     async def shutdown(self) -> None:
         self.rt.life = Life.STOPPING
+        await self.rt.admission.stop()
+        if self.rt.limiter is not None:
+            await self.rt.limiter.aclose()
         if self.data is not None:
             for pool in self.data.pools.values():
                 pool.close()
 
 
-def build_app(settings: Settings, models: ModelsFile, **overrides: Any) -> RunnerApp:
-    return RunnerApp(Runtime(settings=settings, models=models, **overrides))
+def build_app(
+    settings: Settings, models: ModelsFile, tenants: TenantsConfig | None = None
+) -> RunnerApp:
+    return RunnerApp(Runtime(settings=settings, models=models, tenants=tenants or TenantsConfig()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -14,17 +15,20 @@ def _serve(args: argparse.Namespace) -> int:
     from runner.models_config import load_models_file
     from runner.server import serve
     from runner.settings import load_settings
+    from tenants.config import build_config
+    from tenants.errors import InvalidTenantConfig
 
     try:
         settings = load_settings()
         if args.port is not None:
             settings = settings.model_copy(update={"port": args.port})
         models = load_models_file(settings.models_config)
-    except ConfigError as exc:
+        tenants = build_config(os.environ, settings.tenants_file)
+    except (ConfigError, InvalidTenantConfig) as exc:
         print(f"quorum: {exc}", file=sys.stderr)
         return 2
     configure(settings.log_level, settings.log_format)
-    app = build_app(settings, models)
+    app = build_app(settings, models, tenants)
     ok = serve(app, settings.host, settings.port, settings.shutdown_grace_s)
     return 0 if ok else 3
 

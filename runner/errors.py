@@ -16,7 +16,8 @@ Exception tree (runner side)::
 
 Other packages (governance, tenants, the scheduler) raise their own trees with
 the same attributes (`status`, `code`, `type`, `extra`, `headers`);
-`error_body` and `error_status` accept any of them. Anything else is an
+`error_body` and `error_status` accept any of them, and `HTTP_ERRORS` is the
+tuple of their roots that request handlers catch. Anything else is an
 internal error: 500 with a generic message, logged with its traceback, never
 shown to the client.
 """
@@ -100,6 +101,16 @@ class ServiceUnavailable(RunnerError):
     code = "service_unavailable"
 
 
+def _http_errors() -> tuple[type[Exception], ...]:
+    from runner.scheduler.errors import SchedulerError
+    from tenants.errors import TenantError
+
+    return (RunnerError, TenantError, SchedulerError)
+
+
+HTTP_ERRORS: tuple[type[Exception], ...] = ()  # filled below, after RunnerError exists
+
+
 def error_status(exc: BaseException) -> int:
     status = getattr(exc, "status", None)
     return status if isinstance(status, int) and 400 <= status <= 599 else 500
@@ -126,3 +137,6 @@ def error_body(exc: BaseException) -> bytes:
 def error_headers(exc: BaseException) -> dict[str, str]:
     headers = getattr(exc, "headers", None)
     return dict(headers) if isinstance(headers, dict) else {}
+
+
+HTTP_ERRORS = _http_errors()

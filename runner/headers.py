@@ -2,13 +2,15 @@
 
 | header        | values                    | default   |
 |---------------|---------------------------|-----------|
-| X-Tenant-ID   | 1-64 of [A-Za-z0-9._-]    | default   |
+| X-Tenant-ID   | 1-64 of [A-Za-z0-9._-]    | (none)    |
 | X-Priority    | high, normal, low         | normal    |
 | X-Cache-Mode  | prefix, none, auto        | auto      |
 | X-Cache-Tag   | at most 64 characters     | (none)    |
 | X-Request-Id  | 1-128 of [A-Za-z0-9._:-]  | generated |
 
 A bad value raises InvalidHeader naming the header; nothing else happens.
+Which tenant a request belongs to is decided after this, by
+`tenants.identity.resolve_tenant` (API key or X-Tenant-ID, default `default`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ _SEQ = count(1)
 
 @dataclass(frozen=True, slots=True)
 class RequestMeta:
-    tenant: str
+    tenant_header: bytes | None
     priority: str
     cache_mode: str
     cache_tag: str | None
@@ -70,11 +72,7 @@ def parse_request_headers(raw: list[tuple[bytes, bytes]]) -> RequestMeta:
         elif name == b"x-request-id":
             rid = value
     # 2, 3
-    if tenant is None:
-        tenant_s = "default"
-    elif _TENANT.fullmatch(tenant):
-        tenant_s = tenant.decode()
-    else:
+    if tenant is not None and not _TENANT.fullmatch(tenant):
         raise InvalidHeader("X-Tenant-ID must be 1-64 characters of A-Z a-z 0-9 . _ -")
     if priority is None:
         priority_s = "normal"
@@ -112,4 +110,4 @@ def parse_request_headers(raw: list[tuple[bytes, bytes]]) -> RequestMeta:
             raise InvalidHeader("Content-Length must be an integer") from None
         if length_i < 0:
             raise InvalidHeader("Content-Length must not be negative")
-    return RequestMeta(tenant_s, priority_s, mode_s, tag_s, rid_s, auth, length_i)
+    return RequestMeta(tenant, priority_s, mode_s, tag_s, rid_s, auth, length_i)

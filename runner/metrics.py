@@ -57,6 +57,36 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.queue_wait = Histogram(
+            "quorum_queue_wait_seconds",
+            "Time requests waited in the runner's queue",
+            ["priority"],
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "quorum_queue_depth",
+            "Requests waiting in the runner's queue, by priority",
+            ["priority"],
+            registry=r,
+        )
+        self.rejections = Counter(
+            "quorum_rejections_total",
+            "Requests refused before reaching an engine",
+            ["reason", "tenant"],
+            registry=r,
+        )
+        self.tokens = Counter(
+            "quorum_tenant_tokens_total",
+            "Tokens the engines reported, by tenant and kind",
+            ["tenant", "kind"],
+            registry=r,
+        )
+        self.ratelimit_store_errors = Counter(
+            "quorum_ratelimit_store_errors_total",
+            "Rate-limit decisions that could not reach the shared store",
+            registry=r,
+        )
         self._tenants: set[str] = set()
         self._request_children: dict[tuple[str, str, int], Counter] = {}
 
@@ -76,5 +106,31 @@ class Metrics:
             self._request_children[key] = child
         child.inc()
 
+    def count_rejection(self, reason: str, tenant: str) -> None:
+        self.rejections.labels(reason, self.tenant_label(tenant)).inc()
+
+    def count_tokens(self, tenant: str, input_tokens: int, output_tokens: int) -> None:
+        label = self.tenant_label(tenant)
+        if input_tokens:
+            self.tokens.labels(label, "input").inc(input_tokens)
+        if output_tokens:
+            self.tokens.labels(label, "output").inc(output_tokens)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class SchedulerMetrics:
+    """The scheduler's observer: queue waits and refusals into Prometheus."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def on_queued(self, tenant: str, priority: str) -> None:
+        return None
+
+    def on_granted(self, tenant: str, priority: str, wait_s: float) -> None:
+        self.metrics.queue_wait.labels(priority).observe(wait_s)
+
+    def on_rejected(self, reason: str, tenant: str) -> None:
+        self.metrics.count_rejection(reason, tenant)

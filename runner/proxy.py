@@ -4,11 +4,13 @@ This is the hot path, written as a bare ASGI handler (no framework routing,
 no request objects): every request pays for it, so it does only what the
 features need.
 
-    1. read and validate the runner's headers         -> 400 naming the header
+    1. read and validate the runner's headers; identify the tenant
+                                                       -> 400 naming the header, 401/403
     2. read the body, bounded                          -> 413
     3. parse it once; route by "model"                 -> 400 / 404
     4. drop `x_*` extension fields, let the adapter adjust; re-serialize only if changed
-    5. admission (rate limit, queue)                   -> 429 / 503 (raised by Admission)
+    5. rate limit (tenants/), then admission (the scheduler's queue)
+                                                       -> 429 / 503 + Retry-After
     6. forward; stream chunk by chunk, or read the JSON answer and its cache report
     7. answer with the engine's status and body plus X-Cache-*, X-Queue-Wait-Ms,
        X-GPU-Time-Ms, X-Request-Id
@@ -31,11 +33,11 @@ import orjson
 from adapters.base import NO_REPORT, CacheReport, Engine
 from runner.admission import Admission, AdmissionRequest, Grant, Usage
 from runner.errors import (
+    HTTP_ERRORS,
     BadRequest,
     EngineBadResponse,
     ModelNotFound,
     PayloadTooLarge,
-    RunnerError,
     error_body,
     error_headers,
     error_status,
@@ -43,6 +45,10 @@ from runner.errors import (
 from runner.headers import RequestMeta, new_request_id, parse_request_headers
 from runner.metrics import Metrics
 from runner.upstream import ClientFailure, Pool, translate
+from tenants.config import TenantsConfig
+from tenants.errors import RateLimitExceeded
+from tenants.identity import DEFAULT_TENANT, resolve_tenant
+from tenants.ratelimit import RateLimiter
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -71,35 +77,61 @@ class DataPath:
         engines: dict[str, Engine],
         pools: dict[str, Pool],
         admission: Admission,
+        limiter: RateLimiter,
+        tenants: TenantsConfig,
         metrics: Metrics,
         max_body_bytes: int,
+        multi_tenant: bool = True,
     ) -> None:
         self.engines = engines
         self.pools = pools
         self._in_flight = {m: metrics.in_flight.labels(m) for m in engines}
         self._duration = {m: metrics.duration.labels(m) for m in engines}
         self.admission = admission
+        self.limiter = limiter
+        self.tenants = tenants
+        self.multi_tenant = multi_tenant
         self.metrics = metrics
         self.max_body = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         meta: RequestMeta | None = None
         model = "_none"
+        tenant = "_invalid"
+        limits: list[tuple[bytes, bytes]] = []
         try:
             meta = parse_request_headers(scope["headers"])  # 1
+            tenant = self._identify(meta)
             body = await self._read_body(receive, meta)  # 2
             engine, obj = self._route(body)  # 3
             model = engine.model_id
-            if _strip_extensions(obj) | engine.rewrite(obj, meta.cache_mode, meta.tenant):  # 4
+            if _strip_extensions(obj) | engine.rewrite(obj, meta.cache_mode, tenant):  # 4
                 body = orjson.dumps(obj)
+            limits = await self._rate_limit(tenant)  # 5
             stream = obj.get("stream") is True
-            status = await self._serve(scope, receive, send, meta, engine, obj, body, stream)
+            status = await self._serve(
+                scope, receive, send, meta, tenant, limits, engine, obj, body, stream
+            )
         except _ClientGone:
             status = 499
-        except RunnerError as exc:
-            status = exc.status
-            await send_error(send, exc, meta.request_id if meta else new_request_id())
-        self.metrics.count_request(model, meta.tenant if meta else "_invalid", status)
+        except HTTP_ERRORS as exc:
+            status = error_status(exc)
+            rid = meta.request_id if meta else new_request_id()
+            await send_error(send, exc, rid, extra=limits)
+        self.metrics.count_request(model, tenant, status)
+
+    def _identify(self, meta: RequestMeta) -> str:
+        if not self.multi_tenant:
+            return DEFAULT_TENANT
+        return resolve_tenant(meta.authorization, meta.tenant_header, self.tenants)
+
+    async def _rate_limit(self, tenant: str) -> list[tuple[bytes, bytes]]:
+        try:
+            decision = await self.limiter.check(tenant)
+        except RateLimitExceeded:
+            self.metrics.count_rejection("rate_limited", tenant)
+            raise
+        return self.limiter.headers(decision)
 
     async def _read_body(self, receive: Receive, meta: RequestMeta) -> bytes:
         limit = self.max_body
@@ -148,6 +180,8 @@ class DataPath:
         receive: Receive,
         send: Send,
         meta: RequestMeta,
+        tenant: str,
+        limits: list[tuple[bytes, bytes]],
         engine: Engine,
         obj: dict[str, Any],
         body: bytes,
@@ -165,7 +199,7 @@ class DataPath:
             request = AdmissionRequest(
                 meta.request_id,
                 engine.model_id,
-                meta.tenant,
+                tenant,
                 meta.priority,
                 _estimate_input_tokens(body),
                 _estimate_output_tokens(obj),
@@ -173,33 +207,30 @@ class DataPath:
             grant = await self.admission.acquire(request)  # 5
             self._in_flight[engine.model_id].inc()
             path = scope["path"]
-            if stream:
-                status, report = await self._forward_stream(send, meta, grant, path, body, watcher)
-            else:
-                status, report = await self._forward_json(send, meta, grant, path, body, watcher)
+            forward = self._forward_stream if stream else self._forward_json
+            status, report = await forward(send, meta, grant, limits, path, body, watcher)
             return status
         except asyncio.CancelledError:
             if not gone.is_set():
                 raise
             task.uncancel()
             raise _ClientGone from None
-        except RunnerError as exc:
+        except HTTP_ERRORS as exc:
             if grant is None:
                 raise
             # After admission the error still carries the measured queue wait.
             watcher.cancel()
-            await send_error(send, exc, meta.request_id, grant.queue_wait_ms)
-            return exc.status
+            await send_error(send, exc, meta.request_id, grant.queue_wait_ms, limits)
+            return error_status(exc)
         finally:
             watcher.cancel()
             if grant is not None:
                 self.metrics.in_flight.labels(engine.model_id).dec()
                 self.metrics.duration.labels(engine.model_id).observe(time.perf_counter() - started)
-                usage = (
-                    Usage(report.input_tokens, report.output_tokens)
-                    if report.input_tokens or report.output_tokens
-                    else None
-                )
+                usage = None
+                if report.input_tokens or report.output_tokens:
+                    usage = Usage(report.input_tokens, report.output_tokens)
+                    self.metrics.count_tokens(tenant, report.input_tokens, report.output_tokens)
                 self.admission.release(grant, usage)
 
     async def _forward_json(
@@ -207,6 +238,7 @@ class DataPath:
         send: Send,
         meta: RequestMeta,
         grant: Grant,
+        limits: list[tuple[bytes, bytes]],
         path: str,
         body: bytes,
         watcher: asyncio.Task[None],
@@ -234,6 +266,7 @@ class DataPath:
                 report = engine.report(parsed)
         watcher.cancel()
         headers = _response_headers(meta, grant, report, resp.header(b"content-type", _JSON))
+        headers += limits
         headers.append((b"content-length", b"%d" % len(payload)))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
@@ -247,6 +280,7 @@ class DataPath:
         send: Send,
         meta: RequestMeta,
         grant: Grant,
+        limits: list[tuple[bytes, bytes]],
         path: str,
         body: bytes,
         watcher: asyncio.Task[None],
@@ -268,6 +302,7 @@ class DataPath:
                 headers = _response_headers(
                     meta, grant, NO_REPORT, resp.header(b"content-type", _JSON)
                 )
+                headers += limits
                 headers.append((b"content-length", b"%d" % len(payload)))
                 await send(
                     {"type": "http.response.start", "status": resp.status, "headers": headers}
@@ -357,7 +392,11 @@ def _sniff_report(engine: Engine, chunk: bytes) -> CacheReport | None:
 
 
 async def send_error(
-    send: Send, exc: BaseException, request_id: str, queue_wait_ms: int = 0
+    send: Send,
+    exc: BaseException,
+    request_id: str,
+    queue_wait_ms: int = 0,
+    extra: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
     """Answer with the error envelope (before any byte of a response was sent)."""
     body = error_body(exc)
@@ -369,6 +408,9 @@ async def send_error(
         (b"x-queue-wait-ms", b"%d" % queue_wait_ms),
         (b"x-gpu-time-ms", b"0"),
     ]
-    headers += [(k.lower().encode(), v.encode()) for k, v in error_headers(exc).items()]
+    own = error_headers(exc)
+    headers += [(k.lower().encode(), v.encode()) for k, v in own.items()]
+    if extra:  # RateLimit-* of this request, unless the error brought its own
+        headers += [h for h in extra if h[0].decode().title() not in own]
     await send({"type": "http.response.start", "status": error_status(exc), "headers": headers})
     await send({"type": "http.response.body", "body": body})

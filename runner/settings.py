@@ -60,6 +60,10 @@ class Settings(BaseSettings):
     engine_connect_timeout_s: float = Field(default=5.0, gt=0)
     engine_read_timeout_s: float = Field(default=300.0, gt=0)
     shutdown_grace_s: float = Field(default=30.0, ge=0)
+    # Scheduling and tenants (tenants/ reads TENANT_RATE_LIMIT_<tenant> itself).
+    tenants_file: str | None = None
+    rate_limit_fail_open: bool = True
+    queue_low_aging_ms: int = Field(default=10_000, ge=0)
 
     @classmethod
     def settings_customise_sources(

@@ -9,10 +9,10 @@ from runner.headers import parse_request_headers
 
 
 def test_parse_headers_defaults_when_absent() -> None:
-    """No runner headers: tenant default, priority normal, cache auto, a generated request id."""
+    """No runner headers: no tenant, priority normal, cache auto, a generated request id."""
     meta = parse_request_headers([(b"content-type", b"application/json")])
-    assert (meta.tenant, meta.priority, meta.cache_mode, meta.cache_tag) == (
-        "default",
+    assert (meta.tenant_header, meta.priority, meta.cache_mode, meta.cache_tag) == (
+        None,
         "normal",
         "auto",
         None,
@@ -33,7 +33,7 @@ def test_parse_headers_reads_all_values() -> None:
             (b"authorization", b"Bearer k"),
         ]
     )
-    assert meta.tenant == "community-x" and meta.priority == "high"
+    assert meta.tenant_header == b"community-x" and meta.priority == "high"
     assert meta.cache_mode == "prefix" and meta.cache_tag == "session-abc123"
     assert meta.request_id == "abc:1" and meta.content_length == 12
     assert meta.authorization == b"Bearer k"
