@@ -1,0 +1,165 @@
+"""Scheduling, rate limits and backpressure seen through HTTP, on real runner processes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import httpx
+import pytest
+
+from tests.fixtures.launch import FakeEngine, start_fake
+from tests.support.redis_server import RedisServer
+from tests.support.runner_proc import RunnerProcess, start_runner
+
+CHAT = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def _wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
+
+
+def _queue_depth(runner: RunnerProcess) -> int:
+    depth: int = httpx.get(runner.url + "/health").json()["queueDepth"]
+    return depth
+
+
+@pytest.fixture
+def slow_engine() -> Iterator[FakeEngine]:
+    """JSON answers at once; a stream lasts 10 s unless its client goes away."""
+    with start_fake(
+        "fake_openai", "--latency-ms", "0", "--chunks", "50", "--chunk-delay-ms", "200"
+    ) as engine:
+        yield engine
+
+
+@contextmanager
+def blocking_stream(runner: RunnerProcess, engine: FakeEngine) -> Iterator[None]:
+    """Hold the model's only slot with a long stream until the block ends (then hang up)."""
+    body = {**CHAT, "stream": True, "messages": [{"role": "user", "content": "blocker"}]}
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream("POST", runner.url + "/v1/chat/completions", json=body) as resp,
+    ):
+        assert resp.status_code == 200
+        chunks = resp.iter_raw()  # keep a reference: dropping it would hang up at once
+        next(chunks)
+        yield
+
+
+def _post(runner: RunnerProcess, headers: dict[str, str], content: str = "hi") -> httpx.Response:
+    body = {**CHAT, "messages": [{"role": "user", "content": content}]}
+    return httpx.post(runner.url + "/v1/chat/completions", json=body, headers=headers, timeout=30)
+
+
+def test_high_priority_overtakes_ten_low_when_model_is_full(slow_engine: FakeEngine) -> None:
+    """With the model's one slot busy, a high request sent after ten low ones is served first."""
+    with (
+        start_runner({"echo": slow_engine.url}, parallel=1, env={"MAX_QUEUE_DEPTH": "32"}) as r,
+        ThreadPoolExecutor(11) as pool,
+    ):
+        with blocking_stream(r, slow_engine):
+            futures = [pool.submit(_post, r, {"X-Priority": "low"}, f"low{i}") for i in range(10)]
+            _wait_for(lambda: _queue_depth(r) == 10)
+            futures.append(pool.submit(_post, r, {"X-Priority": "high"}, "high"))
+            _wait_for(lambda: _queue_depth(r) == 11)
+        assert all(f.result().status_code == 200 for f in futures)
+        order = [req["body"]["messages"][0]["content"] for req in slow_engine.stats()["recent"]]
+        assert order[:2] == ["blocker", "high"]
+        assert sorted(order[2:]) == sorted(f"low{i}" for i in range(10))
+
+
+def test_queue_full_is_503_with_seed_body_and_retry_after(slow_engine: FakeEngine) -> None:
+    """Beyond MAX_QUEUE_DEPTH waiting requests the runner answers 503 queue_full + Retry-After."""
+    with (
+        start_runner({"echo": slow_engine.url}, parallel=1, env={"MAX_QUEUE_DEPTH": "2"}) as r,
+        ThreadPoolExecutor(2) as pool,
+    ):
+        with blocking_stream(r, slow_engine):
+            waiting = [pool.submit(_post, r, {}) for _ in range(2)]
+            _wait_for(lambda: _queue_depth(r) == 2)
+            refused = _post(r, {"X-Tenant-ID": "late"})
+        assert refused.status_code == 503
+        error = refused.json()["error"]
+        assert error["code"] == "queue_full"
+        assert error["queueDepth"] == 2 and "avgWaitMs" in error
+        assert "2/2" in error["message"]
+        assert int(refused.headers["retry-after"]) >= 1
+        assert all(f.result().status_code == 200 for f in waiting)
+        metrics = httpx.get(r.url + "/metrics").text
+        assert 'quorum_rejections_total{reason="queue_full",tenant="late"} 1.0' in metrics
+
+
+def test_tenant_rate_limit_from_env_is_honoured() -> None:
+    """TENANT_RATE_LIMIT_community-x=5req/min: five pass, the sixth is 429 with the seed's body."""
+    with (
+        start_fake("fake_openai", "--latency-ms", "0") as engine,
+        start_runner({"echo": engine.url}, env={"TENANT_RATE_LIMIT_community-x": "5req/min"}) as r,
+    ):
+        tenant = {"X-Tenant-ID": "community-x"}
+        oks = [_post(r, tenant) for _ in range(5)]
+        assert [o.status_code for o in oks] == [200] * 5
+        assert [o.headers["ratelimit-remaining"] for o in oks] == ["4", "3", "2", "1", "0"]
+        assert all(o.headers["ratelimit-limit"] == "5" for o in oks)
+        refused = _post(r, tenant)
+        assert refused.status_code == 429
+        error = refused.json()["error"]
+        assert error["code"] == "rate_limit_exceeded"
+        assert error["limit"] == 5 and error["remaining"] == 0
+        assert error["resetAt"] > time.time()
+        assert "community-x" in error["message"]
+        assert int(refused.headers["retry-after"]) >= 1
+        assert refused.headers["ratelimit-remaining"] == "0"
+        assert _post(r, {"X-Tenant-ID": "other"}).status_code == 200  # other tenants unaffected
+        assert engine.stats()["requests"] == 6
+
+
+def test_two_runners_sharing_redis_enforce_one_limit(redis_server: RedisServer) -> None:
+    """Two runner processes on one Redis let exactly 10 of 30 requests through at 10 req/min."""
+    env = {"REDIS_URL": redis_server.url, "TENANT_RATE_LIMIT_shared": "10req/min"}
+    with (
+        start_fake("fake_openai", "--latency-ms", "0") as engine,
+        start_runner({"echo": engine.url}, env=env) as a,
+        start_runner({"echo": engine.url}, env=env) as b,
+        ThreadPoolExecutor(6) as pool,
+    ):
+        runners = [a, b] * 15
+        results = list(pool.map(lambda r: _post(r, {"X-Tenant-ID": "shared"}), runners))
+        codes = [res.status_code for res in results]
+        assert codes.count(200) == 10
+        assert codes.count(429) == 20
+        assert engine.stats()["requests"] == 10
+
+
+def test_client_disconnect_while_queued_never_reaches_engine(slow_engine: FakeEngine) -> None:
+    """A client that gives up while queued is withdrawn; the engine never sees its request."""
+    with start_runner({"echo": slow_engine.url}, parallel=1) as r:
+        with blocking_stream(r, slow_engine):
+            body = {**CHAT, "messages": [{"role": "user", "content": "impatient"}]}
+            with (
+                httpx.Client(timeout=httpx.Timeout(30, read=0.2)) as client,
+                pytest.raises(httpx.ReadTimeout),
+            ):
+                client.post(r.url + "/v1/chat/completions", json=body)
+            _wait_for(lambda: _queue_depth(r) == 0)
+        assert _post(r, {}, "after").status_code == 200
+        seen = [req["body"]["messages"][0]["content"] for req in slow_engine.stats()["recent"]]
+        assert seen == ["blocker", "after"]
+
+
+def test_capabilities_reports_queue_section() -> None:
+    """/v1/capabilities carries the seed's queue section and the loaded model."""
+    with (
+        start_fake("fake_openai", "--latency-ms", "0") as engine,
+        start_runner({"echo": engine.url}, env={"MAX_QUEUE_DEPTH": "7"}) as r,
+    ):
+        doc = httpx.get(r.url + "/v1/capabilities").json()
+        assert doc["queue"] == {"depth": 0, "maxDepth": 7, "avgWaitMs": 0, "p95WaitMs": 0}
+        assert doc["runnerId"] == "test-runner" and doc["health"] == "healthy"
+        assert [m["id"] for m in doc["models"]["loaded"]] == ["echo"]
