@@ -1,0 +1,217 @@
+"""The processes under test: the runner as a subprocess, CPU accounting, machine facts.
+
+The runner is started as `python -m runner` in its own process group, bound to 127.0.0.1,
+configured only by environment variables, and killed with its group (SIGTERM, then SIGKILL)
+when the block ends, whatever happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class StartError(RuntimeError):
+    """A process under test did not come up."""
+
+
+@dataclass
+class RunnerProc:
+    proc: subprocess.Popen[bytes]
+    port: int
+    env: dict[str, str]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def free_port() -> int:
+    """A port the kernel says is free right now (the runner binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _kill_group(proc: subprocess.Popen[bytes], grace_s: float = 3.0) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(grace_s)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _wait_healthy(proc: subprocess.Popen[bytes], url: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise StartError(f"runner exited with code {proc.returncode} before it was healthy")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1.0) as resp:
+                if resp.status == 200:
+                    return
+                last = f"status {resp.status}"
+        except (urllib.error.URLError, OSError) as exc:
+            last = str(exc)
+        time.sleep(0.1)
+    raise StartError(f"runner not healthy within {timeout:g} s ({last})")
+
+
+CODE_PACKAGES = ("runner", "adapters", "tenants", "governance")
+
+
+@contextlib.contextmanager
+def code_snapshot(ref: str | None) -> Iterator[Path]:
+    """The directory to run the runner from: the work tree, or `ref`'s packages extracted.
+
+    Other people edit the shared work tree while benchmarks run; `--ref HEAD` measures the
+    last commit instead of whatever is half-edited. `python -m` puts the current directory
+    first on sys.path, so the extracted packages win over the editable install.
+    """
+    if ref is None:
+        yield REPO_ROOT
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-proxy-code-") as tmp:
+        archive = subprocess.run(
+            ["git", "archive", ref, *CODE_PACKAGES], cwd=REPO_ROOT, capture_output=True, check=True
+        )
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        yield Path(tmp)
+
+
+def resolve_ref(ref: str) -> str:
+    return _git("rev-parse", "--short", ref + "^{commit}")
+
+
+@contextlib.contextmanager
+def start_runner(
+    engine_url: str, parallel: int, code_dir: Path = REPO_ROOT, timeout: float = 30.0
+) -> Iterator[RunnerProc]:
+    """Run the runner from `code_dir`, every feature on, attached to `engine_url` as `echo`."""
+    with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
+        models = Path(tmp) / "models.yaml"
+        models.write_text(
+            "models:\n"
+            "  - id: echo\n"
+            "    backend: openai\n"
+            f"    url: {engine_url}\n"
+            f"    parallel: {parallel}\n"
+        )
+        port = free_port()
+        env = {
+            "MODELS_CONFIG": str(models),
+            "HOST": "127.0.0.1",
+            "PORT": str(port),
+            "LOG_LEVEL": "info",
+            "LOG_FORMAT": "json",
+            "ENABLE_METRICS": "true",
+            "ENABLE_MULTI_TENANT": "true",
+            "DEFAULT_RATE_LIMIT": "100000000req/min",
+            "MAX_QUEUE_DEPTH": "1024",
+        }
+        full_env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL",)}
+        full_env.update(env)
+        log_path = Path(tmp) / "runner.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "runner"],
+                cwd=code_dir,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            try:
+                try:
+                    _wait_healthy(proc, f"http://127.0.0.1:{port}", timeout)
+                except StartError as exc:
+                    tail = log_path.read_bytes()[-3000:].decode(errors="replace")
+                    raise StartError(f"{exc}\n--- runner output ---\n{tail}") from None
+                yield RunnerProc(proc, port, env)
+            finally:
+                _kill_group(proc)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process, from /proc (0.0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # After the ")" the fields start at state (3rd field); utime, stime are fields 14, 15.
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def _git(*args: str) -> str:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip()
+
+
+def wrk_version() -> str:
+    try:
+        out = subprocess.run(["wrk", "-v"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    text = (out.stdout + out.stderr).split()
+    # "wrk debian/4.1.0-3+b2 [epoll] Copyright ..." -> "wrk debian/4.1.0-3+b2"
+    return " ".join(text[:2]) if text else "unknown"
+
+
+def require_wrk() -> None:
+    if shutil.which("wrk") is None:
+        sys.exit(
+            "bench/proxy needs the `wrk` load generator on PATH.\n"
+            "Install it with:  sudo apt-get install -y wrk   (Debian/Ubuntu)\n"
+            "or build it from https://github.com/wg/wrk"
+        )
+
+
+def machine_facts() -> dict[str, object]:
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "wrk": wrk_version(),
+        "git_head": _git("rev-parse", "--short", "HEAD"),
+        "uncommitted_in_tested_code": _git("status", "--porcelain", "runner", "adapters"),
+    }
