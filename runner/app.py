@@ -128,9 +128,6 @@ def control_plane(rt: Runtime) -> FastAPI:
     async def get_metrics() -> Response:
         if not rt.settings.enable_metrics:
             raise ServiceUnavailable("metrics are disabled (ENABLE_METRICS=false)")
-        stats = rt.admission.stats()
-        for priority in ("high", "normal", "low"):
-            rt.metrics.queue_depth.labels(priority).set(stats.depth_by_priority.get(priority, 0))
         return Response(rt.metrics.render(), 200, media_type=rt.metrics.content_type)
 
     @app.get("/v1/models")
@@ -207,6 +204,9 @@ class RunnerApp:
             on_storage_error=lambda _tenant, _exc: store_errors.inc(),
         )
         await rt.admission.start()
+        rt.metrics.watch_queue(lambda: rt.admission.stats().depth_by_priority)
+        if s.enable_metrics and s.metrics_port and s.metrics_port != s.port:
+            rt.metrics.serve_separately(s.metrics_port, s.host)
         self.data = DataPath(
             rt.engines,
             pools,

@@ -7,6 +7,8 @@ Tenant label values are capped (MAX_TENANT_LABELS distinct ones, then
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -14,7 +16,10 @@ from prometheus_client import (
     Gauge,
     Histogram,
     generate_latest,
+    start_http_server,
 )
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 MAX_TENANT_LABELS = 1000
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -64,12 +69,6 @@ class Metrics:
             buckets=_DURATION_BUCKETS,
             registry=r,
         )
-        self.queue_depth = Gauge(
-            "quorum_queue_depth",
-            "Requests waiting in the runner's queue, by priority",
-            ["priority"],
-            registry=r,
-        )
         self.rejections = Counter(
             "quorum_rejections_total",
             "Requests refused before reaching an engine",
@@ -106,6 +105,14 @@ class Metrics:
             self._request_children[key] = child
         child.inc()
 
+    def watch_queue(self, depths: Callable[[], dict[str, int]]) -> None:
+        """Report `quorum_queue_depth{priority}` from `depths()` at every scrape."""
+        self.registry.register(_QueueDepth(depths))
+
+    def serve_separately(self, port: int, host: str) -> None:
+        """Also expose /metrics on METRICS_PORT (a small thread of prometheus_client's)."""
+        start_http_server(port, host, registry=self.registry)
+
     def count_rejection(self, reason: str, tenant: str) -> None:
         self.rejections.labels(reason, self.tenant_label(tenant)).inc()
 
@@ -118,6 +125,21 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _QueueDepth(Collector):
+    def __init__(self, depths: Callable[[], dict[str, int]]) -> None:
+        self.depths = depths
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "quorum_queue_depth",
+            "Requests waiting in the runner's queue, by priority",
+            labels=["priority"],
+        )
+        for priority, depth in self.depths().items():
+            family.add_metric([priority], depth)
+        yield family
 
 
 class SchedulerMetrics:

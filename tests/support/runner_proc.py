@@ -45,7 +45,7 @@ def models_yaml(models: Mapping[str, str], parallel: int | None = None) -> str:
         lines += [f"  - id: {model_id}", "    backend: openai", f"    url: {url}"]
         if parallel is not None:
             lines.append(f"    parallel: {parallel}")
-    return "\n".join(lines) + "\n"
+    return ("\n".join(lines) if models else "models: []") + "\n"
 
 
 @contextmanager
