@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from governance import signing
 from governance.audit import MemoryAuditSink
 from governance.errors import GovernanceError
 from governance.nonces import RedisNonceStore
@@ -53,3 +57,41 @@ async def test_redis_stopped_fails_closed(redis_server: RedisServer) -> None:
     redis_server.start()
     assert await verifier.authorize(doc, OPERATION, MODEL, PARAMS)
     await verifier.aclose()
+
+
+def test_redis_two_processes_same_token_exactly_one_wins(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Two runner processes sharing one Redis get the same token at once: one 200, one 409."""
+    token_file = tmp_path / "token.txt"
+    token_file.write_text(signing.to_b64(token()))
+    root = Path(__file__).resolve().parents[2]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.governance.verify_once",
+                redis_server.url,
+                str(token_file),
+            ],
+            cwd=root,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        statuses = sorted(int(proc.communicate(timeout=30)[0].strip()) for proc in procs)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    assert statuses == [200, 409]
