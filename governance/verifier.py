@@ -100,7 +100,7 @@ class Verifier:
         return self._audit
 
     async def authorize(
-        self, raw_token: object, operation: str, model_id: str | None, params: dict[str, object]
+        self, raw_token: object, operation: str, model_id: str | None, params: Mapping[str, object]
     ) -> Approval:
         """Decide whether `raw_token` approves `operation` on `model_id` with `params`.
 
@@ -135,7 +135,7 @@ class Verifier:
         raw_token: object,
         operation: str,
         model_id: str | None,
-        params: dict[str, object],
+        params: Mapping[str, object],
         now: float,
         trail: _Trail,
     ) -> Approval:
@@ -221,7 +221,7 @@ class Verifier:
             )
 
     def _check_binding(
-        self, claims: Claims, operation: str, model_id: str | None, params: dict[str, object]
+        self, claims: Claims, operation: str, model_id: str | None, params: Mapping[str, object]
     ) -> None:
         if claims.operation != operation:
             raise BindingMismatch(f"token approves {claims.operation}, not {operation}")
@@ -247,7 +247,7 @@ class Verifier:
         now: float,
         operation: str,
         model_id: str | None,
-        params: dict[str, object],
+        params: Mapping[str, object],
         trail: _Trail,
         error: GovernanceError | None,
     ) -> None:

@@ -79,7 +79,7 @@ def with_protected(protected: str) -> dict[str, object]:
 
 def tamper_signature(change: Callable[[str], str]) -> dict[str, object]:
     doc = token()
-    doc["signatures"][0]["signature"] = change(doc["signatures"][0]["signature"])  # type: ignore[index]
+    doc["signatures"][0]["signature"] = change(doc["signatures"][0]["signature"])
     return doc
 
 
@@ -94,14 +94,14 @@ def with_field(doc: dict[str, object], **extra: object) -> dict[str, object]:
 def stolen_signature() -> dict[str, object]:
     """A valid signature lifted from another token onto this payload."""
     other, doc = token(), token()
-    doc["signatures"][0]["signature"] = other["signatures"][0]["signature"]  # type: ignore[index]
+    doc["signatures"][0]["signature"] = other["signatures"][0]["signature"]
     return doc
 
 
 def quorum_plus_bad_entry() -> dict[str, object]:
     """Two valid signatures (a quorum) plus a third, tampered one: every entry must verify."""
     doc = token(keys=(A1, A2, A3))
-    doc["signatures"][2]["signature"] = flip_bit(doc["signatures"][2]["signature"])  # type: ignore[index]
+    doc["signatures"][2]["signature"] = flip_bit(doc["signatures"][2]["signature"])
     return doc
 
 
@@ -166,7 +166,7 @@ CASES = [
         ),
         400,
         "malformed_token",
-    ),  # type: ignore[dict-item]
+    ),
     Case(
         "protected-not-string",
         lambda: with_field(token(), signatures=[{"protected": 5, "signature": "AA"}]),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -47,7 +48,7 @@ class SwitchableStore(MemoryNonceStore):
 
 @dataclass(frozen=True)
 class Issued:
-    doc: dict[str, object]
+    doc: dict[str, Any]
     operation: str
     nonce: str
     signers: int
@@ -102,9 +103,9 @@ class VerifierMachine(RuleBasedStateMachine):
     def call(self, issued: Issued, as_operation: str, forge: bool) -> None:
         doc = issued.doc
         if forge:
-            first = dict(doc["signatures"][0])  # type: ignore[index]
+            first = dict(doc["signatures"][0])
             first["signature"] = flip_bit(first["signature"])
-            doc = {**doc, "signatures": [first, *doc["signatures"][1:]]}  # type: ignore[misc]
+            doc = {**doc, "signatures": [first, *doc["signatures"][1:]]}
         expected = self.expect(issued, as_operation, forge)
         self.calls += 1
         try:
