@@ -17,7 +17,7 @@ import hashlib
 import hmac
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidSignature
 
@@ -69,7 +69,6 @@ class _Trail:
     principals: tuple[str, ...] = ()
     key_ids: tuple[str, ...] = ()
     nonce_sha256: str | None = None
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 class Verifier:
@@ -264,7 +263,6 @@ class Verifier:
             key_ids=trail.key_ids,
             nonce_sha256=trail.nonce_sha256,
             detail="" if error is None else str(error),
-            extra=trail.extra,
         )
         try:
             await self._audit.append(record)
