@@ -35,6 +35,16 @@ class FlushResult:
     reason: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class FlushScope:
+    """Which cache entries a flush removes (the seed's `scope` and its selector)."""
+
+    scope: str  # "all" | "model" | "tenant" | "tag"
+    model_id: str | None = None
+    tenant_id: str | None = None
+    tag: str | None = None
+
+
 class Engine(Protocol):
     """One engine serving one model, as the data path sees it."""
 
@@ -48,4 +58,8 @@ class Engine(Protocol):
 
     def report(self, response: dict[str, object]) -> CacheReport:
         """Read cache and timing figures out of a parsed engine response."""
+        ...
+
+    async def flush(self, scope: FlushScope) -> FlushResult:
+        """Remove the engine's cache entries in `scope`; say so when it cannot."""
         ...

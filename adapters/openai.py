@@ -7,7 +7,7 @@ it; it forwards requests unchanged and reads the standard `usage` block
 
 from __future__ import annotations
 
-from adapters.base import CacheReport, FlushResult
+from adapters.base import CacheReport, FlushResult, FlushScope
 
 
 class AttachedOpenAIEngine:
@@ -22,7 +22,7 @@ class AttachedOpenAIEngine:
     def report(self, response: dict[str, object]) -> CacheReport:
         return report_from_openai(response)
 
-    async def flush(self, scope: str) -> FlushResult:
+    async def flush(self, scope: FlushScope) -> FlushResult:
         return FlushResult(False, reason="engine attached by URL: the runner cannot flush it")
 
 

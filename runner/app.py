@@ -20,9 +20,11 @@ from fastapi.responses import Response
 
 from adapters.base import Engine
 from adapters.openai import AttachedOpenAIEngine
+from governance.verifier import Verifier
 from runner.capabilities import LoadedModel, capabilities
 from runner.errors import (
     HTTP_ERRORS,
+    PayloadTooLarge,
     ServiceUnavailable,
     error_body,
     error_headers,
@@ -30,6 +32,7 @@ from runner.errors import (
 )
 from runner.headers import new_request_id
 from runner.health import Life, health
+from runner.lifecycle import Lifecycle
 from runner.metrics import Metrics, SchedulerMetrics
 from runner.models_config import ModelsFile
 from runner.proxy import INFERENCE_PATHS, DataPath, Receive, Scope, Send, send_error
@@ -72,18 +75,32 @@ class Runtime:
     loaded: list[LoadedModel] = field(default_factory=list)
     life: Life = Life.STARTING
     started_at: float = field(default_factory=time.monotonic)
+    verifier: Verifier | None = None
     admission: SchedulerAdmission = field(init=False)
     limiter: RateLimiter | None = None
+    lifecycle: Lifecycle = field(init=False)
 
     def __post_init__(self) -> None:
         self.admission = SchedulerAdmission(
             scheduler_config(self.settings, self.models, self.tenants),
             observer=SchedulerMetrics(self.metrics),
         )
+        self.lifecycle = Lifecycle(self.verifier, self.engines, self.metrics)
 
 
 def _json(status: int, body: object, headers: dict[str, str] | None = None) -> Response:
     return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
+
+
+async def _bounded_body(request: Request, limit: int) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def control_plane(rt: Runtime) -> FastAPI:
@@ -129,6 +146,11 @@ def control_plane(rt: Runtime) -> FastAPI:
         if not rt.settings.enable_metrics:
             raise ServiceUnavailable("metrics are disabled (ENABLE_METRICS=false)")
         return Response(rt.metrics.render(), 200, media_type=rt.metrics.content_type)
+
+    @app.post("/v1/cache/flush")
+    async def cache_flush(request: Request) -> Response:
+        body = await _bounded_body(request, rt.settings.max_body_bytes)
+        return _json(200, await rt.lifecycle.flush(body, request.headers.get("x-op-token")))
 
     @app.get("/v1/models")
     async def list_models() -> Response:
@@ -229,12 +251,21 @@ class RunnerApp:
         await self.rt.admission.stop()
         if self.rt.limiter is not None:
             await self.rt.limiter.aclose()
+        if self.rt.verifier is not None:
+            await self.rt.verifier.aclose()
         if self.data is not None:
             for pool in self.data.pools.values():
                 pool.close()
 
 
 def build_app(
-    settings: Settings, models: ModelsFile, tenants: TenantsConfig | None = None
+    settings: Settings,
+    models: ModelsFile,
+    tenants: TenantsConfig | None = None,
+    verifier: Verifier | None = None,
 ) -> RunnerApp:
-    return RunnerApp(Runtime(settings=settings, models=models, tenants=tenants or TenantsConfig()))
+    return RunnerApp(
+        Runtime(
+            settings=settings, models=models, tenants=tenants or TenantsConfig(), verifier=verifier
+        )
+    )

@@ -7,10 +7,14 @@ import os
 import sys
 from collections.abc import Sequence
 
+from governance.cli import add_commands
+
 
 def _serve(args: argparse.Namespace) -> int:
+    from governance.errors import ConfigInvalid
     from runner.app import build_app
     from runner.errors import ConfigError
+    from runner.governance import governance_from
     from runner.logs import configure
     from runner.models_config import load_models_file
     from runner.server import serve
@@ -24,11 +28,12 @@ def _serve(args: argparse.Namespace) -> int:
             settings = settings.model_copy(update={"port": args.port})
         models = load_models_file(settings.models_config)
         tenants = build_config(os.environ, settings.tenants_file)
-    except (ConfigError, InvalidTenantConfig) as exc:
+        verifier = governance_from(settings)
+    except (ConfigError, InvalidTenantConfig, ConfigInvalid) as exc:
         print(f"quorum: {exc}", file=sys.stderr)
         return 2
     configure(settings.log_level, settings.log_format)
-    app = build_app(settings, models, tenants)
+    app = build_app(settings, models, tenants, verifier)
     ok = serve(app, settings.host, settings.port, settings.shutdown_grace_s)
     return 0 if ok else 3
 
@@ -39,6 +44,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="start the runner (configuration from the environment)")
     s.add_argument("--port", type=int, default=None, help="override PORT")
     s.set_defaults(func=_serve)
+    add_commands(sub)
     return p
 
 

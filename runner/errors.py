@@ -102,10 +102,11 @@ class ServiceUnavailable(RunnerError):
 
 
 def _http_errors() -> tuple[type[Exception], ...]:
+    from governance.errors import GovernanceError
     from runner.scheduler.errors import SchedulerError
     from tenants.errors import TenantError
 
-    return (RunnerError, TenantError, SchedulerError)
+    return (RunnerError, TenantError, SchedulerError, GovernanceError)
 
 
 HTTP_ERRORS: tuple[type[Exception], ...] = ()  # filled below, after RunnerError exists

@@ -86,6 +86,12 @@ class Metrics:
             "Rate-limit decisions that could not reach the shared store",
             registry=r,
         )
+        self.lifecycle = Counter(
+            "quorum_lifecycle_decisions_total",
+            "Governed lifecycle calls by operation and outcome (approved, or the refusal code)",
+            ["operation", "outcome"],
+            registry=r,
+        )
         self._tenants: set[str] = set()
         self._request_children: dict[tuple[str, str, int], Counter] = {}
 
@@ -115,6 +121,9 @@ class Metrics:
 
     def count_rejection(self, reason: str, tenant: str) -> None:
         self.rejections.labels(reason, self.tenant_label(tenant)).inc()
+
+    def count_lifecycle(self, operation: str, outcome: str) -> None:
+        self.lifecycle.labels(operation, outcome).inc()
 
     def count_tokens(self, tenant: str, input_tokens: int, output_tokens: int) -> None:
         label = self.tenant_label(tenant)

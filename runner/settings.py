@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     tenants_file: str | None = None
     rate_limit_fail_open: bool = True
     queue_low_aging_ms: int = Field(default=10_000, ge=0)
+    # Governance (docs/governance.md).
+    governance_registry: str | None = None
+    governance_audit_log: str | None = None
+    governance_legacy_hmac: bool = False
 
     @classmethod
     def settings_customise_sources(
