@@ -1,7 +1,7 @@
 """Profile the runner's data path under steady load with py-spy.
 
     .venv/bin/python -m bench.proxy.profile [--kind json] [--clients 16] [--duration 10]
-        [--ref HEAD] [--out /tmp/profile.txt] [--top 25]
+        [--ref HEAD] [--out /tmp/profile.txt] [--top 25] [--rate 250] [--native]
 
 Starts the same fake engine and runner as `bench.proxy.run`, drives the runner with wrk for
 the duration plus a margin, and meanwhile samples the runner with
@@ -37,41 +37,85 @@ def _py_spy() -> str:
     return found
 
 
-def _frame_name(frame: str) -> str:
-    """`handle (runner/proxy.py:80)` -> `runner/proxy.py:handle`; keeps files short."""
+_IDLE = ("epoll_wait", "epoll_pwait", "select (", "poll (")
+_SYSCALLS = ("write", "read", "getpid", "sendmsg", "recvmsg", "writev")
+_COMPONENTS = (
+    ("runner/scheduler/", "runner scheduler"),
+    ("runner/engine_client.py", "runner engine client"),
+    ("runner/proxy.py", "runner data path (proxy.py)"),
+    ("runner/", "runner, other modules"),
+    ("adapters/", "adapters"),
+    ("tenants/", "tenants (rate limit, fairness)"),
+    ("limits/", "limits library"),
+    ("uvicorn/", "uvicorn"),
+    ("prometheus_client/", "prometheus_client"),
+    ("asyncio/", "asyncio (Python part)"),
+)
+
+
+def _short(frame: str) -> str:
+    """`handle (…/site-packages/uvicorn/x.py:80)` -> `uvicorn/x.py:handle`."""
     name, _, where = frame.partition(" (")
-    path = where.rsplit(":", 1)[0]
-    for marker in ("site-packages/", "/lib/python3.11/", "bench-proxy-code-"):
+    path = where.rstrip(")").rsplit(":", 1)[0]
+    for marker in ("site-packages/", "/lib/python3.11/"):
         if marker in path:
             path = path.split(marker, 1)[1]
-            if marker == "bench-proxy-code-":
-                path = path.split("/", 1)[1]
+    if "bench-proxy-code-" in path:
+        path = path.split("bench-proxy-code-", 1)[1].split("/", 1)[1]
     return f"{path}:{name}"
 
 
+def _component(frames: list[str]) -> str:
+    """Who the sample's CPU goes to: a syscall (named with the Python caller) or a module."""
+    leaf = frames[-1]
+    py = [f for f in frames if ".py:" in f]
+    caller = _short(py[-1]) if py else "?"
+    if "(libc.so" in leaf and leaf.split(" ", 1)[0] in _SYSCALLS:
+        return f"syscall {leaf.split(' ', 1)[0]} from {caller}"
+    if ".py:" not in leaf:
+        # C code: the loop itself when no runner/library Python frame is below it.
+        if caller.startswith("asyncio/runners.py"):
+            return "event loop (uvloop, C)"
+        if "orjson" in leaf:
+            return "orjson"
+    for prefix, label in _COMPONENTS:
+        if caller.startswith(prefix):
+            return label
+    return "other: " + caller
+
+
 def summarize(raw: str, top: int) -> dict[str, Any]:
-    """Inclusive and self shares per function from py-spy's collapsed stacks."""
+    """Shares of the runner's busy samples (idle epoll waits excluded): by component, where
+    syscalls are named with their Python caller, and inclusive per Python function."""
     inclusive: collections.Counter[str] = collections.Counter()
-    own: collections.Counter[str] = collections.Counter()
-    total = 0
+    components: collections.Counter[str] = collections.Counter()
+    busy = idle = 0
     for line in raw.splitlines():
         stack, _, count_text = line.rpartition(" ")
         if not stack or not count_text.isdigit():
             continue
         count = int(count_text)
-        frames = [_frame_name(f) for f in stack.split(";") if f and not f.startswith("process ")]
-        frames = [f for f in frames if not f.startswith("thread ")]
-        if not frames:
+        frames = stack.split(";")
+        if any(frames[-1].startswith(i) for i in _IDLE):
+            idle += count
             continue
-        total += count
-        own[frames[-1]] += count
-        for name in set(frames):
+        busy += count
+        components[_component(frames)] += count
+        for name in {_short(f) for f in frames if ".py:" in f}:
             inclusive[name] += count
+    total = max(1, busy)
     return {
-        "samples": total,
+        "busy_samples": busy,
+        "idle_samples": idle,
+        "components": [(n, c / total) for n, c in components.most_common(top)],
         "inclusive": [(n, c / total) for n, c in inclusive.most_common(top)],
-        "self": [(n, c / total) for n, c in own.most_common(top)],
     }
+
+
+def _proc_io(pid: int) -> dict[str, int]:
+    """Read/write syscall counts of a process (`/proc/<pid>/io`: syscr, syscw)."""
+    fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    return {k: int(fields[k]) for k in ("syscr", "syscw")}
 
 
 def main() -> int:
@@ -82,6 +126,8 @@ def main() -> int:
     p.add_argument("--ref", default=None)
     p.add_argument("--out", type=Path, default=Path("/tmp/profile.txt"))
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    p.add_argument("--native", action="store_true", help="py-spy --native (C frames too)")
     args = p.parse_args()
     require_wrk()
     spy = _py_spy()
@@ -102,24 +148,29 @@ def main() -> int:
             load.update(run_wrk(url, body, args.clients, args.duration + 3, watch))
 
         loader = threading.Thread(target=drive)
+        io0 = _proc_io(runner.proc.pid)
         loader.start()
         cmd = [spy, "record", "-o", str(args.out), "--format", "raw"]
-        cmd += ["-d", str(args.duration), "-p", str(runner.proc.pid)]
+        cmd += ["-d", str(args.duration), "-r", str(args.rate), "-p", str(runner.proc.pid)]
+        cmd += ["--native"] if args.native else []
         spy_run = subprocess.run(cmd, capture_output=True, text=True, timeout=args.duration + 60)
         loader.join()
+        io = {k: v - io0[k] for k, v in _proc_io(runner.proc.pid).items()}
     if spy_run.returncode != 0:
         sys.exit(f"py-spy failed: {spy_run.stderr[-2000:]}")
     summary = summarize(args.out.read_text(), args.top)
     us_per_req = load["cpu_s"]["runner"] / load["requests"] * 1e6
+    syscalls = {k: v / load["requests"] for k, v in io.items()}
     print(
         f"{args.kind} at {args.clients} clients through the runner: {load['rps']:.0f} req/s, "
-        f"runner CPU {us_per_req:.0f} us/request, {summary['samples']} busy samples "
-        f"(raw stacks in {args.out})"
+        f"runner CPU {us_per_req:.0f} us/request, {summary['busy_samples']} busy samples "
+        f"({summary['idle_samples']} idle ones left out; raw stacks in {args.out}); "
+        f"per request: {syscalls['syscr']:.1f} read and {syscalls['syscw']:.1f} write syscalls"
     )
-    for kind in ("self", "inclusive"):
-        print(f"\n{kind:>9}  us/req  function")
+    for kind in ("components", "inclusive"):
+        print(f"\n{kind:>10}  us/req  (share of busy samples; us = share x runner CPU/req)")
         for name, share in summary[kind]:
-            print(f"{share:9.1%}  {share * us_per_req:6.0f}  {name}")
+            print(f"{share:10.1%}  {share * us_per_req:6.0f}  {name}")
     return 0
 
 
