@@ -12,9 +12,10 @@ Exception tree (runner side)::
     │   ├── EngineBadResponse  502    the engine answered something that is not HTTP/JSON
     │   └── EngineTimeout      504    no answer within ENGINE_READ_TIMEOUT_S
     ├── ServiceUnavailable     503    runner starting or shutting down
+    ├── SchedulerError         503    queue full, queue timeout, ... (runner/scheduler/errors.py)
     └── ConfigError                   start-up only, never an HTTP response
 
-Other packages (governance, tenants, the scheduler) raise their own trees with
+The other packages (governance, tenants) raise their own trees with
 the same attributes (`status`, `code`, `type`, `extra`, `headers`);
 `error_body` and `error_status` accept any of them, and `HTTP_ERRORS` is the
 tuple of their roots that request handlers catch. Anything else is an
@@ -103,10 +104,9 @@ class ServiceUnavailable(RunnerError):
 
 def _http_errors() -> tuple[type[Exception], ...]:
     from governance.errors import GovernanceError
-    from runner.scheduler.errors import SchedulerError
     from tenants.errors import TenantError
 
-    return (RunnerError, TenantError, SchedulerError, GovernanceError)
+    return (RunnerError, TenantError, GovernanceError)
 
 
 HTTP_ERRORS: tuple[type[Exception], ...] = ()  # filled below, after RunnerError exists

@@ -2,11 +2,12 @@
 
 Exception tree::
 
-    SchedulerError                   status, code, type, extra, headers
-    ├── QueueFull             503    queue_full: MAX_QUEUE_DEPTH requests already wait
-    ├── TenantQueueFull       503    tenant_queue_full: this tenant's queue cap is reached
-    ├── QueueTimeout          503    queue_timeout: waited longer than QUEUE_TIMEOUT_MS
-    └── SchedulerStopped      503    shutting_down: the runner stopped while it waited
+    RunnerError (runner/errors.py)       status, code, type, extra, headers
+    └── SchedulerError
+        ├── QueueFull             503    queue_full: MAX_QUEUE_DEPTH requests already wait
+        ├── TenantQueueFull       503    tenant_queue_full: this tenant's queue cap is reached
+        ├── QueueTimeout          503    queue_timeout: waited longer than QUEUE_TIMEOUT_MS
+        └── SchedulerStopped      503    shutting_down: the runner stopped while it waited
 
 Every one carries `Retry-After` (seconds, from the measured drain rate) in
 `headers`; the runner's error map (`runner/errors.py`) turns them into
@@ -15,24 +16,15 @@ Every one carries `Retry-After` (seconds, from the measured drain rate) in
 
 from __future__ import annotations
 
-from typing import ClassVar
+from runner.errors import RunnerError
 
 
-class SchedulerError(Exception):
-    status: ClassVar[int] = 503
-    code: ClassVar[str] = "scheduler_error"
-    type: ClassVar[str] = "server_error"
+class SchedulerError(RunnerError):
+    """Base of the scheduler's refusals: a `RunnerError`, so the runner's map applies as is."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        extra: dict[str, object] | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.extra: dict[str, object] = extra or {}
-        self.headers: dict[str, str] = headers or {}
+    status = 503
+    code = "scheduler_error"
+    type = "server_error"
 
 
 def _retry_after(seconds: int) -> dict[str, str]:
