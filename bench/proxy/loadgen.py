@@ -2,7 +2,9 @@
 
 `run_wrk` runs one fixed-duration wrk load with `wrk.lua` and returns the figures its
 `done()` hook printed, plus the CPU seconds wrk itself used (to show it was not the
-bottleneck) and, when given pids, the CPU seconds those processes used meanwhile.
+bottleneck), when given pids the CPU seconds those processes used meanwhile, and two noise
+figures: cores the rest of the machine used meanwhile (`other_cores`, exact only when
+`watch` names every process under test) and CPU pressure (PSI `some`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.proxy.procs import REPO_ROOT, cpu_seconds
+from bench.proxy.procs import REPO_ROOT, cpu_pressure_us, cpu_seconds, machine_cpu_busy_s
 
 LUA = Path(__file__).with_name("wrk.lua")
 _MARK = "BENCH_JSON "
@@ -62,11 +64,13 @@ def run_wrk(
     watch = watch or {}
     cpu0 = {name: cpu_seconds(pid) for name, pid in watch.items()}
     child0 = _children_cpu()
+    busy0, psi0 = machine_cpu_busy_s(), cpu_pressure_us()
     out = subprocess.run(
         cmd, env=env, capture_output=True, text=True, timeout=duration_s + 30, check=False
     )
     child1 = _children_cpu()
     cpu1 = {name: cpu_seconds(pid) for name, pid in watch.items()}
+    busy1, psi1 = machine_cpu_busy_s(), cpu_pressure_us()
     if out.returncode != 0:
         raise LoadError(f"wrk exited with {out.returncode}: {out.stderr[-2000:]}")
     res = _parse(out.stdout, "wrk")
@@ -76,6 +80,11 @@ def run_wrk(
     res["cpu_s"] = {"wrk": round(child1 - child0, 3)}
     for name in watch:
         res["cpu_s"][name] = round(cpu1[name] - cpu0[name], 3)
+    # Noise: CPU the rest of the machine used meanwhile (in cores), and the share of the
+    # time some task (ours included) was waiting for a CPU (PSI "some").
+    ours = sum(res["cpu_s"].values())
+    res["other_cores"] = round(max(0.0, busy1 - busy0 - ours) / dur, 3)
+    res["cpu_pressure"] = round((psi1 - psi0) / res["duration_us"], 3)
     return res
 
 

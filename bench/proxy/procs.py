@@ -155,13 +155,63 @@ def start_runner(
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a live process, from /proc (0.0 if it is gone)."""
+    """CPU time of a live process, all its threads, in seconds (0.0 if it is gone).
+
+    From `/proc/<pid>/task/*/schedstat` (nanoseconds on a CPU, exact), because
+    `/proc/<pid>/stat`'s utime/stime are sampled at clock ticks, which over-charges a
+    process that wakes up briefly and often - exactly what a proxy at low load does.
+    """
+    total_ns = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                total_ns += int((task / "schedstat").read_text().split()[0])
+    except OSError:
+        return _stat_cpu_seconds(pid)
+    return total_ns / 1e9 if total_ns else _stat_cpu_seconds(pid)
+
+
+def _stat_cpu_seconds(pid: int) -> float:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
     # After the ")" the fields start at state (3rd field); utime, stime are fields 14, 15.
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def machine_cpu_busy_s() -> float:
+    """CPU seconds the whole machine spent busy since boot (all cores, from /proc/stat)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return (sum(values[:8]) - idle) / _CLK_TCK
+
+
+def cpu_pressure_us() -> int:
+    """Total microseconds some task waited for a CPU (PSI `some`), or 0 if unavailable."""
+    try:
+        first = Path("/proc/pressure/cpu").read_text().split("\n", 1)[0]
+    except OSError:
+        return 0
+    return int(first.rsplit("total=", 1)[1])
+
+
+def others_cores(watch: dict[str, int], seconds: float = 1.0) -> float:
+    """Cores used over `seconds` by everything except the `watch`ed processes (and this one)."""
+    pids = [*watch.values(), os.getpid()]
+    busy0, ours0 = machine_cpu_busy_s(), sum(cpu_seconds(p) for p in pids)
+    time.sleep(seconds)
+    busy1, ours1 = machine_cpu_busy_s(), sum(cpu_seconds(p) for p in pids)
+    return max(0.0, (busy1 - busy0) - (ours1 - ours0)) / seconds
+
+
+def wait_quiet(watch: dict[str, int], below: float, max_wait_s: float) -> dict[str, float]:
+    """Wait (at most `max_wait_s`) until the rest of the machine uses < `below` cores."""
+    start = time.monotonic()
+    others = others_cores(watch)
+    while others >= below and time.monotonic() - start < max_wait_s:
+        others = others_cores(watch)
+    return {"waited_s": round(time.monotonic() - start, 1), "others_cores": round(others, 2)}
 
 
 def loadavg() -> list[float]:

@@ -66,6 +66,8 @@ def summarize_pairs(pairs: list[dict[str, Any]]) -> dict[str, Any]:
             min(p["direct"]["requests"], p["runner"]["requests"]) for p in pairs
         ),
         "errors": sum(p["direct"]["errors"] + p["runner"]["errors"] for p in pairs),
+        "other_cores": spread([p[s]["other_cores"] for p in pairs for s in ("direct", "runner")]),
+        "cpu_pressure": spread([p[s]["cpu_pressure"] for p in pairs for s in ("direct", "runner")]),
     }
 
 
@@ -91,6 +93,23 @@ def _target(kind: str, conc: int, name: str, verdict: dict[str, bool]) -> str:
     return f"{text} {_mark(verdict[name])}"
 
 
+def _quiet_text(result: dict[str, Any]) -> str:
+    quiets = [p["quiet"] for row in result["rows"] for p in row["pairs"] if "quiet" in p]
+    if not quiets:
+        return ""
+    below = result["quiet_below"]
+    reached = sum(q["others_cores"] < below for q in quiets)
+    return (
+        f" Before each pair the bench waited up to {result['quiet_wait_s']:g} s for other "
+        f"jobs to use < {below:g} cores: reached for {reached} of {len(quiets)} pairs."
+    )
+
+
+def _other(s: dict[str, Any]) -> str:
+    o = s.get("other_cores")
+    return "?" if o is None else f"{o['median']:.2f} (max {o['max']:.2f})"
+
+
 def _mark(ok: bool) -> str:
     return "**pass**" if ok else "**FAIL**"
 
@@ -113,12 +132,12 @@ def markdown(result: dict[str, Any]) -> str:
         f"after {result['loadavg_after']}; the machine is shared, other jobs ran meanwhile.",
         f"{result['reps']} interleaved pairs of {result['duration_s']:g} s runs per row "
         f"(after a {result['warmup_s']:g} s warm-up of each side); "
-        "figures are medians over pairs, [min, max] in brackets.",
+        "figures are medians over pairs, [min, max] in brackets." + _quiet_text(result),
         "",
         "| load | clients | direct req/s (÷ ceiling) | runner ÷ direct | target | "
         "added p50 (ms) | target | added p99 (ms) | direct p50 / p99 (ms) | "
-        "runner CPU per req (µs) | errors |",
-        "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|",
+        "runner CPU per req (µs) | errors | other jobs (cores) |",
+        "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|",
     ]
     for row in result["rows"]:
         kind, conc, s, v = row["kind"], row["clients"], row["summary"], row["verdict"]
@@ -131,7 +150,8 @@ def markdown(result: dict[str, Any]) -> str:
             f"{_target(kind, conc, 'add_p50_ms', v)} | "
             f"{_fmt(s['add_p99_ms'], 2, True)} | "
             f"{s['direct_p50_ms']['median']:.1f} / {s['direct_p99_ms']['median']:.1f} | "
-            f"{s['runner_cpu_us_per_req']['median']:.0f} | {s['errors']} |"
+            f"{s['runner_cpu_us_per_req']['median']:.0f} | {s['errors']} | "
+            f"{_other(s)} |"
         )
     rows = result["rows"]
     wrk_max = max(r["summary"]["wrk_cpu_share_of_a_core"]["max"] for r in rows)
@@ -147,7 +167,8 @@ def markdown(result: dict[str, Any]) -> str:
             for r in rows
         )
         + ". Engine, runner and wrk share the same cores, so every µs of runner CPU is "
-        "taken from the engine as well.",
+        "taken from the engine as well. *Other jobs* = cores used by the rest of the "
+        "machine during the runs (median, max over runs): the noise the figures carry.",
     ]
     probe = result.get("probe", {})
     if probe:

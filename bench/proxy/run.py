@@ -11,6 +11,8 @@ What it does:
 2. for each of {json, stream} x {16, 64} clients: a warm-up of each side, then `--reps`
    interleaved pairs of `wrk` runs, direct and through the runner, the order alternating
    per pair (D R, R D, ...) so a slow drift of the shared machine's load hits both sides;
+   before each pair it waits (at most `--quiet-wait` s) until other jobs use fewer than
+   `--quiet-below` cores, and records how busy the rest of the machine was during each run;
 3. streaming time to first chunk at 16 clients, with the asyncio client `bench.proxy.ttfb`,
    interleaved the same way (skip with `--no-ttfb`);
 4. writes `bench/results/proxy-<time>.json` and, unless `--quick` (or `--no-docs`),
@@ -49,6 +51,7 @@ from bench.proxy.procs import (
     require_wrk,
     resolve_ref,
     start_runner,
+    wait_quiet,
 )
 from tests.fixtures.launch import FakeEngine, start_fake
 
@@ -125,6 +128,11 @@ def run_row(
     pairs = []
     for i in range(args.reps):
         order = ("direct", "runner") if i % 2 == 0 else ("runner", "direct")
+        quiet = wait_quiet(watch, args.quiet_below, args.quiet_wait)
+        if quiet["waited_s"] > 1.5:
+            _log(
+                f"waited {quiet['waited_s']:g} s for quiet (others: {quiet['others_cores']} cores)"
+            )
         pair = {side: run_wrk(urls[side], body, clients, args.duration, watch) for side in order}
         d, r = pair["direct"], pair["runner"]
         _log(
@@ -133,7 +141,7 @@ def run_row(
             f"p50 {r['lat_p50_us'] / 1e3:6.2f} ms | ratio {r['rps'] / d['rps']:.3f} "
             f"errors {d['errors']}/{r['errors']}"
         )
-        pairs.append({"order": list(order), **pair})
+        pairs.append({"order": list(order), "quiet": quiet, **pair})
     summary = report.summarize_pairs(pairs)
     return {
         "kind": kind,
@@ -188,6 +196,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="run the runner from this commit's packages (e.g. HEAD) instead of the work tree",
     )
     p.add_argument(
+        "--quiet-below",
+        type=float,
+        default=0.5,
+        help="before each pair, wait until other jobs use fewer cores than this (default 0.5)",
+    )
+    p.add_argument(
+        "--quiet-wait", type=float, default=30.0, help="wait at most this long (s) for quiet"
+    )
+    p.add_argument(
         "--from-json",
         type=Path,
         default=None,
@@ -225,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         "duration_s": args.duration,
         "reps": args.reps,
         "warmup_s": args.warmup,
+        "quiet_below": args.quiet_below,
+        "quiet_wait_s": args.quiet_wait,
         "machine": machine_facts(),
         "tested_code": f"commit {resolve_ref(args.ref)}" if args.ref else "work tree",
         "loadavg_before": loadavg(),
