@@ -31,28 +31,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import signal
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from bench.overload import report
+from bench.overload.procs import loadgen_cmd, run_load, start_null_server, start_runner
 from bench.proxy.procs import (
     REPO_ROOT,
     RunnerProc,
-    StartError,
-    _kill_group,
-    _wait_healthy,
     code_snapshot,
-    cpu_seconds,
-    free_port,
     loadavg,
     machine_facts,
     resolve_ref,
@@ -64,181 +55,19 @@ PARALLEL = 4
 TENANTS = "t0,t1,t2,t3"
 PROBE_RATE = 20.0
 RATE_LIMIT_SHARE = 1.2  # runner B lets the tenants together pass this x saturation
-_MARK = "BENCH_JSON "
 
 
 def _log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-@contextlib.contextmanager
-def start_runner(
-    engine_url: str,
-    env_extra: dict[str, str],
-    code_dir: Path,
-    frozen_gc: bool = False,
-    timeout: float = 30.0,
-) -> Iterator[RunnerProc]:
-    """`python -m runner` attached to `engine_url` as `echo` at `parallel: 4`, with `env_extra`.
-
-    (`bench.proxy.procs.start_runner` fixes its limits; this bench needs to set them.)
-    """
-    with tempfile.TemporaryDirectory(prefix="bench-overload-") as tmp:
-        models = Path(tmp) / "models.yaml"
-        models.write_text(
-            "models:\n  - id: echo\n    backend: openai\n"
-            f"    url: {engine_url}\n    parallel: {PARALLEL}\n"
-        )
-        port = free_port()
-        env = {
-            "MODELS_CONFIG": str(models),
-            "HOST": "127.0.0.1",
-            "PORT": str(port),
-            "LOG_LEVEL": "info",
-            "LOG_FORMAT": "text",
-            "ENABLE_METRICS": "true",
-            "ENABLE_MULTI_TENANT": "true",
-            **env_extra,
-        }
-        drop = ("REDIS_URL", "DEFAULT_RATE_LIMIT", "MAX_QUEUE_DEPTH", "QUEUE_TIMEOUT_MS")
-        full_env = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in drop and not k.startswith("TENANT_RATE_LIMIT_")
-        }
-        full_env.update(env)
-        module = "runner"
-        if frozen_gc:  # the launcher lives in bench/, the runner's packages stay code_dir's
-            module = "bench.overload.frozen_runner"
-            full_env["PYTHONPATH"] = str(REPO_ROOT)
-        log_path = Path(tmp) / "runner.log"
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", module],
-                cwd=code_dir,
-                env=full_env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            try:
-                try:
-                    _wait_healthy(proc, f"http://127.0.0.1:{port}", timeout)
-                except StartError as exc:
-                    tail = log_path.read_bytes()[-3000:].decode(errors="replace")
-                    raise StartError(f"{exc}\n--- runner output ---\n{tail}") from None
-                yield RunnerProc(proc, port, {k: v for k, v in env.items() if k != "MODELS_CONFIG"})
-            finally:
-                _kill_group(proc)
-
-
-@contextlib.contextmanager
-def start_null_server(timeout: float = 15.0) -> Iterator[RunnerProc]:
-    """The fixed-429 reference server (`bench.overload.null_server`) on a free port."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.overload.null_server", "--port", str(port)],
-        cwd=REPO_ROOT,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        _wait_healthy(proc, f"http://127.0.0.1:{port}", timeout)
-        yield RunnerProc(proc, port, {})
-    finally:
-        _kill_group(proc)
-
-
-def schedstat(pid: int) -> tuple[float, float, int]:
-    """Main thread's (on-CPU s, run-queue wait s, timeslices) from /proc (zeros if gone)."""
-    try:
-        run_ns, wait_ns, slices = Path(f"/proc/{pid}/schedstat").read_text().split()
-    except (OSError, ValueError):
-        return 0.0, 0.0, 0
-    return int(run_ns) / 1e9, int(wait_ns) / 1e9, int(slices)
-
-
-def _loadgen_cmd(url: str, duration: float, warmup: float, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "bench.overload.loadgen",
-        "--url",
-        url,
-        "--duration",
-        f"{duration:g}",
-        "--warmup",
-        f"{warmup:g}",
-        *extra,
-    ]
-
-
-def _spawn(cmd: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        cmd,
-        cwd=REPO_ROOT,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-
-
-def _collect(procs: list[subprocess.Popen[str]], timeout: float) -> list[dict[str, Any]]:
-    """Wait for the load generators; kill any left over; parse their BENCH_JSON lines."""
-    results = []
-    deadline = time.monotonic() + timeout
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            line = next((ln for ln in out.splitlines() if ln.startswith(_MARK)), None)
-            if p.returncode != 0 or line is None:
-                raise RuntimeError(f"load generator failed ({p.returncode}): {err[-2000:]}")
-            results.append(json.loads(line[len(_MARK) :]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-    return results
-
-
-def run_load(
-    cmds: list[list[str]], duration: float, watch: dict[str, int]
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Run load generators side by side; also what the watched pids used meanwhile.
-
-    Per watched pid: CPU seconds (all threads), and from the main thread's schedstat the
-    mean time it waited on the run queue per time slice (how long the OS kept it from a
-    core after it became runnable, on average).
-    """
-    cpu0 = {name: cpu_seconds(pid) for name, pid in watch.items()}
-    st0 = {name: schedstat(pid) for name, pid in watch.items()}
-    results = _collect([_spawn(c) for c in cmds], duration + 30)
-    usage: dict[str, Any] = {}
-    for name, pid in watch.items():
-        st1 = schedstat(pid)
-        slices = st1[2] - st0[name][2]
-        wait = st1[1] - st0[name][1]
-        usage[name] = {
-            "cpu_s": round(cpu_seconds(pid) - cpu0[name], 3),
-            "runq_wait_s": round(wait, 3),
-            "runq_wait_ms_per_slice": round(1e3 * wait / slices, 3) if slices else 0.0,
-        }
-    return results, usage
-
-
 def closed(
     url: str, clients: int, args: argparse.Namespace, watch: dict[str, int]
 ) -> dict[str, Any]:
-    cmd = _loadgen_cmd(url, args.sat_duration, 1.0, "--mode", "closed")
+    cmd = loadgen_cmd(url, args.sat_duration, 1.0, "--mode", "closed")
     cmd += ["--concurrency", str(clients), "--tenants", TENANTS]
-    (res,), cpu = run_load([cmd], args.sat_duration, watch)
+    results, cpu = run_load([cmd], args.sat_duration, watch)
+    res = results[0]
     res["usage"] = cpu
     return res
 
@@ -253,12 +82,12 @@ def overload(
 ) -> dict[str, Any]:
     """Main Poisson load at `rate - PROBE_RATE` plus the constant-rate probe at PROBE_RATE;
     beside them a second probe times the null server (not part of the offered load)."""
-    main = _loadgen_cmd(runner.url, args.duration, args.warmup, "--mode", "open")
+    main = loadgen_cmd(runner.url, args.duration, args.warmup, "--mode", "open")
     main += ["--rate", f"{rate - PROBE_RATE:.2f}", "--tenants", TENANTS, "--seed", str(seed)]
-    probe = _loadgen_cmd(runner.url, args.duration, args.warmup, "--mode", "open")
+    probe = loadgen_cmd(runner.url, args.duration, args.warmup, "--mode", "open")
     probe += ["--rate", f"{PROBE_RATE:g}", "--arrivals", "constant", "--tenants", "probe"]
     probe += ["--preopen", "4"]
-    floor = _loadgen_cmd(null.url, args.duration, args.warmup, "--mode", "open")
+    floor = loadgen_cmd(null.url, args.duration, args.warmup, "--mode", "open")
     floor += ["--rate", f"{PROBE_RATE:g}", "--arrivals", "constant", "--tenants", "probe"]
     floor += ["--preopen", "4"]
     load0 = loadavg()
@@ -318,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         with (
             code_snapshot(args.ref) as code_dir,
             start_fake("fake_openai", "--latency-ms", str(LATENCY_MS)) as engine,
-            start_runner(engine.url, {}, code_dir, args.frozen_gc) as ra,
+            start_runner(engine.url, PARALLEL, {}, code_dir, args.frozen_gc) as ra,
             start_null_server() as null,
         ):
             watch = {"engine": engine.proc.pid, "runner": ra.proc.pid}
@@ -338,10 +167,10 @@ def main(argv: list[str] | None = None) -> int:
             }
             result["saturation"] = {"direct_c4": direct, "runner_c4": sat4, "runner_c8": sat8}
             result["runner_env"] = {"A": ra.env}
-            with start_runner(engine.url, env_b, code_dir, args.frozen_gc) as rb:
+            with start_runner(engine.url, PARALLEL, env_b, code_dir, args.frozen_gc) as rb:
                 result["runner_env"]["B"] = rb.env
                 _log(f"runner B pid {rb.proc.pid}: DEFAULT_RATE_LIMIT={per_tenant}req/s")
-                idle_cmd = _loadgen_cmd(rb.url, 6.0, 1.0, "--mode", "open", "--rate", "20")
+                idle_cmd = loadgen_cmd(rb.url, 6.0, 1.0, "--mode", "open", "--rate", "20")
                 idle_cmd += ["--arrivals", "constant", "--tenants", "probe", "--preopen", "4"]
                 (idle,), _ = run_load([idle_cmd], 6.0, {})
                 result["idle_429"] = idle
