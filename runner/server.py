@@ -19,6 +19,7 @@ from types import FrameType
 import uvicorn
 
 from runner.app import RunnerApp
+from runner.coalesce import CoalescingHttpToolsProtocol
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -52,7 +53,7 @@ def serve(app: RunnerApp, host: str, port: int, grace_s: float) -> bool:
         host=host,
         port=port,
         loop="uvloop",
-        http="httptools",
+        http=CoalescingHttpToolsProtocol,
         lifespan="on",
         access_log=False,
         proxy_headers=False,

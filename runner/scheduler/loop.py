@@ -1,12 +1,19 @@
 """`SchedulerAdmission`: the scheduler core behind the data path's `Admission` seam.
 
-One asyncio task owns the `Scheduler` and consumes events from one
-`asyncio.Queue`; a second task only puts a `Tick` on that queue every
-`tick_interval_s` (timeouts, aging). Callers never touch the core: `acquire`
-posts `RequestArrived` and awaits a future the core resolves through
-`Effects`; `release` posts `ServeDone`. Reading the core's counters for
-reporting (`stats`, `queue_depth`) is safe from any coroutine, because
-everything runs on one event loop thread.
+Every event goes through `_post`, which hands it to the core at once, on the
+event loop's thread: `acquire` posts `RequestArrived` and awaits a future the
+core resolves through `Effects`; `release` posts `ServeDone`; one small task
+posts a `Tick` every `tick_interval_s` (timeouts, aging).
+
+Why events are handled where they are posted rather than by a task draining a
+queue (llama-swap's run loop): asyncio runs one callback at a time on one
+thread and `Scheduler.handle` never awaits, so each event is still handled
+whole, one after another, by the only code that touches the core - the same
+serialization a single consumer task gives, without a lock. What the queue
+would add is two event-loop hops per request on the data path (post, wake the
+consumer, wake the caller); handled in place, a request granted at once never
+leaves its own task. `Effects` only resolve futures, so handling never
+re-enters the core.
 """
 
 from __future__ import annotations
@@ -109,30 +116,22 @@ class SchedulerAdmission:
         self._observer: SchedulerObserver = observer or NullObserver()
         self._effects = _FutureEffects(self._observer)
         self.core = Scheduler(config, self._effects, started_at=clock())
-        self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._ids = itertools.count(1)
-        self._tasks: list[asyncio.Task[None]] = []
+        self._ticker: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        if self._tasks:
-            return
-        self._tasks = [
-            asyncio.create_task(self._run(), name="scheduler"),
-            asyncio.create_task(self._tick(), name="scheduler-tick"),
-        ]
+        if self._ticker is None:
+            self._ticker = asyncio.create_task(self._tick(), name="scheduler-tick")
 
     async def stop(self) -> None:
-        """Refuse every waiter, then end both tasks once the queue is handled."""
-        if not self._tasks:
+        """Refuse every waiter and every later request; stop the ticks."""
+        if self._ticker is None:
             return
-        self._events.put_nowait(Shutdown(self._clock()))
-        await self.idle()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
+        self._post(Shutdown(self._clock()))
+        self._ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._ticker
+        self._ticker = None
 
     async def acquire(self, request: AdmissionRequest) -> Grant:
         """Wait for a slot; raises a `SchedulerError` if refused.
@@ -141,19 +140,19 @@ class SchedulerAdmission:
         granted, or, if the grant raced the cancellation, its slot is given back.
         Before `start()` or after `stop()` it raises `SchedulerStopped` at once.
         """
-        if not self._tasks:
+        if self._ticker is None:
             raise SchedulerStopped()
         ticket_id = next(self._ids)
         future: asyncio.Future[ScheduledGrant] = asyncio.get_running_loop().create_future()
         self._effects.waiters[ticket_id] = future
-        self._events.put_nowait(RequestArrived(ticket_id, request, self._clock()))
         try:
-            return await future
+            self._post(RequestArrived(ticket_id, request, self._clock()))
+            return await future  # already resolved when granted or refused at once
         except asyncio.CancelledError:
             if future.done() and not future.cancelled() and future.exception() is None:
-                self._events.put_nowait(ServeDone(ticket_id, None, self._clock()))
+                self._post(ServeDone(ticket_id, None, self._clock()))
             else:
-                self._events.put_nowait(RequestCancelled(ticket_id, self._clock()))
+                self._post(RequestCancelled(ticket_id, self._clock()))
             raise
         finally:
             del self._effects.waiters[ticket_id]
@@ -162,32 +161,33 @@ class SchedulerAdmission:
         """Give the slot back with the engine's usage; call once per grant."""
         if not isinstance(grant, ScheduledGrant):
             raise TypeError("release() takes a grant this admission handed out")
-        self._events.put_nowait(ServeDone(grant.ticket_id, usage, self._clock()))
+        self._post(ServeDone(grant.ticket_id, usage, self._clock()))
 
     def queue_depth(self) -> int:
         return self.core.queue_depth()
 
     async def idle(self) -> None:
-        """Return once every event posted so far has been handled (tests, shutdown)."""
-        await self._events.join()
+        """Return once every event posted so far has been handled (they are, when posted)."""
+        await asyncio.sleep(0)
 
     def stats(self) -> QueueStats:
         return self.core.stats(self._clock())
 
-    async def _run(self) -> None:
-        while True:
-            event = await self._events.get()
-            try:
-                self.core.handle(event)
-                if isinstance(event, RequestArrived) and self.core.is_waiting(event.ticket_id):
-                    req = event.request
-                    self._observer.on_queued(req.tenant, Band.parse(req.priority).label)
-            except Exception:  # a bug in one decision must not stop scheduling
-                log.exception("scheduler failed to handle %r", event)
-            finally:
-                self._events.task_done()
+    def _post(self, event: Event) -> None:
+        """Handle one event now; a failing decision is logged, never raised into a caller."""
+        try:
+            self.core.handle(event)
+            if isinstance(event, RequestArrived) and self.core.is_waiting(event.ticket_id):
+                req = event.request
+                self._observer.on_queued(req.tenant, Band.parse(req.priority).label)
+        except Exception:  # a bug in one decision must not stop scheduling
+            log.exception("scheduler failed to handle %r", event)
+            if isinstance(event, RequestArrived):  # nor leave its caller waiting forever
+                future = self._effects.waiters.get(event.ticket_id)
+                if future is not None and not future.done():
+                    future.set_exception(SchedulerError("internal scheduling error"))
 
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(self._tick_interval_s)
-            self._events.put_nowait(Tick(self._clock()))
+            self._post(Tick(self._clock()))
