@@ -72,6 +72,8 @@ def _component(frames: list[str]) -> str:
     caller = _short(py[-1]) if py else "?"
     if "(libc.so" in leaf and leaf.split(" ", 1)[0] in _SYSCALLS:
         return f"syscall {leaf.split(' ', 1)[0]} from {caller}"
+    if caller.startswith("asyncio/runners.py") and leaf == py[-1]:
+        return "event loop (uvloop C code and its syscalls; use --native to split)"
     if ".py:" not in leaf:
         # C code: the loop itself when no runner/library Python frame is below it.
         if caller.startswith("asyncio/runners.py"):
