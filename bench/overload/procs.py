@@ -39,11 +39,14 @@ def start_runner(
     env_extra: dict[str, str],
     code_dir: Path,
     frozen_gc: bool = False,
+    timing_out: Path | None = None,
     timeout: float = 30.0,
 ) -> Iterator[RunnerProc]:
     """`python -m runner` attached to `engine_url` as `echo` at `parallel`, with `env_extra`.
 
     (`bench.proxy.procs.start_runner` fixes its limits; this bench needs to set them.)
+    With `frozen_gc` or `timing_out` it runs `bench.overload.instrumented_runner` instead;
+    `timing_out` is written when the runner exits, i.e. after this block.
     """
     with tempfile.TemporaryDirectory(prefix="bench-overload-") as tmp:
         models = Path(tmp) / "models.yaml"
@@ -70,9 +73,11 @@ def start_runner(
         }
         full_env.update(env)
         module = "runner"
-        if frozen_gc:  # the launcher lives in bench/, the runner's packages stay code_dir's
-            module = "bench.overload.frozen_runner"
+        if frozen_gc or timing_out:  # the launcher is in bench/; the runner stays code_dir's
+            module = "bench.overload.instrumented_runner"
             full_env["PYTHONPATH"] = str(REPO_ROOT)
+            full_env["OVERLOAD_GC_FREEZE"] = "1" if frozen_gc else "0"
+            full_env["OVERLOAD_TIMING_OUT"] = str(timing_out or "")
         log_path = Path(tmp) / "runner.log"
         with log_path.open("wb") as log:
             proc = subprocess.Popen(

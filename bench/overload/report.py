@@ -103,6 +103,12 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
                     s[f"{side} {cls}"] = {q: _spread(v) for q, v in qs.items()}
                     if side == "main":
                         verdicts.append(statistics.median(qs["p99"]) <= TARGET_P99_MS)
+        for status in ("429", "503"):
+            inside = [r["server"][status] for _, r in runs if status in r.get("server", {})]
+            if inside:
+                s[f"server {status}"] = {
+                    q: _spread([x[q] for x in inside]) for q in ("p50", "p99", "p999", "max")
+                }
         s["pass"] = all(verdicts)
         out[name] = s
     return out
@@ -175,6 +181,15 @@ def markdown(result: dict[str, Any]) -> str:
                 [_fmt(s.get(f"probe {cls}"), "p99") for s in summary.values()],
             )
         )
+    for status in ("429", "503"):
+        for q in ("p50", "p99", "max"):
+            rows.append(
+                (
+                    f"{status} {q} inside the runner (data path call to return)",
+                    [_fmt(s.get(f"server {status}"), q) for s in summary.values()],
+                )
+            )
+    rows = [r for r in rows if any(v != "-" for v in r[1])]
     rows += [
         (
             "429 p99 of a null server (fixed 429, same uvicorn setup), probe client",

@@ -34,7 +34,7 @@ def pct(values: list[float], q: float) -> float:
     return ordered[k]
 
 
-def _lat(values_s: list[float]) -> dict[str, float]:
+def latency_ms(values_s: list[float]) -> dict[str, float]:
     ms = [v * 1e3 for v in values_s]
     return {
         "n": len(ms),
@@ -88,7 +88,7 @@ def summarize(
         "counts": dict(Counter(k for k, v in by_class.items() for _ in v)),
         "counts_by_tenant": _by_tenant(measured),
         "errors": dict(Counter(s.error for s in measured if s.error)),
-        "latency_ms": {k: _lat(v) for k, v in sorted(by_class.items())},
+        "latency_ms": {k: latency_ms(v) for k, v in sorted(by_class.items())},
         "ok_per_s": round(ok_done / window, 2) if window > 0 else 0.0,
         "retry_after": {
             k: dict(sorted(c.items(), key=lambda kv: int(kv[0]))) for k, c in retry.items()

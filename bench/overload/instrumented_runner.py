@@ -1,0 +1,78 @@
+"""Experiments: `python -m runner` with a collector change and/or its own refusal timing.
+
+    OVERLOAD_GC_FREEZE=1 OVERLOAD_TIMING_OUT=/tmp/t.json \
+        python -m bench.overload.instrumented_runner
+
+Same environment variables as `python -m runner`, plus:
+
+- `OVERLOAD_GC_FREEZE=1`: import what `quorum serve` imports, collect once and `gc.freeze()`
+  before serving. Importing the runner (FastAPI, pydantic, prometheus_client, uvicorn,
+  cryptography, ...) leaves ~78,000 objects tracked by the garbage collector; a full
+  (generation 2) collection walks them all, 25-65 ms on this machine, and the event loop
+  answers nobody meanwhile. Under the overload bench's load one runs every ~10 s. Frozen,
+  they are never walked again: this measures what the same two lines would change inside
+  the runner.
+- `OVERLOAD_TIMING_OUT=<file>`: time every inference request inside the runner, from the
+  moment uvicorn calls the data path (`runner.proxy.DataPath.__call__`) to the moment it
+  returns (the last byte handed to uvicorn), and write `[[wall start, status, seconds],
+  ...]` to the file when the process exits (after SIGTERM). Costs a closure and two clock
+  reads per request. It separates the runner's own code from what uvicorn, the kernel and
+  the client add to a refusal.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import runner.app
+import runner.proxy
+import runner.server
+import tenants.config
+from runner.cli import main
+from runner.proxy import DataPath, Message, Receive, Scope, Send
+
+_records: list[tuple[float, int, float]] = []
+
+
+def _install_timing(out: str) -> None:
+    original = DataPath.__call__
+
+    async def timed(self: DataPath, scope: Scope, receive: Receive, send: Send) -> None:
+        status = [0]
+
+        async def send_and_note(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        wall, t0 = time.time(), time.perf_counter()
+        await original(self, scope, receive, send_and_note)
+        _records.append((wall, status[0], time.perf_counter() - t0))
+
+    def dump() -> None:
+        with open(out, "w") as f:
+            json.dump(_records, f)
+
+    setattr(DataPath, "__call__", timed)  # noqa: B010 - an experiment, not the runner
+    atexit.register(dump)
+
+
+def run() -> Any:
+    assert runner.app and runner.server and tenants.config and runner.proxy
+    out = os.environ.get("OVERLOAD_TIMING_OUT")
+    if out:
+        _install_timing(out)
+    if os.environ.get("OVERLOAD_GC_FREEZE") == "1":
+        gc.collect()
+        gc.freeze()
+    return main(["serve"])
+
+
+if __name__ == "__main__":
+    sys.exit(run())
