@@ -8,6 +8,7 @@ Tenant label values are capped (MAX_TENANT_LABELS distinct ones, then
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -19,6 +20,7 @@ from prometheus_client import (
     start_http_server,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 MAX_TENANT_LABELS = 1000
@@ -93,7 +95,7 @@ class Metrics:
             registry=r,
         )
         self._tenants: set[str] = set()
-        self._request_children: dict[tuple[str, str, int], Counter] = {}
+        self._children: dict[tuple[object, ...], Any] = {}
 
     def tenant_label(self, tenant: str) -> str:
         if tenant in self._tenants:
@@ -103,13 +105,30 @@ class Metrics:
         self._tenants.add(tenant)
         return tenant
 
-    def count_request(self, model: str, tenant: str, status: int) -> None:
-        key = (model, tenant, status)
-        child = self._request_children.get(key)
+    def _child(self, metric: MetricWrapperBase, *labels: str) -> Any:
+        """`metric.labels(*labels)`, cached: `labels()` costs more than the update itself."""
+        key = (id(metric), *labels)
+        child = self._children.get(key)
         if child is None:
-            child = self.requests.labels(model, self.tenant_label(tenant), str(status))
-            self._request_children[key] = child
-        child.inc()
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def count_request(self, model: str, tenant: str, status: int) -> None:
+        self._child(self.requests, model, self.tenant_label(tenant), str(status)).inc()
+
+    def begin_request(self, model: str) -> None:
+        self._child(self.in_flight, model).inc()
+
+    def end_request(self, model: str, seconds: float) -> None:
+        self._child(self.in_flight, model).dec()
+        self._child(self.duration, model).observe(seconds)
+
+    def count_cache(self, model: str, tokens_reused: int) -> None:
+        self._child(self.cache_hits, model).inc()
+        self._child(self.cache_tokens, model).inc(tokens_reused)
+
+    def observe_queue_wait(self, priority: str, seconds: float) -> None:
+        self._child(self.queue_wait, priority).observe(seconds)
 
     def watch_queue(self, depths: Callable[[], dict[str, int]]) -> None:
         """Report `quorum_queue_depth{priority}` from `depths()` at every scrape."""
@@ -120,17 +139,17 @@ class Metrics:
         start_http_server(port, host, registry=self.registry)
 
     def count_rejection(self, reason: str, tenant: str) -> None:
-        self.rejections.labels(reason, self.tenant_label(tenant)).inc()
+        self._child(self.rejections, reason, self.tenant_label(tenant)).inc()
 
     def count_lifecycle(self, operation: str, outcome: str) -> None:
-        self.lifecycle.labels(operation, outcome).inc()
+        self._child(self.lifecycle, operation, outcome).inc()
 
     def count_tokens(self, tenant: str, input_tokens: int, output_tokens: int) -> None:
         label = self.tenant_label(tenant)
         if input_tokens:
-            self.tokens.labels(label, "input").inc(input_tokens)
+            self._child(self.tokens, label, "input").inc(input_tokens)
         if output_tokens:
-            self.tokens.labels(label, "output").inc(output_tokens)
+            self._child(self.tokens, label, "output").inc(output_tokens)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -161,7 +180,7 @@ class SchedulerMetrics:
         return None
 
     def on_granted(self, tenant: str, priority: str, wait_s: float) -> None:
-        self.metrics.queue_wait.labels(priority).observe(wait_s)
+        self.metrics.observe_queue_wait(priority, wait_s)
 
     def on_rejected(self, reason: str, tenant: str) -> None:
         self.metrics.count_rejection(reason, tenant)

@@ -85,8 +85,6 @@ class DataPath:
     ) -> None:
         self.engines = engines
         self.pools = pools
-        self._in_flight = {m: metrics.in_flight.labels(m) for m in engines}
-        self._duration = {m: metrics.duration.labels(m) for m in engines}
         self.admission = admission
         self.limiter = limiter
         self.tenants = tenants
@@ -205,7 +203,7 @@ class DataPath:
                 _estimate_output_tokens(obj),
             )
             grant = await self.admission.acquire(request)  # 5
-            self._in_flight[engine.model_id].inc()
+            self.metrics.begin_request(engine.model_id)
             path = scope["path"]
             forward = self._forward_stream if stream else self._forward_json
             status, report = await forward(send, meta, grant, limits, path, body, watcher)
@@ -225,8 +223,7 @@ class DataPath:
         finally:
             watcher.disarm()
             if grant is not None:
-                self.metrics.in_flight.labels(engine.model_id).dec()
-                self.metrics.duration.labels(engine.model_id).observe(time.perf_counter() - started)
+                self.metrics.end_request(engine.model_id, time.perf_counter() - started)
                 usage = None
                 if report.input_tokens or report.output_tokens:
                     usage = Usage(report.input_tokens, report.output_tokens)
@@ -271,8 +268,7 @@ class DataPath:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
         if report.cache_hit:
-            self.metrics.cache_hits.labels(model).inc()
-            self.metrics.cache_tokens.labels(model).inc(report.tokens_reused)
+            self.metrics.count_cache(model, report.tokens_reused)
         return status, report
 
     async def _forward_stream(
