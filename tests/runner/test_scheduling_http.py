@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import pytest
@@ -163,3 +165,26 @@ def test_capabilities_reports_queue_section() -> None:
         assert doc["queue"] == {"depth": 0, "maxDepth": 7, "avgWaitMs": 0, "p95WaitMs": 0}
         assert doc["runnerId"] == "test-runner" and doc["health"] == "healthy"
         assert [m["id"] for m in doc["models"]["loaded"]] == ["echo"]
+
+
+def test_api_keys_decide_the_tenant(tmp_path: Path) -> None:
+    """With API keys in the tenants file the key decides the tenant; a disagreeing header is 403."""
+    tenants = tmp_path / "tenants.yaml"
+    tenants.write_text(
+        "tenants:\n"
+        "  acme:\n"
+        "    rate_limit: 2req/min\n"
+        "    api_keys: ['sha256:" + hashlib.sha256(b"acme-key").hexdigest() + "']\n"
+    )
+    with (
+        start_fake("fake_openai", "--latency-ms", "0") as engine,
+        start_runner({"echo": engine.url}, env={"TENANTS_FILE": str(tenants)}) as r,
+    ):
+        key = {"Authorization": "Bearer acme-key"}
+        assert _post(r, key).status_code == 200
+        assert _post(r, {**key, "X-Tenant-ID": "acme"}).headers["ratelimit-remaining"] == "0"
+        assert _post(r, {**key, "X-Tenant-ID": "other"}).status_code == 403
+        assert _post(r, {"Authorization": "Bearer wrong"}).status_code == 401
+        assert _post(r, {}).status_code == 401
+        assert _post(r, key).status_code == 429  # the key's tenant is limited, not the header's
+        assert engine.stats()["requests"] == 2
