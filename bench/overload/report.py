@@ -79,6 +79,9 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
                 ]
             ),
             "send_lag_p99_ms": _spread([r["main"]["send_lag_ms"]["p99"] for _, r in runs]),
+            "null_429_p50": _spread(
+                [r["null_probe"]["latency_ms"]["429 rate_limit_exceeded"]["p50"] for _, r in runs]
+            ),
             "null_429_p99": _spread(
                 [r["null_probe"]["latency_ms"]["429 rate_limit_exceeded"]["p99"] for _, r in runs]
             ),
@@ -191,6 +194,10 @@ def markdown(result: dict[str, Any]) -> str:
             )
     rows = [r for r in rows if any(v != "-" for v in r[1])]
     rows += [
+        (
+            "429 p50 of a null server (fixed 429, same uvicorn setup), probe client",
+            [_fmt(s, "null_429_p50") for s in summary.values()],
+        ),
         (
             "429 p99 of a null server (fixed 429, same uvicorn setup), probe client",
             [_fmt(s, "null_429_p99") for s in summary.values()],
