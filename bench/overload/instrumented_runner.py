@@ -10,8 +10,8 @@ Same environment variables as `python -m runner`, plus:
   cryptography, ...) leaves ~78,000 objects tracked by the garbage collector; a full
   (generation 2) collection walks them all, 25-65 ms on this machine, and the event loop
   answers nobody meanwhile. Under the overload bench's load one runs every ~10 s. Frozen,
-  they are never walked again: this measures what the same two lines would change inside
-  the runner.
+  they are never walked again. (The runner itself freezes once it is ready since 346c24f;
+  this flag stays for measuring commits before that.)
 - `OVERLOAD_TIMING_OUT=<file>`: time every inference request inside the runner, from the
   moment uvicorn calls the data path (`runner.proxy.DataPath.__call__`) to the moment it
   returns (the last byte handed to uvicorn), and write `[[wall start, status, seconds],
