@@ -36,27 +36,40 @@ class QueueStats:
 
 
 class WaitWindow:
-    """Queue waits of granted requests over the last `window_s` seconds."""
+    """Queue waits of granted requests over the last `window_s` seconds.
+
+    Keeps at most MAX_SAMPLES samples and their running sum, so the average a
+    refusal reports costs O(1) however busy the window was.
+    """
 
     def __init__(self, window_s: float) -> None:
         self._window_s = window_s
-        self._samples: deque[tuple[float, float]] = deque(maxlen=MAX_SAMPLES)
+        self._samples: deque[tuple[float, float]] = deque()
+        self._sum = 0.0
 
     def record(self, at: float, wait_s: float) -> None:
-        self._samples.append((at, max(wait_s, 0.0)))
+        if len(self._samples) >= MAX_SAMPLES:
+            self._sum -= self._samples.popleft()[1]
+        wait = max(wait_s, 0.0)
+        self._samples.append((at, wait))
+        self._sum += wait
 
-    def _recent(self, now: float) -> list[float]:
-        while self._samples and now - self._samples[0][0] > self._window_s:
-            self._samples.popleft()
-        return [wait for _, wait in self._samples]
+    def _expire(self, now: float) -> None:
+        samples = self._samples
+        while samples and now - samples[0][0] > self._window_s:
+            self._sum -= samples.popleft()[1]
+        if not samples:
+            self._sum = 0.0  # no drift from float rounding once the window empties
 
     def avg_ms(self, now: float) -> int:
-        waits = self._recent(now)
-        return round(1000 * sum(waits) / len(waits)) if waits else 0
+        self._expire(now)
+        n = len(self._samples)
+        return round(1000 * max(self._sum, 0.0) / n) if n else 0
 
     def p95_ms(self, now: float) -> int:
-        """Nearest-rank 95th percentile."""
-        waits = sorted(self._recent(now))
+        """Nearest-rank 95th percentile (sorts the window: for reports, not per request)."""
+        self._expire(now)
+        waits = sorted(wait for _, wait in self._samples)
         if not waits:
             return 0
         return round(1000 * waits[math.ceil(0.95 * len(waits)) - 1])
@@ -65,25 +78,35 @@ class WaitWindow:
 class DrainMeter:
     """Slots freed per second (requests finishing at the engine) over the last `window_s`.
 
-    Before a full window has passed, the rate is taken over the time since start,
-    so a fresh runner does not report an inflated rate.
+    Completions are counted in one-second buckets, so any rate is measured, not
+    only rates below a sample cap. Before a full window has passed, the rate is
+    taken over the time since start, so a fresh runner does not report an
+    inflated rate.
     """
 
     def __init__(self, window_s: float, started_at: float) -> None:
         self._window_s = window_s
         self._started_at = started_at
-        self._done: deque[float] = deque(maxlen=MAX_SAMPLES)
+        self._buckets: deque[list[int]] = deque()  # [second, completions]
+        self._total = 0
 
     def record(self, at: float) -> None:
-        self._done.append(at)
+        second = math.floor(at)
+        buckets = self._buckets
+        if buckets and buckets[-1][0] == second:
+            buckets[-1][1] += 1
+        else:
+            buckets.append([second, 1])
+        self._total += 1
 
     def rate(self, now: float) -> float:
-        while self._done and now - self._done[0] > self._window_s:
-            self._done.popleft()
+        buckets = self._buckets
+        while buckets and now - (buckets[0][0] + 1) > self._window_s:
+            self._total -= buckets.popleft()[1]
         span = min(self._window_s, now - self._started_at)
-        if not self._done or span <= 0:
+        if not self._total or span <= 0:
             return 0.0
-        return len(self._done) / max(span, 1.0)
+        return self._total / max(span, 1.0)
 
 
 def retry_after_s(position: int, drain_per_s: float, fallback_s: float) -> int:
