@@ -262,11 +262,10 @@ class DataPath:
             if isinstance(parsed, dict):
                 report = engine.report(parsed)
         watcher.disarm()
-        headers = _response_headers(meta, grant, report, resp.header(b"content-type", _JSON))
-        headers += limits
-        headers.append((b"content-length", b"%d" % len(payload)))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
+        ctype = resp.header(b"content-type", _JSON)
+        await _send_whole(
+            send, status, _response_headers(meta, grant, report, ctype, limits), payload
+        )
         if report.cache_hit:
             self.metrics.count_cache(model, report.tokens_reused)
         return status, report
@@ -295,17 +294,12 @@ class DataPath:
                 except ClientFailure as exc:
                     raise translate(exc, model) from None
                 watcher.disarm()
-                headers = _response_headers(
-                    meta, grant, NO_REPORT, resp.header(b"content-type", _JSON)
-                )
-                headers += limits
-                headers.append((b"content-length", b"%d" % len(payload)))
-                await send(
-                    {"type": "http.response.start", "status": resp.status, "headers": headers}
-                )
-                await send({"type": "http.response.body", "body": payload})
+                ctype = resp.header(b"content-type", _JSON)
+                headers = _response_headers(meta, grant, NO_REPORT, ctype, limits)
+                await _send_whole(send, resp.status, headers, payload)
                 return resp.status, NO_REPORT
-            headers = _response_headers(meta, grant, NO_REPORT, resp.header(b"content-type", _SSE))
+            ctype = resp.header(b"content-type", _SSE)
+            headers = _response_headers(meta, grant, NO_REPORT, ctype, limits)
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             try:
                 async for chunk in resp.chunks():
@@ -373,22 +367,37 @@ def _estimate_output_tokens(obj: dict[str, Any]) -> int:
 
 
 def _response_headers(
-    meta: RequestMeta, grant: Grant, report: CacheReport, ctype: bytes
+    meta: RequestMeta,
+    grant: Grant,
+    report: CacheReport,
+    ctype: bytes,
+    limits: list[tuple[bytes, bytes]],
 ) -> list[tuple[bytes, bytes]]:
+    """The runner's headers on an answer: cache report, queue wait, GPU time, ids, limits."""
     if report.cache_hit:
-        cache = [
+        headers = [
             (b"x-cache-hit", b"true"),
             (b"x-cache-tokens-reused", b"%d" % report.tokens_reused),
         ]
     else:
-        cache = list(_FALSE_REPORT_HEADERS)
-    cache += [
+        headers = list(_FALSE_REPORT_HEADERS)
+    headers += [
         (b"content-type", ctype),
         (b"x-queue-wait-ms", b"%d" % grant.queue_wait_ms),
         (b"x-gpu-time-ms", b"%d" % report.gpu_time_ms),
         (b"x-request-id", meta.request_id.encode()),
     ]
-    return cache
+    headers += limits
+    return headers
+
+
+async def _send_whole(
+    send: Send, status: int, headers: list[tuple[bytes, bytes]], payload: bytes
+) -> None:
+    """Answer with a complete body (one write, see runner/coalesce.py)."""
+    headers.append((b"content-length", b"%d" % len(payload)))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
 
 
 def _sniff_report(engine: Engine, chunk: bytes) -> CacheReport | None:

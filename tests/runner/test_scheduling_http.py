@@ -119,7 +119,14 @@ def test_tenant_rate_limit_from_env_is_honoured() -> None:
         assert int(refused.headers["retry-after"]) >= 1
         assert refused.headers["ratelimit-remaining"] == "0"
         assert _post(r, {"X-Tenant-ID": "other"}).status_code == 200  # other tenants unaffected
-        assert engine.stats()["requests"] == 6
+        stream = {**CHAT, "stream": True}
+        with httpx.stream(
+            "POST", r.url + "/v1/chat/completions", json=stream, headers={"X-Tenant-ID": "streamer"}
+        ) as streamed:
+            assert streamed.status_code == 200
+            assert "ratelimit-limit" not in streamed.headers  # "streamer" has no limit
+
+        assert engine.stats()["requests"] == 7
 
 
 def test_two_runners_sharing_redis_enforce_one_limit(redis_server: RedisServer) -> None:
@@ -188,3 +195,18 @@ def test_api_keys_decide_the_tenant(tmp_path: Path) -> None:
         assert _post(r, {}).status_code == 401
         assert _post(r, key).status_code == 429  # the key's tenant is limited, not the header's
         assert engine.stats()["requests"] == 2
+
+
+def test_streamed_answer_carries_rate_limit_headers() -> None:
+    """A streamed answer carries RateLimit-* like a JSON one."""
+    with (
+        start_fake("fake_openai", "--latency-ms", "0", "--chunk-delay-ms", "0") as engine,
+        start_runner({"echo": engine.url}, env={"DEFAULT_RATE_LIMIT": "50req/min"}) as r,
+        httpx.stream(
+            "POST", r.url + "/v1/chat/completions", json={**CHAT, "stream": True}
+        ) as streamed,
+    ):
+        assert streamed.status_code == 200
+        assert streamed.headers["ratelimit-limit"] == "50"
+        assert streamed.headers["ratelimit-remaining"] == "49"
+        assert b"[DONE]" in streamed.read()
