@@ -1,9 +1,9 @@
 """The seam between the data path and scheduling.
 
 The data path asks an `Admission` for a `Grant` before it forwards a request to
-an engine, and gives the grant back when the engine is done. The foundation
-ships `OpenAdmission` (everything runs at once); the scheduler plugs in behind
-the same protocol with queues, priorities and fair sharing.
+an engine, and gives the grant back when the engine is done. The scheduler
+(`runner/scheduler/loop.py`, `SchedulerAdmission`) implements it with queues,
+priorities and fair sharing; the data path knows only this protocol.
 
 Contract:
 - `acquire` returns a grant, or raises a `runner.errors.RunnerError` subclass
@@ -54,16 +54,3 @@ class Admission(Protocol):
     def release(self, grant: Grant, usage: Usage | None) -> None: ...
 
     def queue_depth(self) -> int: ...
-
-
-class OpenAdmission:
-    """No queue: every request is granted at once."""
-
-    async def acquire(self, request: AdmissionRequest) -> Grant:
-        return Grant(request)
-
-    def release(self, grant: Grant, usage: Usage | None) -> None:
-        return None
-
-    def queue_depth(self) -> int:
-        return 0
