@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from adapters.base import Engine
 from adapters.openai import AttachedOpenAIEngine
@@ -26,6 +27,8 @@ from runner.capabilities import LoadedModel, capabilities
 from runner.errors import (
     HTTP_ERRORS,
     PayloadTooLarge,
+    RouteError,
+    RunnerError,
     ServiceUnavailable,
     error_body,
     error_headers,
@@ -118,6 +121,17 @@ def control_plane(rt: Runtime) -> FastAPI:
                 media_type="application/json",
             )
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _framework_error(_: Request, exc: StarletteHTTPException) -> Response:
+        # Unknown paths and wrong methods answer in the same envelope as everything else.
+        error = RouteError(exc.status_code, str(exc.detail))
+        return Response(
+            error_body(error),
+            error.status,
+            headers=dict(exc.headers or {}),
+            media_type="application/json",
+        )
+
     @app.get("/health")
     async def get_health() -> Response:
         report = health(
@@ -175,9 +189,13 @@ class RunnerApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            if scope["path"] in INFERENCE_PATHS and scope["method"] == "POST":
+            if scope["path"] in INFERENCE_PATHS:
                 data = self.data
-                if data is not None and self.rt.life is Life.READY:
+                if scope["method"] != "POST":
+                    error: RunnerError = RouteError(405, f"{scope['path']} accepts POST only")
+                    error.headers["Allow"] = "POST"
+                    await send_error(send, error, new_request_id())
+                elif data is not None and self.rt.life is Life.READY:
                     await data(scope, receive, send)
                 else:
                     error = ServiceUnavailable(

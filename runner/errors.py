@@ -11,6 +11,7 @@ Exception tree (runner side)::
     │   ├── EngineUnavailable  502    connection refused / reset before a response
     │   ├── EngineBadResponse  502    the engine answered something that is not HTTP/JSON
     │   └── EngineTimeout      504    no answer within ENGINE_READ_TIMEOUT_S
+    ├── RouteError         404/405    no such endpoint or method
     ├── ServiceUnavailable     503    runner starting or shutting down
     ├── SchedulerError         503    queue full, queue timeout, ... (runner/scheduler/errors.py)
     └── ConfigError                   start-up only, never an HTTP response
@@ -95,6 +96,17 @@ class EngineBadResponse(EngineError):
 class EngineTimeout(EngineError):
     status = 504
     code = "engine_timeout"
+
+
+class RouteError(RunnerError):
+    """No such endpoint (404) or method (405): the framework's refusal, in our envelope."""
+
+    type = "invalid_request_error"
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status  # type: ignore[misc]
+        self.code = {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")  # type: ignore[misc]
 
 
 class ServiceUnavailable(RunnerError):

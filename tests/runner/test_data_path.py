@@ -244,3 +244,14 @@ def test_health_reports_models_and_queue(fleet: Fleet) -> None:
     body = r.json()
     assert body["status"] == "healthy" and body["modelsLoaded"] == 5
     assert set(body) == {"status", "uptime", "modelsLoaded", "queueDepth"}
+
+
+def test_unknown_path_and_wrong_method_use_the_error_envelope(fleet: Fleet) -> None:
+    """404 for an unknown path and 405 for a wrong method answer in the runner's envelope."""
+    missing = fleet.client.get("/v2/nothing")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "not_found"
+    wrong = fleet.client.get("/v1/chat/completions")
+    assert wrong.status_code == 405
+    assert wrong.json()["error"]["code"] == "method_not_allowed"
+    assert "allow" in wrong.headers
