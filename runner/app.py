@@ -140,6 +140,7 @@ def control_plane(rt: Runtime) -> FastAPI:
             len(rt.engines),
             0,
             rt.admission.queue_depth(),
+            rt.settings.max_queue_depth,
         )
         return _json(report.status_code, report.body)
 

@@ -3,8 +3,10 @@
     STARTING ──▶ READY ──▶ STOPPING
       503          200*       503
 
-*READY answers 503 when every configured model has failed; models that are
-merely absent (none configured) do not make the runner unhealthy.
+*READY answers 503 when every configured model has failed (models that are
+merely absent do not make the runner unhealthy), and while the queue is
+saturated (MAX_QUEUE_DEPTH requests waiting), as the seed asks: use /health as
+a readiness probe (stop routing here for now), not as a liveness probe.
 """
 
 from __future__ import annotations
@@ -26,13 +28,19 @@ class HealthReport:
 
 
 def health(
-    life: Life, uptime_s: float, models_loaded: int, models_failed: int, queue_depth: int
+    life: Life,
+    uptime_s: float,
+    models_loaded: int,
+    models_failed: int,
+    queue_depth: int,
+    max_queue_depth: int,
 ) -> HealthReport:
     """Decide the /health answer.
 
     1. Starting or stopping: 503 with that status.
     2. Models were configured and all of them failed: 503 "unhealthy".
-    3. Otherwise 200 "healthy".
+    3. The queue is saturated: 503 "saturated".
+    4. Otherwise 200 "healthy".
     """
     body: dict[str, object] = {
         "status": "healthy",
@@ -46,4 +54,7 @@ def health(
     if models_failed and not models_loaded:  # 2
         body["status"] = "unhealthy"
         return HealthReport(503, body)
-    return HealthReport(200, body)  # 3
+    if queue_depth >= max_queue_depth:  # 3
+        body["status"] = "saturated"
+        return HealthReport(503, body)
+    return HealthReport(200, body)  # 4

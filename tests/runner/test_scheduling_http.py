@@ -86,6 +86,7 @@ def test_queue_full_is_503_with_seed_body_and_retry_after(slow_engine: FakeEngin
         with blocking_stream(r, slow_engine):
             waiting = [pool.submit(_post, r, {}) for _ in range(2)]
             _wait_for(lambda: _queue_depth(r) == 2)
+            assert httpx.get(r.url + "/health").json()["status"] == "saturated"
             refused = _post(r, {"X-Tenant-ID": "late"})
         assert refused.status_code == 503
         error = refused.json()["error"]
