@@ -13,16 +13,15 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.proxy import procs as proxy_procs
 from bench.proxy.procs import (
     REPO_ROOT,
     RunnerProc,
-    StartError,
     _kill_group,
     _wait_healthy,
     cpu_seconds,
@@ -42,62 +41,22 @@ def start_runner(
     timing_out: Path | None = None,
     timeout: float = 30.0,
 ) -> Iterator[RunnerProc]:
-    """`python -m runner` attached to `engine_url` as `echo` at `parallel`, with `env_extra`.
+    """`bench.proxy.procs.start_runner` with this bench's limits (`env_extra`, else defaults).
 
-    (`bench.proxy.procs.start_runner` fixes its limits; this bench needs to set them.)
     With `frozen_gc` or `timing_out` it runs `bench.overload.instrumented_runner` instead;
     `timing_out` is written when the runner exits, i.e. after this block.
     """
-    with tempfile.TemporaryDirectory(prefix="bench-overload-") as tmp:
-        models = Path(tmp) / "models.yaml"
-        models.write_text(
-            "models:\n  - id: echo\n    backend: openai\n"
-            f"    url: {engine_url}\n    parallel: {parallel}\n"
-        )
-        port = free_port()
-        env = {
-            "MODELS_CONFIG": str(models),
-            "HOST": "127.0.0.1",
-            "PORT": str(port),
-            "LOG_LEVEL": "info",
-            "LOG_FORMAT": "text",
-            "ENABLE_METRICS": "true",
-            "ENABLE_MULTI_TENANT": "true",
-            **env_extra,
-        }
-        drop = ("REDIS_URL", "DEFAULT_RATE_LIMIT", "MAX_QUEUE_DEPTH", "QUEUE_TIMEOUT_MS")
-        full_env = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in drop and not k.startswith("TENANT_RATE_LIMIT_")
-        }
-        full_env.update(env)
-        module = "runner"
-        if frozen_gc or timing_out:  # the launcher is in bench/; the runner stays code_dir's
-            module = "bench.overload.instrumented_runner"
-            full_env["PYTHONPATH"] = str(REPO_ROOT)
-            full_env["OVERLOAD_GC_FREEZE"] = "1" if frozen_gc else "0"
-            full_env["OVERLOAD_TIMING_OUT"] = str(timing_out or "")
-        log_path = Path(tmp) / "runner.log"
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", module],
-                cwd=code_dir,
-                env=full_env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            try:
-                try:
-                    _wait_healthy(proc, f"http://127.0.0.1:{port}", timeout)
-                except StartError as exc:
-                    tail = log_path.read_bytes()[-3000:].decode(errors="replace")
-                    raise StartError(f"{exc}\n--- runner output ---\n{tail}") from None
-                yield RunnerProc(proc, port, {k: v for k, v in env.items() if k != "MODELS_CONFIG"})
-            finally:
-                _kill_group(proc)
+    env = dict(env_extra)
+    module = "runner"
+    if frozen_gc or timing_out:  # the launcher is in bench/; the runner stays code_dir's
+        module = "bench.overload.instrumented_runner"
+        env["PYTHONPATH"] = str(REPO_ROOT)
+        env["OVERLOAD_GC_FREEZE"] = "1" if frozen_gc else "0"
+        env["OVERLOAD_TIMING_OUT"] = str(timing_out or "")
+    with proxy_procs.start_runner(
+        engine_url, parallel, code_dir, timeout, env=env, module=module, log_format="text"
+    ) as runner:
+        yield runner
 
 
 @contextlib.contextmanager

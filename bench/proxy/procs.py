@@ -104,12 +104,27 @@ def resolve_ref(ref: str) -> str:
     return _git("rev-parse", "--short", ref + "^{commit}")
 
 
+FEATURES_ON = {"DEFAULT_RATE_LIMIT": "100000000req/min", "MAX_QUEUE_DEPTH": "1024"}
+"""The proxy bench's limits: the limiter and the queue run, but never refuse."""
+
+
 @contextlib.contextmanager
 def start_runner(
-    engine_url: str, parallel: int, code_dir: Path = REPO_ROOT, timeout: float = 30.0
+    engine_url: str,
+    parallel: int,
+    code_dir: Path = REPO_ROOT,
+    timeout: float = 30.0,
+    *,
+    env: dict[str, str] | None = None,
+    module: str = "runner",
+    log_format: str = "json",
 ) -> Iterator[RunnerProc]:
-    """Run the runner from `code_dir`, every feature on, attached to `engine_url` as `echo`."""
-    with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
+    """Run `python -m <module>` from `code_dir`, attached to `engine_url` as `echo`.
+
+    `env` sets the runner's limits (default `FEATURES_ON`); the caller's own REDIS_URL,
+    rate-limit and queue variables are never inherited, so only `env` decides them.
+    """
+    with tempfile.TemporaryDirectory(prefix="bench-runner-") as tmp:
         models = Path(tmp) / "models.yaml"
         models.write_text(
             "models:\n"
@@ -119,23 +134,26 @@ def start_runner(
             f"    parallel: {parallel}\n"
         )
         port = free_port()
-        env = {
-            "MODELS_CONFIG": str(models),
+        own = {
             "HOST": "127.0.0.1",
             "PORT": str(port),
             "LOG_LEVEL": "info",
-            "LOG_FORMAT": "json",
+            "LOG_FORMAT": log_format,
             "ENABLE_METRICS": "true",
             "ENABLE_MULTI_TENANT": "true",
-            "DEFAULT_RATE_LIMIT": "100000000req/min",
-            "MAX_QUEUE_DEPTH": "1024",
+            **(FEATURES_ON if env is None else env),
         }
-        full_env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL",)}
-        full_env.update(env)
+        drop = ("REDIS_URL", "DEFAULT_RATE_LIMIT", "MAX_QUEUE_DEPTH", "QUEUE_TIMEOUT_MS")
+        full_env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in drop and not k.startswith("TENANT_RATE_LIMIT_")
+        }
+        full_env.update(own, MODELS_CONFIG=str(models))
         log_path = Path(tmp) / "runner.log"
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "runner"],
+                [sys.executable, "-m", module],
                 cwd=code_dir,
                 env=full_env,
                 stdin=subprocess.DEVNULL,
@@ -149,7 +167,7 @@ def start_runner(
                 except StartError as exc:
                     tail = log_path.read_bytes()[-3000:].decode(errors="replace")
                     raise StartError(f"{exc}\n--- runner output ---\n{tail}") from None
-                yield RunnerProc(proc, port, env)
+                yield RunnerProc(proc, port, own)
             finally:
                 _kill_group(proc)
 
