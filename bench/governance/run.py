@@ -18,10 +18,7 @@ import asyncio
 import json
 import os
 import platform
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +38,7 @@ from governance.encoding import b64url_decode  # noqa: E402
 from governance.nonces import MemoryNonceStore, NonceStore, RedisNonceStore  # noqa: E402
 from governance.registry import parse_registry  # noqa: E402
 from governance.verifier import Verifier  # noqa: E402
+from tests.support.redis_server import running_redis  # noqa: E402
 
 NOW = 1_767_225_600
 RUNNER = "runner-bench"
@@ -136,53 +134,6 @@ def signature_only(tokens: list[str]) -> dict[str, dict[str, float]]:
     return out
 
 
-class RedisProcess:
-    def __init__(self) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = int(s.getsockname()[1])
-        self.dir = tempfile.mkdtemp(prefix="quorum-bench-redis-")
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise SystemExit("redis-server is not installed")
-        self.proc = subprocess.Popen(
-            [
-                binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                self.dir,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(500):
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as c:
-                    c.sendall(b"PING\r\n")
-                    if c.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                time.sleep(0.02)
-        self.stop()
-        raise SystemExit("redis-server did not start")
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(5)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 def markdown(result: dict[str, Any]) -> str:
     rows = [
         "| scenario | n | p50 µs | p90 µs | p99 µs | mean µs |",
@@ -270,14 +221,11 @@ async def main() -> None:
     scenarios["memory nonces + memory audit"] = await run_scenario(
         MemoryNonceStore(lambda: NOW), MemoryAuditSink(), tokens
     )
-    redis = RedisProcess()
-    try:
+    with running_redis() as redis:  # a throwaway redis-server, as the tests use
         tokens = make_tokens(count)
         scenarios["Redis nonces + memory audit"] = await run_scenario(
             RedisNonceStore.from_url(redis.url), MemoryAuditSink(), tokens
         )
-    finally:
-        redis.stop()
     with tempfile.TemporaryDirectory() as tmp:
         tokens = make_tokens(count)
         scenarios["memory nonces + file audit (fsync)"] = await run_scenario(

@@ -1,10 +1,12 @@
 """A real redis-server on a free loopback port, owned by the test that started it.
 
-Tests start their own server so they can also stop or break it on purpose.
+Tests start their own server so they can also stop or break it on purpose; the
+benchmarks use the same helper.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -12,8 +14,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-import pytest
 
 
 def free_port() -> int:
@@ -35,9 +35,10 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
+        os.makedirs(self._dir, exist_ok=True)  # stop() removed it; a restart recreates it
         binary = shutil.which("redis-server")
         if binary is None:
-            pytest.fail("redis-server is not installed: run scripts/install-system")
+            raise RuntimeError("redis-server is not installed: run scripts/install-system")
         self._proc = subprocess.Popen(
             [
                 binary,
@@ -76,6 +77,7 @@ class RedisServer:
                 self._proc.kill()
                 self._proc.wait()
         self._proc = None
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 @contextmanager
