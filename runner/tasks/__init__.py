@@ -1,0 +1,49 @@
+"""Asynchronous model-load tasks: their state machine, record, stores and ETA.
+
+`state.py` (the status enum and its one transition table), `record.py` (`LoadTask`, a
+frozen record whose methods return the next record), `store.py` (the `TaskStore`
+protocol and `MemoryTaskStore`), `redis_store.py` (`RedisTaskStore`, shared by
+replicas), `eta.py` (load-time prediction), `errors.py` (the exception tree).
+"""
+
+from runner.tasks.errors import (
+    IllegalTransition,
+    TaskError,
+    TaskNotCancellable,
+    TaskNotFound,
+    TaskStoreUnavailable,
+)
+from runner.tasks.eta import (
+    EtaEstimator,
+    LoadSample,
+    LoadSpeed,
+    eta_remaining,
+    fit_load_speed,
+    synthetic_progress,
+)
+from runner.tasks.record import LoadTask, new_task_id
+from runner.tasks.redis_store import RedisTaskStore
+from runner.tasks.state import TaskStatus, assert_transition, can_transition
+from runner.tasks.store import MemoryTaskStore, TaskStore
+
+__all__ = [
+    "EtaEstimator",
+    "IllegalTransition",
+    "LoadSample",
+    "LoadSpeed",
+    "LoadTask",
+    "MemoryTaskStore",
+    "RedisTaskStore",
+    "TaskError",
+    "TaskNotCancellable",
+    "TaskNotFound",
+    "TaskStatus",
+    "TaskStore",
+    "TaskStoreUnavailable",
+    "assert_transition",
+    "can_transition",
+    "eta_remaining",
+    "fit_load_speed",
+    "new_task_id",
+    "synthetic_progress",
+]
