@@ -10,7 +10,9 @@ adapter shares the same fast forwarding code.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
+
+from runner.engine_client import Pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,18 +47,52 @@ class FlushScope:
     tag: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where one granted request goes: the body to send, and the engine slot it took."""
+
+    body: bytes
+    slot: int | None = None
+
+
 class Engine(Protocol):
-    """One engine serving one model, as the data path sees it."""
+    """One engine serving one model, as the data path sees it.
+
+    Order per request: `rewrite` (before admission; may refuse with a 400), then, once
+    granted, `place` (may pick and prepare an engine slot), the forward on `http`, and
+    `done` with the engine's report (exactly once per `place`).
+    """
 
     model_id: str
     base_url: str
     slots: int
+    http: Pool
+    failure: str | None  # set when the engine process died: how (exit code, signal)
 
-    def rewrite(self, body: dict[str, object], cache_mode: str, tenant: str) -> bool:
+    def rewrite(self, body: dict[str, Any], cache_mode: str, tenant: str) -> bool:
         """Adjust `body` in place for the engine; return True if it changed."""
         ...
 
-    def report(self, response: dict[str, object]) -> CacheReport:
+    async def place(
+        self, body: bytes, obj: dict[str, Any], tenant: str, tag: str | None
+    ) -> Placement:
+        """Choose where the granted request runs; return what to send."""
+        ...
+
+    def done(self, placement: Placement, report: CacheReport) -> None:
+        """The request placed by `place` ended (successfully or not)."""
+        ...
+
+    @property
+    def holds_headers_for_first_chunk(self) -> bool:
+        """True when a stream's first chunk carries the cache report the headers need."""
+        ...
+
+    def first_chunk_report(self, chunk: bytes) -> CacheReport | None:
+        """The cache report in a stream's first chunk, when this engine sends one."""
+        ...
+
+    def report(self, response: dict[str, Any]) -> CacheReport:
         """Read cache and timing figures out of a parsed engine response."""
         ...
 

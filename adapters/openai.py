@@ -1,53 +1,66 @@
 """An OpenAI-compatible engine that is already running, attached by URL.
 
-The runner does not own its process, so it cannot flush its cache or restart
-it; it forwards requests unchanged and reads the standard `usage` block
+The runner does not own its process, so it cannot erase or pin its cache, or restart it.
+It forwards requests and reads the standard `usage` block
 (`prompt_tokens_details.cached_tokens`) and llama.cpp's `timings` when present.
+
+Tenant isolation of an attached engine's prefix cache (`ENABLE_MULTI_TENANT`, see
+`docs/engines.md`): what the runner can send is all it has. `isolation` says what that is:
+
+- `"cache_prompt_off"` (an attached llama-server): every request goes with
+  `cache_prompt: false`, so no request reuses another's prompt (nor its own);
+- `"none"`: forwarded as sent - the models file said the engine is single-tenant or the
+  operator accepted a shared cache (`shared_cache: true`), or it is a generic `openai`
+  engine the runner knows nothing of (warned about at start-up).
 """
 
 from __future__ import annotations
 
-from adapters.base import CacheReport, FlushResult, FlushScope
+from typing import Any, Literal
+
+from adapters.base import CacheReport, FlushResult, FlushScope, Placement
+from adapters.llama_server import strip_client_cache_fields
+from adapters.reports import report_from_openai
+from runner.engine_client import Pool
+
+Isolation = Literal["none", "cache_prompt_off"]
 
 
 class AttachedOpenAIEngine:
-    def __init__(self, model_id: str, url: str, slots: int) -> None:
+    def __init__(
+        self, model_id: str, url: str, slots: int, http: Pool, isolation: Isolation = "none"
+    ) -> None:
         self.model_id = model_id
         self.base_url = url.rstrip("/")
         self.slots = slots
+        self.http = http
+        self.isolation = isolation
+        self.failure: str | None = None
 
-    def rewrite(self, body: dict[str, object], cache_mode: str, tenant: str) -> bool:
+    def rewrite(self, body: dict[str, Any], cache_mode: str, tenant: str) -> bool:
+        if self.isolation == "cache_prompt_off":
+            strip_client_cache_fields(body)
+            body["cache_prompt"] = False
+            return True
         return False
 
-    def report(self, response: dict[str, object]) -> CacheReport:
+    async def place(
+        self, body: bytes, obj: dict[str, Any], tenant: str, tag: str | None
+    ) -> Placement:
+        return Placement(body)
+
+    def done(self, placement: Placement, report: CacheReport) -> None:
+        return None
+
+    @property
+    def holds_headers_for_first_chunk(self) -> bool:
+        return False
+
+    def first_chunk_report(self, chunk: bytes) -> CacheReport | None:
+        return None
+
+    def report(self, response: dict[str, Any]) -> CacheReport:
         return report_from_openai(response)
 
     async def flush(self, scope: FlushScope) -> FlushResult:
         return FlushResult(False, reason="engine attached by URL: the runner cannot flush it")
-
-
-def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def report_from_openai(response: dict[str, object]) -> CacheReport:
-    """Cache and timing figures from an OpenAI-shaped body (vLLM and llama-server both)."""
-    usage = response.get("usage")
-    reused = inp = out = 0
-    if isinstance(usage, dict):
-        inp = _int(usage.get("prompt_tokens"))
-        out = _int(usage.get("completion_tokens"))
-        details = usage.get("prompt_tokens_details")
-        if isinstance(details, dict):
-            reused = _int(details.get("cached_tokens"))
-    gpu_ms = 0
-    timings = response.get("timings")
-    if isinstance(timings, dict):
-        reused = reused or _int(timings.get("cache_n"))
-        total = 0.0
-        for key in ("prompt_ms", "predicted_ms"):
-            v = timings.get(key)
-            if isinstance(v, int | float) and not isinstance(v, bool) and v > 0:
-                total += v
-        gpu_ms = round(total)
-    return CacheReport(reused > 0, reused, gpu_ms, inp, out)

@@ -232,12 +232,9 @@ class RunnerApp:
         now = int(time.time())
         for spec in rt.models.models:
             assert spec.url is not None  # only URL-attached backends exist so far
-            rt.engines[spec.id] = AttachedOpenAIEngine(spec.id, spec.url, spec.slots)
+            http = Pool(spec.url, s.engine_connect_timeout_s, s.engine_read_timeout_s)
+            rt.engines[spec.id] = AttachedOpenAIEngine(spec.id, spec.url, spec.slots, http)
             rt.loaded.append(LoadedModel(spec, now))
-        pools = {
-            m: Pool(e.base_url, s.engine_connect_timeout_s, s.engine_read_timeout_s)
-            for m, e in rt.engines.items()
-        }
         store_errors = rt.metrics.ratelimit_store_errors
         rt.limiter = RateLimiter(
             rt.tenants,
@@ -251,7 +248,6 @@ class RunnerApp:
             rt.metrics.serve_separately(s.metrics_port, s.host)
         self.data = DataPath(
             rt.engines,
-            pools,
             rt.admission,
             rt.limiter,
             rt.tenants,
@@ -275,9 +271,8 @@ class RunnerApp:
             await self.rt.limiter.aclose()
         if self.rt.verifier is not None:
             await self.rt.verifier.aclose()
-        if self.data is not None:
-            for pool in self.data.pools.values():
-                pool.close()
+        for engine in self.rt.engines.values():
+            engine.http.close()
 
 
 def build_app(

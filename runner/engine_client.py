@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -230,7 +230,14 @@ class Response:
 class Pool:
     """Keep-alive connections to one engine (host, port)."""
 
-    def __init__(self, url: str, connect_timeout: float, read_timeout: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        connect_timeout: float,
+        read_timeout: float,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """`headers` go on every request (e.g. the engine's `Authorization: Bearer <key>`)."""
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"engine url must be http://host:port, got {url!r}")
@@ -239,6 +246,8 @@ class Pool:
         self.prefix = parts.path.rstrip("/").encode()
         host_header = parts.netloc.encode()
         self._head = b"Host: " + host_header + b"\r\nContent-Type: application/json\r\n"
+        for name, value in (headers or {}).items():
+            self._head += f"{name}: {value}\r\n".encode("latin-1")
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self._idle: list[_Connection] = []

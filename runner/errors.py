@@ -10,6 +10,7 @@ Exception tree (runner side)::
     ├── EngineError            502    the engine failed
     │   ├── EngineUnavailable  502    connection refused / reset before a response
     │   ├── EngineBadResponse  502    the engine answered something that is not HTTP/JSON
+    │   ├── EngineCrashed      502    the engine process died (exit code / signal)
     │   └── EngineTimeout      504    no answer within ENGINE_READ_TIMEOUT_S
     ├── RouteError         404/405    no such endpoint or method
     ├── ServiceUnavailable     503    runner starting or shutting down
@@ -91,6 +92,12 @@ class EngineUnavailable(EngineError):
 
 class EngineBadResponse(EngineError):
     code = "engine_bad_response"
+
+
+class EngineCrashed(EngineError):
+    """The engine process died (the supervisor says how: exit code, signal)."""
+
+    code = "engine_crashed"
 
 
 class EngineTimeout(EngineError):

@@ -25,12 +25,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
 import orjson
 
-from adapters.base import NO_REPORT, CacheReport, Engine
+from adapters.base import NO_REPORT, CacheReport, Engine, Placement
 from runner.admission import Admission, AdmissionRequest, Grant, Usage
 from runner.errors import (
     HTTP_ERRORS,
@@ -38,13 +38,14 @@ from runner.errors import (
     EngineBadResponse,
     ModelNotFound,
     PayloadTooLarge,
+    ServiceUnavailable,
     error_body,
     error_headers,
     error_status,
 )
 from runner.headers import RequestMeta, new_request_id, parse_request_headers
 from runner.metrics import Metrics
-from runner.upstream import ClientFailure, Pool, translate
+from runner.upstream import ClientFailure, translate
 from tenants.config import TenantsConfig
 from tenants.errors import RateLimitExceeded
 from tenants.identity import DEFAULT_TENANT, resolve_tenant
@@ -72,19 +73,26 @@ class _ClientGone(Exception):
 
 
 class DataPath:
+    """`engines` holds the ready engines (the model pool keeps it current).
+
+    `route_missing(model)` is asked about a model with no ready engine: it raises the right
+    404 (unknown, or known but not loaded), or returns when the request may wait in the
+    queue for the model to load (it is loading, or marked `autoload`).
+    """
+
     def __init__(
         self,
-        engines: dict[str, Engine],
-        pools: dict[str, Pool],
+        engines: Mapping[str, Engine],
         admission: Admission,
         limiter: RateLimiter,
         tenants: TenantsConfig,
         metrics: Metrics,
         max_body_bytes: int,
         multi_tenant: bool = True,
+        route_missing: Callable[[str], None] | None = None,
     ) -> None:
         self.engines = engines
-        self.pools = pools
+        self.route_missing = route_missing or self._not_loaded
         self.admission = admission
         self.limiter = limiter
         self.tenants = tenants
@@ -101,14 +109,15 @@ class DataPath:
             meta = parse_request_headers(scope["headers"])  # 1
             tenant = self._identify(meta)
             body = await self._read_body(receive, meta)  # 2
-            engine, obj = self._route(body)  # 3
-            model = engine.model_id
-            if _strip_extensions(obj) | engine.rewrite(obj, meta.cache_mode, tenant):  # 4
+            model, engine, obj = self._route(body)  # 3
+            changed = _strip_extensions(obj)  # 4
+            if engine is not None:
+                changed |= engine.rewrite(obj, meta.cache_mode, tenant)
+            if changed:
                 body = orjson.dumps(obj)
             limits = await self._rate_limit(tenant)  # 5
-            stream = obj.get("stream") is True
             status = await self._serve(
-                scope, receive, send, meta, tenant, limits, engine, obj, body, stream
+                scope, receive, send, meta, tenant, limits, model, engine, obj, body
             )
         except _ClientGone:
             status = 499
@@ -156,7 +165,12 @@ class DataPath:
             parts.append(chunk)
         return b"".join(parts)
 
-    def _route(self, body: bytes) -> tuple[Engine, dict[str, Any]]:
+    def _not_loaded(self, model: str) -> None:
+        """Without a model pool: a model with no ready engine is unknown."""
+        loaded = ", ".join(sorted(self.engines)) or "none"
+        raise ModelNotFound(f"model {model!r} is not loaded; loaded models: {loaded}")
+
+    def _route(self, body: bytes) -> tuple[str, Engine | None, dict[str, Any]]:
         try:
             obj = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -168,9 +182,8 @@ class DataPath:
             raise BadRequest("the 'model' field is required and must be a string")
         engine = self.engines.get(model)
         if engine is None:
-            loaded = ", ".join(sorted(self.engines)) or "none"
-            raise ModelNotFound(f"model {model!r} is not loaded; loaded models: {loaded}")
-        return engine, obj
+            self.route_missing(model)  # raises the 404, or the request waits for a load
+        return model, engine, obj
 
     async def _serve(
         self,
@@ -180,10 +193,10 @@ class DataPath:
         meta: RequestMeta,
         tenant: str,
         limits: list[tuple[bytes, bytes]],
-        engine: Engine,
+        model: str,
+        engine: Engine | None,
         obj: dict[str, Any],
         body: bytes,
-        stream: bool,
     ) -> int:
         """Steps 5-7, with a watcher that cancels this task if the client goes away."""
         task = asyncio.current_task()
@@ -191,22 +204,32 @@ class DataPath:
         watcher = _DisconnectWatch(task)
         asyncio.get_running_loop().create_task(watcher.run(receive))
         grant: Grant | None = None
+        placement: Placement | None = None
         report = NO_REPORT
         started = time.perf_counter()
         try:
             request = AdmissionRequest(
                 meta.request_id,
-                engine.model_id,
+                model,
                 tenant,
                 meta.priority,
                 _estimate_input_tokens(body),
                 _estimate_output_tokens(obj),
             )
             grant = await self.admission.acquire(request)  # 5
-            self.metrics.begin_request(engine.model_id)
+            self.metrics.begin_request(model)
+            if engine is None:  # it was loaded while the request waited
+                engine = self.engines.get(model)
+                if engine is None:
+                    raise ServiceUnavailable(f"model {model!r} is no longer loaded")
+                if engine.rewrite(obj, meta.cache_mode, tenant):
+                    body = orjson.dumps(obj)
+            placement = await engine.place(body, obj, tenant, meta.cache_tag)
             path = scope["path"]
-            forward = self._forward_stream if stream else self._forward_json
-            status, report = await forward(send, meta, grant, limits, path, body, watcher)
+            forward = self._forward_stream if obj.get("stream") is True else self._forward_json
+            status, report = await forward(
+                send, meta, grant, engine, limits, path, placement.body, watcher
+            )
             return status
         except asyncio.CancelledError:
             if not watcher.gone:
@@ -222,8 +245,10 @@ class DataPath:
             return error_status(exc)
         finally:
             watcher.disarm()
+            if placement is not None and engine is not None:
+                engine.done(placement, report)
             if grant is not None:
-                self.metrics.end_request(engine.model_id, time.perf_counter() - started)
+                self.metrics.end_request(model, time.perf_counter() - started)
                 usage = None
                 if report.input_tokens or report.output_tokens:
                     usage = Usage(report.input_tokens, report.output_tokens)
@@ -235,21 +260,21 @@ class DataPath:
         send: Send,
         meta: RequestMeta,
         grant: Grant,
+        engine: Engine,
         limits: list[tuple[bytes, bytes]],
         path: str,
         body: bytes,
         watcher: _DisconnectWatch,
     ) -> tuple[int, CacheReport]:
         model = grant.request.model
-        engine = self.engines[model]
         try:
-            resp = await self.pools[model].post(path, body)
+            resp = await engine.http.post(path, body)
             try:
                 payload = await resp.read()
             finally:
                 resp.release()
         except ClientFailure as exc:
-            raise translate(exc, model) from None
+            raise translate(exc, model, engine.failure) from None
         status = resp.status
         report = NO_REPORT
         if status == 200:
@@ -275,39 +300,58 @@ class DataPath:
         send: Send,
         meta: RequestMeta,
         grant: Grant,
+        engine: Engine,
         limits: list[tuple[bytes, bytes]],
         path: str,
         body: bytes,
         watcher: _DisconnectWatch,
     ) -> tuple[int, CacheReport]:
+        """Stream the engine's answer chunk by chunk.
+
+        The headers leave with the first chunk; an engine whose first chunk carries the
+        cache report (`holds_headers_for_first_chunk`) has it read first, so the headers
+        say what the engine reused. The final chunk's usage/timings then correct the
+        report the scheduler and metrics get.
+        """
         model = grant.request.model
-        engine = self.engines[model]
         report = NO_REPORT
         try:
-            resp = await self.pools[model].post(path, body)
+            resp = await engine.http.post(path, body)
         except ClientFailure as exc:
-            raise translate(exc, model) from None
+            raise translate(exc, model, engine.failure) from None
         try:
             if resp.status != 200:
                 try:
                     payload = await resp.read()
                 except ClientFailure as exc:
-                    raise translate(exc, model) from None
+                    raise translate(exc, model, engine.failure) from None
                 watcher.disarm()
                 ctype = resp.header(b"content-type", _JSON)
                 headers = _response_headers(meta, grant, NO_REPORT, ctype, limits)
                 await _send_whole(send, resp.status, headers, payload)
                 return resp.status, NO_REPORT
             ctype = resp.header(b"content-type", _SSE)
-            headers = _response_headers(meta, grant, NO_REPORT, ctype, limits)
+            chunks = resp.chunks()
+            first = b""
+            if engine.holds_headers_for_first_chunk:
+                try:
+                    first = await anext(chunks, b"")
+                except ClientFailure as exc:
+                    raise translate(exc, model, engine.failure) from None
+                report = engine.first_chunk_report(first) or NO_REPORT
+            headers = _response_headers(meta, grant, report, ctype, limits)
             await send({"type": "http.response.start", "status": 200, "headers": headers})
+            if report.cache_hit:
+                self.metrics.count_cache(model, report.tokens_reused)
             try:
-                async for chunk in resp.chunks():
+                if first:
+                    await send({"type": "http.response.body", "body": first, "more_body": True})
+                async for chunk in chunks:
                     if b'"usage"' in chunk:
                         report = _sniff_report(engine, chunk) or report
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except ClientFailure as exc:
-                error = translate(exc, model)
+                error = translate(exc, model, engine.failure)
                 log.warning("stream from %s broke: %s", model, error)
                 watcher.disarm()
                 event = b"data: " + error_body(error) + b"\n\n"

@@ -11,13 +11,25 @@ from runner.engine_client import (
     ProtocolFailure,
     ResponseTimeout,
 )
-from runner.errors import EngineBadResponse, EngineError, EngineTimeout, EngineUnavailable
+from runner.errors import (
+    EngineBadResponse,
+    EngineCrashed,
+    EngineError,
+    EngineTimeout,
+    EngineUnavailable,
+)
 
 __all__ = ["ClientFailure", "Pool", "translate"]
 
 
-def translate(exc: ClientFailure, model: str) -> EngineError:
-    """Map a failure talking to `model`'s engine to a runner error."""
+def translate(exc: ClientFailure, model: str, engine_failure: str | None = None) -> EngineError:
+    """Map a failure talking to `model`'s engine to a runner error.
+
+    `engine_failure` is the supervisor's account when the engine process died: the
+    client then hears that (exit code included), not a bare connection error.
+    """
+    if engine_failure is not None:
+        return EngineCrashed(f"engine for model {model!r} {engine_failure}")
     if isinstance(exc, ResponseTimeout):
         return EngineTimeout(f"engine for model {model!r} did not answer in time")
     if isinstance(exc, ConnectFailed):

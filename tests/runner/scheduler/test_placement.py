@@ -1,0 +1,93 @@
+"""Slot placement is pure: same inputs, same slot; never another tenant's cache unerased."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from runner.scheduler.placement import SlotView, choose_slot, common_prefix_len
+
+SYSTEM_A = "You are tenant A's assistant. " * 20
+SYSTEM_B = "You are tenant B's assistant. " * 20
+
+
+def test_choose_slot_none_free_returns_none() -> None:
+    """With every slot busy there is no choice to make."""
+    assert choose_slot([SlotView(0, busy=True)], "a", None, "x") is None
+
+
+def test_choose_slot_prefers_tenants_slot_with_longest_prefix() -> None:
+    """The tenant's slot sharing the longest prefix wins, without erase."""
+    slots = [
+        SlotView(0, False, "a", None, SYSTEM_A + "hi", last_used=5),
+        SlotView(1, False, "a", None, SYSTEM_A + "session two, turn one", last_used=1),
+        SlotView(2, False, None),
+    ]
+    choice = choose_slot(slots, "a", None, SYSTEM_A + "session two, turn one and more")
+    assert choice is not None and (choice.slot_id, choice.erase) == (1, False)
+
+
+def test_choose_slot_empty_before_erasing_another_tenant() -> None:
+    """A new tenant takes an empty slot rather than erasing someone's cache."""
+    slots = [SlotView(0, False, "a", None, SYSTEM_A, 1), SlotView(1, False, None)]
+    choice = choose_slot(slots, "b", None, SYSTEM_B)
+    assert choice is not None and (choice.slot_id, choice.erase) == (1, False)
+
+
+def test_choose_slot_other_tenants_slot_is_erased_first() -> None:
+    """Landing on another tenant's slot erases it; the least recently used one is taken."""
+    slots = [
+        SlotView(0, False, "a", None, SYSTEM_B, last_used=9),
+        SlotView(1, False, "c", None, SYSTEM_B, last_used=2),
+        SlotView(2, True, "b", None, SYSTEM_B, last_used=1),
+    ]
+    choice = choose_slot(slots, "b", None, SYSTEM_B)
+    assert choice is not None and (choice.slot_id, choice.erase) == (1, True)
+
+
+def test_choose_slot_same_tenant_no_prefix_takes_own_lru_without_erase() -> None:
+    """No prefix in common and no empty slot: the tenant's own oldest slot, kept unerased."""
+    slots = [SlotView(0, False, "a", "t", "zzz", 3), SlotView(1, False, "a", "t", "yyy", 1)]
+    choice = choose_slot(slots, "a", "t", "xxx")
+    assert choice is not None and (choice.slot_id, choice.erase) == (1, False)
+
+
+def test_choose_slot_tag_breaks_ties() -> None:
+    """Equal prefixes: the slot holding the request's tag wins."""
+    slots = [
+        SlotView(0, False, "a", "t1", SYSTEM_A, last_used=9),
+        SlotView(1, False, "a", "t2", SYSTEM_A, last_used=1),
+    ]
+    choice = choose_slot(slots, "a", "t2", SYSTEM_A)
+    assert choice is not None and choice.slot_id == 1
+
+
+def test_common_prefix_len_examples() -> None:
+    """Common prefix lengths, including empty and identical strings."""
+    assert common_prefix_len("", "abc") == 0
+    assert common_prefix_len("abc", "abc") == 3
+    assert common_prefix_len("abcd", "abxy") == 2
+
+
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.sampled_from([None, "a", "b", "c"]), st.integers(0, 50)),
+        min_size=1,
+        max_size=8,
+    ),
+    st.sampled_from(["a", "b", "c"]),
+)
+def test_choose_slot_never_reuses_other_tenants_cache(
+    spec: list[tuple[bool, str | None, int]], tenant: str
+) -> None:
+    """Whatever the slots, the choice is free, and unerased only if empty or the tenant's own."""
+    slots = [SlotView(i, busy, owner, None, "p" * n, n) for i, (busy, owner, n) in enumerate(spec)]
+    choice = choose_slot(slots, tenant, None, "pppp")
+    if all(s.busy for s in slots):
+        assert choice is None
+        return
+    assert choice is not None
+    chosen = slots[choice.slot_id]
+    assert not chosen.busy
+    if not choice.erase:
+        assert chosen.tenant in (None, tenant)
