@@ -1,0 +1,91 @@
+"""What a process tree holds in host memory, read from /proc (Linux only, no psutil).
+
+Used two ways: `BudgetTelemetry` measures an engine by its tree's resident memory
+(no GPU), and `NvmlTelemetry` widens an engine's pid to its descendants, since
+engines such as vLLM put the GPU work in worker children.
+
+Resident memory of one process is its PSS (`Pss` in /proc/<pid>/smaps_rollup,
+Linux 4.14+): shared pages are divided among the processes that share them, so
+a sum over a forked tree counts each page once. Where smaps_rollup cannot be
+read (older kernel, ptrace restrictions) it falls back to RSS (`VmRSS` in
+/proc/<pid>/status), which counts a shared page once per process and so
+over-states a forked tree. A process that exits while being read counts 0.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+PROC = Path("/proc")
+KIB_PER_MIB = 1024
+
+
+def parent_pids(proc: Path = PROC) -> dict[int, int]:
+    """pid -> parent pid for every process now in `proc`."""
+    parents: dict[int, int] = {}
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:  # exited meanwhile
+            continue
+        # `pid (comm) state ppid ...`: comm may hold spaces and parentheses
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) >= 2:
+            parents[int(entry.name)] = int(fields[1])
+    return parents
+
+
+def process_tree(pids: Iterable[int], proc: Path = PROC) -> set[int]:
+    """`pids` and all their living descendants (children, grandchildren, ...)."""
+    roots = set(pids)
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent_pids(proc).items():
+        children.setdefault(ppid, []).append(pid)
+    tree: set[int] = set()
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid in tree:
+            continue
+        tree.add(pid)
+        todo.extend(children.get(pid, ()))
+    return tree
+
+
+def _field_kib(path: Path, name: str) -> int | None:
+    """The `name:  N kB` line of a /proc file in KiB; None when the file or line is missing."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(name + ":"):
+            return int(line.split()[1])
+    return None
+
+
+def resident_kib(pid: int, proc: Path = PROC) -> int:
+    """One process's resident memory in KiB: PSS, else RSS, else 0 (gone or kernel thread)."""
+    pss = _field_kib(proc / str(pid) / "smaps_rollup", "Pss")
+    if pss is not None:
+        return pss
+    rss = _field_kib(proc / str(pid) / "status", "VmRSS")
+    return rss if rss is not None else 0
+
+
+def tree_resident_mb(pids: Iterable[int], proc: Path = PROC) -> int:
+    """Resident memory of `pids` and all their descendants, in MiB (rounded down)."""
+    total_kib = sum(resident_kib(pid, proc) for pid in process_tree(pids, proc))
+    return total_kib // KIB_PER_MIB
+
+
+def mem_available_mb(meminfo: Path = PROC / "meminfo") -> int:
+    """`MemAvailable` of /proc/meminfo in MiB: what the kernel could give without swapping."""
+    kib = _field_kib(meminfo, "MemAvailable")
+    if kib is None:
+        raise OSError(f"no MemAvailable line in {meminfo}")
+    return kib // KIB_PER_MIB
