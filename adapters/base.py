@@ -98,6 +98,10 @@ class Engine(Protocol):
         """Read cache and timing figures out of a parsed engine response."""
         ...
 
+    async def diagnose(self) -> str | None:
+        """After a failed exchange: how the engine process died, if it did (else None)."""
+        ...
+
     async def flush(self, scope: FlushScope) -> FlushResult:
         """Remove the engine's cache entries in `scope`; say so when it cannot."""
         ...

@@ -35,7 +35,9 @@ import orjson
 from adapters.base import CacheReport, FlushResult, FlushScope, Placement
 from adapters.errors import UnsupportedRequest
 from adapters.reports import report_from_openai
+from adapters.supervisor import EngineProcess
 from runner.engine_client import Pool
+from runner.errors import EngineUnavailable
 from runner.scheduler.placement import PREFIX_CHARS, SlotView, choose_slot
 
 log = logging.getLogger("quorum.llama_server")
@@ -61,6 +63,7 @@ class LaunchOptions:
     n_gpu_layers: int | None = None
     flash_attn: str | None = None  # "on" | "off" | "auto"
     embeddings: bool = False
+    pooling: str | None = None
     extra_args: tuple[str, ...] = ()
 
 
@@ -96,6 +99,8 @@ def command_line(opts: LaunchOptions) -> list[str]:
         argv += ["--flash-attn", opts.flash_attn]
     if opts.embeddings:
         argv.append("--embeddings")
+    if opts.pooling is not None:
+        argv += ["--pooling", opts.pooling]
     argv += list(opts.extra_args)
     return argv
 
@@ -226,6 +231,7 @@ class LlamaServerEngine:
     control: httpx.AsyncClient
     tenant_isolation: bool = True
     failure: str | None = None
+    process: EngineProcess | None = None
     clock: Callable[[], float] = time.monotonic
     kv_size_mb: float = 0.0
     n_ctx_total: int = 0
@@ -301,22 +307,32 @@ class LlamaServerEngine:
     def report(self, response: dict[str, Any]) -> CacheReport:
         return report_from_openai(response)
 
+    async def diagnose(self) -> str | None:
+        if self.process is None:
+            return self.failure
+        return await self.process.died_within(0.5) or self.failure
+
     def first_chunk_report(self, chunk: bytes) -> CacheReport | None:
         return report_from_progress(chunk)
 
     # -- control -----------------------------------------------------------------------
 
     async def _erase(self, slot_id: int) -> int:
-        r = await self.control.post(f"/slots/{slot_id}", params={"action": "erase"})
-        r.raise_for_status()
-        data = r.json()
+        """Erase one slot's cache; the engine's failures become EngineUnavailable (502)."""
+        try:
+            r = await self.control.post(f"/slots/{slot_id}", params={"action": "erase"})
+            r.raise_for_status()
+            data = r.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            why = self.failure or await self.diagnose() or f"slot erase failed: {exc}"
+            raise EngineUnavailable(f"engine for model {self.model_id!r} {why}") from None
         erased = data.get("n_erased", 0) if isinstance(data, dict) else 0
         return erased if isinstance(erased, int) else 0
 
     async def _erase_quietly(self, slot_id: int) -> None:
         try:
             await self._erase(slot_id)
-        except (httpx.HTTPError, ValueError) as exc:
+        except EngineUnavailable as exc:
             log.warning("model %s: erasing slot %d failed: %s", self.model_id, slot_id, exc)
 
     async def flush(self, scope: FlushScope) -> FlushResult:
@@ -336,8 +352,8 @@ class LlamaServerEngine:
                 continue
             try:
                 tokens += await self._erase(slot.slot_id)
-            except (httpx.HTTPError, ValueError) as exc:
-                return FlushResult(False, removed, 0, f"slot erase failed: {exc}")
+            except EngineUnavailable as exc:
+                return FlushResult(False, removed, 0, str(exc))
             slot.forget()
             removed += 1
         freed = round(self.kv_size_mb * tokens / max(1, self.n_ctx_total)) if tokens else 0

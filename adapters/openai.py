@@ -62,5 +62,8 @@ class AttachedOpenAIEngine:
     def report(self, response: dict[str, Any]) -> CacheReport:
         return report_from_openai(response)
 
+    async def diagnose(self) -> str | None:
+        return None  # not our process: nothing more to tell
+
     async def flush(self, scope: FlushScope) -> FlushResult:
         return FlushResult(False, reason="engine attached by URL: the runner cannot flush it")

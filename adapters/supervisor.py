@@ -318,6 +318,16 @@ class EngineProcess:
             except Exception:
                 log.exception("engine %s: exit callback failed", self.name)
 
+    async def died_within(self, seconds: float) -> str | None:
+        """ "exited (<how>)" if the process ends (or has ended) within `seconds`, else None."""
+        if self._proc is None:
+            return None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._exited.wait()), seconds)
+        if self.exit is None or self.exit.expected:
+            return None
+        return f"exited ({self.exit.describe()})"
+
     async def wait_exit(self) -> ExitInfo:
         await self._exited.wait()
         assert self.exit is not None

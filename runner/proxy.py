@@ -38,6 +38,7 @@ from runner.errors import (
     EngineBadResponse,
     ModelNotFound,
     PayloadTooLarge,
+    RunnerError,
     ServiceUnavailable,
     error_body,
     error_headers,
@@ -218,12 +219,15 @@ class DataPath:
             )
             grant = await self.admission.acquire(request)  # 5
             self.metrics.begin_request(model)
-            if engine is None:  # it was loaded while the request waited
-                engine = self.engines.get(model)
-                if engine is None:
-                    raise ServiceUnavailable(f"model {model!r} is no longer loaded")
+            current = self.engines.get(model)
+            if current is not engine:  # loaded, restarted, failed or unloaded meanwhile
+                if current is None:
+                    self.route_missing(model)  # raises why (failed: the reason), or:
+                    raise ServiceUnavailable(f"model {model!r} is not ready; retry shortly")
+                engine = current
                 if engine.rewrite(obj, meta.cache_mode, tenant):
                     body = orjson.dumps(obj)
+            assert engine is not None
             placement = await engine.place(body, obj, tenant, meta.cache_tag)
             path = scope["path"]
             forward = self._forward_stream if obj.get("stream") is True else self._forward_json
@@ -274,7 +278,7 @@ class DataPath:
             finally:
                 resp.release()
         except ClientFailure as exc:
-            raise translate(exc, model, engine.failure) from None
+            raise await _translate(exc, engine) from None
         status = resp.status
         report = NO_REPORT
         if status == 200:
@@ -318,14 +322,14 @@ class DataPath:
         try:
             resp = await engine.http.post(path, placement.body)
         except ClientFailure as exc:
-            raise translate(exc, model, engine.failure) from None
+            raise await _translate(exc, engine) from None
         strip = placement.strip
         try:
             if resp.status != 200:
                 try:
                     payload = await resp.read()
                 except ClientFailure as exc:
-                    raise translate(exc, model, engine.failure) from None
+                    raise await _translate(exc, engine) from None
                 watcher.disarm()
                 ctype = resp.header(b"content-type", _JSON)
                 headers = _response_headers(meta, grant, NO_REPORT, ctype, limits)
@@ -338,7 +342,7 @@ class DataPath:
                 try:
                     first = await anext(chunks, b"")
                 except ClientFailure as exc:
-                    raise translate(exc, model, engine.failure) from None
+                    raise await _translate(exc, engine) from None
                 report = engine.first_chunk_report(first) or NO_REPORT
             headers = _response_headers(meta, grant, report, ctype, limits)
             await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -358,7 +362,7 @@ class DataPath:
                         report = _sniff_report(engine, chunk) or report
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except ClientFailure as exc:
-                error = translate(exc, model, engine.failure)
+                error = await _translate(exc, engine)
                 log.warning("stream from %s broke: %s", model, error)
                 watcher.disarm()
                 event = b"data: " + error_body(error) + b"\n\n"
@@ -369,6 +373,13 @@ class DataPath:
         watcher.disarm()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return 200, report
+
+
+async def _translate(exc: ClientFailure, engine: Engine) -> RunnerError:
+    """The engine client's failure as a runner error; when the engine process died, say so
+    (the supervisor may need a moment to see the exit that reset the connection)."""
+    failure = engine.failure or await engine.diagnose()
+    return translate(exc, engine.model_id, failure)
 
 
 class _DisconnectWatch:

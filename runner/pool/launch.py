@@ -115,6 +115,7 @@ async def start_llama_server(
         n_gpu_layers=spec.n_gpu_layers,
         flash_attn=spec.flash_attn,
         embeddings=spec.embeddings,
+        pooling=spec.pooling,
         extra_args=tuple(spec.args),
     )
     url = f"http://127.0.0.1:{port}"
@@ -138,5 +139,6 @@ async def start_llama_server(
         http,
         control,
         tenant_isolation=multi_tenant and spec.isolate_tenants,
+        process=process,
     )
     return Launched(engine, process, control)
