@@ -9,6 +9,7 @@ adapter shares the same fast forwarding code.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -53,6 +54,7 @@ class Placement:
 
     body: bytes
     slot: int | None = None
+    strip: Callable[[bytes], bytes] | None = None  # applied to streamed chunks that need it
 
 
 class Engine(Protocol):

@@ -162,13 +162,34 @@ def strip_client_cache_fields(body: dict[str, Any]) -> bool:
     return changed
 
 
-def with_slot(body: bytes, obj: dict[str, Any], slot_id: int) -> bytes:
-    """`body` with `"id_slot": slot_id` first; spliced in without re-serializing when it can be
-    (the client's own `id_slot` was already removed, so the key is never duplicated)."""
+def with_fields(body: bytes, obj: dict[str, Any], fields: dict[str, object]) -> bytes:
+    """`body` with `fields` first; spliced in without re-serializing when it can be (the
+    fields are ones `rewrite` removed or the client did not send: never duplicated)."""
+    if not fields:
+        return body
     stripped = body.lstrip()
     if stripped[:1] == b"{" and stripped[1:].lstrip()[:1] not in (b"}", b""):
-        return b'{"id_slot":%d,' % slot_id + stripped[1:]
-    return orjson.dumps({**obj, "id_slot": slot_id})
+        return b"{" + orjson.dumps(fields)[1:-1] + b"," + stripped[1:]
+    return orjson.dumps({**obj, **fields})
+
+
+def strip_progress(chunk: bytes) -> bytes:
+    """Take llama-server's `prompt_progress` out of streamed events the client did not ask
+    for: the first such event keeps its role delta, later progress-only events go."""
+    out: list[bytes] = []
+    for event in chunk.split(b"\n\n"):
+        if b'"prompt_progress"' not in event:
+            out.append(event)
+            continue
+        try:
+            parsed = orjson.loads(event[event.index(b"{") :])
+        except (ValueError, orjson.JSONDecodeError):
+            out.append(event)
+            continue
+        progress = parsed.pop("prompt_progress", None)
+        if isinstance(progress, dict) and progress.get("processed") == 0:
+            out.append(b"data: " + orjson.dumps(parsed))  # the first: keep its role delta
+    return b"\n\n".join(out)
 
 
 def report_from_progress(chunk: bytes) -> CacheReport | None:
@@ -221,9 +242,6 @@ class LlamaServerEngine:
         if cache_mode == "none":
             body["cache_prompt"] = False
             changed = True
-        if body.get("stream") is True:
-            body["return_progress"] = True
-            changed = True
         return changed
 
     @property
@@ -233,14 +251,30 @@ class LlamaServerEngine:
     async def place(
         self, body: bytes, obj: dict[str, Any], tenant: str, tag: str | None
     ) -> Placement:
-        """Choose (and if needed erase) the slot; the body goes out with its `id_slot`."""
-        if not self.tenant_isolation:
-            return Placement(body)
+        """Choose (and if needed erase) the slot; the body goes out with its `id_slot`.
+
+        A streamed request also asks for `return_progress`, so its first chunk reports the
+        cached prompt tokens before the headers leave; the progress chunks the client did
+        not ask for are taken out of the stream again (`strip_progress`).
+        """
+        fields: dict[str, object] = {}
+        strip = None
+        if obj.get("stream") is True and obj.get("return_progress") is not True:
+            fields["return_progress"] = True
+            strip = strip_progress
+        slot_id = None
+        if self.tenant_isolation:
+            slot_id = await self._take_slot(obj, tenant, tag)
+            if slot_id is not None:
+                fields["id_slot"] = slot_id
+        return Placement(with_fields(body, obj, fields), slot_id, strip)
+
+    async def _take_slot(self, obj: dict[str, Any], tenant: str, tag: str | None) -> int | None:
         prefix = prompt_prefix(obj)
         choice = choose_slot([s.view() for s in self._slots], tenant, tag, prefix)
         if choice is None:  # more grants than slots: a scheduler bug; let the engine queue it
             log.error("model %s: no free slot for a granted request", self.model_id)
-            return Placement(body)
+            return None
         slot = self._slots[choice.slot_id]
         slot.busy = True
         try:
@@ -251,7 +285,7 @@ class LlamaServerEngine:
             slot.busy = False
             raise
         slot.tenant, slot.tag, slot.prefix = tenant, tag, prefix
-        return Placement(with_slot(body, obj, slot.slot_id), slot.slot_id)
+        return slot.slot_id
 
     def done(self, placement: Placement, report: CacheReport) -> None:
         if placement.slot is None:

@@ -20,12 +20,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from adapters.base import Engine
-from adapters.openai import AttachedOpenAIEngine
 from governance.verifier import Verifier
-from runner.capabilities import LoadedModel, capabilities
+from runner.capabilities import capabilities
 from runner.errors import (
     HTTP_ERRORS,
+    Forbidden,
     PayloadTooLarge,
     RouteError,
     RunnerError,
@@ -34,16 +33,20 @@ from runner.errors import (
     error_headers,
     error_status,
 )
-from runner.headers import new_request_id
+from runner.headers import new_request_id, parse_request_headers
 from runner.health import Life, health
 from runner.lifecycle import Lifecycle
+from runner.memory.factory import telemetry_from_settings
+from runner.memory.proc import tree_resident_mb
 from runner.metrics import Metrics, SchedulerMetrics
 from runner.models_config import ModelsFile
+from runner.pool.pool import ModelPool
+from runner.pool.states import ModelState
 from runner.proxy import INFERENCE_PATHS, DataPath, Receive, Scope, Send, send_error
 from runner.scheduler import SchedulerAdmission, SchedulerConfig
 from runner.settings import Settings
-from runner.upstream import Pool
 from tenants.config import TenantsConfig
+from tenants.identity import resolve_tenant
 from tenants.ratelimit import RateLimiter
 from tenants.storage import storage_from_url
 
@@ -75,8 +78,7 @@ class Runtime:
     models: ModelsFile
     tenants: TenantsConfig = field(default_factory=TenantsConfig)
     metrics: Metrics = field(default_factory=Metrics)
-    engines: dict[str, Engine] = field(default_factory=dict)
-    loaded: list[LoadedModel] = field(default_factory=list)
+    pool: ModelPool = field(init=False)
     life: Life = Life.STARTING
     started_at: float = field(default_factory=time.monotonic)
     verifier: Verifier | None = None
@@ -89,7 +91,20 @@ class Runtime:
             scheduler_config(self.settings, self.models, self.tenants),
             observer=SchedulerMetrics(self.metrics),
         )
-        self.lifecycle = Lifecycle(self.verifier, self.engines, self.metrics)
+        s = self.settings
+        telemetry = telemetry_from_settings(
+            s.runner_memory_mb, s.cuda_visible_devices, measure=self._engines_memory_mb
+        )
+        self.pool = ModelPool(s, self.models, telemetry, multi_tenant=s.enable_multi_tenant)
+        self.lifecycle = Lifecycle(self.verifier, self.pool.engines, self.metrics)
+
+    def _engines_memory_mb(self) -> int:
+        pids = [
+            slot.process.pid
+            for slot in self.pool.slots.values()
+            if slot.process is not None and slot.process.pid is not None
+        ]
+        return tree_resident_mb(pids) if pids else 0
 
 
 def _json(status: int, body: object, headers: dict[str, str] | None = None) -> Response:
@@ -134,11 +149,12 @@ def control_plane(rt: Runtime) -> FastAPI:
 
     @app.get("/health")
     async def get_health() -> Response:
+        states = [slot.state for slot in rt.pool.slots.values()]
         report = health(
             rt.life,
             time.monotonic() - rt.started_at,
-            len(rt.engines),
-            0,
+            states.count(ModelState.READY),
+            states.count(ModelState.FAILED),
             rt.admission.queue_depth(),
             rt.settings.max_queue_depth,
         )
@@ -149,7 +165,7 @@ def control_plane(rt: Runtime) -> FastAPI:
         doc = capabilities(
             rt.settings.runner_id,
             rt.life,
-            rt.loaded,
+            list(rt.pool.slots.values()),
             rt.admission.stats().capabilities(),
             rt.settings.enable_multi_tenant,
             rt.settings.vllm_enable_prefix_caching,
@@ -172,11 +188,26 @@ def control_plane(rt: Runtime) -> FastAPI:
     async def list_models() -> Response:
         data = [
             {"id": m.spec.id, "object": "model", "created": m.loaded_at, "owned_by": "quorum"}
-            for m in rt.loaded
+            for m in rt.pool.slots.values()
+            if m.state is ModelState.READY
         ]
         return _json(200, {"object": "list", "data": data})
 
+    @app.get("/v1/models/{model_id:path}/logs")
+    async def model_logs(model_id: str, request: Request) -> Response:
+        admin_only(rt, request)
+        lines = rt.pool.logs(model_id)
+        return _json(200, {"modelId": model_id, "lines": lines})
+
     return app
+
+
+def admin_only(rt: Runtime, request: Request) -> None:
+    """Engine logs are for the tenants ADMIN_TENANTS names (identified as for inference)."""
+    meta = parse_request_headers(list(request.scope["headers"]))
+    tenant = resolve_tenant(meta.authorization, meta.tenant_header, rt.tenants)
+    if tenant not in rt.settings.admins:
+        raise Forbidden("engine logs are readable by ADMIN_TENANTS only")
 
 
 class RunnerApp:
@@ -229,12 +260,7 @@ class RunnerApp:
     async def startup(self) -> None:
         rt = self.rt
         s = rt.settings
-        now = int(time.time())
-        for spec in rt.models.models:
-            assert spec.url is not None  # only URL-attached backends exist so far
-            http = Pool(spec.url, s.engine_connect_timeout_s, s.engine_read_timeout_s)
-            rt.engines[spec.id] = AttachedOpenAIEngine(spec.id, spec.url, spec.slots, http)
-            rt.loaded.append(LoadedModel(spec, now))
+        await rt.pool.start()
         store_errors = rt.metrics.ratelimit_store_errors
         rt.limiter = RateLimiter(
             rt.tenants,
@@ -247,18 +273,19 @@ class RunnerApp:
         if s.enable_metrics and s.metrics_port and s.metrics_port != s.port:
             rt.metrics.serve_separately(s.metrics_port, s.host)
         self.data = DataPath(
-            rt.engines,
+            rt.pool.engines,
             rt.admission,
             rt.limiter,
             rt.tenants,
             rt.metrics,
             s.max_body_bytes,
             multi_tenant=s.enable_multi_tenant,
+            route_missing=rt.pool.route_missing,
         )
         gc.collect()
         gc.freeze()  # start-up objects never need scanning again: shorter GC pauses later
         rt.life = Life.READY
-        log.info("runner %s ready with %d model(s)", s.runner_id, len(rt.engines))
+        log.info("runner %s ready with %d model(s)", s.runner_id, len(rt.pool.engines))
 
     def begin_shutdown(self) -> None:
         """Called when SIGTERM arrives: /health turns 503 at once, new inference is refused."""
@@ -271,8 +298,7 @@ class RunnerApp:
             await self.rt.limiter.aclose()
         if self.rt.verifier is not None:
             await self.rt.verifier.aclose()
-        for engine in self.rt.engines.values():
-            engine.http.close()
+        await self.rt.pool.close()
 
 
 def build_app(

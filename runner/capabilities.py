@@ -7,27 +7,23 @@ reported as empty or zero rather than invented.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 from runner import __version__
 from runner.health import Life
-from runner.models_config import ModelSpec
-
-
-@dataclass(frozen=True, slots=True)
-class LoadedModel:
-    spec: ModelSpec
-    loaded_at: int
+from runner.pool.pool import ModelSlot
+from runner.pool.states import ModelState
 
 
 def capabilities(
     runner_id: str,
     life: Life,
-    loaded: list[LoadedModel],
+    models: Sequence[ModelSlot],
     queue: dict[str, int],
     multi_tenant: bool,
     prefix_caching: bool,
 ) -> dict[str, object]:
+    loaded = [m for m in models if m.state in (ModelState.READY, ModelState.DRAINING)]
     backends: list[str] = sorted({m.spec.backend for m in loaded}) or ["none"]
     return {
         "runnerType": f"quorum-{__version__} ({', '.join(backends)})",
@@ -36,15 +32,24 @@ def capabilities(
             "loaded": [
                 {
                     "id": m.spec.id,
-                    "quantization": None,
-                    "contextLength": m.spec.context_length,
+                    "quantization": m.params.quantization or m.spec.quantization,
+                    "contextLength": m.params.max_context_length or m.spec.context_length,
                     "loadedAt": m.loaded_at,
-                    "gpuMemoryMB": m.spec.vram_mb or 0,
+                    "gpuMemoryMB": m.mem_mb,
                 }
                 for m in loaded
             ],
-            "loading": [],
-            "available": [],
+            "loading": [
+                {"id": m.spec.id, "progress": 0.0, "eta": None}
+                for m in models
+                if m.state is ModelState.LOADING
+            ],
+            "available": sorted(m.spec.id for m in models),
+            "failed": [
+                {"id": m.spec.id, "error": m.error, "exitCode": m.exit_code}
+                for m in models
+                if m.state is ModelState.FAILED
+            ],
         },
         "resources": {
             "gpuIds": [],

@@ -16,7 +16,7 @@ def _serve(args: argparse.Namespace) -> int:
     from runner.errors import ConfigError
     from runner.governance import governance_from
     from runner.logs import configure
-    from runner.models_config import load_models_file
+    from runner.models_config import default_models_path, load_models_file
     from runner.server import serve
     from runner.settings import load_settings
     from tenants.config import build_config
@@ -26,7 +26,7 @@ def _serve(args: argparse.Namespace) -> int:
         settings = load_settings()
         if args.port is not None:
             settings = settings.model_copy(update={"port": args.port})
-        models = load_models_file(settings.models_config)
+        models = load_models_file(settings.models_config or default_models_path())
         tenants = build_config(os.environ, settings.tenants_file)
         verifier = governance_from(settings)
     except (ConfigError, InvalidTenantConfig, ConfigInvalid) as exc:

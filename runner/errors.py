@@ -5,6 +5,7 @@ Exception tree (runner side)::
     RunnerError                       status, code, type, extra, headers
     ├── BadRequest             400    invalid_request_error
     │   └── InvalidHeader      400    a request header has a bad value (names it)
+    ├── Forbidden              403    not allowed for this tenant (engine logs)
     ├── ModelNotFound          404    unknown or not loaded model (lists loaded ones)
     ├── PayloadTooLarge        413    body above MAX_BODY_BYTES
     ├── EngineError            502    the engine failed
@@ -66,6 +67,12 @@ class BadRequest(RunnerError):
 
 class InvalidHeader(BadRequest):
     code = "invalid_header"
+
+
+class Forbidden(RunnerError):
+    status = 403
+    code = "forbidden"
+    type = "permission_error"
 
 
 class ModelNotFound(RunnerError):

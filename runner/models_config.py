@@ -1,15 +1,21 @@
 """The models file (`MODELS_CONFIG`, YAML): which models this runner serves and how.
 
     models:
-      - id: echo                  # the name clients send as "model"
+      - id: gemma-3-270m          # the name clients send as "model"
+        backend: llama-server     # the runner starts and supervises the engine
+        path: ~/.cache/quorum/models/gemma-3-270m-q4_k_m.gguf
+        parallel: 2               # engine slots = requests in flight at once
+        preload: true             # load at start-up (the operator's file needs no token)
+      - id: echo
         backend: openai           # an OpenAI-compatible engine that is already running
         url: http://127.0.0.1:9000
-        parallel: 8               # requests in flight at the engine at once
 
-Models with a `url` are attached at start-up and count as loaded. Backends the
-runner starts itself (llama-server, vllm, comfyui, faster-whisper) come with the
-engine issues; their fields are accepted here so files stay forward-compatible,
-but such a backend is refused at start-up until its adapter exists.
+Models with a `url` are attached at start-up and count as loaded. Models with a `path`
+(or `hf` repo id) are started by the runner: at start-up when `preload`, on the first
+request when `autoload`, or by a governed `POST /v1/models/load`. Without `MODELS_CONFIG`
+the runner reads `models.yaml` at the repository root (`default_models_path`).
+The file is the operator's own configuration and trusted as such; `docs/configuration.md`
+lists every field.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from runner.errors import ConfigError
 
 Backend = Literal["openai", "llama-server", "vllm", "comfyui", "faster-whisper"]
-SUPPORTED_BACKENDS: frozenset[str] = frozenset({"openai"})
+SUPPORTED_BACKENDS: frozenset[str] = frozenset({"openai", "llama-server"})
 DEFAULT_PARALLEL: dict[str, int] = {
     "openai": 8,
     "llama-server": 1,
@@ -49,12 +55,40 @@ class ModelSpec(BaseModel):
     priority: int = 0
     load_timeout_s: float | None = Field(default=None, gt=0)
     args: list[str] = Field(default_factory=list)
+    quantization: str | None = None
+    preload: bool = False
+    autoload: bool = False
+    restart: bool = False  # restart the engine (with backoff) when it dies
+    single_tenant: bool = False  # one tenant only: no cache isolation needed
+    shared_cache: bool = False  # the operator accepts a prefix cache shared by tenants
+    embeddings: bool = False  # llama-server: serve /v1/embeddings
+    n_gpu_layers: int | None = Field(default=None, ge=-1)
+    flash_attn: Literal["on", "off", "auto"] | None = None
+    gpus: list[int] | None = None  # GPU indices for CUDA_VISIBLE_DEVICES (default: placed)
+    bin: str | None = None  # the engine's executable (default: LLAMA_SERVER_BIN, ...)
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
         if self.backend == "openai" and not self.url:
             raise ValueError("backend 'openai' needs a url")
+        if self.url and self.path:
+            raise ValueError("give either url (attach a running engine) or path, not both")
+        if self.preload and self.url:
+            raise ValueError("preload applies to engines the runner starts (path/hf), not url")
         return self
+
+    @property
+    def attached(self) -> bool:
+        """An engine somebody else runs, reached at `url`."""
+        return self.url is not None
+
+    @property
+    def isolate_tenants(self) -> bool:
+        """Whether this model's prefix cache must keep tenants apart."""
+        return not (self.single_tenant or self.shared_cache)
+
+    def local_path(self) -> Path | None:
+        return Path(self.path).expanduser() if self.path else None
 
     @property
     def slots(self) -> int:
@@ -84,6 +118,7 @@ def load_models_file(path: str | None) -> ModelsFile:
     """
     if path is None:
         return ModelsFile()
+    path = str(Path(path).expanduser())
     try:
         raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
@@ -101,8 +136,15 @@ def load_models_file(path: str | None) -> ModelsFile:
         raise ConfigError(f"MODELS_CONFIG={path!r}: {problems}") from None
     for m in parsed.models:
         if m.backend not in SUPPORTED_BACKENDS:
+            supported = ", ".join(sorted(SUPPORTED_BACKENDS))
             raise ConfigError(
                 f"MODELS_CONFIG={path!r}: model {m.id!r}: backend {m.backend!r} "
-                "is not available in this version (supported: openai)"
+                f"is not available in this version (supported: {supported})"
             )
     return parsed
+
+
+def default_models_path() -> str | None:
+    """`models.yaml` at the repository root, used when MODELS_CONFIG is unset."""
+    candidate = Path(__file__).resolve().parents[1] / "models.yaml"
+    return str(candidate) if candidate.is_file() else None

@@ -228,7 +228,7 @@ class DataPath:
             path = scope["path"]
             forward = self._forward_stream if obj.get("stream") is True else self._forward_json
             status, report = await forward(
-                send, meta, grant, engine, limits, path, placement.body, watcher
+                send, meta, grant, engine, limits, path, placement, watcher
             )
             return status
         except asyncio.CancelledError:
@@ -263,12 +263,12 @@ class DataPath:
         engine: Engine,
         limits: list[tuple[bytes, bytes]],
         path: str,
-        body: bytes,
+        placement: Placement,
         watcher: _DisconnectWatch,
     ) -> tuple[int, CacheReport]:
         model = grant.request.model
         try:
-            resp = await engine.http.post(path, body)
+            resp = await engine.http.post(path, placement.body)
             try:
                 payload = await resp.read()
             finally:
@@ -303,7 +303,7 @@ class DataPath:
         engine: Engine,
         limits: list[tuple[bytes, bytes]],
         path: str,
-        body: bytes,
+        placement: Placement,
         watcher: _DisconnectWatch,
     ) -> tuple[int, CacheReport]:
         """Stream the engine's answer chunk by chunk.
@@ -316,9 +316,10 @@ class DataPath:
         model = grant.request.model
         report = NO_REPORT
         try:
-            resp = await engine.http.post(path, body)
+            resp = await engine.http.post(path, placement.body)
         except ClientFailure as exc:
             raise translate(exc, model, engine.failure) from None
+        strip = placement.strip
         try:
             if resp.status != 200:
                 try:
@@ -344,9 +345,15 @@ class DataPath:
             if report.cache_hit:
                 self.metrics.count_cache(model, report.tokens_reused)
             try:
+                if strip is not None:
+                    first = strip(first)
                 if first:
                     await send({"type": "http.response.body", "body": first, "more_body": True})
                 async for chunk in chunks:
+                    if strip is not None and b'"prompt_progress"' in chunk:
+                        chunk = strip(chunk)
+                        if not chunk.strip():
+                            continue
                     if b'"usage"' in chunk:
                         report = _sniff_report(engine, chunk) or report
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})

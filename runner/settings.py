@@ -21,6 +21,14 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from runner.errors import ConfigError
 
 
+def default_llama_server_bin() -> str:
+    """Where `scripts/install-llama-server` puts its build (QUORUM_CACHE, else ~/.cache/quorum)."""
+    from adapters.llama_server import LLAMA_SERVER_VERSION
+
+    cache = os.environ.get("QUORUM_CACHE") or os.path.expanduser("~/.cache/quorum")
+    return os.path.join(cache, "llama-server", LLAMA_SERVER_VERSION, "llama-server")
+
+
 def _default_runner_id() -> str:
     return f"quorum-{socket.gethostname()}"
 
@@ -64,6 +72,13 @@ class Settings(BaseSettings):
     tenants_file: str | None = None
     rate_limit_fail_open: bool = True
     queue_low_aging_ms: int = Field(default=10_000, ge=0)
+    # Engines the runner starts (docs/engines.md).
+    llama_server_bin: str = Field(default_factory=lambda: default_llama_server_bin())
+    engine_load_timeout_s: float = Field(default=300.0, gt=0)
+    engine_stop_grace_s: float = Field(default=10.0, ge=0)
+    unload_drain_timeout_s: float = Field(default=30.0, ge=0)
+    runner_memory_mb: int | None = Field(default=None, ge=1)
+    admin_tenants: str = ""  # comma-separated tenants that may read engine logs
     # Governance (docs/governance.md).
     governance_registry: str | None = None
     governance_audit_log: str | None = None
@@ -81,6 +96,10 @@ class Settings(BaseSettings):
         # load_settings reads the environment it is given (tests pass their own),
         # so the process environment must not leak in behind its back.
         return (init_settings,)
+
+    @property
+    def admins(self) -> frozenset[str]:
+        return frozenset(t.strip() for t in self.admin_tenants.split(",") if t.strip())
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod

@@ -54,18 +54,29 @@ def start_runner(
     env: Mapping[str, str] | None = None,
     wait_ready: bool = True,
     parallel: int | None = None,
+    models_file: str | None = None,
+    ready_timeout: float = 20.0,
 ) -> Iterator[RunnerProcess]:
-    """Start `python -m runner` on a free port; SIGKILL it if it is still alive at the end."""
+    """Start `python -m runner` on a free port; SIGKILL it if it is still alive at the end.
+
+    `models` maps ids to URLs of running engines; `models_file` is a whole models file
+    (YAML) instead, for engines the runner starts itself.
+    """
     tmp = Path(tempfile.mkdtemp(prefix="quorum-runner-"))
     port = free_port()
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("TENANT_RATE_LIMIT_",))}
     full_env.update(
-        {"PORT": str(port), "HOST": "127.0.0.1", "LOG_FORMAT": "text", "RUNNER_ID": "test-runner"}
+        {
+            "PORT": str(port),
+            "HOST": "127.0.0.1",
+            "LOG_FORMAT": "text",
+            "RUNNER_ID": "test-runner",
+            "FAKE_ENGINE_PYTHON": sys.executable,  # tests/fixtures/bin/ stand-ins for engines
+        }
     )
-    if models is not None:
-        path = tmp / "models.yaml"
-        path.write_text(models_yaml(models, parallel))
-        full_env["MODELS_CONFIG"] = str(path)
+    path = tmp / "models.yaml"  # never the repository's default models.yaml
+    path.write_text(models_file if models_file is not None else models_yaml(models or {}, parallel))
+    full_env["MODELS_CONFIG"] = str(path)
     full_env.update(env or {})
     log_path = tmp / "runner.log"
     with open(log_path, "wb") as log:
@@ -79,7 +90,7 @@ def start_runner(
     runner = RunnerProcess(proc, port, log_path)
     try:
         if wait_ready:
-            _wait_healthy(runner)
+            _wait_healthy(runner, ready_timeout)
         yield runner
     finally:
         if proc.poll() is None:
@@ -99,3 +110,23 @@ def _wait_healthy(runner: RunnerProcess, timeout: float = 20.0) -> None:
             pass
         time.sleep(0.05)
     raise RuntimeError(f"runner not healthy within {timeout}s:\n{runner.log()}")
+
+
+def wait_started(runner: RunnerProcess, timeout: float = 30.0) -> None:
+    """Wait until the runner finished start-up (capabilities answer 200), healthy or not."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if runner.proc.poll() is not None:
+            raise RuntimeError(f"runner exited with {runner.proc.returncode}:\n{runner.log()}")
+        try:
+            if httpx.get(runner.url + "/v1/capabilities", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"runner not started within {timeout}s:\n{runner.log()}")
+
+
+def fixture_bin(name: str) -> str:
+    """Path of a stand-in engine executable in tests/fixtures/bin/."""
+    return str(REPO_ROOT / "tests" / "fixtures" / "bin" / name)
