@@ -1,6 +1,6 @@
 """vLLM's OpenAI-compatible server (`vllm serve`), started and supervised by the runner.
 
-Facts (read from vLLM 0.33.0's source; file names in `docs/engines.md`):
+Facts read from vLLM 0.33.0's source (the files are named where each is used):
 
 - Command line (`command_line`, pure): `vllm serve MODEL --host 127.0.0.1 --port P
   --api-key K --served-model-name ID --gpu-memory-utilization F [--max-model-len N]
@@ -15,15 +15,15 @@ Facts (read from vLLM 0.33.0's source; file names in `docs/engines.md`):
   removed; the runner's own salt per tenant and cache tag is spliced in (`vllm_salts.py`).
   `X-Cache-Mode: none` sends a one-off random salt: nothing is reused, nothing reusable.
 - Reports: `usage.prompt_tokens_details.cached_tokens` (needs
-  `--enable-prompt-tokens-details`). Streamed answers carry usage only in a last chunk
-  with `"choices": []`, sent only with `stream_options.include_usage`; the runner forces
-  it (`force_stream_usage`) so its accounting and metrics see every stream's tokens and
-  cache hits. A client that did not ask therefore also receives that chunk (an OpenAI
-  shape; the data path has no per-request chunk filter to strip it). vLLM's first chunk
-  (`delta: {"role": "assistant", "content": ""}`) says nothing of the cache, so the
-  headers of a streamed answer cannot carry the true figure: they say
-  `X-Cache-Hit: false`, `X-Cache-Tokens-Reused: 0` whatever happened, and the true figure
-  is in that last chunk, the scheduler's report and `/metrics`.
+  `--enable-prompt-tokens-details`). A streamed answer carries usage only in a last chunk
+  with `"choices": []`, sent only with `stream_options.include_usage`. `place` asks for it
+  on every stream (`force_stream_usage`), so the runner's accounting and metrics see each
+  stream's tokens and cache hits, and returns `strip_usage_chunk` as the placement's
+  `strip` when the client did not ask, to take that chunk out of the client's stream
+  again. vLLM's first chunk (`delta: {"role": "assistant", "content": ""}`) says nothing
+  of the cache, so the headers of a streamed answer cannot carry the true figure: they
+  say `X-Cache-Hit: false`, `X-Cache-Tokens-Reused: 0` whatever happened; the true figure
+  is in the usage chunk, the scheduler's report and `/metrics`.
 - Flush: `model`/`all` → `POST /reset_prefix_cache?reset_running_requests=true`
   (`{"success": bool}`; running requests are preempted and recomputed, no GPU memory is
   freed: the KV pool stays allocated); `tenant`/`tag` rotate the salt.
@@ -92,7 +92,8 @@ __all__ = [
     "scrape_metrics",
     "start",
     "start_failure_cause",
-    "with_salt",
+    "strip_usage_chunk",
+    "with_fields",
 ]
 
 log = logging.getLogger("quorum.vllm")
@@ -118,13 +119,32 @@ class StandbyReport:
     memory_mb: int | None  # from the engine's memory_probe; None without one
 
 
-def with_salt(body: bytes, obj: dict[str, Any], salt: str) -> bytes:
-    """`body` with `"cache_salt": salt` first, spliced in without re-serializing when it can
-    be (the client's own salt was already removed, so the key is never duplicated)."""
+def with_fields(body: bytes, obj: dict[str, Any], fields: dict[str, object]) -> bytes:
+    """`body` with `fields` added first, spliced in without re-serializing when none of them
+    is already a key of `obj` (the client's own `cache_salt` was removed by `rewrite`)."""
     stripped = body.lstrip()
-    if stripped[:1] == b"{" and stripped[1:].lstrip()[:1] not in (b"}", b""):
-        return b'{"cache_salt":"' + salt.encode() + b'",' + stripped[1:]
-    return orjson.dumps({**obj, "cache_salt": salt})
+    clash = any(k in obj for k in fields)
+    if not clash and stripped[:1] == b"{" and stripped[1:].lstrip()[:1] not in (b"}", b""):
+        return b"{" + orjson.dumps(fields)[1:-1] + b"," + stripped[1:]
+    return orjson.dumps({**obj, **fields})
+
+
+def strip_usage_chunk(chunk: bytes) -> bytes:
+    """Take the usage-only event (`"choices": []` with `usage`) out of streamed bytes: the
+    runner asked for it, the client did not. Everything else passes unchanged."""
+    if b'"usage"' not in chunk:
+        return chunk
+    out: list[bytes] = []
+    for event in chunk.split(b"\n\n"):
+        if b'"usage"' in event and event.startswith(b"data: {"):
+            try:
+                parsed = orjson.loads(event[6:])
+            except orjson.JSONDecodeError:
+                parsed = None
+            if isinstance(parsed, dict) and parsed.get("choices") == []:
+                continue
+        out.append(event)
+    return b"\n\n".join(out)
 
 
 def report_from_vllm(response: dict[str, Any]) -> CacheReport:
@@ -177,8 +197,7 @@ class VllmEngine:
 
     def rewrite(self, body: dict[str, Any], cache_mode: str, tenant: str) -> bool:
         """1. Drop the client's `cache_salt` / `kv_transfer_params`.
-        2. `cache_mode == "none"`: a one-off random salt (no reuse either way).
-        3. A stream: ask for the usage chunk (`stream_options.include_usage`)."""
+        2. `cache_mode == "none"`: a one-off random salt (no reuse either way)."""
         changed = False
         for key in _CLIENT_FIELDS:  # 1
             if key in body:
@@ -187,23 +206,32 @@ class VllmEngine:
         if cache_mode == "none":  # 2
             body["cache_salt"] = secrets.token_urlsafe(32)
             changed = True
-        if self.force_stream_usage and body.get("stream") is True:  # 3
-            options = body.get("stream_options")
-            if not isinstance(options, dict):
-                body["stream_options"] = {"include_usage": True}
-                changed = True
-            elif options.get("include_usage") is not True:
-                options["include_usage"] = True
-                changed = True
         return changed
 
     async def place(
         self, body: bytes, obj: dict[str, Any], tenant: str, tag: str | None
     ) -> Placement:
-        """The body with the tenant's (and tag's) current salt; already salted: as it is."""
-        if self.salts is None or "cache_salt" in obj:
+        """The body to send, and the stream filter the client's answer needs.
+
+        1. Salted (cache mode `none`) or no salts: no salt added; else the current salt of
+           (tenant, tag).
+        2. A stream whose client did not ask for usage: ask for it
+           (`stream_options.include_usage`), and strip that chunk from the client's stream
+           again (`strip_usage_chunk`).
+        """
+        fields: dict[str, object] = {}
+        if self.salts is not None and "cache_salt" not in obj:  # 1
+            fields["cache_salt"] = self.salts.salt(tenant, tag)
+        strip = None
+        if self.force_stream_usage and obj.get("stream") is True:  # 2
+            options = obj.get("stream_options")
+            if not (isinstance(options, dict) and options.get("include_usage") is True):
+                strip = strip_usage_chunk
+                more = options if isinstance(options, dict) else {}
+                fields["stream_options"] = {**more, "include_usage": True}
+        if not fields:
             return Placement(body)
-        return Placement(with_salt(body, obj, self.salts.salt(tenant, tag)))
+        return Placement(with_fields(body, obj, fields), None, strip)
 
     def done(self, placement: Placement, report: CacheReport) -> None:
         return None
