@@ -400,6 +400,15 @@ async def test_vllm_too_little_free_memory_fails_as_out_of_memory() -> None:
         await _launch(GPU_FREE_MB="1024")
 
 
+async def test_vllm_context_above_the_models_fails_with_vllms_reason() -> None:
+    """A maxContextLength above the model's: vLLM's config error heads the start failure."""
+    opts = _options(max_context_length=999_999)
+    with pytest.raises(EngineStartFailed) as err:
+        await launch(opts, salts=None, load_timeout_s=20, env=process_env())
+    assert not isinstance(err.value, EngineOutOfMemory)
+    assert "User-specified max_model_len (999999)" in str(err.value).splitlines()[0]
+
+
 async def test_vllm_slow_start_succeeds_within_the_timeout() -> None:
     """Connections refused for a while are a load in progress, not a failure."""
     running = await _launch(MODE="slow_start", START_S="1.5")
