@@ -1,4 +1,4 @@
-"""What the scheduler is told at start-up."""
+"""What the scheduler is told at start-up: limits, and each managed model's policy."""
 
 from __future__ import annotations
 
@@ -9,14 +9,60 @@ DEFAULT_MODEL_CONCURRENCY = 4
 
 
 @dataclass(frozen=True, slots=True)
+class ModelPolicy:
+    """How the scheduler treats one model the pool loads and unloads.
+
+    - `mem_mb`: estimated footprint, reserved while it loads (the pool's measure
+      replaces it at `ModelReady`).
+    - `concurrency`: requests in flight at its engine (parallel slots) until
+      `ModelReady` says otherwise.
+    - `pinned`: never evicted, never unloaded by keep-alive.
+    - `priority`: higher is more important; lower priorities are evicted first.
+    - `autoload`: a request naming it while it is not resident loads it (the
+      operator's own configuration); otherwise such a request gets 404
+      `model_not_loaded` until a governed load.
+    - `keep_alive_s`: a ready model idle this long is unloaded; `None` keeps it.
+    - `restart`: after a crash the pool restarts it, and its waiters keep waiting.
+    - `drain_timeout_s`: longest wait for in-flight requests before it is
+      stopped anyway; `None` takes the scheduler's `drain_timeout_s`.
+    """
+
+    mem_mb: int
+    concurrency: int = 1
+    pinned: bool = False
+    priority: int = 0
+    autoload: bool = False
+    keep_alive_s: float | None = None
+    restart: bool = False
+    drain_timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.mem_mb < 0:
+            raise ValueError("mem_mb must be >= 0")
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if self.keep_alive_s is not None and self.keep_alive_s < 0:
+            raise ValueError("keep_alive_s must be >= 0")
+        if self.drain_timeout_s is not None and self.drain_timeout_s < 0:
+            raise ValueError("drain_timeout_s must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     """Limits and policy knobs; times are seconds on the injected clock.
 
     - `max_queue_depth`: waiting requests (all models) before `QueueFull` (MAX_QUEUE_DEPTH).
     - `queue_timeout_s`: longest wait before `QueueTimeout` (QUEUE_TIMEOUT_MS / 1000);
-      `None` waits forever.
-    - `model_concurrency`: requests in flight at the engine per model (its parallel
-      slots); models not listed get `default_concurrency`.
+      `None` waits forever. A cold load counts against it: a request that made
+      its model load waits in the queue meanwhile.
+    - `model_concurrency`: models that are always ready (attached engines), with
+      the requests each may have in flight at its engine (its parallel slots).
+    - `models`: models the pool loads and unloads, with their policies (a
+      `LoadRequested` adds or replaces one). A model in `model_concurrency` too
+      is treated as always ready.
+    - `unlisted_ready`: a model in neither map is treated as always ready with
+      `default_concurrency` (the behaviour before the pool existed); `False`
+      refuses requests for it with `ModelNotLoaded` until a load names it.
     - `tenant_weights`: share of service relative to `default_weight` (2.0 = twice).
     - `tenant_queue_caps`: waiting requests per tenant; `default_tenant_queue_cap`
       for the rest; `None` means only the global depth applies.
@@ -25,12 +71,18 @@ class SchedulerConfig:
     - `fair`: VTC across tenants within a band; `False` is plain FCFS in the band
       (the benchmark's baseline).
     - `stats_window_s`: how far back wait statistics and the drain rate look.
+    - `swap_max_wait_s`: after a swap is decided, how long a victim with requests
+      still waiting keeps serving them before it stops taking more (llama-swap #612).
+    - `drain_timeout_s`: how long an unloading or evicted model's in-flight
+      requests may run before it is stopped anyway (the pool cancels the rest).
     """
 
     max_queue_depth: int = 16
     queue_timeout_s: float | None = 30.0
     model_concurrency: Mapping[str, int] = field(default_factory=dict)
     default_concurrency: int = DEFAULT_MODEL_CONCURRENCY
+    models: Mapping[str, ModelPolicy] = field(default_factory=dict)
+    unlisted_ready: bool = True
     tenant_weights: Mapping[str, float] = field(default_factory=dict)
     default_weight: float = 1.0
     tenant_queue_caps: Mapping[str, int] = field(default_factory=dict)
@@ -38,6 +90,8 @@ class SchedulerConfig:
     low_aging_s: float | None = 10.0
     fair: bool = True
     stats_window_s: float = 60.0
+    swap_max_wait_s: float = 5.0
+    drain_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.max_queue_depth < 0:
@@ -46,6 +100,8 @@ class SchedulerConfig:
             raise ValueError("model concurrency must be >= 1")
         if self.stats_window_s <= 0:
             raise ValueError("stats_window_s must be > 0")
+        if self.swap_max_wait_s < 0 or self.drain_timeout_s < 0:
+            raise ValueError("swap_max_wait_s and drain_timeout_s must be >= 0")
 
     def concurrency(self, model: str) -> int:
         return self.model_concurrency.get(model, self.default_concurrency)

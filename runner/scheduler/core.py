@@ -11,15 +11,17 @@ Order of service when a model's slot frees:
 2. within a band, fair share across tenants by weighted service (VTC, see
    `tenants/fairness.py`); with `fair=False`, plain arrival order;
 3. FIFO within a tenant.
+
+Models are either always ready (attached engines: `model_concurrency`) or
+managed: loaded, evicted and unloaded by the pool on the scheduler's word
+(`lifecycle.py` holds that half: `Lifecycle`, which this class extends).
 """
 
 from __future__ import annotations
 
-from collections import Counter
-
-from runner.scheduler.config import SchedulerConfig
-from runner.scheduler.effects import Effects
 from runner.scheduler.errors import (
+    ModelNotLoaded,
+    ModelUnloading,
     QueueFull,
     QueueTimeout,
     SchedulerError,
@@ -29,29 +31,28 @@ from runner.scheduler.errors import (
 from runner.scheduler.events import (
     Band,
     Event,
+    LoadFailed,
+    LoadRequested,
+    ModelCrashed,
+    ModelReady,
+    ModelStopped,
     RequestArrived,
     RequestCancelled,
     ServeDone,
     Shutdown,
     Tick,
     Ticket,
+    UnloadRequested,
 )
-from runner.scheduler.stats import DrainMeter, QueueStats, WaitWindow, retry_after_s
-from runner.scheduler.waiting import WaitingRoom
-from tenants.fairness import VirtualTokenCounter, service_cost
+from runner.scheduler.eviction import Phase
+from runner.scheduler.lifecycle import Lifecycle
+from runner.scheduler.residency import Gate, Residency
+from runner.scheduler.stats import QueueStats, retry_after_s
+from tenants.fairness import service_cost
 
 
-class Scheduler:
-    def __init__(self, config: SchedulerConfig, effects: Effects, *, started_at: float) -> None:
-        self.config = config
-        self._effects = effects
-        self._waiting = WaitingRoom()
-        self._vtc = VirtualTokenCounter(config.tenant_weights, config.default_weight)
-        self._in_flight: Counter[str] = Counter()
-        self._serving: dict[int, Ticket] = {}
-        self._waits = WaitWindow(config.stats_window_s)
-        self._drain = DrainMeter(config.stats_window_s, started_at)
-        self._stopped = False
+class Scheduler(Lifecycle):
+    """The whole state machine: `Lifecycle`'s state and model events, and the request events."""
 
     # -- events ------------------------------------------------------------------
 
@@ -65,6 +66,18 @@ class Scheduler:
                 self.on_serve_done(event)
             case Tick():
                 self.on_tick(event)
+            case LoadRequested():
+                self.on_load_requested(event)
+            case ModelReady():
+                self.on_model_ready(event)
+            case LoadFailed():
+                self.on_load_failed(event)
+            case UnloadRequested():
+                self.on_unload_requested(event)
+            case ModelStopped():
+                self.on_model_stopped(event)
+            case ModelCrashed():
+                self.on_model_crashed(event)
             case Shutdown():
                 self.on_shutdown(event)
 
@@ -73,10 +86,14 @@ class Scheduler:
 
         1. Bring the queue up to the event's time (timeouts, aging).
         2. After shutdown, refuse.
-        3. A model with a free slot has nobody waiting for it: grant at once.
+        3. By the model's state: not loaded (and not `autoload`): refuse with
+           `ModelNotLoaded`; being unloaded: refuse with `ModelUnloading`; ready
+           with a free slot (so nobody waits for it): grant at once. Otherwise
+           (full, loading, being swapped in or out) it may wait.
         4. The tenant at its queue cap: refuse with `TenantQueueFull`.
         5. The queue at `max_queue_depth`: refuse with `QueueFull`.
         6. Otherwise wait; a tenant joining the backlog gets its counter lifted.
+           An `autoload` model that is not resident is now wanted: plan its load.
         """
         now = event.at
         req = event.request
@@ -87,6 +104,7 @@ class Scheduler:
             cost=service_cost(req.est_input_tokens, req.est_output_tokens),
             arrived_at=now,
         )
+        model = ticket.model
         # 1
         self._catch_up(now)
         # 2
@@ -94,7 +112,14 @@ class Scheduler:
             self._effects.reject(ticket, SchedulerStopped())
             return
         # 3
-        if self._in_flight[ticket.model] < self.config.concurrency(ticket.model):
+        gate = self._gate(model)
+        if gate is Gate.ABSENT:
+            self._effects.reject(ticket, ModelNotLoaded(model))
+            return
+        if gate is Gate.UNLOADING:
+            self._effects.reject(ticket, ModelUnloading(model))
+            return
+        if gate is Gate.OPEN and self._in_flight[model] < self._concurrency(model):
             self._vtc.on_backlogged(ticket.tenant, self._waiting.tenants())
             self._grant(ticket, now)
             return
@@ -115,6 +140,10 @@ class Scheduler:
         # 6
         self._vtc.on_backlogged(ticket.tenant, self._waiting.tenants())
         self._waiting.add(ticket)
+        if gate is Gate.AUTOLOAD:
+            self._want(model, self._policies[model], None, now, governed=False)
+        if gate is not Gate.OPEN:
+            self._advance(now)
 
     def on_cancel(self, event: RequestCancelled) -> None:
         """Withdraw a caller that went away.
@@ -132,34 +161,46 @@ class Scheduler:
         """A granted request finished at the engine.
 
         1. Not in flight (unknown, or already done): ignore, so counts never go negative.
-        2. Free its slot and count the drain.
+        2. Free its slot, count the drain, and mark the model used.
         3. Correct the tenant's service with the usage the engine reported.
         4. Hand the freed slot to the next waiter.
+        5. Move model lifecycles on (a draining model may now be stopped).
         """
-        self._catch_up(event.at)
+        now = event.at
+        self._catch_up(now)
         # 1
         ticket = self._serving.pop(event.ticket_id, None)
         if ticket is None:
             return
         # 2
-        self._in_flight[ticket.model] -= 1
-        if self._in_flight[ticket.model] <= 0:
-            del self._in_flight[ticket.model]
-        self._drain.record(event.at)
+        model = ticket.model
+        self._in_flight[model] -= 1
+        if self._in_flight[model] <= 0:
+            del self._in_flight[model]
+        self._drain.record(now)
+        self._touch(model, now)
         # 3
         if event.usage is not None:
             actual = service_cost(event.usage.input_tokens, event.usage.output_tokens)
             self._vtc.correct(ticket.tenant, ticket.cost, actual)
         # 4
-        self._dispatch(ticket.model, event.at)
+        self._dispatch(model, now)
+        # 5
+        self._advance(now)
 
     def on_tick(self, event: Tick) -> None:
-        """Time passed: time out and promote waiters (see `_catch_up`)."""
+        """Time passed: time out and promote waiters, expire keep-alives, move lifecycles on."""
         self._catch_up(event.at)
+        self._keep_alive(event.at)
+        self._advance(event.at)
 
     def on_shutdown(self, event: Shutdown) -> None:
-        """Refuse every waiter and every later arrival; in-flight requests run out."""
+        """Refuse every waiter and every later arrival; in-flight requests run out.
+
+        Wanted loads are dropped; the pool tears the engines down itself.
+        """
         self._stopped = True
+        self._wants.clear()
         for ticket in self._waiting:
             self._drop(ticket, SchedulerStopped())
 
@@ -197,6 +238,29 @@ class Scheduler:
         """What a refusal would say right now, for a request joining the back of the queue."""
         return self._retry_after(now, len(self._waiting) + 1)
 
+    def resident(self) -> dict[str, Residency]:
+        """Every managed model holding memory (loading, ready, draining, stopping)."""
+        return {
+            model: slot.view(model, self._in_flight[model], self._waiting.model_depth(model))
+            for model, slot in self._slots.items()
+        }
+
+    def loading(self) -> list[str]:
+        return [m for m, slot in self._slots.items() if slot.phase is Phase.LOADING]
+
+    def wanted(self) -> dict[str, tuple[str, ...]]:
+        """Models waiting for memory to load, with the victims chosen for each (in plan order)."""
+        return {w.model: w.victims for w in self._ordered_wants()}
+
+    def status(self, model: str) -> str:
+        """`ready` | `loading` | `draining` | `stopping` | `queued` (wanted) | `absent`."""
+        slot = self._slots.get(model)
+        if slot is not None:
+            return slot.phase.value
+        if model in self._wants:
+            return "queued"
+        return "ready" if self._always_ready(model) else "absent"
+
     # -- decisions ---------------------------------------------------------------
 
     def _catch_up(self, now: float) -> None:
@@ -216,9 +280,37 @@ class Scheduler:
         if self.config.low_aging_s is not None and self._waiting.band_depth(Band.LOW):
             self._waiting.promote_low(now, self.config.low_aging_s)
 
+    def _gate(self, model: str) -> Gate:
+        slot = self._slots.get(model)
+        if slot is None:
+            if model in self._wants:
+                return Gate.QUEUE
+            if self._always_ready(model):
+                return Gate.OPEN
+            policy = self._policies.get(model)
+            return Gate.AUTOLOAD if policy is not None and policy.autoload else Gate.ABSENT
+        if slot.unloading:
+            return Gate.UNLOADING
+        if slot.phase is Phase.READY:
+            return Gate.OPEN
+        if slot.phase is Phase.LOADING or slot.policy.autoload or model in self._wants:
+            return Gate.QUEUE
+        return Gate.UNLOADING  # evicted, and it does not come back on demand
+
+    def _concurrency(self, model: str) -> int:
+        slot = self._slots.get(model)
+        return self.config.concurrency(model) if slot is None else slot.concurrency
+
+    def _touch(self, model: str, now: float) -> None:
+        slot = self._slots.get(model)
+        if slot is not None:
+            slot.last_used = now
+
     def _dispatch(self, model: str, now: float) -> None:
-        """Fill the model's free slots from its waiters, in service order."""
-        while self._in_flight[model] < self.config.concurrency(model):
+        """Fill an open model's free slots from its waiters, in service order."""
+        if self._gate(model) is not Gate.OPEN:
+            return
+        while self._in_flight[model] < self._concurrency(model):
             ticket = self._waiting.take(model, self._choose)
             if ticket is None:
                 return
@@ -241,6 +333,7 @@ class Scheduler:
         self._serving[ticket.ticket_id] = ticket
         self._vtc.charge(ticket.tenant, ticket.cost)
         self._waits.record(now, wait_s)
+        self._touch(ticket.model, now)
 
     def _drop(self, ticket: Ticket, error: SchedulerError) -> None:
         self._waiting.remove(ticket.ticket_id)

@@ -5,11 +5,11 @@ handled one at a time by `Scheduler.handle` on the loop's single task. Each
 event carries the time it happened (`at`, seconds on the injected clock); the
 scheduler never reads a clock itself.
 
-Seam for model lifecycle (ARCHITECTURE.md, "The scheduler"): a later issue adds
-`LoadDone(model, error, at)` and `Unload(models, at)` here, handled by
-`on_load_done` / `on_unload` in `core.py`, with `start_load` / `stop_models`
-added to `Effects`. They are deliberately not built yet: today every model the
-runner knows is treated as ready, with its configured concurrency.
+Requests: `RequestArrived`, `RequestCancelled`, `ServeDone`. Time: `Tick`.
+Model lifecycle, from the API and the model pool: `LoadRequested`,
+`UnloadRequested` (asked for), `ModelReady`, `LoadFailed`, `ModelStopped`,
+`ModelCrashed` (reported by the pool, which acts on `Effects.start_load` and
+`Effects.stop_models`). `Shutdown` ends it all.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from runner.admission import AdmissionRequest, Usage
+from runner.scheduler.config import ModelPolicy
 
 
 class Band(IntEnum):
@@ -103,4 +104,64 @@ class Shutdown:
     at: float
 
 
-Event = RequestArrived | RequestCancelled | ServeDone | Tick | Shutdown
+@dataclass(frozen=True, slots=True)
+class LoadRequested:
+    """A model is wanted: a governed load (API), or a request for an `autoload` model.
+
+    `evict_first` names the model to evict first if room must be made (`evictModel`).
+    """
+
+    model: str
+    policy: ModelPolicy
+    evict_first: str | None
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReady:
+    """The pool finished loading `model`: `mem_mb` is measured, `concurrency` its slots."""
+
+    model: str
+    concurrency: int
+    mem_mb: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class LoadFailed:
+    """The pool could not load `model` (download, start, health); `reason` says why."""
+
+    model: str
+    reason: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class UnloadRequested:
+    """Stop admitting requests for `model`, drain the ones in flight, then stop it."""
+
+    model: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStopped:
+    """The pool stopped `model`'s engine (asked to, or it exited): its memory is free."""
+
+    model: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCrashed:
+    """`model`'s engine died unasked; the pool restarts it if the policy says `restart`."""
+
+    model: str
+    reason: str
+    at: float
+
+
+LifecycleEvent = (
+    LoadRequested | ModelReady | LoadFailed | UnloadRequested | ModelStopped | ModelCrashed
+)
+Event = RequestArrived | RequestCancelled | ServeDone | Tick | Shutdown | LifecycleEvent

@@ -12,8 +12,15 @@ whole, one after another, by the only code that touches the core - the same
 serialization a single consumer task gives, without a lock. What the queue
 would add is two event-loop hops per request on the data path (post, wake the
 consumer, wake the caller); handled in place, a request granted at once never
-leaves its own task. `Effects` only resolve futures, so handling never
-re-enters the core.
+leaves its own task. The request `Effects` only resolve futures; an event
+posted while another is being handled (a model pool answering inside
+`start_load`) is queued and handled right after it, so the core is never
+re-entered.
+
+The model pool plugs in as the `ModelEffects` (`models=` or `attach_models`)
+and reports back with `model_ready`, `load_failed`, `model_stopped`,
+`model_crashed`; the API asks with `request_load` / `request_unload`. Each
+stamps the event with the injected clock.
 """
 
 from __future__ import annotations
@@ -23,24 +30,33 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from runner.admission import AdmissionRequest, Grant, Usage
-from runner.scheduler.config import SchedulerConfig
+from runner.scheduler.config import ModelPolicy, SchedulerConfig
 from runner.scheduler.core import Scheduler
+from runner.scheduler.effects import ModelEffects
 from runner.scheduler.errors import SchedulerError, SchedulerStopped
 from runner.scheduler.events import (
     Band,
     Event,
+    LoadFailed,
+    LoadRequested,
+    ModelCrashed,
+    ModelReady,
+    ModelStopped,
     RequestArrived,
     RequestCancelled,
     ServeDone,
     Shutdown,
     Tick,
     Ticket,
+    UnloadRequested,
 )
+from runner.scheduler.residency import Residency
 from runner.scheduler.stats import QueueStats
 
 log = logging.getLogger("quorum.scheduler")
@@ -74,11 +90,38 @@ class ScheduledGrant(Grant):
     ticket_id: int = -1
 
 
-class _FutureEffects:
-    """`Effects` over the callers' futures, keyed by ticket id."""
+class NoModels:
+    """`ModelEffects` while no model pool is attached: no memory, so loads are refused.
 
-    def __init__(self, observer: SchedulerObserver) -> None:
+    Only reached if the config names managed models (`SchedulerConfig.models`)
+    or something posts a load without a pool; attached engines never need it.
+    """
+
+    def __init__(self) -> None:
+        self.refusals: deque[str] = deque(maxlen=16)
+
+    def start_load(self, model: str, policy: ModelPolicy) -> None:
+        log.error("no model pool attached: cannot load %s", model)
+
+    def stop_models(self, models: Sequence[str]) -> None:
+        log.error("no model pool attached: cannot stop %s", ", ".join(models))
+
+    def load_refused(self, model: str, reason: str) -> None:
+        self.refusals.append(model)
+
+    def free_memory_mb(self) -> int:
+        return 0
+
+    def log_decision(self, text: str) -> None:
+        log.info("%s", text)
+
+
+class _FutureEffects:
+    """`Effects` over the callers' futures, keyed by ticket id; models go to the pool."""
+
+    def __init__(self, observer: SchedulerObserver, models: ModelEffects) -> None:
         self.waiters: dict[int, asyncio.Future[ScheduledGrant]] = {}
+        self.models = models
         self._observer = observer
 
     def grant(self, ticket: Ticket, queue_wait_ms: int) -> bool:
@@ -95,6 +138,21 @@ class _FutureEffects:
             future.set_exception(error)
         self._observer.on_rejected(error.code, ticket.tenant)
 
+    def start_load(self, model: str, policy: ModelPolicy) -> None:
+        self.models.start_load(model, policy)
+
+    def stop_models(self, models: Sequence[str]) -> None:
+        self.models.stop_models(models)
+
+    def load_refused(self, model: str, reason: str) -> None:
+        self.models.load_refused(model, reason)
+
+    def free_memory_mb(self) -> int:
+        return self.models.free_memory_mb()
+
+    def log_decision(self, text: str) -> None:
+        self.models.log_decision(text)
+
 
 class SchedulerAdmission:
     """Queues, priorities and fair sharing behind `runner.admission.Admission`.
@@ -110,14 +168,21 @@ class SchedulerAdmission:
         clock: Callable[[], float] = time.monotonic,
         tick_interval_s: float = 0.1,
         observer: SchedulerObserver | None = None,
+        models: ModelEffects | None = None,
     ) -> None:
         self._clock = clock
         self._tick_interval_s = tick_interval_s
         self._observer: SchedulerObserver = observer or NullObserver()
-        self._effects = _FutureEffects(self._observer)
+        self._effects = _FutureEffects(self._observer, models or NoModels())
         self.core = Scheduler(config, self._effects, started_at=clock())
         self._ids = itertools.count(1)
         self._ticker: asyncio.Task[None] | None = None
+        self._handling = False
+        self._later: deque[Event] = deque()
+
+    def attach_models(self, models: ModelEffects) -> None:
+        """Hand model loads and stops to this pool from now on."""
+        self._effects.models = models
 
     async def start(self) -> None:
         if self._ticker is None:
@@ -173,8 +238,60 @@ class SchedulerAdmission:
     def stats(self) -> QueueStats:
         return self.core.stats(self._clock())
 
+    # -- model lifecycle: asked by the API, answered by the pool -----------------------
+
+    def request_load(self, model: str, policy: ModelPolicy, evict_first: str | None = None) -> str:
+        """Ask for `model`; return its status right after (`Scheduler.status`).
+
+        `loading`: `start_load` was called; `queued`: it waits for memory (victims
+        drain first); `ready`: nothing to do; `absent`: refused (`load_refused`
+        was called with the reason).
+        """
+        self._post(LoadRequested(model, policy, evict_first, self._clock()))
+        return self.core.status(model)
+
+    def request_unload(self, model: str) -> str:
+        """Drain and stop `model`; return its status right after (`draining`, `stopping`...)."""
+        self._post(UnloadRequested(model, self._clock()))
+        return self.core.status(model)
+
+    def model_ready(self, model: str, concurrency: int, mem_mb: int) -> None:
+        self._post(ModelReady(model, concurrency, mem_mb, self._clock()))
+
+    def load_failed(self, model: str, reason: str) -> None:
+        self._post(LoadFailed(model, reason, self._clock()))
+
+    def model_stopped(self, model: str) -> None:
+        self._post(ModelStopped(model, self._clock()))
+
+    def model_crashed(self, model: str, reason: str) -> None:
+        self._post(ModelCrashed(model, reason, self._clock()))
+
+    def resident(self) -> dict[str, Residency]:
+        return self.core.resident()
+
+    def loading(self) -> list[str]:
+        return self.core.loading()
+
+    def post(self, event: Event) -> None:
+        """Hand any event to the core (handled now, or right after the one being handled)."""
+        self._post(event)
+
     def _post(self, event: Event) -> None:
-        """Handle one event now; a failing decision is logged, never raised into a caller."""
+        """Handle one event now, or queue it behind the one being handled (no re-entry)."""
+        if self._handling:
+            self._later.append(event)
+            return
+        self._handling = True
+        try:
+            self._handle(event)
+            while self._later:
+                self._handle(self._later.popleft())
+        finally:
+            self._handling = False
+
+    def _handle(self, event: Event) -> None:
+        """Handle one event; a failing decision is logged, never raised into a caller."""
         try:
             self.core.handle(event)
             if isinstance(event, RequestArrived) and self.core.is_waiting(event.ticket_id):

@@ -44,6 +44,21 @@ class WaitingRoom:
     def model_depth(self, model: str) -> int:
         return self._per_model[model]
 
+    def top_band(self, model: str) -> Band | None:
+        """The most important band with a request waiting for `model`; `None` if none waits."""
+        bands = self._queues.get(model)
+        if bands:
+            for band in (Band.HIGH, Band.NORMAL, Band.LOW):
+                if bands.get(band):
+                    return band
+        return None
+
+    def for_model(self, model: str) -> list[Ticket]:
+        """The tickets waiting for `model`, oldest first (a copy: safe to drop them)."""
+        if not self._per_model[model]:
+            return []
+        return [ticket for ticket, _ in self._where.values() if ticket.model == model]
+
     def tenants(self) -> KeysView[str]:
         """Tenants with at least one waiting request (the backlog)."""
         return self._per_tenant.keys()

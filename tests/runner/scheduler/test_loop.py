@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -16,6 +16,7 @@ from runner.scheduler import (
     SchedulerConfig,
     SchedulerStopped,
 )
+from runner.scheduler.config import ModelPolicy
 
 
 class FakeClock:
@@ -179,3 +180,83 @@ async def test_admission_release_rejects_foreign_grants(admission: SchedulerAdmi
     """release() refuses a grant it did not hand out."""
     with pytest.raises(TypeError):
         admission.release(Grant(request("x")), None)
+
+
+@dataclass
+class FakePool:
+    """`ModelEffects` of a pool that can answer a load inside `start_load` (re-entrantly)."""
+
+    admission: SchedulerAdmission | None = None
+    capacity_mb: int = 10_000
+    resident: dict[str, int] = field(default_factory=dict)
+    started: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    decisions: list[str] = field(default_factory=list)
+    answer_at_once: bool = False
+
+    def start_load(self, model: str, policy: ModelPolicy) -> None:
+        self.started.append(model)
+        if self.answer_at_once and self.admission is not None:
+            self.resident[model] = policy.mem_mb
+            self.admission.model_ready(model, policy.concurrency, policy.mem_mb)
+
+    def stop_models(self, models: Sequence[str]) -> None:
+        self.stopped.extend(models)
+
+    def load_refused(self, model: str, reason: str) -> None:
+        self.refused.append((model, reason))
+
+    def free_memory_mb(self) -> int:
+        return self.capacity_mb - sum(self.resident.values())
+
+    def log_decision(self, text: str) -> None:
+        self.decisions.append(text)
+
+
+def managed(clock: FakeClock, pool: FakePool) -> SchedulerAdmission:
+    config = SchedulerConfig(
+        models={"auto": ModelPolicy(4000, concurrency=2, autoload=True)}, unlisted_ready=False
+    )
+    adm = SchedulerAdmission(config, clock=clock, tick_interval_s=3600, models=pool)
+    pool.admission = adm
+    return adm
+
+
+async def test_admission_autoload_request_waits_for_the_load(clock: FakeClock) -> None:
+    """A request for an autoload model waits while the pool loads it, then is granted."""
+    pool = FakePool()
+    adm = managed(clock, pool)
+    await adm.start()
+    waiter = asyncio.create_task(adm.acquire(AdmissionRequest("r", "auto", "t", "normal", 1, 1)))
+    await asyncio.sleep(0)
+    assert pool.started == ["auto"] and not waiter.done()
+    assert [m for m in adm.loading()] == ["auto"]
+    clock.now += 7.0
+    adm.model_ready("auto", 2, 3900)
+    grant = await waiter
+    assert grant.queue_wait_ms == 7000
+    assert adm.resident()["auto"].mem_mb == 3900
+    await adm.stop()
+
+
+async def test_admission_pool_answering_inside_start_load_is_not_re_entered(
+    clock: FakeClock,
+) -> None:
+    """A pool that reports ready from inside start_load is handled after the current event."""
+    pool = FakePool(answer_at_once=True)
+    adm = managed(clock, pool)
+    await adm.start()
+    assert adm.request_load("other", ModelPolicy(1000)) == "ready"
+    grant = await adm.acquire(AdmissionRequest("r", "auto", "t", "normal", 1, 1))
+    assert grant.queue_wait_ms == 0 and pool.started == ["other", "auto"]
+    assert adm.request_unload("other") == "stopping" and pool.stopped == ["other"]
+    await adm.stop()
+
+
+async def test_admission_without_a_pool_refuses_managed_loads(clock: FakeClock) -> None:
+    """With no pool attached a governed load is refused at once, and nothing is left pending."""
+    adm = SchedulerAdmission(SchedulerConfig(unlisted_ready=False), clock=clock)
+    await adm.start()
+    assert adm.request_load("x", ModelPolicy(1000)) == "absent"
+    await adm.stop()

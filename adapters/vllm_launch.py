@@ -1,0 +1,221 @@
+"""How `vllm serve` is started: its command line from a load request, and its start failures.
+
+Pure functions, except `start`. Flags and their spelling are vLLM 0.33.0's
+(`vllm/engine/arg_utils.py`, `vllm/entrypoints/common/cli_args.py`): booleans are
+argparse `BooleanOptionalAction`s (`--enable-prefix-caching` / `--no-enable-prefix-caching`),
+`--api-key` and `--served-model-name` take one or more values, `--quantization` accepts
+any string at parse time and is checked when the engine is configured ("Unknown
+quantization method"), `--dtype` is one of auto, bfloat16, float, float16, float32, half.
+An unknown flag makes `vllm` exit 2 ("unrecognized arguments").
+
+The seed's quantization values map as: `awq-4bit` → `--quantization awq` and `gptq-4bit`
+→ `--quantization gptq` (vLLM then picks its fastest kernel for the checkpoint itself),
+`fp16` / `bf16` → no `--quantization` but `--dtype float16` / `--dtype bfloat16` (they are
+weight dtypes, not quantization methods).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from adapters.errors import EngineOutOfMemory, EngineStartFailed, UnsupportedRequest
+from adapters.supervisor import EngineProcess
+
+VLLM_VERSION = "0.33.0"
+"""The vLLM release whose source the flags, routes and shapes here were checked against."""
+
+SEED_QUANTIZATION: dict[str, tuple[str | None, str | None]] = {
+    "awq-4bit": ("awq", None),
+    "gptq-4bit": ("gptq", None),
+    "fp16": (None, "float16"),
+    "bf16": (None, "bfloat16"),
+}
+"""The seed's `quantization` → (vLLM `--quantization`, vLLM `--dtype`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VllmLaunchOptions:
+    """What one `vllm serve` process is started with."""
+
+    binary: str
+    model: str  # a Hugging Face repository id or a local directory
+    served_model_name: str
+    port: int
+    api_key: str
+    max_num_seqs: int
+    gpu_memory_utilization: float
+    max_model_len: int | None = None
+    quantization: str | None = None
+    dtype: str | None = None
+    enable_prefix_caching: bool = True
+    enable_sleep_mode: bool = False
+    cuda_visible_devices: str | None = None
+    extra_args: tuple[str, ...] = ()
+
+
+def map_quantization(seed: str | None) -> tuple[str | None, str | None]:
+    """The seed's quantization as vLLM's (`--quantization`, `--dtype`); 400 if unknown."""
+    if seed is None:
+        return None, None
+    try:
+        return SEED_QUANTIZATION[seed]
+    except KeyError:
+        known = ", ".join(SEED_QUANTIZATION)
+        raise UnsupportedRequest(
+            f"quantization {seed!r} is not supported by the vLLM backend (one of: {known})",
+            extra={"param": "quantization"},
+        ) from None
+
+
+def memory_fraction(budget_mb: int | None, gpu_total_mb: int | None, default: float) -> float:
+    """`--gpu-memory-utilization` for a budget on a GPU of `gpu_total_mb`.
+
+    1. No budget: `default` (VLLM_GPU_MEMORY_UTILIZATION).
+    2. A budget without the GPU's total, or above it, or below 1 MB: 400.
+    3. budget / total, rounded down to 4 decimals (never above the budget), at least 0.0001.
+    """
+    if budget_mb is None:  # 1
+        return default
+    if gpu_total_mb is None or gpu_total_mb <= 0:  # 2
+        raise UnsupportedRequest(
+            "gpuMemoryBudgetMB needs the GPU's total memory, which is unknown here"
+        )
+    if budget_mb < 1 or budget_mb > gpu_total_mb:
+        raise UnsupportedRequest(
+            f"gpuMemoryBudgetMB {budget_mb} is outside 1..{gpu_total_mb} (the GPU's total MB)",
+            extra={"param": "gpuMemoryBudgetMB"},
+        )
+    return max(1, budget_mb * 10_000 // gpu_total_mb) / 10_000  # 3
+
+
+def launch_options(
+    *,
+    binary: str,
+    model: str,
+    model_id: str,
+    port: int,
+    api_key: str,
+    slots: int,
+    quantization: str | None,
+    max_context_length: int | None,
+    default_max_model_len: int | None,
+    gpu_memory_budget_mb: int | None,
+    gpu_total_mb: int | None,
+    default_gpu_memory_utilization: float,
+    enable_prefix_caching: bool,
+    enable_sleep_mode: bool = False,
+    cuda_visible_devices: str | None = None,
+    extra_args: Sequence[str] = (),
+) -> VllmLaunchOptions:
+    """The launch options for one load request (pure; UnsupportedRequest before anything runs).
+
+    1. `quantization` (the seed's) → vLLM's `--quantization` / `--dtype`; unknown: 400.
+    2. `gpuMemoryBudgetMB` → `--gpu-memory-utilization` on that GPU; else the default.
+    3. `maxContextLength` → `--max-model-len`; else VLLM_MAX_MODEL_LEN; else vLLM's own.
+    4. `--max-num-seqs` = the model's slots (the runner's concurrency cap for it).
+    """
+    quant, dtype = map_quantization(quantization)  # 1
+    fraction = memory_fraction(gpu_memory_budget_mb, gpu_total_mb, default_gpu_memory_utilization)
+    if slots < 1:
+        raise UnsupportedRequest(f"model {model_id!r}: slots must be at least 1")
+    return VllmLaunchOptions(
+        binary=binary,
+        model=model,
+        served_model_name=model_id,
+        port=port,
+        api_key=api_key,
+        max_num_seqs=slots,  # 4
+        gpu_memory_utilization=fraction,  # 2
+        max_model_len=max_context_length or default_max_model_len,  # 3
+        quantization=quant,
+        dtype=dtype,
+        enable_prefix_caching=enable_prefix_caching,
+        enable_sleep_mode=enable_sleep_mode,
+        cuda_visible_devices=cuda_visible_devices,
+        extra_args=tuple(extra_args),
+    )
+
+
+def command_line(opts: VllmLaunchOptions) -> list[str]:
+    """The exact argv for `opts` (pure)."""
+    argv = [
+        opts.binary,
+        "serve",
+        opts.model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(opts.port),
+        "--api-key",
+        opts.api_key,
+        "--served-model-name",
+        opts.served_model_name,
+        "--gpu-memory-utilization",
+        f"{opts.gpu_memory_utilization:g}",
+    ]
+    if opts.max_model_len is not None:
+        argv += ["--max-model-len", str(opts.max_model_len)]
+    if opts.quantization is not None:
+        argv += ["--quantization", opts.quantization]
+    if opts.dtype is not None:
+        argv += ["--dtype", opts.dtype]
+    caching = (
+        "--enable-prefix-caching" if opts.enable_prefix_caching else "--no-enable-prefix-caching"
+    )
+    argv += [caching, "--max-num-seqs", str(opts.max_num_seqs), "--enable-prompt-tokens-details"]
+    if opts.enable_sleep_mode:
+        argv.append("--enable-sleep-mode")
+    argv += list(opts.extra_args)
+    return argv
+
+
+def engine_env(opts: VllmLaunchOptions) -> dict[str, str]:
+    """Environment added to the runner's for the engine process (pure)."""
+    env = {"VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    if opts.cuda_visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = opts.cuda_visible_devices
+    return env
+
+
+def new_api_key() -> str:
+    """A random key that never starts with `-` (argparse would read it as a flag)."""
+    return secrets.token_hex(24)
+
+
+_ROOT_CAUSES = (
+    (re.compile(r"CUDA out of memory.*"), True),
+    (re.compile(r"Free memory on device .* on startup is less than .*"), True),
+    (re.compile(r"No available memory for the cache blocks.*"), True),
+    (re.compile(r"To serve at least one request with the model's max seq len.*"), True),
+    (re.compile(r"(?:ValueError|RuntimeError|TypeError): .*"), False),
+)
+
+
+def start_failure_cause(lines: Sequence[str]) -> tuple[str | None, bool]:
+    """The root cause vLLM printed before exiting, and whether it is out-of-memory.
+
+    vLLM prints the engine core's exception, then the API server's own traceback ending in
+    "Engine core initialization failed. See root cause above", so the cause is often more
+    than a screen above the last line. First match wins, in the order of `_ROOT_CAUSES`.
+    """
+    for pattern, oom in _ROOT_CAUSES:
+        for line in lines:
+            m = pattern.search(line)
+            if m and "Engine core initialization failed" not in line:
+                return m.group(0).strip(), oom
+    return None, False
+
+
+async def start(process: EngineProcess) -> None:
+    """`process.start()`, with vLLM's root cause first in the error when it fails."""
+    try:
+        await process.start()
+    except EngineStartFailed as exc:
+        cause, oom = start_failure_cause(process.logs())
+        if cause is None:
+            raise
+        kind = EngineOutOfMemory if oom else EngineStartFailed
+        raise kind(f"vLLM: {cause}\n{exc}", exit_code=exc.exit_code) from None

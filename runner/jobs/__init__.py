@@ -1,0 +1,44 @@
+"""Async jobs: long work (transcriptions, image generations) run in the background.
+
+`JobManager` (manager.py) is the entry point; `http.py` holds the answers the
+routes send; records and their state machine are in record.py, storage in
+store.py, signed webhooks in webhooks.py, errors in errors.py.
+"""
+
+from runner.jobs.errors import (
+    IllegalTransition,
+    InvalidWebhook,
+    JobError,
+    JobNotFound,
+    JobsStopped,
+    JobStoreUnavailable,
+)
+from runner.jobs.manager import JobManager, Work
+from runner.jobs.progress import ProgressReporter, Throttle
+from runner.jobs.record import Delivery, Failure, Job, JobStatus, Progress
+from runner.jobs.store import JobStore, MemoryJobStore, RedisJobStore
+from runner.jobs.webhooks import RetryPolicy, WebhookSender, validate_webhook_url
+
+__all__ = [
+    "Delivery",
+    "Failure",
+    "IllegalTransition",
+    "InvalidWebhook",
+    "Job",
+    "JobError",
+    "JobManager",
+    "JobNotFound",
+    "JobStatus",
+    "JobStore",
+    "JobStoreUnavailable",
+    "JobsStopped",
+    "MemoryJobStore",
+    "Progress",
+    "ProgressReporter",
+    "RedisJobStore",
+    "RetryPolicy",
+    "Throttle",
+    "WebhookSender",
+    "Work",
+    "validate_webhook_url",
+]

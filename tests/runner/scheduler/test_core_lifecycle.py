@@ -1,0 +1,359 @@
+"""Model lifecycle in the scheduler core: loads, swaps, drains, keep-alive, crashes (pure)."""
+
+from __future__ import annotations
+
+from runner.scheduler.config import ModelPolicy, SchedulerConfig
+from runner.scheduler.errors import (
+    ModelDoesNotFit,
+    ModelEngineCrashed,
+    ModelLoadFailed,
+    ModelNotLoaded,
+    ModelUnloading,
+    QueueTimeout,
+)
+from runner.scheduler.eviction import Phase
+from tests.runner.scheduler.fakes import Driver
+
+GB = 1000
+
+
+def policy(mem_gb: int, **kwargs: object) -> ModelPolicy:
+    return ModelPolicy(mem_gb * GB, **kwargs)  # type: ignore[arg-type]
+
+
+def driver(capacity_gb: int = 20, **models: ModelPolicy) -> Driver:
+    config = SchedulerConfig(
+        models=models,
+        unlisted_ready=False,
+        queue_timeout_s=60.0,
+        swap_max_wait_s=5.0,
+        drain_timeout_s=30.0,
+        max_queue_depth=100,
+    )
+    return Driver(config, capacity_mb=capacity_gb * GB)
+
+
+def resident_with(d: Driver, model: str, mem_gb: int, concurrency: int = 1) -> None:
+    """Load `model` through the scheduler and report it ready."""
+    d.load(model, d.core.config.models.get(model) or policy(mem_gb, concurrency=concurrency))
+    d.ready(model, mem_gb * GB, concurrency)
+
+
+def test_lifecycle_load_with_free_memory_starts_at_once() -> None:
+    """A governed load that fits starts loading at once; ready, it reports the measured memory."""
+    d = driver()
+    d.load("a", policy(8))
+    assert d.effects.started == ["a"]
+    assert d.core.status("a") == "loading" and d.core.loading() == ["a"]
+    assert d.effects.decisions == ["load a (8000 MB): 20000 MB free"]
+    d.now = 4.0
+    d.ready("a", 7500, concurrency=2)
+    view = d.core.resident()["a"]
+    assert (view.state, view.mem_mb, view.concurrency, view.since) == (Phase.READY, 7500, 2, 4.0)
+
+
+def test_lifecycle_load_reserves_memory_while_loading() -> None:
+    """A second load that fits only without the first's reservation waits for eviction planning."""
+    d = driver(capacity_gb=10, a=policy(8), b=policy(8))
+    d.load("a", policy(8))
+    d.load("b", policy(8))
+    assert d.effects.started == ["a"]
+    assert d.core.status("b") == "queued"  # a is loading: never a victim; b waits
+
+
+def test_lifecycle_autoload_request_loads_and_is_granted_when_ready() -> None:
+    """A request for an autoload model waits while it loads, then is granted with its wait."""
+    d = driver(a=policy(8, autoload=True))
+    ticket = d.arrive(model="a")
+    assert d.effects.started == ["a"] and d.core.is_waiting(ticket)
+    d.now = 12.5
+    d.ready("a", 8 * GB)
+    assert d.effects.granted == [(ticket, 12500)]
+
+
+def test_lifecycle_request_for_a_model_not_loaded_is_404() -> None:
+    """A request for a managed model that is neither loaded nor autoload gets model_not_loaded."""
+    d = driver(g=policy(4))
+    error = d.effects.rejection(d.arrive(model="g"))
+    assert isinstance(error, ModelNotLoaded)
+    assert (error.status, error.code) == (404, "model_not_loaded")
+    unknown = d.effects.rejection(d.arrive(model="nobody-knows"))
+    assert isinstance(unknown, ModelNotLoaded)
+
+
+def test_lifecycle_attached_models_stay_ready() -> None:
+    """Models in model_concurrency are always ready and never loaded or evicted."""
+    d = Driver(SchedulerConfig(model_concurrency={"attached": 1}, unlisted_ready=False))
+    assert d.effects.granted_ids == [] and d.arrive(model="attached") in d.effects.granted_ids
+    assert d.core.status("attached") == "ready" and d.core.resident() == {}
+
+
+def test_lifecycle_evicts_the_least_recently_used_idle_model() -> None:
+    """With memory full, the least recently used idle model is stopped, then the target loads."""
+    d = driver()
+    resident_with(d, "a", 10)
+    d.now = 1.0
+    resident_with(d, "b", 10)
+    d.now = 2.0
+    d.done(d.arrive(model="a"))  # a used after b
+    d.load("c", policy(10))
+    assert d.effects.stops == [["b"]]
+    assert d.effects.started == ["a", "b"]  # c waits for b's memory
+    assert (
+        d.effects.decisions[-1] == "evict b (10000 MB) to load c (10000 MB); draining first: none"
+    )
+    d.stopped("b")
+    assert d.effects.started == ["a", "b", "c"]
+
+
+def test_lifecycle_pinned_model_is_never_evicted() -> None:
+    """A pinned model stays even as the least recently used; the other model goes."""
+    d = driver(pin=policy(10, pinned=True))
+    resident_with(d, "pin", 10)
+    d.now = 1.0
+    resident_with(d, "b", 10)
+    d.load("c", policy(10))
+    assert d.effects.stopped == ["b"]
+
+
+def test_lifecycle_busy_victim_is_drained_before_it_stops() -> None:
+    """A victim with a request in flight is stopped only when it finishes; the load follows."""
+    d = driver()
+    resident_with(d, "a", 10)
+    d.now = 1.0
+    resident_with(d, "b", 10)
+    d.now = 2.0
+    busy = d.arrive(model="b")
+    d.now = 3.0
+    d.done(d.arrive(model="a"))  # b is now the least recently used, and busy
+    d.load("c", policy(10), evict_first="b")
+    assert d.effects.stops == [] and d.core.status("b") == "draining"
+    d.now = 9.0
+    d.done(busy)
+    assert d.effects.stops == [["b"]] and d.effects.started == ["a", "b"]
+    d.stopped("b")
+    assert d.effects.started[-1] == "c"
+
+
+def test_lifecycle_evict_model_is_honoured() -> None:
+    """evictModel names the victim even when another model is less recently used."""
+    d = driver()
+    resident_with(d, "lru", 10)
+    d.now = 1.0
+    resident_with(d, "asked", 10)
+    d.load("c", policy(10), evict_first="asked")
+    assert d.effects.stopped == ["asked"]
+
+
+def test_lifecycle_impossible_load_is_refused_with_the_reason() -> None:
+    """A load that cannot fit even after evicting everything evictable is refused, saying why."""
+    d = driver(pin=policy(10, pinned=True), big=policy(15, autoload=True))
+    resident_with(d, "pin", 10)
+    waiter = d.arrive(model="big")
+    reason = (
+        "needs 15000 MB; 10000 MB free, 0 MB evictable, 10000 MB pinned, "
+        "0 MB loading, 0 MB being freed"
+    )
+    assert d.effects.refused_loads == [("big", reason)]
+    error = d.effects.rejection(waiter)
+    assert isinstance(error, ModelDoesNotFit)
+    assert (error.status, error.code, error.extra["reason"]) == (503, "model_does_not_fit", reason)
+    assert d.effects.stops == []
+
+
+def test_lifecycle_victim_serves_its_waiters_before_the_swap() -> None:
+    """A victim with requests waiting serves them first, then drains, then the target loads."""
+    d = driver(a=policy(10, autoload=True), c=policy(10, autoload=True), b=policy(10))
+    resident_with(d, "a", 10)
+    resident_with(d, "b", 10)
+    d.now = 1.0
+    first = d.arrive(model="a")
+    queued = [d.arrive(model="a") for _ in range(2)]
+    target = d.arrive(model="c")  # b is idle: it goes, a keeps serving
+    assert d.effects.stopped == ["b"]
+    d.stopped("b")
+    assert d.effects.started[-1] == "c"
+    assert d.core.is_waiting(target)
+    d.now = 2.0
+    d.done(first)
+    d.now = 3.0
+    d.done(queued[0])
+    assert d.effects.granted_ids[-2:] == queued
+
+
+def test_lifecycle_batching_is_bounded_by_swap_max_wait() -> None:
+    """A busy victim serves its waiters for at most swap_max_wait_s, then drains; the rest wait."""
+    d = driver(a=policy(10, autoload=True), c=policy(20, autoload=True))
+    resident_with(d, "a", 10)
+    d.now = 1.0
+    running = d.arrive(model="a")
+    waiting = [d.arrive(model="a") for _ in range(4)]
+    target = d.arrive(model="c")  # needs all 20 GB: a must go
+    assert d.core.status("a") == "ready"  # still serving its batch
+    current = running
+    for at in (2.0, 4.0):
+        d.now = at
+        d.done(current)
+        current = d.effects.granted_ids[-1]
+    assert d.effects.granted_ids[-2:] == waiting[:2]
+    d.tick(2.5)  # 6.5 s: the batch window (5 s from the decision at 1.0) is over
+    assert d.core.status("a") == "draining"
+    d.now = 7.0
+    d.done(current)
+    assert waiting[2] not in d.effects.granted_ids
+    assert d.effects.stopped == ["a"]
+    d.stopped("a")
+    assert d.effects.started[-1] == "c"
+    d.ready("c", 20 * GB)
+    assert d.effects.granted_ids[-1] == target
+    assert d.core.wanted() == {"a": ("c",)}  # a's last two waiters want it back: c goes next
+
+
+def test_lifecycle_cold_load_counts_against_the_queue_timeout() -> None:
+    """A request that made its model load times out if the load outlasts the queue timeout."""
+    d = driver(a=policy(8, autoload=True))
+    ticket = d.arrive(model="a")
+    d.tick(61.0)
+    assert isinstance(d.effects.rejection(ticket), QueueTimeout)
+
+
+def test_lifecycle_keep_alive_unloads_an_idle_model() -> None:
+    """A ready model idle past keep_alive_s is stopped on a tick; pinned and busy ones stay."""
+    d = driver(
+        k=policy(4, keep_alive_s=60.0),
+        busy=policy(4, keep_alive_s=60.0),
+        pin=policy(4, keep_alive_s=60.0, pinned=True),
+    )
+    for model in ("k", "busy", "pin"):
+        resident_with(d, model, 4)
+    d.now = 30.0
+    running = d.arrive(model="busy")
+    d.tick(29.0)
+    assert d.effects.stops == []
+    d.tick(1.0)
+    assert d.effects.stops == [["k"]]
+    d.tick(100.0)
+    assert d.effects.stopped == ["k"]
+    d.done(running)
+    d.tick(60.0)
+    assert d.effects.stopped == ["k", "busy"]
+
+
+def test_lifecycle_unload_drains_in_flight_and_refuses_the_queue() -> None:
+    """Unload: queued requests are refused at once, in-flight ones finish, then it stops."""
+    d = driver()
+    resident_with(d, "a", 8)
+    running = d.arrive(model="a")
+    queued = d.arrive(model="a")
+    d.unload("a")
+    error = d.effects.rejection(queued)
+    assert isinstance(error, ModelUnloading)
+    assert (error.status, error.code) == (503, "model_unloading")
+    assert isinstance(d.effects.rejection(d.arrive(model="a")), ModelUnloading)
+    assert d.effects.stops == [] and running not in [t for t, _ in d.effects.rejected]
+    d.done(running)
+    assert d.effects.stops == [["a"]]
+    d.stopped("a")
+    assert d.core.status("a") == "absent" and d.core.resident() == {}
+
+
+def test_lifecycle_unload_drain_is_bounded() -> None:
+    """A drain that outlasts drain_timeout_s is stopped anyway (the pool cancels the rest)."""
+    d = driver()
+    resident_with(d, "a", 8)
+    d.arrive(model="a")
+    d.unload("a")
+    d.tick(29.0)
+    assert d.effects.stops == []
+    d.tick(1.0)
+    assert d.effects.stops == [["a"]]
+    assert d.effects.decisions[-1] == "stop a: drain timeout, 1 still in flight"
+
+
+def test_lifecycle_crash_rejects_the_waiters() -> None:
+    """An engine crash refuses the requests waiting for it with engine_crashed and the reason."""
+    d = driver()
+    resident_with(d, "a", 8)
+    d.arrive(model="a")
+    waiter = d.arrive(model="a")
+    d.crashed("a", "signal 9")
+    error = d.effects.rejection(waiter)
+    assert isinstance(error, ModelEngineCrashed)
+    assert (error.status, error.code, error.extra["reason"]) == (502, "engine_crashed", "signal 9")
+    assert d.core.status("a") == "absent"
+
+
+def test_lifecycle_restart_policy_keeps_waiters_waiting() -> None:
+    """With restart, a crash keeps the waiters queued; the restarted engine serves them."""
+    d = driver(a=policy(8, restart=True))
+    resident_with(d, "a", 8)
+    running = d.arrive(model="a")
+    waiter = d.arrive(model="a")
+    d.crashed("a")
+    assert d.core.is_waiting(waiter) and d.core.status("a") == "loading"
+    d.done(running)  # the request the crash cut short ends
+    d.ready("a", 8 * GB)
+    assert d.effects.granted_ids[-1] == waiter
+
+
+def test_lifecycle_load_failure_rejects_the_waiters() -> None:
+    """A failed load refuses its waiters with model_load_failed and frees its reservation."""
+    d = driver(capacity_gb=10, a=policy(8, autoload=True), b=policy(8, autoload=True))
+    waiter = d.arrive(model="a")
+    other = d.arrive(model="b")  # waits for a's reservation
+    d.failed("a", "file not found")
+    error = d.effects.rejection(waiter)
+    assert isinstance(error, ModelLoadFailed)
+    assert (error.code, error.extra["reason"]) == ("model_load_failed", "file not found")
+    assert d.effects.started == ["a", "b"] and d.core.is_waiting(other)
+
+
+def test_lifecycle_load_of_a_loading_model_joins_it() -> None:
+    """Asking again for a model already loading starts nothing new."""
+    d = driver()
+    d.load("a", policy(8))
+    d.load("a", policy(8))
+    assert d.effects.started == ["a"]
+
+
+def test_lifecycle_unexpected_stop_rejects_waiters() -> None:
+    """An engine that stops unasked is gone: its waiters are refused, nothing restarts it."""
+    d = driver(a=policy(8, restart=True))
+    resident_with(d, "a", 8)
+    d.arrive(model="a")
+    waiter = d.arrive(model="a")
+    d.stopped("a")
+    assert isinstance(d.effects.rejection(waiter), ModelEngineCrashed)
+    assert d.core.status("a") == "absent"
+
+
+def test_lifecycle_high_band_load_is_planned_first() -> None:
+    """Of two models waiting for memory, the one a high-priority request waits for loads first."""
+    d = driver(
+        capacity_gb=10,
+        a=policy(10, autoload=True),
+        n=policy(10, autoload=True),
+        h=policy(10, autoload=True),
+    )
+    d.arrive(model="a")
+    d.ready("a", 10 * GB)
+    d.done(1)
+    d.arrive(model="n")
+    d.arrive(model="h", priority="high")
+    assert d.core.wanted() == {"n": ("a",), "h": ()}  # n's swap was committed first
+    d.stopped("a")
+    d.ready("n", 10 * GB)
+    d.done(d.effects.granted_ids[-1])
+    assert d.core.wanted() == {"h": ("n",)}
+
+
+def test_lifecycle_resident_reports_use() -> None:
+    """resident() gives state, memory, in-flight, waiting and last use per managed model."""
+    d = driver(a=policy(8, keep_alive_s=100.0))
+    resident_with(d, "a", 8)
+    d.now = 5.0
+    d.arrive(model="a")
+    d.arrive(model="a")
+    view = d.core.resident()["a"]
+    assert (view.in_flight, view.waiting, view.last_used) == (1, 1, 5.0)
+    assert view.keep_alive_until == 105.0 and view.evicting_for is None
