@@ -1,0 +1,282 @@
+"""`POST /v1/images/generations` in OpenAI's shape, served by a ComfyUI workflow.
+
+Request (OpenAI's fields): `prompt` (required), `model` (the runner's model id, whose
+checkpoint and workflow template the models file names), `n` (1-10, the template's
+`batch_size`), `size` (`"WxH"` or `"auto"`), `response_format` (`b64_json`, the default
+here as for gpt-image-1, or `url`). `quality`, `style`, `user`, `background`,
+`moderation` and `output_compression` are accepted and have no effect; `output_format`
+must be `png` when given. Runner extensions: `x_seed`, `x_negative_prompt`, `x_steps`,
+`x_cfg` (used when the model's template declares `seed`, `negative_prompt`, `steps`,
+`cfg`), and `webhook` (async jobs). Anything else is refused, as OpenAI does.
+
+Answer: `{"created": <unix time>, "data": [{"b64_json": ...} | {"url": ...}, ...]}`, one
+entry per image the workflow saved.
+
+`generate` is one coroutine for both forms: the synchronous request awaits it, and the
+async form hands `job_work(...)` to the job manager (`runner/jobs`), whose
+`ProgressReporter` then receives progress in workflow nodes (`JobView.progress`).
+Cancelling it (client gone, `DELETE /v1/jobs/{id}`) removes the prompt from ComfyUI's queue
+or interrupts it (`follow.run`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import re
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from adapters.comfyui.client import ComfyUIClient
+from adapters.comfyui.errors import (
+    ExecutionFailed,
+    ExecutionInterrupted,
+    InvalidImageRequest,
+)
+from adapters.comfyui.events import JobView
+from adapters.comfyui.follow import Finished, FollowTiming, run
+from adapters.comfyui.store import ImageStore, file_path
+from adapters.comfyui.workflows import MAX_SEED, Value, WorkflowTemplate
+from runner.errors import EngineBadResponse, EngineError
+from runner.jobs.progress import ProgressReporter
+
+log = logging.getLogger("quorum.comfyui")
+
+ResponseFormat = Literal["b64_json", "url"]
+MAX_N = 10
+_SIZE = re.compile(r"([1-9][0-9]{0,4})x([1-9][0-9]{0,4})")
+_IGNORED = frozenset({"quality", "style", "user", "background", "moderation", "output_compression"})
+_EXTENSIONS: dict[str, tuple[str, type | tuple[type, ...]]] = {
+    "x_negative_prompt": ("negative_prompt", str),
+    "x_steps": ("steps", int),
+    "x_cfg": ("cfg", (int, float)),
+}
+_KNOWN = frozenset(
+    {"model", "prompt", "n", "size", "response_format", "output_format", "x_seed", "webhook"}
+    | _IGNORED
+    | set(_EXTENSIONS)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ImageRequest:
+    model: str
+    prompt: str
+    n: int = 1
+    size: tuple[int, int] | None = None
+    response_format: ResponseFormat = "b64_json"
+    seed: int | None = None
+    extras: Mapping[str, Value] = field(default_factory=dict)
+    webhook: str | None = None
+
+    @property
+    def cost(self) -> int:
+        """Scheduling cost in token-equivalents: one per 32x32 pixel patch of every image."""
+        width, height = self.size or (512, 512)
+        return max(1, self.n * (width * height) // 1024)
+
+
+def parse_image_request(obj: Mapping[str, Any]) -> ImageRequest:
+    """The request's fields, checked (pure).
+
+    1. Unknown fields: 400 naming them.
+    2. `model` and `prompt`: non-empty strings.
+    3. `n`: an integer 1-10 (default 1).
+    4. `size`: `"WxH"` or `"auto"` / absent (the template's defaults).
+    5. `response_format`: `b64_json` (default) or `url`; `output_format`: `png` only.
+    6. Extensions: `x_seed` an integer 0..2^64-1; `x_negative_prompt` text; `x_steps` an
+       integer; `x_cfg` a number; `webhook` a string (checked by the job manager).
+    """
+    unknown = sorted(set(obj) - _KNOWN)  # 1
+    if unknown:
+        raise InvalidImageRequest(f"unrecognized request argument(s): {', '.join(unknown)}")
+    model, prompt = obj.get("model"), obj.get("prompt")  # 2
+    if not isinstance(model, str) or not model:
+        raise InvalidImageRequest("the 'model' field is required and must be a string")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise InvalidImageRequest("the 'prompt' field is required and must be non-empty text")
+    n = obj.get("n", 1)  # 3
+    if n is None:
+        n = 1
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
+        raise InvalidImageRequest(f"n must be an integer from 1 to {MAX_N}")
+    size = _parse_size(obj.get("size"))  # 4
+    fmt: ResponseFormat
+    match obj.get("response_format") or "b64_json":  # 5
+        case "b64_json":
+            fmt = "b64_json"
+        case "url":
+            fmt = "url"
+        case _:
+            raise InvalidImageRequest("response_format must be 'b64_json' or 'url'")
+    if obj.get("output_format") not in (None, "png"):
+        raise InvalidImageRequest("output_format must be 'png' (ComfyUI's SaveImage writes PNG)")
+    seed = obj.get("x_seed")  # 6
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED
+    ):
+        raise InvalidImageRequest("x_seed must be an integer from 0 to 2^64-1")
+    extras: dict[str, Value] = {}
+    for key, (param, kinds) in _EXTENSIONS.items():
+        value = obj.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise InvalidImageRequest(f"{key} has the wrong type")
+        assert isinstance(value, str | int | float)
+        extras[param] = value
+    webhook = obj.get("webhook")
+    if webhook is not None and not isinstance(webhook, str):
+        raise InvalidImageRequest("webhook must be a URL string")
+    return ImageRequest(model, prompt, n, size, fmt, seed, extras, webhook)
+
+
+def _parse_size(size: object) -> tuple[int, int] | None:
+    if size is None or size == "auto":
+        return None
+    match = _SIZE.fullmatch(size) if isinstance(size, str) else None
+    if match is None:
+        raise InvalidImageRequest("size must be 'WIDTHxHEIGHT' (e.g. '1024x1024') or 'auto'")
+    return int(match.group(1)), int(match.group(2))
+
+
+class ImageModel(Protocol):
+    """What generation needs of a loaded ComfyUI model (`engine.ComfyUIEngine`)."""
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def client(self) -> ComfyUIClient: ...
+
+    @property
+    def template(self) -> WorkflowTemplate: ...
+
+    @property
+    def checkpoint(self) -> str | None: ...
+
+    def ensure_ready(self) -> None:
+        """Raise unless the model is loaded."""
+        ...
+
+
+def workflow_values(
+    model: ImageModel, request: ImageRequest, seed: int, prefix: str
+) -> dict[str, Value]:
+    """The template parameters for `request` (pure).
+
+    1. Always: `filename_prefix`; `checkpoint` and `seed` when the template declares them.
+    2. `prompt` when declared (a model-free template ignores it).
+    3. `n` > 1 and `size` need `batch_size` / `width` and `height`: 400 if not declared.
+    4. Each extension needs its parameter declared: 400 naming it.
+    """
+    params = model.template.params
+    values: dict[str, Value] = {"filename_prefix": prefix}  # 1
+    if "checkpoint" in params and model.checkpoint is not None:
+        values["checkpoint"] = model.checkpoint
+    if "seed" in params:
+        values["seed"] = seed
+    if "prompt" in params:  # 2
+        values["prompt"] = request.prompt
+    if "batch_size" in params:  # 3
+        values["batch_size"] = request.n
+    elif request.n != 1:
+        raise InvalidImageRequest(f"model {model.model_id!r} makes one image per request")
+    if request.size is not None:
+        if "width" not in params or "height" not in params:
+            raise InvalidImageRequest(f"model {model.model_id!r} has a fixed size")
+        values["width"], values["height"] = request.size
+    for name, value in request.extras.items():  # 4
+        if name not in params:
+            raise InvalidImageRequest(f"model {model.model_id!r} does not take x_{name}")
+        values[name] = value
+    return values
+
+
+@dataclass(frozen=True, slots=True)
+class Generated:
+    body: dict[str, Any]
+    prompt_id: str
+    engine_ms: int
+
+
+class ImageGenerator:
+    """Runs image requests on ComfyUI models; one per runner."""
+
+    def __init__(
+        self,
+        store: ImageStore | None = None,
+        timing: FollowTiming | None = None,
+        clock: Callable[[], float] = time.time,
+        seeds: Callable[[], int] = lambda: secrets.randbits(63),
+    ) -> None:
+        self.store = store
+        self.timing = timing or FollowTiming()
+        self._clock = clock
+        self._seeds = seeds
+
+    async def generate(
+        self,
+        model: ImageModel,
+        request: ImageRequest,
+        progress: ProgressReporter | None = None,
+        url_for: Callable[[str], str] = file_path,
+    ) -> Generated:
+        """Render, submit, follow, fetch; the OpenAI answer.
+
+        1. The model must be loaded; `url` needs an image store.
+        2. Render the template (400 on a bad parameter) with a per-job `filename_prefix`.
+        3. Run it (`follow.run`); progress goes to `progress` as it comes.
+        4. The verdict: an execution error or an interrupt by someone else fail (502);
+           success without a saved image is a bad response.
+        5. Fetch every image with `/view`; base64, or kept in the store for `url`.
+        6. Forget the prompt in ComfyUI's history (best effort).
+        """
+        model.ensure_ready()  # 1
+        if request.response_format == "url" and self.store is None:
+            raise InvalidImageRequest("response_format 'url' is not enabled on this runner")
+        seed = request.seed if request.seed is not None else self._seeds()
+        prefix = f"quorum/{secrets.token_hex(8)}"
+        graph = model.template.render(workflow_values(model, request, seed, prefix))  # 2
+        total = model.template.node_count
+
+        async def on_view(view: JobView) -> None:
+            if progress is not None and view.started:
+                await progress.report(*view.progress(total))
+
+        finished = await run(model.client, graph, on_view, self.timing)  # 3
+        images = _verdict(model.model_id, finished)  # 4
+        data = []
+        for ref in images:  # 5
+            content = await model.client.view(ref)
+            if not content:
+                raise EngineBadResponse(f"ComfyUI returned an empty image {ref.filename!r}")
+            if request.response_format == "b64_json":
+                data.append({"b64_json": base64.b64encode(content).decode("ascii")})
+            else:
+                assert self.store is not None
+                token = await asyncio.to_thread(self.store.put, content)
+                data.append({"url": url_for(token)})
+        with contextlib.suppress(EngineError):  # 6
+            await model.client.delete_history([finished.prompt_id])
+        body = {"created": int(self._clock()), "data": data}
+        return Generated(body, finished.prompt_id, finished.engine_ms)
+
+
+def _verdict(model_id: str, finished: Finished) -> tuple[Any, ...]:
+    outcome = finished.outcome
+    if outcome.verdict == "error":
+        detail = outcome.failure.describe() if outcome.failure else "no detail in its history"
+        raise ExecutionFailed(f"ComfyUI failed the workflow of model {model_id!r}: {detail}")
+    if outcome.verdict == "interrupted":
+        raise ExecutionInterrupted(
+            f"the generation for model {model_id!r} was interrupted at ComfyUI"
+        )
+    if not outcome.images:
+        raise EngineBadResponse(f"the workflow of model {model_id!r} saved no image")
+    return outcome.images

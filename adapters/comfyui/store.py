@@ -1,0 +1,90 @@
+"""Generated images kept for `response_format: url`, under unguessable names, for a while.
+
+OpenAI's image URLs expire (after an hour); these do too. A URL is a capability: whoever
+holds it can read the image, as with OpenAI's. The runner serves them at
+`GET /v1/images/files/{token}.png` (`http.ImageFiles`). Files live in one directory;
+which token expires when is kept in memory, so a restart forgets them and `sweep`
+(called at start-up and now and then) removes files nobody can reach any more.
+File I/O here is blocking: callers run it in a thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+FILES_PATH = "/v1/images/files/"
+TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{32}")
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    path: Path
+    expires_at: float
+
+
+class ImageStore:
+    def __init__(
+        self, directory: Path, ttl_s: float = 3600.0, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.directory = directory
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._items: dict[str, Stored] = {}
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def put(self, data: bytes, suffix: str = ".png") -> str:
+        """Keep `data`; its token (32 URL-safe characters, 192 random bits)."""
+        token = secrets.token_urlsafe(24)
+        path = self.directory / f"{token}{suffix}"
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+        self._items[token] = Stored(path, self._clock() + self.ttl_s)
+        return token
+
+    def get(self, token: str) -> bytes | None:
+        """The image, or None when the token is unknown, malformed or expired."""
+        if not TOKEN_RE.fullmatch(token):
+            return None
+        item = self._items.get(token)
+        if item is None:
+            return None
+        if self._clock() >= item.expires_at:
+            self._drop(token)
+            return None
+        try:
+            return item.path.read_bytes()
+        except FileNotFoundError:
+            self._items.pop(token, None)
+            return None
+
+    def sweep(self) -> int:
+        """Remove expired images and files no token points to; how many files went."""
+        now = self._clock()
+        for token in [t for t, s in self._items.items() if now >= s.expires_at]:
+            self._drop(token)
+        known = {s.path.name for s in self._items.values()}
+        removed = 0
+        for path in self.directory.iterdir():
+            if path.is_file() and path.name not in known:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                    removed += 1
+        return removed
+
+    def _drop(self, token: str) -> None:
+        item = self._items.pop(token, None)
+        if item is not None:
+            with contextlib.suppress(FileNotFoundError):
+                item.path.unlink()
+
+
+def file_path(token: str) -> str:
+    """The runner path that serves the image with this token."""
+    return f"{FILES_PATH}{token}.png"

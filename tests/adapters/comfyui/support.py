@@ -1,0 +1,64 @@
+"""Helpers shared by the ComfyUI adapter tests."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from adapters.comfyui.follow import FollowTiming
+from adapters.comfyui.workflows import MODEL_FREE_TEST, TXT2IMG
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+CHECKPOINT = "sd15.safetensors"
+FAST = FollowTiming(safety_poll_s=0.2, fallback_poll_s=0.05, reopen_after_s=0.1, max_reopen=5)
+"""Polling fast enough for tests; nothing waits on it except when a websocket fails."""
+
+
+def comfy_base(root: Path) -> Path:
+    """A ComfyUI base directory with one checkpoint in models/checkpoints."""
+    checkpoints = root / "models" / "checkpoints"
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    (checkpoints / CHECKPOINT).write_bytes(b"fake weights")
+    return root
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk; fails if `data` is not a PNG."""
+    assert data[:8] == PNG_SIGNATURE, "not a PNG"
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def txt2img(prompt: str, prefix: str, **values: Any) -> dict[str, Any]:
+    """The default text-to-image graph on the test checkpoint, 64x64, 3 steps."""
+    base: dict[str, Any] = {
+        "prompt": prompt,
+        "checkpoint": CHECKPOINT,
+        "filename_prefix": prefix,
+        "width": 64,
+        "height": 64,
+        "steps": 3,
+    }
+    return TXT2IMG.render({**base, **values})
+
+
+def model_free(prefix: str, **values: Any) -> dict[str, Any]:
+    return MODEL_FREE_TEST.render({"filename_prefix": prefix, **values})
+
+
+async def fake_state(http: httpx.AsyncClient) -> dict[str, Any]:
+    state: dict[str, Any] = (await http.get("/_fake/comfy")).json()
+    return state
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
+    """Wait until `check()` is true (a subprocess's state), failing after `timeout`."""
+    async with asyncio.timeout(timeout):
+        while not await check():
+            await asyncio.sleep(0.02)

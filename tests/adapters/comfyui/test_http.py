@@ -1,0 +1,258 @@
+"""POST /v1/images/generations through the ASGI handler: headers, tenants, admission, the
+runner's error envelope, the async job form with a signed webhook, and client disconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from standardwebhooks import Webhook
+
+from adapters.comfyui.engine import ComfyUIEngine
+from adapters.comfyui.http import ImageFiles, ImagesPath, job_submitter
+from adapters.comfyui.images import ImageGenerator
+from adapters.comfyui.server import ComfyUIServer
+from adapters.comfyui.store import FILES_PATH, ImageStore
+from adapters.comfyui.workflows import TXT2IMG, Param, WorkflowTemplate
+from runner.jobs import (
+    JobManager,
+    JobNotFound,
+    JobStatus,
+    MemoryJobStore,
+    RetryPolicy,
+    WebhookSender,
+)
+from runner.metrics import Metrics
+from runner.proxy import Message, Receive, Scope, Send
+from runner.scheduler import SchedulerAdmission, SchedulerConfig
+from tenants.config import TenantsConfig
+from tenants.ratelimit import RateLimiter
+from tests.adapters.comfyui.support import CHECKPOINT, FAST, eventually, png_size
+from tests.fixtures.launch import FakeEngine
+
+SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
+HOOK = "https://hooks.example.test/images"
+LOOSE = WorkflowTemplate(
+    "loose",
+    TXT2IMG.graph,
+    {**TXT2IMG.params, "width": Param("int", 64, 1, 4096), "height": Param("int", 64, 1, 4096)},
+)
+"""txt2img with looser size bounds than ComfyUI's EmptyLatentImage (min 16): ComfyUI's own
+validation then refuses what ours let through."""
+
+
+@dataclass
+class Runner:
+    app: Any
+    manager: JobManager
+    hooks: list[httpx.Request]
+    client: httpx.AsyncClient
+    engine: ComfyUIEngine
+
+
+@pytest.fixture
+async def runner(comfy: FakeEngine, comfy_dir: Path, tmp_path: Path) -> AsyncIterator[Runner]:
+    server = ComfyUIServer.attach(comfy.url, comfyui_path=str(comfy_dir))
+    engine = ComfyUIEngine("sd", server, TXT2IMG, CHECKPOINT, timing=FAST)
+    loose = ComfyUIEngine("loose", server, LOOSE, CHECKPOINT, timing=FAST)
+    await engine.load()
+    await loose.load()
+    admission = SchedulerAdmission(SchedulerConfig(model_concurrency={"sd": 1, "loose": 1}))
+    await admission.start()
+    hooks: list[httpx.Request] = []
+
+    def receive_hook(request: httpx.Request) -> httpx.Response:
+        hooks.append(request)
+        return httpx.Response(204)
+
+    hook_client = httpx.AsyncClient(transport=httpx.MockTransport(receive_hook))
+    sender = WebhookSender(hook_client, SECRET, policy=RetryPolicy(attempts=1))
+    manager = JobManager(MemoryJobStore(time.time), sender, "runner-1", time.time)
+    store = ImageStore(tmp_path / "images")
+    tenants = TenantsConfig()
+    images = ImagesPath(
+        {"sd": engine, "loose": loose},
+        ImageGenerator(store, timing=FAST),
+        admission,
+        RateLimiter(tenants),
+        tenants,
+        Metrics(),
+        1 << 20,
+        submit_job=job_submitter(manager),
+    )
+    files = ImageFiles(store)
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        target = files if scope["path"].startswith(FILES_PATH) else images
+        await target(scope, receive, send)
+
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://runner") as client:
+        yield Runner(app, manager, hooks, client, engine)
+    await manager.aclose()
+    await admission.stop()
+    await hook_client.aclose()
+    await server.stop()
+
+
+def _post(runner: Runner, body: dict[str, Any], tenant: str = "acme", **headers: str) -> Any:
+    return runner.client.post(
+        "/v1/images/generations", json=body, headers={"X-Tenant-ID": tenant, **headers}
+    )
+
+
+async def test_images_answer_in_openai_shape_with_the_runners_headers(runner: Runner) -> None:
+    """200 `{created, data: [{b64_json}]}`, PNGs of the asked size, and the runner's headers."""
+    response = await _post(
+        runner,
+        {"model": "sd", "prompt": "a red kite", "size": "96x64", "n": 2},
+        **{"X-Request-Id": "img-1"},
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert [png_size(base64.b64decode(d["b64_json"])) for d in body["data"]] == [(96, 64)] * 2
+    headers = response.headers
+    assert headers["x-request-id"] == "img-1"
+    assert headers["x-cache-hit"] == "false"
+    assert int(headers["x-queue-wait-ms"]) >= 0 and int(headers["x-gpu-time-ms"]) >= 0
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"model": "sd", "prompt": "x", "size": "big"}, 400, "invalid_image_request"),
+        ({"model": "sd", "prompt": "x", "size": "4096x4096"}, 400, "invalid_workflow_parameter"),
+        ({"model": "nope", "prompt": "x"}, 404, "model_not_found"),
+        ({"model": "sd", "prompt": "x", "webhook": HOOK}, 400, "invalid_image_request"),
+    ],
+)
+async def test_images_refusals_use_the_runners_envelope(
+    runner: Runner, body: dict[str, Any], status: int, code: str
+) -> None:
+    """Bad fields, bounds, unknown models: the runner's error envelope and status."""
+    response = await _post(runner, body)
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == code
+
+
+async def test_comfyui_400_is_our_400_with_the_node_errors(runner: Runner) -> None:
+    """What ComfyUI's own validation refuses comes back as a 400 naming node and error."""
+    response = await _post(runner, {"model": "loose", "prompt": "x", "size": "8x8"})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "comfyui_workflow_rejected"
+    assert error["comfyui_error"] == "prompt_outputs_failed_validation"
+    assert "node 5 (EmptyLatentImage): value_smaller_than_min" in error["message"]
+    assert error["node_errors"]["5"]["errors"][0]["type"] == "value_smaller_than_min"
+    assert int(response.headers["x-queue-wait-ms"]) >= 0  # refused after admission
+
+
+async def test_images_url_form_is_served_by_the_file_route(runner: Runner) -> None:
+    """response_format=url: the URL serves the PNG; an unknown token is a 404."""
+    response = await _post(runner, {"model": "sd", "prompt": "a kite", "response_format": "url"})
+    url = response.json()["data"][0]["url"]
+    assert url.startswith("http://runner/v1/images/files/")  # from the request's Host
+    image = await runner.client.get(url)
+    assert image.status_code == 200 and image.headers["content-type"] == "image/png"
+    assert png_size(image.content) == (512, 512)
+    missing = await runner.client.get(FILES_PATH + "A" * 32 + ".png")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "image_not_found"
+
+
+async def test_images_async_form_is_a_job_with_a_signed_webhook(runner: Runner) -> None:
+    """Prefer: respond-async -> 202 + Location; the job runs, succeeds with the images, is
+    readable by its tenant only, and its webhook is signed (Standard Webhooks)."""
+    body = {"model": "sd", "prompt": "a kite", "size": "64x64", "webhook": HOOK}
+    response = await _post(runner, body, Prefer="respond-async")
+    assert response.status_code == 202, response.text
+    job_id = response.json()["id"]
+    assert response.headers["location"] == f"/v1/jobs/{job_id}"
+    assert response.headers["preference-applied"] == "respond-async"
+    await runner.manager.join(job_id)
+    job = await runner.manager.get(job_id, "acme")
+    assert job.status is JobStatus.SUCCEEDED, job.error
+    assert job.kind == "image_generation" and job.progress is not None
+    assert job.progress.done == job.progress.total
+    (item,) = job.result["data"]  # type: ignore[index]
+    assert png_size(base64.b64decode(item["b64_json"])) == (64, 64)
+    with pytest.raises(JobNotFound):
+        await runner.manager.get(job_id, "someone-else")
+    (hook,) = runner.hooks
+    payload = Webhook(SECRET).verify(hook.content, dict(hook.headers))
+    assert payload["data"]["id"] == job_id and payload["data"]["status"] == "succeeded"
+
+
+async def test_images_async_job_cancel_interrupts_the_prompt(runner: Runner) -> None:
+    """DELETE of the job (manager.cancel) interrupts its prompt at ComfyUI."""
+    body = {"model": "sd", "prompt": "[fake:slow]", "size": "64x64", "x_steps": 50}
+    response = await _post(runner, body, Prefer="respond-async")
+    job_id = response.json()["id"]
+
+    async def sampling() -> bool:
+        job = await runner.manager.get(job_id, "acme")
+        return job.progress is not None and job.progress.done > 3
+
+    await eventually(sampling)
+    (prompt_id,) = (await runner.engine.client.queue()).running
+    job = await runner.manager.cancel(job_id, "acme")
+    assert job.status is JobStatus.CANCELLED
+
+    async def interrupted() -> bool:
+        entry = await runner.engine.client.history(prompt_id)
+        return entry is not None and entry["status"]["messages"][-1][0] == "execution_interrupted"
+
+    await eventually(interrupted)
+
+
+async def test_client_disconnect_interrupts_the_prompt(runner: Runner) -> None:
+    """A client that goes away while its image is generated: the prompt is interrupted and
+    nothing is sent to it."""
+    gone = asyncio.Event()
+    body = json.dumps({"model": "sd", "prompt": "[fake:slow]", "x_steps": 50}).encode()
+    messages: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> Message:
+        if messages:
+            return messages.pop(0)
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/images/generations",
+        "headers": [(b"x-tenant-id", b"acme"), (b"content-type", b"application/json")],
+    }
+    task = asyncio.create_task(runner.app(scope, receive, send))
+
+    async def running() -> bool:
+        return bool((await runner.engine.client.queue()).running)
+
+    await eventually(running)
+    (prompt_id,) = (await runner.engine.client.queue()).running
+    gone.set()
+    await asyncio.wait_for(task, 10)
+    assert sent == []
+
+    async def interrupted() -> bool:
+        entry = await runner.engine.client.history(prompt_id)
+        return entry is not None and entry["status"]["messages"][-1][0] == "execution_interrupted"
+
+    await eventually(interrupted)
+    with contextlib.suppress(Exception):
+        task.result()
