@@ -1,0 +1,119 @@
+"""Is this file audio we can transcribe, and how long is it? (PyAV, before admission.)
+
+The duration is the request's cost in the scheduler and the total of a job's
+progress, so it must be known before the request queues; a file the worker
+could not decode must be refused with a 400 here, not after a wait in the queue.
+
+`probe_audio` blocks (it decodes); call it in a thread: `await asyncio.to_thread(...)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import av
+import av.error
+
+from runner.audio.errors import AudioTooShort, InvalidAudio
+
+MIN_DURATION_S = 0.1
+CHECK_SECONDS = 1.0
+_AV_TIME_BASE = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class AudioInfo:
+    duration_s: float
+    container: str
+    codec: str
+    sample_rate: int
+    channels: int
+
+
+def probe_audio(path: str, check_seconds: float = CHECK_SECONDS) -> AudioInfo:
+    """Check that `path` holds decodable audio and measure its duration.
+
+    1. Open the container; failure: `InvalidAudio` naming FFmpeg's complaint.
+    2. No audio stream: `InvalidAudio`.
+    3. Decode the first audio stream packet by packet, skipping packets that fail (as
+       faster-whisper does), until `check_seconds` of samples were decoded or it ends.
+    4. Nothing decoded: `InvalidAudio` with the first decoder error.
+    5. Duration: the decoded samples if the stream ended within the check (exact);
+       else the stream's, else the container's duration; else decode to the end.
+    6. Under 0.1 s: `AudioTooShort` (OpenAI's code and message).
+    """
+    try:  # 1
+        container = av.open(path, metadata_errors="ignore")
+    except (av.error.FFmpegError, UnicodeDecodeError, ValueError) as exc:
+        raise InvalidAudio(
+            f"Invalid file format: the file could not be read as audio ({_reason(exc)})"
+        ) from None
+    with container:
+        if not container.streams.audio:  # 2
+            raise InvalidAudio("Invalid file format: the file has no audio stream")
+        stream = container.streams.audio[0]
+        rate = int(stream.rate or stream.codec_context.sample_rate or 0)
+        samples = 0
+        first_error: BaseException | None = None
+        ended = True
+        packets = container.demux(stream)
+        try:  # 3
+            for packet in packets:
+                try:
+                    frames = packet.decode()
+                except av.error.FFmpegError as exc:
+                    first_error = first_error or exc
+                    continue
+                for frame in frames:
+                    samples += frame.samples
+                    rate = rate or int(frame.sample_rate)
+                if rate and samples >= check_seconds * rate:
+                    ended = False
+                    break
+        except av.error.FFmpegError as exc:  # a demuxer error ends the stream
+            first_error = first_error or exc
+        if samples == 0 or not rate:  # 4
+            why = f" ({_reason(first_error)})" if first_error is not None else ""
+            raise InvalidAudio(f"Invalid file format: the audio could not be decoded{why}")
+        duration = samples / rate  # 5
+        if not ended:
+            duration = _metadata_duration(container, stream) or _decode_rest(packets, samples, rate)
+        info = AudioInfo(
+            duration_s=duration,
+            container=str(container.format.name),
+            codec=str(stream.codec_context.name),
+            sample_rate=rate,
+            channels=int(stream.codec_context.channels or 0),
+        )
+    if info.duration_s < MIN_DURATION_S:  # 6
+        raise AudioTooShort("Audio file is too short. Minimum audio length is 0.1 seconds.")
+    return info
+
+
+def _metadata_duration(container: av.container.InputContainer, stream: av.AudioStream) -> float:
+    if stream.duration is not None and stream.time_base is not None:
+        return float(stream.duration * Fraction(stream.time_base))
+    if container.duration is not None:
+        return float(container.duration) / _AV_TIME_BASE
+    return 0.0
+
+
+def _decode_rest(packets: object, samples: int, rate: int) -> float:
+    """Keep decoding (skipping bad packets) and count every sample."""
+    try:
+        for packet in packets:  # type: ignore[attr-defined]
+            try:
+                frames = packet.decode()
+            except av.error.FFmpegError:
+                continue
+            samples += sum(frame.samples for frame in frames)
+    except av.error.FFmpegError:
+        pass
+    return samples / rate
+
+
+def _reason(exc: BaseException) -> str:
+    """FFmpeg's words for the failure, without the errno and the C function name."""
+    strerror = getattr(exc, "strerror", None)
+    return str(strerror) if strerror else str(exc)

@@ -1,0 +1,218 @@
+"""Transcribe one file for one tenant: the core that HTTP requests and async jobs share.
+
+    service = SpeechService(engines, admission, metrics)
+    audio = await service.probe(upload.path)                   # 400s before any queue
+    result = await service.transcribe(request, audio, caller, progress=reporter.report)
+
+A run is: route to the model's engine, wait for admission (the scheduler's queue, fair
+share, priorities), send the file to the worker, collect its segments (calling
+`on_segment` and `progress(seconds_done, total)` for each), give the slot back.
+
+**Cost.** The scheduler weighs requests in tokens; a transcription's cost is its audio
+duration at `COST_UNITS_PER_AUDIO_SECOND` (10) units per second, as input tokens: one
+minute of audio weighs like a 600-token prompt. The estimate is the file's full duration;
+the usage reported at release is the audio actually transcribed (less when cancelled).
+
+**Cancel.** Cancelling the task that awaits `transcribe` (client gone, job deleted)
+withdraws a queued request, or tells the worker to stop at its next segment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+from adapters.whisper.engine import WhisperEngine
+from adapters.whisper.messages import Info, Segment
+from runner.admission import Admission, AdmissionRequest, Grant, Usage
+from runner.audio.errors import InvalidAudio, UnsupportedLanguage
+from runner.audio.formats import Transcript
+from runner.audio.metrics import SpeechMetrics
+from runner.audio.probe import AudioInfo, probe_audio
+from runner.audio.request import SpeechRequest
+from runner.errors import EngineCrashed, ModelNotFound, ServiceUnavailable
+
+COST_UNITS_PER_AUDIO_SECOND = 10
+
+Progress = Callable[[float, float], Awaitable[None]]
+"""`progress(seconds_done, seconds_total)`: a job's `ProgressReporter.report` fits."""
+OnSegment = Callable[[Segment], Awaitable[None]]
+OnStart = Callable[["SpeechRun", Info], Awaitable[None]]
+
+
+def admission_cost(audio_seconds: float) -> int:
+    """Scheduler cost units (input tokens) for `audio_seconds` of audio; at least 1."""
+    return max(1, math.ceil(audio_seconds * COST_UNITS_PER_AUDIO_SECOND))
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who asks: the request id (also the worker's), the tenant, the priority band."""
+
+    request_id: str
+    tenant: str
+    priority: str = "normal"
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechResult:
+    transcript: Transcript
+    engine_ms: int
+    queue_wait_ms: int
+
+
+class SpeechService:
+    """Routes speech requests to engines through admission; see the module docstring.
+
+    `route_missing(model)` is asked about a model with no ready engine, as the data
+    path asks it: it raises the 404, or returns when the request may wait for a load.
+    """
+
+    def __init__(
+        self,
+        engines: Mapping[str, WhisperEngine],
+        admission: Admission,
+        metrics: SpeechMetrics,
+        route_missing: Callable[[str], None] | None = None,
+    ) -> None:
+        self.engines = engines
+        self.admission = admission
+        self.metrics = metrics
+        self.route_missing = route_missing or self._not_loaded
+
+    def check_model(self, model: str) -> None:
+        """Raise the 404 now if `model` has no engine and cannot get one."""
+        if model not in self.engines:
+            self.route_missing(model)
+
+    async def probe(self, path: str) -> AudioInfo:
+        """`probe_audio` in a thread: 400 for undecodable or too-short audio."""
+        return await asyncio.to_thread(probe_audio, path)
+
+    async def transcribe(
+        self,
+        request: SpeechRequest,
+        audio: AudioInfo,
+        caller: Caller,
+        *,
+        progress: Progress | None = None,
+        on_segment: OnSegment | None = None,
+    ) -> SpeechResult:
+        """Run one transcription to its end; raises its error (4xx/5xx RunnerError)."""
+        run = SpeechRun(self, request, audio, caller, progress=progress, on_segment=on_segment)
+        transcript = await run.execute()
+        return SpeechResult(transcript, run.engine_ms, run.queue_wait_ms)
+
+    def _not_loaded(self, model: str) -> None:
+        loaded = ", ".join(sorted(self.engines)) or "none"
+        raise ModelNotFound(f"model {model!r} is not loaded; loaded models: {loaded}")
+
+
+class SpeechRun:
+    """One transcription's execution; its fields say how far it got, even when it failed."""
+
+    def __init__(
+        self,
+        service: SpeechService,
+        request: SpeechRequest,
+        audio: AudioInfo,
+        caller: Caller,
+        *,
+        on_start: OnStart | None = None,
+        on_segment: OnSegment | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        self.service = service
+        self.request = request
+        self.audio = audio
+        self.caller = caller
+        self.on_start = on_start
+        self.on_segment = on_segment
+        self.progress = progress
+        self.grant: Grant | None = None
+        self.info: Info | None = None
+        self.segments: list[Segment] = []
+        self.seconds_done = 0.0
+        self.engine_ms = 0
+        self.outcome = "error"
+
+    @property
+    def queue_wait_ms(self) -> int:
+        return self.grant.queue_wait_ms if self.grant is not None else 0
+
+    async def execute(self) -> Transcript:
+        """1. route, 2. admission, 3. engine (again: it may have loaded while queued),
+        4. transcribe, segment by segment, 5. release the slot with the audio done and
+        report the outcome (also on failure and cancellation)."""
+        svc, req = self.service, self.request
+        engine = svc.engines.get(req.model)
+        if engine is None:  # 1
+            svc.route_missing(req.model)
+        cost = admission_cost(self.audio.duration_s)
+        ticket = AdmissionRequest(
+            self.caller.request_id, req.model, self.caller.tenant, self.caller.priority, cost, 0
+        )
+        self.grant = await svc.admission.acquire(ticket)  # 2
+        started = time.perf_counter()
+        svc.metrics.begin_request(req.model)
+        try:
+            engine = svc.engines.get(req.model)  # 3
+            if engine is None:
+                raise ServiceUnavailable(f"model {req.model!r} is no longer loaded")
+            transcript = await self._transcribe(engine)  # 4
+            self.outcome = "ok"
+            return transcript
+        except asyncio.CancelledError:
+            self.outcome = "cancelled"
+            raise
+        except (InvalidAudio, UnsupportedLanguage):
+            self.outcome = "invalid_audio"
+            raise
+        except EngineCrashed:
+            self.outcome = "engine_crashed"
+            raise
+        finally:  # 5
+            elapsed = time.perf_counter() - started
+            svc.metrics.end_request(req.model, elapsed)
+            usage = Usage(admission_cost(self.seconds_done), 0) if self.seconds_done else None
+            svc.admission.release(self.grant, usage)
+            rtf = None
+            if self.outcome == "ok" and self.info is not None and self.info.duration > 0:
+                rtf = (self.engine_ms / 1000) / self.info.duration
+            svc.metrics.observe_transcription(
+                req.model, self.caller.tenant, self.outcome, self.seconds_done, rtf
+            )
+
+    async def _transcribe(self, engine: WhisperEngine) -> Transcript:
+        req = self.request
+        async with engine.transcribe(
+            req.audio_path,
+            request_id=self.caller.request_id,
+            task=req.task,
+            language=req.language,
+            prompt=req.prompt,
+            temperature=req.temperature,
+            word_timestamps=req.words,
+        ) as t:
+            try:
+                info = self.info = await t.wait_info()
+                if self.on_start is not None:
+                    await self.on_start(self, info)
+                if self.progress is not None:
+                    await self.progress(0.0, info.duration)
+                async for segment in t:
+                    self.segments.append(segment)
+                    self.seconds_done = min(segment.end, info.duration)
+                    if self.on_segment is not None:
+                        await self.on_segment(segment)
+                    if self.progress is not None:
+                        await self.progress(self.seconds_done, info.duration)
+                self.seconds_done = info.duration
+            finally:
+                self.engine_ms = t.done.engine_ms if t.done is not None else 0
+        if self.progress is not None:
+            await self.progress(info.duration, info.duration)
+        return Transcript(req.task, info.language, info.duration, tuple(self.segments))

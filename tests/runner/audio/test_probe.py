@@ -1,0 +1,54 @@
+"""probe_audio on real files: espeak-ng speech, sox silence, corrupt and non-audio files."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runner.audio.errors import AudioTooShort, InvalidAudio
+from runner.audio.probe import probe_audio
+from tests.adapters.whisper.speech import SpeechFiles
+
+
+def test_probe_measures_speech(speech: SpeechFiles) -> None:
+    """A WAV of espeak-ng speech decodes; its duration is sox's."""
+    info = probe_audio(str(speech.hello))
+    expected = float(
+        subprocess.run(
+            ["sox", "--i", "-D", str(speech.hello)], capture_output=True, text=True
+        ).stdout
+    )
+    assert info.duration_s == pytest.approx(expected, abs=0.01)
+    assert info.container == "wav" and info.sample_rate > 0
+
+
+def test_probe_long_file_uses_its_metadata(speech: SpeechFiles, tmp_path: Path) -> None:
+    """A file longer than the check window is measured too (ogg: from the stream)."""
+    ogg = tmp_path / "long.ogg"
+    subprocess.run(["sox", str(speech.long), str(ogg)], check=True)
+    info = probe_audio(str(ogg), check_seconds=0.5)
+    assert info.codec == "vorbis" and 50 < info.duration_s < 80
+
+
+def test_probe_too_short_is_audio_too_short(speech: SpeechFiles) -> None:
+    """0.05 s of audio: 400 audio_too_short."""
+    with pytest.raises(AudioTooShort) as caught:
+        probe_audio(str(speech.short))
+    assert caught.value.status == 400 and caught.value.code == "audio_too_short"
+
+
+def test_probe_mp3_header_on_random_bytes_is_invalid_audio(speech: SpeechFiles) -> None:
+    """An ID3 header on random bytes: 400 invalid_audio saying it could not be decoded."""
+    with pytest.raises(InvalidAudio) as caught:
+        probe_audio(str(speech.bad_mp3))
+    assert caught.value.status == 400 and "could not be decoded" in str(caught.value)
+
+
+def test_probe_text_file_is_invalid_audio(tmp_path: Path) -> None:
+    """A file that is no media at all: 400 invalid_audio."""
+    path = tmp_path / "notes.txt"
+    path.write_text("just some words\n" * 100)
+    with pytest.raises(InvalidAudio):
+        probe_audio(str(path))
