@@ -14,6 +14,7 @@ import gc
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import orjson
 from fastapi import FastAPI, Request
@@ -22,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from governance.verifier import Verifier
 from runner.capabilities import capabilities
+from runner.catalog import Roots
 from runner.errors import (
     HTTP_ERRORS,
     Forbidden,
@@ -36,6 +38,7 @@ from runner.errors import (
 from runner.headers import new_request_id, parse_request_headers
 from runner.health import Life, health
 from runner.lifecycle import Lifecycle
+from runner.loads import LoadManager
 from runner.memory.factory import telemetry_from_settings
 from runner.memory.proc import tree_resident_mb
 from runner.metrics import Metrics, SchedulerMetrics
@@ -45,6 +48,7 @@ from runner.pool.states import ModelState
 from runner.proxy import INFERENCE_PATHS, DataPath, Receive, Scope, Send, send_error
 from runner.scheduler import SchedulerAdmission, SchedulerConfig
 from runner.settings import Settings
+from runner.tasks import MemoryTaskStore, RedisTaskStore, TaskStore
 from tenants.config import TenantsConfig
 from tenants.identity import resolve_tenant
 from tenants.ratelimit import RateLimiter
@@ -54,14 +58,20 @@ log = logging.getLogger("quorum.app")
 
 
 def scheduler_config(
-    settings: Settings, models: ModelsFile, tenants: TenantsConfig
+    settings: Settings, pool: ModelPool, tenants: TenantsConfig
 ) -> SchedulerConfig:
-    """The scheduler's limits from settings, the models file and the tenants' policies."""
+    """The scheduler's limits from settings, the pool's models and the tenants' policies.
+
+    Every model is managed (loaded, stopped, evicted by the scheduler's policy); an engine
+    attached by URL is pinned with no memory of ours, and reported ready once attached.
+    """
     policies = dict(tenants.tenants)
     return SchedulerConfig(
         max_queue_depth=settings.max_queue_depth,
         queue_timeout_s=settings.queue_timeout_ms / 1000,
-        model_concurrency={m.id: m.slots for m in models.models},
+        models={m: pool.policy(slot.spec) for m, slot in pool.slots.items()},
+        unlisted_ready=False,
+        drain_timeout_s=settings.unload_drain_timeout_s,
         tenant_weights={t: p.weight for t, p in policies.items()},
         default_weight=tenants.default.weight,
         tenant_queue_caps={t: p.max_queued for t, p in policies.items() if p.max_queued},
@@ -79,6 +89,7 @@ class Runtime:
     tenants: TenantsConfig = field(default_factory=TenantsConfig)
     metrics: Metrics = field(default_factory=Metrics)
     pool: ModelPool = field(init=False)
+    loads: LoadManager = field(init=False)
     life: Life = Life.STARTING
     started_at: float = field(default_factory=time.monotonic)
     verifier: Verifier | None = None
@@ -87,16 +98,29 @@ class Runtime:
     lifecycle: Lifecycle = field(init=False)
 
     def __post_init__(self) -> None:
-        self.admission = SchedulerAdmission(
-            scheduler_config(self.settings, self.models, self.tenants),
-            observer=SchedulerMetrics(self.metrics),
-        )
         s = self.settings
-        telemetry = telemetry_from_settings(
+        self.telemetry = telemetry_from_settings(
             s.runner_memory_mb, s.cuda_visible_devices, measure=self._engines_memory_mb
         )
-        self.pool = ModelPool(s, self.models, telemetry, multi_tenant=s.enable_multi_tenant)
+        self.pool = ModelPool(s, self.models, self.telemetry, multi_tenant=s.enable_multi_tenant)
+        self.admission = SchedulerAdmission(
+            scheduler_config(s, self.pool, self.tenants),
+            observer=SchedulerMetrics(self.metrics),
+            models=self.pool,
+        )
+        self.pool.attach(self.admission)
         self.lifecycle = Lifecycle(self.verifier, self.pool.engines, self.metrics)
+        store: TaskStore = (
+            RedisTaskStore.from_url(s.redis_url) if s.redis_url else MemoryTaskStore(time.time)
+        )
+        roots = Roots(
+            Path(s.model_base_path).expanduser(),
+            Path(s.hf_home).expanduser() if s.hf_home else None,
+            tuple(p.parent for m in self.models.models if (p := m.local_path()) is not None),
+        )
+        self.loads = LoadManager(
+            self.pool, self.lifecycle, store, roots, "llama-server", s.runner_id
+        )
 
     def _engines_memory_mb(self) -> int:
         pids = [
@@ -184,6 +208,35 @@ def control_plane(rt: Runtime) -> FastAPI:
         body = await _bounded_body(request, rt.settings.max_body_bytes)
         return _json(200, await rt.lifecycle.flush(body, request.headers.get("x-op-token")))
 
+    @app.post("/v1/models/load")
+    async def load_model(request: Request) -> Response:
+        body = await _bounded_body(request, rt.settings.max_body_bytes)
+        task = await rt.loads.submit(body, request.headers.get("x-op-token"))
+        return _json(202, task.accepted_json(), {"Location": f"/v1/models/load/{task.task_id}"})
+
+    @app.get("/v1/models/load/{task_id}")
+    async def load_status(task_id: str) -> Response:
+        return _json(200, (await rt.loads.get(task_id)).to_json())
+
+    @app.delete("/v1/models/load/{task_id}")
+    async def load_cancel(task_id: str, request: Request) -> Response:
+        body = await _bounded_body(request, rt.settings.max_body_bytes)
+        task = await rt.loads.cancel(task_id, body, request.headers.get("x-op-token"))
+        return _json(200, task.to_json())
+
+    @app.post("/v1/models/unload")
+    async def unload_model(request: Request) -> Response:
+        body = await _bounded_body(request, rt.settings.max_body_bytes)
+        result = await rt.loads.unload(body, request.headers.get("x-op-token"))
+        return _json(
+            200,
+            {
+                "modelId": result.model_id,
+                "gpuMemoryFreedMB": result.freed_mb,
+                "kvCacheFlushed": result.kv_cache_flushed,
+            },
+        )
+
     @app.get("/v1/models")
     async def list_models() -> Response:
         data = [
@@ -260,6 +313,8 @@ class RunnerApp:
     async def startup(self) -> None:
         rt = self.rt
         s = rt.settings
+        await rt.admission.start()
+        await rt.loads.start()
         await rt.pool.start()
         store_errors = rt.metrics.ratelimit_store_errors
         rt.limiter = RateLimiter(
@@ -268,7 +323,6 @@ class RunnerApp:
             fail_open=s.rate_limit_fail_open,
             on_storage_error=lambda _tenant, _exc: store_errors.inc(),
         )
-        await rt.admission.start()
         rt.metrics.watch_queue(lambda: rt.admission.stats().depth_by_priority)
         if s.enable_metrics and s.metrics_port and s.metrics_port != s.port:
             rt.metrics.serve_separately(s.metrics_port, s.host)
@@ -293,12 +347,14 @@ class RunnerApp:
 
     async def shutdown(self) -> None:
         self.rt.life = Life.STOPPING
+        await self.rt.loads.aclose()
         await self.rt.admission.stop()
         if self.rt.limiter is not None:
             await self.rt.limiter.aclose()
         if self.rt.verifier is not None:
             await self.rt.verifier.aclose()
         await self.rt.pool.close()
+        await self.rt.loads.store.aclose()
 
 
 def build_app(

@@ -354,12 +354,13 @@ class DataPath:
                 if first:
                     await send({"type": "http.response.body", "body": first, "more_body": True})
                 async for chunk in chunks:
-                    if strip is not None and b'"prompt_progress"' in chunk:
+                    has_usage = b'"usage"' in chunk
+                    if has_usage:  # read before `strip` may take it out
+                        report = _sniff_report(engine, chunk) or report
+                    if strip is not None and (has_usage or b'"prompt_progress"' in chunk):
                         chunk = strip(chunk)
                         if not chunk.strip():
                             continue
-                    if b'"usage"' in chunk:
-                        report = _sniff_report(engine, chunk) or report
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except ClientFailure as exc:
                 error = await _translate(exc, engine)

@@ -13,22 +13,92 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from adapters.base import Engine
 from adapters.errors import EngineStartFailed
 from adapters.supervisor import EngineProcess
 from runner.errors import ModelNotFound, RunnerError, ServiceUnavailable
+from runner.memory.estimate import estimate_mb
+from runner.memory.files import model_files
 from runner.memory.telemetry import Telemetry
 from runner.models_config import ModelsFile, ModelSpec
 from runner.pool.launch import Launched, LoadParams, attach, start_llama_server
 from runner.pool.states import ModelState, transition
+from runner.scheduler.config import ModelPolicy
 from runner.settings import Settings
+from runner.tasks.eta import EtaEstimator
 
 log = logging.getLogger("quorum.pool")
 
 RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+
+
+class SchedulerLink(Protocol):
+    """What the pool tells the scheduler, and asks of it (`SchedulerAdmission`)."""
+
+    def model_ready(self, model: str, concurrency: int, mem_mb: int) -> None: ...
+
+    def load_failed(self, model: str, reason: str) -> None: ...
+
+    def model_stopped(self, model: str) -> None: ...
+
+    def model_crashed(self, model: str, reason: str) -> None: ...
+
+    def request_load(
+        self, model: str, policy: ModelPolicy, evict_first: str | None = None
+    ) -> str: ...
+
+    def request_unload(self, model: str) -> str: ...
+
+
+class _NoScheduler:
+    """Until `attach`: loads and stops run at once, nothing is reported."""
+
+    def model_ready(self, model: str, concurrency: int, mem_mb: int) -> None:
+        return None
+
+    def load_failed(self, model: str, reason: str) -> None:
+        return None
+
+    def model_stopped(self, model: str) -> None:
+        return None
+
+    def model_crashed(self, model: str, reason: str) -> None:
+        return None
+
+    def request_load(self, model: str, policy: ModelPolicy, evict_first: str | None = None) -> str:
+        return "absent"
+
+    def request_unload(self, model: str) -> str:
+        return "absent"
+
+
+def model_size_mb(spec: ModelSpec) -> float:
+    """Size of the model's weights on disk (0 when not on disk)."""
+    path = spec.local_path()
+    if path is None or not path.exists() or not (path.is_file() or path.is_dir()):
+        return 0.0
+    return model_files(path).size_bytes / 2**20
+
+
+def estimate_for(spec: ModelSpec, budget_mb: int | None = None) -> int:
+    """The memory estimate the scheduler reserves while `spec` loads (seed 000's chain)."""
+    size = kind = None
+    path = spec.local_path()
+    if path is not None and path.exists():
+        files = model_files(path)
+        size, kind = files.size_bytes, files.kind
+    return estimate_mb(
+        budget_mb=budget_mb,
+        vram_mb=spec.vram_mb,
+        file_size_bytes=size,
+        file_kind=kind,
+        name=spec.id,
+        quantization=spec.quantization,
+    ).mb
 
 
 class ModelNotLoaded(ModelNotFound):
@@ -37,6 +107,10 @@ class ModelNotLoaded(ModelNotFound):
 
 class ModelUnavailable(ServiceUnavailable):
     code = "model_unavailable"
+
+
+class ModelDoesNotFit(ServiceUnavailable):
+    code = "model_does_not_fit"
 
 
 @dataclass
@@ -94,8 +168,13 @@ class ModelPool:
         self.engines: dict[str, Engine] = {}
         self.slots: dict[str, ModelSlot] = {m.id: ModelSlot(m) for m in models.models}
         self._restarts: dict[str, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._load_waiters: dict[str, list[asyncio.Future[LoadResult]]] = {}
+        self._unload_waiters: dict[str, list[asyncio.Future[UnloadResult]]] = {}
+        self.scheduler: SchedulerLink = _NoScheduler()
         self._last_process: dict[str, EngineProcess] = {}  # for logs after a crash
         self._closing = False
+        self.estimator = EtaEstimator()  # load time by backend and size: the tasks' eta
 
     # -- reading ---------------------------------------------------------------------
 
@@ -106,6 +185,159 @@ class ModelPool:
     def state(self, model: str) -> ModelState | None:
         slot = self.slots.get(model)
         return slot.state if slot else None
+
+    def register(self, spec: ModelSpec, *, replace: bool = False) -> None:
+        """Add a model a governed load named (from MODEL_BASE_PATH or the HF cache)."""
+        slot = self.slots.get(spec.id)
+        if slot is None:
+            self.slots[spec.id] = ModelSlot(spec)
+        elif replace and slot.state in (ModelState.UNLOADED, ModelState.FAILED):
+            slot.spec = spec
+
+    def check_unloadable(self, model: str) -> None:
+        """404 unless `model` has an engine to stop (checked before governance spends a token)."""
+        slot = self.slots.get(model)
+        if slot is None:
+            raise ModelNotFound(f"model {model!r} does not exist on this runner")
+        if slot.state not in (ModelState.READY, ModelState.FAILED) or slot.launched is None:
+            raise ModelNotLoaded(f"model {model!r} is not loaded ({slot.state.value})")
+
+    # -- the scheduler's ModelEffects (runner/scheduler/effects.py) ----------------------
+
+    def attach(self, scheduler: SchedulerLink) -> None:
+        """Report loads, stops and crashes to `scheduler`; it asks through the methods below."""
+        self.scheduler = scheduler
+
+    def policy(self, spec: ModelSpec, budget_mb: int | None = None) -> ModelPolicy:
+        """How the scheduler treats `spec`: memory estimate, slots, pin, priority, ..."""
+        if spec.attached:  # not our process: never evicted, holds none of our memory
+            return ModelPolicy(mem_mb=0, concurrency=spec.slots, pinned=True)
+        return ModelPolicy(
+            mem_mb=estimate_for(spec, budget_mb),
+            concurrency=spec.slots,
+            pinned=spec.pin,
+            priority=spec.priority,
+            autoload=spec.autoload,
+            keep_alive_s=spec.keep_alive_s,
+            restart=spec.restart,
+        )
+
+    def start_load(self, model: str, policy: ModelPolicy) -> None:
+        """The scheduler made room: start the engine; answer with ready or failed."""
+        self._spawn(self._load_and_report(model), name=f"load-{model}")
+
+    def stop_models(self, models: Sequence[str]) -> None:
+        """The scheduler drained these: stop their engines; answer with stopped."""
+        for model in models:
+            self._spawn(self._stop_and_report(model))
+
+    def load_refused(self, model: str, reason: str) -> None:
+        self._settle_loads(model, ModelDoesNotFit(f"model {model!r} does not fit: {reason}"))
+
+    def free_memory_mb(self) -> int:
+        """Memory free for new loads now: the telemetry's free, summed over devices."""
+        try:
+            snapshot = self.telemetry.snapshot()
+        except RunnerError as exc:
+            log.warning("memory telemetry failed: %s", exc)
+            return 0
+        return sum(g.free_mb for g in snapshot.gpus)
+
+    def log_decision(self, text: str) -> None:
+        log.info("%s", text)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str | None = None) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _load_and_report(self, model: str) -> None:
+        slot = self.slots[model]
+        try:
+            result = await self.load(model, slot.params)
+        except RunnerError as exc:
+            self.scheduler.load_failed(model, str(exc))
+            self._settle_loads(model, exc)
+            return
+        except asyncio.CancelledError:
+            self.scheduler.load_failed(model, "load cancelled")
+            self._settle_loads(model, ModelUnavailable(f"load of {model!r} was cancelled"))
+            raise
+        self.scheduler.model_ready(model, slot.spec.slots, result.gpu_memory_mb)
+        self._settle_loads(model, result)
+
+    async def _stop_and_report(self, model: str) -> None:
+        try:
+            result = await self._stop(model)
+        except RunnerError as exc:
+            self._settle_unloads(model, exc)
+        else:
+            self._settle_unloads(model, result)
+        finally:
+            self.scheduler.model_stopped(model)
+
+    def _settle_loads(self, model: str, outcome: LoadResult | Exception) -> None:
+        for future in self._load_waiters.pop(model, []):
+            if not future.done():
+                if isinstance(outcome, Exception):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
+
+    def _settle_unloads(self, model: str, outcome: UnloadResult | Exception) -> None:
+        for future in self._unload_waiters.pop(model, []):
+            if not future.done():
+                if isinstance(outcome, Exception):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
+
+    # -- asking through the scheduler --------------------------------------------------
+
+    def want(
+        self, model: str, params: LoadParams, evict_first: str | None = None
+    ) -> asyncio.Future[LoadResult]:
+        """Ask the scheduler for `model` (it makes room by its policy, draining victims
+        first); the future resolves when the engine is ready, or with why not."""
+        slot = self.slots[model]
+        future: asyncio.Future[LoadResult] = asyncio.get_running_loop().create_future()
+        if slot.state is ModelState.READY:
+            future.set_result(LoadResult(model, slot.mem_mb, 0))
+            return future
+        self._load_waiters.setdefault(model, []).append(future)
+        slot.params = params
+        policy = self.policy(slot.spec, params.gpu_memory_budget_mb)
+        self.scheduler.request_load(model, policy, evict_first)
+        return future
+
+    def cancel_load(self, model: str) -> None:
+        """Stop a load that is no longer wanted: the engine start is cancelled (its process
+        stopped), or the scheduler forgets the want while it still waits for room."""
+        slot = self.slots.get(model)
+        if slot is None:
+            return
+        if slot.state is ModelState.LOADING:
+            for task in list(self._tasks):
+                if task.get_name() == f"load-{model}":
+                    task.cancel()
+        else:
+            self.scheduler.load_failed(model, "load cancelled")
+            self._settle_loads(model, ModelUnavailable(f"load of {model!r} was cancelled"))
+
+    async def unload(self, model: str) -> UnloadResult:
+        """Stop admitting `model`, let the scheduler drain it (bounded), stop it, measure."""
+        self.check_unloadable(model)
+        slot = self.slots[model]
+        future: asyncio.Future[UnloadResult] = asyncio.get_running_loop().create_future()
+        self._unload_waiters.setdefault(model, []).append(future)
+        if slot.state is ModelState.READY:
+            slot.move(ModelState.DRAINING)
+            self.engines.pop(model, None)
+            self.on_change(model, slot.state)
+        status = self.scheduler.request_unload(model)
+        if status in ("absent", "ready"):  # not managed by the scheduler: stop it now
+            self._spawn(self._stop_and_report(model))
+        return await future
 
     def route_missing(self, model: str) -> None:
         """For the data path: a model with no ready engine. Raise the right error, or return
@@ -142,17 +374,18 @@ class ModelPool:
                 slot.move(ModelState.LOADING)
                 slot.launched = await attach(slot.spec, self.settings, self.multi_tenant)
                 self._ready(slot, 0)
+                self.scheduler.model_ready(slot.spec.id, slot.launched.engine.slots, 0)
         preload = [s.spec.id for s in self.slots.values() if s.spec.preload]
-        for model in preload:
+        for model in preload:  # one after another, through the scheduler's memory policy
             try:
-                await self.load(model, LoadParams())
+                await self.want(model, LoadParams())
             except RunnerError as exc:
                 log.error("preload of %s failed: %s", model, exc)
 
     async def close(self) -> None:
         """Stop every engine (SIGTERM, grace, SIGKILL)."""
         self._closing = True
-        for task in self._restarts.values():
+        for task in [*self._restarts.values(), *self._tasks]:
             task.cancel()
         for slot in self.slots.values():
             if slot.launched is not None:
@@ -199,7 +432,11 @@ class ModelPool:
         except RunnerError as exc:
             self._failed(slot, str(exc), None)
             raise
-        load_ms = round(1000 * (time.monotonic() - started))
+        seconds = time.monotonic() - started
+        load_ms = round(1000 * seconds)
+        size_mb = model_size_mb(slot.spec)
+        if size_mb > 0:
+            self.estimator.record(slot.spec.backend, size_mb, seconds)
         mem = await self._measure(slot)  # 3
         self._ready(slot, mem)
         log.info("model %s ready in %d ms, %d MB", model, load_ms, mem)
@@ -254,6 +491,7 @@ class ModelPool:
         )
         launched.engine.http.close()
         log.error("model %s: engine died (%s)", slot.spec.id, how)
+        self.scheduler.model_crashed(slot.spec.id, f"engine exited ({how})")
         if slot.spec.restart and not self._closing:
             delay = RESTART_BACKOFF_S[min(slot.restarts, len(RESTART_BACKOFF_S) - 1)]
             slot.restarts += 1
@@ -267,44 +505,27 @@ class ModelPool:
             await slot.launched.close(grace_s=1.0)
             slot.launched = None
         log.info("model %s: restarting (attempt %d)", slot.spec.id, slot.restarts)
-        try:
-            await self.load(slot.spec.id, slot.params)
-        except RunnerError as exc:
-            log.error("model %s: restart failed: %s", slot.spec.id, exc)
+        await self._load_and_report(slot.spec.id)
 
     # -- unload ----------------------------------------------------------------------
 
-    async def unload(
-        self, model: str, in_flight: Callable[[], int], drain_timeout_s: float
-    ) -> UnloadResult:
-        """Stop admitting, drain in-flight requests (bounded), stop the engine, measure.
-
-        1. Not loaded: 404 model_not_loaded.
-        2. DRAINING: no new requests reach it; wait until none is in flight, at most
-           `drain_timeout_s` (then what is left is cut off when the engine stops).
-        3. Measure what the engine holds, STOPPING, stop it: that memory is freed.
-        """
-        slot = self.slots.get(model)  # 1
-        if slot is None:
-            raise ModelNotFound(f"model {model!r} does not exist on this runner")
-        if slot.state not in (ModelState.READY, ModelState.FAILED) or slot.launched is None:
-            raise ModelNotLoaded(f"model {model!r} is not loaded ({slot.state.value})")
+    async def _stop(self, model: str) -> UnloadResult:
+        """Measure what the engine holds, stop it (SIGTERM, grace, SIGKILL): that is freed."""
+        slot = self.slots[model]
         launched = slot.launched
-        if slot.state is ModelState.READY:  # 2
-            slot.move(ModelState.DRAINING)
-            self.engines.pop(model, None)
-            self.on_change(model, slot.state)
-            deadline = time.monotonic() + drain_timeout_s
-            while in_flight() > 0 and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-        freed = await self._measure(slot) if slot.process is not None else slot.mem_mb  # 3
-        slot.move(ModelState.STOPPING)
+        if launched is None:
+            return UnloadResult(model, 0, False)
+        freed = await self._measure(slot) if slot.process is not None else slot.mem_mb
+        if slot.state in (ModelState.READY, ModelState.DRAINING, ModelState.FAILED):
+            slot.move(ModelState.STOPPING)
+        self.engines.pop(model, None)
         await launched.close(grace_s=self.settings.engine_stop_grace_s)
         slot.launched = None
         slot.move(ModelState.UNLOADED)
         slot.mem_mb = 0
         slot.loaded_at = None
         self.on_change(model, slot.state)
+        log.info("model %s stopped, %d MB freed", model, freed)
         return UnloadResult(model, freed, True)
 
     def snapshot(self) -> Mapping[str, ModelSlot]:

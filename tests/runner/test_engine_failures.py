@@ -22,7 +22,7 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 def _models(**extra: object) -> str:
     lines = ["models:", "  - id: m", "    backend: llama-server", "    path: /dev/null"]
-    lines += ["    preload: true", "    parallel: 1"]
+    lines += ["    preload: true", "    parallel: 1", "    vram_mb: 64"]
     lines += [f"    {k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in extra.items()]
     lines += [
         "  - id: other",
@@ -30,7 +30,7 @@ def _models(**extra: object) -> str:
         "    path: /dev/null",
         "    preload: true",
     ]
-    lines += [f"    bin: {fixture_bin('llama-server-ok')}"]
+    lines += [f"    bin: {fixture_bin('llama-server-ok')}", "    vram_mb: 64"]
     return "\n".join(lines) + "\n"
 
 
