@@ -1,10 +1,11 @@
 """The runner as one ASGI application.
 
-Inference paths go straight to the bare data path (runner/proxy.py); the
-control plane (health, metrics, capabilities, model list, and later lifecycle)
-is a FastAPI app, where a little framework cost does not matter. The runner
-handles the ASGI lifespan itself: start-up attaches engines, starts the
-scheduler and the rate limiter; shutdown stops them after uvicorn has drained
+Inference paths go straight to the bare data path (runner/proxy.py), the audio
+paths to the bare audio path (runner/audio/handler.py); the control plane
+(health, metrics, capabilities, model list, lifecycle, jobs) is a FastAPI app,
+where a little framework cost does not matter. The runner handles the ASGI
+lifespan itself: start-up attaches engines, starts the scheduler, the rate
+limiter and the job manager; shutdown stops them after uvicorn has drained
 in-flight requests.
 """
 
@@ -16,12 +17,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from governance.verifier import Verifier
+from runner.audio.handler import AUDIO_PATHS, AudioPath
+from runner.audio.multipart import FormLimits
 from runner.capabilities import capabilities
 from runner.catalog import Roots
 from runner.errors import (
@@ -37,12 +41,14 @@ from runner.errors import (
 )
 from runner.headers import new_request_id, parse_request_headers
 from runner.health import Life, health
+from runner.jobs import JobManager, JobStore, MemoryJobStore, RedisJobStore, WebhookSender
+from runner.jobs.http import Submitter, delete_job, get_job
 from runner.lifecycle import Lifecycle
 from runner.loads import LoadManager
 from runner.memory.factory import telemetry_from_settings
 from runner.memory.proc import tree_resident_mb
 from runner.metrics import Metrics, SchedulerMetrics
-from runner.models_config import ModelsFile
+from runner.models_config import ModelsFile, ModelSpec
 from runner.pool.pool import ModelPool
 from runner.pool.states import ModelState
 from runner.proxy import INFERENCE_PATHS, DataPath, Receive, Scope, Send, send_error
@@ -50,7 +56,7 @@ from runner.scheduler import SchedulerAdmission, SchedulerConfig
 from runner.settings import Settings
 from runner.tasks import MemoryTaskStore, RedisTaskStore, TaskStore
 from tenants.config import TenantsConfig
-from tenants.identity import resolve_tenant
+from tenants.identity import DEFAULT_TENANT, resolve_tenant
 from tenants.ratelimit import RateLimiter
 from tenants.storage import storage_from_url
 
@@ -96,13 +102,22 @@ class Runtime:
     admission: SchedulerAdmission = field(init=False)
     limiter: RateLimiter | None = None
     lifecycle: Lifecycle = field(init=False)
+    jobs: JobManager = field(init=False)
+    job_store: JobStore = field(init=False)
+    webhook_client: httpx.AsyncClient | None = None
 
     def __post_init__(self) -> None:
         s = self.settings
         self.telemetry = telemetry_from_settings(
             s.runner_memory_mb, s.cuda_visible_devices, measure=self._engines_memory_mb
         )
-        self.pool = ModelPool(s, self.models, self.telemetry, multi_tenant=s.enable_multi_tenant)
+        self.pool = ModelPool(
+            s,
+            self.models,
+            self.telemetry,
+            multi_tenant=s.enable_multi_tenant,
+            on_restart=self._restarted,
+        )
         self.admission = SchedulerAdmission(
             scheduler_config(s, self.pool, self.tenants),
             observer=SchedulerMetrics(self.metrics),
@@ -121,6 +136,20 @@ class Runtime:
         self.loads = LoadManager(
             self.pool, self.lifecycle, store, roots, "llama-server", s.runner_id
         )
+        self.job_store = (
+            RedisJobStore.from_url(s.redis_url, retention_s=s.job_retention_s)
+            if s.redis_url
+            else MemoryJobStore(time.time, retention_s=s.job_retention_s)
+        )
+        sender = None
+        if s.webhook_secret is not None:  # validated at start-up (quorum serve: exit 2)
+            self.webhook_client = httpx.AsyncClient(follow_redirects=False)
+            sender = WebhookSender(self.webhook_client, s.webhook_secret.get_secret_value())
+        self.jobs = JobManager(self.job_store, sender, s.runner_id, time.time)
+
+    def _restarted(self, spec: ModelSpec) -> None:
+        if spec.backend == "faster-whisper":
+            self.metrics.count_worker_restart(spec.id)
 
     def _engines_memory_mb(self) -> int:
         pids = [
@@ -246,6 +275,16 @@ def control_plane(rt: Runtime) -> FastAPI:
         ]
         return _json(200, {"object": "list", "data": data})
 
+    @app.get("/v1/jobs/{job_id}")
+    async def read_job(job_id: str, request: Request) -> Response:
+        answer = await get_job(rt.jobs, job_id, request_tenant(rt, request))
+        return _json(answer.status, answer.body, answer.headers)
+
+    @app.delete("/v1/jobs/{job_id}")
+    async def cancel_job(job_id: str, request: Request) -> Response:
+        answer = await delete_job(rt.jobs, job_id, request_tenant(rt, request))
+        return _json(answer.status, answer.body, answer.headers)
+
     @app.get("/v1/models/{model_id:path}/logs")
     async def model_logs(model_id: str, request: Request) -> Response:
         admin_only(rt, request)
@@ -253,6 +292,14 @@ def control_plane(rt: Runtime) -> FastAPI:
         return _json(200, {"modelId": model_id, "lines": lines})
 
     return app
+
+
+def request_tenant(rt: Runtime, request: Request) -> str:
+    """The tenant a control-plane request speaks for, identified as for inference."""
+    meta = parse_request_headers(list(request.scope["headers"]))
+    if not rt.settings.enable_multi_tenant:
+        return DEFAULT_TENANT
+    return resolve_tenant(meta.authorization, meta.tenant_header, rt.tenants)
 
 
 def admin_only(rt: Runtime, request: Request) -> None:
@@ -270,29 +317,36 @@ class RunnerApp:
         self.rt = rt
         self.control = control_plane(rt)
         self.data: DataPath | None = None
+        self.audio: AudioPath | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            if scope["path"] in INFERENCE_PATHS:
-                data = self.data
-                if scope["method"] != "POST":
-                    error: RunnerError = RouteError(405, f"{scope['path']} accepts POST only")
-                    error.headers["Allow"] = "POST"
-                    await send_error(send, error, new_request_id())
-                elif data is not None and self.rt.life is Life.READY:
-                    await data(scope, receive, send)
-                else:
-                    error = ServiceUnavailable(
-                        f"runner is {self.rt.life.value}; retry on another runner"
-                    )
-                    await send_error(send, error, new_request_id())
-                return
-            await self.control(scope, receive, send)
+            path = scope["path"]
+            if path in INFERENCE_PATHS:
+                await self._post_only(self.data, scope, receive, send)
+            elif path in AUDIO_PATHS:
+                await self._post_only(self.audio, scope, receive, send)
+            else:
+                await self.control(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
         else:
             await self.control(scope, receive, send)
+
+    async def _post_only(
+        self, handler: DataPath | AudioPath | None, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """A bare request path: POST only, and only while the runner is ready."""
+        if scope["method"] != "POST":
+            error: RunnerError = RouteError(405, f"{scope['path']} accepts POST only")
+            error.headers["Allow"] = "POST"
+            await send_error(send, error, new_request_id())
+        elif handler is not None and self.rt.life is Life.READY:
+            await handler(scope, receive, send)
+        else:
+            error = ServiceUnavailable(f"runner is {self.rt.life.value}; retry on another runner")
+            await send_error(send, error, new_request_id())
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -315,6 +369,7 @@ class RunnerApp:
         s = rt.settings
         await rt.admission.start()
         await rt.loads.start()
+        await rt.jobs.start()
         await rt.pool.start()
         store_errors = rt.metrics.ratelimit_store_errors
         rt.limiter = RateLimiter(
@@ -336,6 +391,17 @@ class RunnerApp:
             multi_tenant=s.enable_multi_tenant,
             route_missing=rt.pool.route_missing,
         )
+        self.audio = AudioPath(
+            rt.pool.speech,
+            rt.admission,
+            rt.limiter,
+            rt.tenants,
+            rt.metrics,
+            FormLimits(max_file_bytes=s.audio_max_bytes),
+            multi_tenant=s.enable_multi_tenant,
+            route_missing=rt.pool.route_missing,
+            submit_job=Submitter(rt.jobs),
+        )
         gc.collect()
         gc.freeze()  # start-up objects never need scanning again: shorter GC pauses later
         rt.life = Life.READY
@@ -347,6 +413,7 @@ class RunnerApp:
 
     async def shutdown(self) -> None:
         self.rt.life = Life.STOPPING
+        await self.rt.jobs.aclose()
         await self.rt.loads.aclose()
         await self.rt.admission.stop()
         if self.rt.limiter is not None:
@@ -355,6 +422,9 @@ class RunnerApp:
             await self.rt.verifier.aclose()
         await self.rt.pool.close()
         await self.rt.loads.store.aclose()
+        await self.rt.job_store.aclose()
+        if self.rt.webhook_client is not None:
+            await self.rt.webhook_client.aclose()
 
 
 def build_app(

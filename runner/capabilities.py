@@ -66,7 +66,7 @@ def capabilities(
             "prefixCaching": prefix_caching,
             "multiTenant": multi_tenant,
             "visionInput": False,
-            "audioInput": False,
+            "audioInput": any(m.spec.backend == "faster-whisper" for m in models),
             "functionCalling": True,
         },
         "health": "healthy" if life is Life.READY else life.value,

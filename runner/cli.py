@@ -15,6 +15,7 @@ def _serve(args: argparse.Namespace) -> int:
     from runner.app import build_app
     from runner.errors import ConfigError
     from runner.governance import governance_from
+    from runner.jobs.webhooks import load_secret
     from runner.logs import configure
     from runner.models_config import default_models_path, load_models_file
     from runner.server import serve
@@ -28,6 +29,8 @@ def _serve(args: argparse.Namespace) -> int:
             settings = settings.model_copy(update={"port": args.port})
         models = load_models_file(settings.models_config or default_models_path())
         tenants = build_config(os.environ, settings.tenants_file)
+        if settings.webhook_secret is not None:
+            load_secret(settings.webhook_secret.get_secret_value(), "WEBHOOK_SECRET")
         verifier = governance_from(settings)
     except (ConfigError, InvalidTenantConfig, ConfigInvalid) as exc:
         print(f"quorum: {exc}", file=sys.stderr)

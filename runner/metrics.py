@@ -23,6 +23,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
+from runner.audio.metrics import RTF_BUCKETS
+
 MAX_TENANT_LABELS = 1000
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -94,6 +96,33 @@ class Metrics:
             ["operation", "outcome"],
             registry=r,
         )
+        # Speech (runner/audio/metrics.py's SpeechMetrics protocol).
+        self.audio_seconds = Counter(
+            "quorum_audio_seconds_total",
+            "Seconds of audio transcribed or translated (segments done), by model and tenant",
+            ["model", "tenant"],
+            registry=r,
+        )
+        self.realtime_factor = Histogram(
+            "quorum_audio_realtime_factor",
+            "Engine time / audio duration of completed transcriptions (below 1: faster "
+            "than real time)",
+            ["model"],
+            buckets=RTF_BUCKETS,
+            registry=r,
+        )
+        self.transcriptions = Counter(
+            "quorum_transcriptions_total",
+            "Transcriptions and translations that ended, by model, tenant and outcome",
+            ["model", "tenant", "status"],
+            registry=r,
+        )
+        self.worker_restarts = Counter(
+            "quorum_speech_worker_restarts_total",
+            "Speech workers started again after one crashed",
+            ["model"],
+            registry=r,
+        )
         self._tenants: set[str] = set()
         self._children: dict[tuple[object, ...], Any] = {}
 
@@ -150,6 +179,19 @@ class Metrics:
             self._child(self.tokens, label, "input").inc(input_tokens)
         if output_tokens:
             self._child(self.tokens, label, "output").inc(output_tokens)
+
+    def observe_transcription(
+        self, model: str, tenant: str, outcome: str, audio_seconds: float, rtf: float | None
+    ) -> None:
+        label = self.tenant_label(tenant)
+        if audio_seconds > 0:
+            self._child(self.audio_seconds, model, label).inc(audio_seconds)
+        if rtf is not None:
+            self._child(self.realtime_factor, model).observe(rtf)
+        self._child(self.transcriptions, model, label, outcome).inc()
+
+    def count_worker_restart(self, model: str) -> None:
+        self._child(self.worker_restarts, model).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

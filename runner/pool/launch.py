@@ -1,8 +1,18 @@
 """How each backend's engine is started or attached (the I/O half of the adapters).
 
-`launch(spec, params, env)` returns a `Launched`: the supervised process (None for an
-engine attached by URL) and the `Engine` the data path uses. The command lines
-themselves are pure functions in the adapters (`adapters/llama_server.command_line`).
+Each backend's function returns a `Launched`: the supervised process (None for an
+engine attached by URL) and the engine that serves the model's requests. The command
+lines themselves are pure functions in the adapters (`adapters/llama_server.command_line`).
+
+Two kinds of engine, served by two request paths:
+
+- an `Engine` (adapters/base.py): an OpenAI HTTP server the data path forwards to
+  (llama-server, an engine attached by URL);
+- a `WhisperEngine` (adapters/whisper): a speech worker the audio path sends files to
+  over its private socket. It has no HTTP client to close: its channel is its own.
+
+`Launched` hides that difference from the pool (`lost`, `close`); the pool files each
+ready engine in the map its path reads (`ModelPool.engines`, `ModelPool.speech`).
 """
 
 from __future__ import annotations
@@ -18,9 +28,10 @@ from adapters.base import Engine
 from adapters.llama_server import LaunchOptions, LlamaServerEngine, command_line, new_api_key
 from adapters.openai import AttachedOpenAIEngine, Isolation
 from adapters.supervisor import EngineProcess, HealthCheck, free_port
+from adapters.whisper.engine import WhisperEngine
 from runner.engine_client import Pool
 from runner.errors import ConfigError
-from runner.models_config import ModelSpec
+from runner.models_config import PACKAGE_SCHEME, ModelSpec
 from runner.settings import Settings
 
 log = logging.getLogger("quorum.pool")
@@ -37,14 +48,36 @@ class LoadParams:
 
 @dataclass
 class Launched:
-    engine: Engine
+    """A started (or attached) engine, its process, and the client for its control calls."""
+
+    engine: Engine | WhisperEngine
     process: EngineProcess | None
     control: httpx.AsyncClient | None = None
 
-    async def close(self, grace_s: float) -> None:
+    @property
+    def slots(self) -> int:
+        return self.engine.slots
+
+    def lost(self, reason: str) -> None:
+        """The process died: requests still on the engine fail with `reason`.
+
+        A WhisperEngine sees the exit itself (it watches the process and its channel) and
+        has already failed its requests, naming the exit; an HTTP engine is told here and
+        its connections dropped.
+        """
+        if isinstance(self.engine, WhisperEngine):
+            return
+        self.engine.failure = reason
         self.engine.http.close()
-        if self.process is not None:
-            await self.process.stop(grace_s)
+
+    async def close(self, grace_s: float) -> None:
+        """Stop the engine (SIGTERM, `grace_s`, SIGKILL): its process ends, memory returns."""
+        if isinstance(self.engine, WhisperEngine):
+            await self.engine.stop(grace_s)  # asks the worker to exit, then ends its group
+        else:
+            self.engine.http.close()
+            if self.process is not None:
+                await self.process.stop(grace_s)
         if self.control is not None:
             await self.control.aclose()
 
@@ -142,3 +175,47 @@ async def start_llama_server(
         process=process,
     )
     return Launched(engine, process, control)
+
+
+def whisper_model_arg(spec: ModelSpec) -> str:
+    """What the speech worker loads: a CTranslate2 directory, an HF repo id, or a size name.
+
+    A `package:` path whose package is not installed is a ConfigError naming it.
+    """
+    if spec.whisper_model is not None:
+        return spec.whisper_model
+    if spec.hf is not None:
+        return spec.hf
+    path = spec.local_path()
+    if path is None:
+        package = (spec.path or "").removeprefix(PACKAGE_SCHEME).partition("/")[0]
+        raise ConfigError(
+            f"model {spec.id!r}: path {spec.path!r}: Python package {package!r} is not "
+            "installed (scripts/install)"
+        )
+    return str(path)
+
+
+async def start_whisper(spec: ModelSpec, settings: Settings, env: Mapping[str, str]) -> Launched:
+    """Spawn the speech worker for `spec` and wait for its Ready (EngineStartFailed if not).
+
+    One process per model: CTranslate2 returns its memory only when the process ends, and
+    a crash inside it must not take the runner down. `parallel` is CTranslate2's
+    `num_workers` (transcriptions decoded side by side in that one process).
+    """
+    worker_env = dict(env)
+    if settings.hf_home:
+        worker_env["HF_HOME"] = settings.hf_home
+    engine = WhisperEngine(
+        spec.id,
+        whisper_model_arg(spec),
+        device=settings.whisper_device,
+        compute_type=settings.whisper_compute_type,
+        parallel=spec.slots,
+        cpu_threads=settings.whisper_cpu_threads,
+        load_timeout_s=spec.load_timeout_s or settings.whisper_load_timeout_s,
+        allow_download=settings.whisper_allow_download,
+        env=worker_env,
+    )
+    await engine.start()
+    return Launched(engine, engine.process)

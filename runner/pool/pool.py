@@ -1,10 +1,12 @@
 """The model pool: which models have an engine, in what state, holding how much memory.
 
 The pool does the I/O of the model lifecycle: it starts engines (through the
-backends in `launch.py` and the supervisor), keeps `engines` (the ready ones, which
-the data path routes to) current, measures memory, reacts to engine crashes
-(restart with backoff when the model asks for it) and stops engines on unload and at
-exit. Its states and what they answer are drawn in `states.py`.
+backends in `launch.py` and the supervisor), keeps the maps of ready engines current
+(`engines`, which the data path routes to; `speech`, which the audio path routes to),
+measures memory, reacts to engine crashes (restart with backoff when the model asks
+for it) and stops engines on unload and at exit. Its states and what they answer are
+drawn in `states.py`. The lifecycle is the same for every backend; only the map a
+ready engine is filed in differs.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from typing import Any, Protocol
 from adapters.base import Engine
 from adapters.errors import EngineStartFailed
 from adapters.supervisor import EngineProcess
+from adapters.whisper.engine import WhisperEngine
 from runner.errors import ModelNotFound, RunnerError, ServiceUnavailable
-from runner.memory.estimate import estimate_mb
+from runner.memory.estimate import estimate_mb, speech_worker_mb
 from runner.memory.files import model_files
 from runner.memory.telemetry import Telemetry
 from runner.models_config import ModelsFile, ModelSpec
-from runner.pool.launch import Launched, LoadParams, attach, start_llama_server
+from runner.pool.launch import Launched, LoadParams, attach, start_llama_server, start_whisper
 from runner.pool.states import ModelState, transition
 from runner.scheduler.config import ModelPolicy
 from runner.settings import Settings
@@ -91,6 +94,10 @@ def estimate_for(spec: ModelSpec, budget_mb: int | None = None) -> int:
     if path is not None and path.exists():
         files = model_files(path)
         size, kind = files.size_bytes, files.kind
+    if spec.backend == "faster-whisper" and budget_mb is None and spec.vram_mb is None:
+        whisper_mb = speech_worker_mb(size, spec.whisper_model)
+        if whisper_mb is not None:
+            return whisper_mb
     return estimate_mb(
         budget_mb=budget_mb,
         vram_mb=spec.vram_mb,
@@ -159,13 +166,16 @@ class ModelPool:
         multi_tenant: bool,
         clock: Callable[[], float] = time.time,
         on_change: Callable[[str, ModelState], None] | None = None,
+        on_restart: Callable[[ModelSpec], None] | None = None,
     ) -> None:
         self.settings = settings
         self.telemetry = telemetry
         self.multi_tenant = multi_tenant
         self.clock = clock
         self.on_change = on_change or (lambda _model, _state: None)
-        self.engines: dict[str, Engine] = {}
+        self.on_restart = on_restart or (lambda _spec: None)  # a new engine after a crash
+        self.engines: dict[str, Engine] = {}  # ready HTTP engines: the data path's routes
+        self.speech: dict[str, WhisperEngine] = {}  # ready speech workers: the audio path's
         self.slots: dict[str, ModelSlot] = {m.id: ModelSlot(m) for m in models.models}
         self._restarts: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -332,7 +342,7 @@ class ModelPool:
         self._unload_waiters.setdefault(model, []).append(future)
         if slot.state is ModelState.READY:
             slot.move(ModelState.DRAINING)
-            self.engines.pop(model, None)
+            self._withdraw(model)
             self.on_change(model, slot.state)
         status = self.scheduler.request_unload(model)
         if status in ("absent", "ready"):  # not managed by the scheduler: stop it now
@@ -374,7 +384,7 @@ class ModelPool:
                 slot.move(ModelState.LOADING)
                 slot.launched = await attach(slot.spec, self.settings, self.multi_tenant)
                 self._ready(slot, 0)
-                self.scheduler.model_ready(slot.spec.id, slot.launched.engine.slots, 0)
+                self.scheduler.model_ready(slot.spec.id, slot.launched.slots, 0)
         preload = [s.spec.id for s in self.slots.values() if s.spec.preload]
         for model in preload:  # one after another, through the scheduler's memory policy
             try:
@@ -389,7 +399,7 @@ class ModelPool:
             task.cancel()
         for slot in self.slots.values():
             if slot.launched is not None:
-                self.engines.pop(slot.spec.id, None)
+                self._withdraw(slot.spec.id)
                 await slot.launched.close(grace_s=5.0)
                 slot.launched = None
 
@@ -450,6 +460,8 @@ class ModelPool:
             env["CUDA_VISIBLE_DEVICES"] = self.settings.cuda_visible_devices
         if spec.backend == "llama-server":
             return await start_llama_server(spec, params, self.settings, env, self.multi_tenant)
+        if spec.backend == "faster-whisper":
+            return await start_whisper(spec, self.settings, env)
         raise ModelUnavailable(f"backend {spec.backend!r} cannot be started by this runner")
 
     async def _measure(self, slot: ModelSlot) -> int:
@@ -470,26 +482,34 @@ class ModelPool:
         if process is not None:
             self._last_process[slot.spec.id] = process
             process.on_exit(functools.partial(self._exited, slot, slot.launched))
-        self.engines[slot.spec.id] = slot.launched.engine
+        engine = slot.launched.engine
+        if isinstance(engine, WhisperEngine):
+            self.speech[slot.spec.id] = engine
+        else:
+            self.engines[slot.spec.id] = engine
         self.on_change(slot.spec.id, slot.state)
 
     def _failed(self, slot: ModelSlot, reason: str, exit_code: int | None) -> None:
         slot.move(ModelState.FAILED)
         slot.error = reason
         slot.exit_code = exit_code
-        self.engines.pop(slot.spec.id, None)
+        self._withdraw(slot.spec.id)
         self.on_change(slot.spec.id, slot.state)
+
+    def _withdraw(self, model: str) -> None:
+        """No request path routes to `model` any more."""
+        self.engines.pop(model, None)
+        self.speech.pop(model, None)
 
     def _exited(self, slot: ModelSlot, launched: Launched, process: EngineProcess) -> None:
         """The engine process ended; a crash unless the pool asked for it."""
         if process.exit is None or process.exit.expected or slot.launched is not launched:
             return
         how = process.exit.describe()
-        launched.engine.failure = f"exited ({how})"
+        launched.lost(f"exited ({how})")
         self._failed(
             slot, process.failure_reason(f"engine exited ({how})"), process.exit.returncode
         )
-        launched.engine.http.close()
         log.error("model %s: engine died (%s)", slot.spec.id, how)
         self.scheduler.model_crashed(slot.spec.id, f"engine exited ({how})")
         if slot.spec.restart and not self._closing:
@@ -501,10 +521,13 @@ class ModelPool:
 
     async def _restart(self, slot: ModelSlot, delay: float) -> None:
         await asyncio.sleep(delay)
+        if slot.state is not ModelState.FAILED:  # unloaded or loaded again meanwhile
+            return
         if slot.launched is not None:
             await slot.launched.close(grace_s=1.0)
             slot.launched = None
         log.info("model %s: restarting (attempt %d)", slot.spec.id, slot.restarts)
+        self.on_restart(slot.spec)
         await self._load_and_report(slot.spec.id)
 
     # -- unload ----------------------------------------------------------------------
@@ -518,7 +541,7 @@ class ModelPool:
         freed = await self._measure(slot) if slot.process is not None else slot.mem_mb
         if slot.state in (ModelState.READY, ModelState.DRAINING, ModelState.FAILED):
             slot.move(ModelState.STOPPING)
-        self.engines.pop(model, None)
+        self._withdraw(model)
         await launched.close(grace_s=self.settings.engine_stop_grace_s)
         slot.launched = None
         slot.move(ModelState.UNLOADED)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from runner.errors import ConfigError
-from runner.models_config import load_models_file
+from runner.models_config import ModelSpec, load_models_file
 
 
 def _write(tmp_path: Path, text: str) -> str:
@@ -91,3 +91,52 @@ def test_models_file_missing_is_refused(tmp_path: Path) -> None:
     """A path that does not exist is a start-up error, not an empty runner."""
     with pytest.raises(ConfigError):
         load_models_file(str(tmp_path / "nope.yaml"))
+
+
+def test_models_file_faster_whisper_by_path_package_or_size(tmp_path: Path) -> None:
+    """A speech model names a CTranslate2 directory, a directory inside an installed Python
+    package (`package:<module>/<dir>`), or a faster-whisper size name."""
+    f = load_models_file(
+        _write(
+            tmp_path,
+            f"""
+models:
+  - {{id: dir, backend: faster-whisper, path: {tmp_path}, parallel: 2}}
+  - {{id: pkg, backend: faster-whisper, path: "package:runner/pool"}}
+  - {{id: size, backend: faster-whisper, whisper_model: tiny.en}}
+""",
+        )
+    )
+    by_id = {m.id: m for m in f.models}
+    assert by_id["dir"].local_path() == tmp_path and by_id["dir"].slots == 2
+    pkg = by_id["pkg"].local_path()
+    assert pkg is not None and pkg.is_dir() and pkg.name == "pool"
+    assert by_id["size"].local_path() is None and by_id["size"].slots == 1
+
+
+def test_models_file_package_path_of_a_missing_package_is_none() -> None:
+    """`package:` naming a package that is not installed resolves to no path (the load
+    fails naming it; the runner still starts)."""
+    spec = ModelSpec(id="w", backend="faster-whisper", path="package:no_such_pkg_q/model")
+    assert spec.local_path() is None
+
+
+@pytest.mark.parametrize(
+    ("entry", "fragment"),
+    [
+        ("{id: a, backend: faster-whisper}", "one of path, hf, whisper_model"),
+        ("{id: a, backend: faster-whisper, path: /m, whisper_model: tiny}", "one of path"),
+        ("{id: a, backend: faster-whisper, whisper_model: huge}", "whisper_model must be"),
+        ("{id: a, backend: faster-whisper, url: 'http://h:1'}", "no url"),
+        ("{id: a, backend: llama-server, path: /m.gguf, whisper_model: tiny}", "faster-whisper"),
+        ("{id: a, backend: faster-whisper, path: 'package:../x'}", "package:<module>"),
+    ],
+)
+def test_models_file_bad_faster_whisper_entry_is_refused(
+    tmp_path: Path, entry: str, fragment: str
+) -> None:
+    """A speech model with no model, two of them, an unknown size, a url, or a bad package
+    path is refused naming the problem."""
+    with pytest.raises(ConfigError) as info:
+        load_models_file(_write(tmp_path, f"models:\n  - {entry}\n"))
+    assert fragment in str(info.value)

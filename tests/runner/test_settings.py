@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from runner.errors import ConfigError
 from runner.settings import load_settings
+from tests.support.runner_proc import REPO_ROOT
 
 
 def test_settings_defaults_match_the_contract() -> None:
@@ -82,3 +86,65 @@ def test_settings_ignore_process_environment() -> None:
         assert load_settings({}).max_queue_depth == 16
     finally:
         del os.environ["MAX_QUEUE_DEPTH"]
+
+
+def test_settings_speech_and_jobs_defaults_and_values() -> None:
+    """Audio, faster-whisper and job settings: documented defaults, and read when given;
+    the webhook secret never shows in the settings' repr."""
+    s = load_settings({})
+    assert s.audio_max_bytes == 26_214_400 and s.job_retention_s == 86_400
+    assert (s.whisper_device, s.whisper_compute_type, s.whisper_cpu_threads) == ("cpu", "int8", 0)
+    assert s.whisper_load_timeout_s == 120 and not s.whisper_allow_download
+    assert s.webhook_secret is None
+    secret = "whsec_" + "A" * 44
+    s = load_settings(
+        {
+            "AUDIO_MAX_BYTES": "1048576",
+            "WHISPER_DEVICE": "CUDA",
+            "WHISPER_COMPUTE_TYPE": "float16",
+            "WHISPER_CPU_THREADS": "4",
+            "WHISPER_LOAD_TIMEOUT_S": "30",
+            "WHISPER_ALLOW_DOWNLOAD": "true",
+            "WEBHOOK_SECRET": secret,
+            "JOB_RETENTION_S": "60",
+        }
+    )
+    assert (s.audio_max_bytes, s.whisper_device, s.whisper_compute_type) == (
+        1048576,
+        "cuda",
+        "float16",
+    )
+    assert s.whisper_cpu_threads == 4 and s.whisper_allow_download and s.job_retention_s == 60
+    assert s.webhook_secret is not None and s.webhook_secret.get_secret_value() == secret
+    assert secret not in repr(s)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("WHISPER_DEVICE", "tpu"),
+        ("WHISPER_COMPUTE_TYPE", "int3"),
+        ("AUDIO_MAX_BYTES", "10"),
+        ("JOB_RETENTION_S", "0"),
+    ],
+)
+def test_settings_invalid_speech_value_names_variable(name: str, value: str) -> None:
+    """An invalid speech or job setting raises ConfigError naming the variable."""
+    with pytest.raises(ConfigError) as info:
+        load_settings({name: value})
+    assert name in str(info.value)
+
+
+@pytest.mark.parametrize("secret", ["s3cret-not-whsec", "whsec_!!notbase64", "whsec_c2hvcnQ="])
+def test_settings_bad_webhook_secret_stops_start_up_naming_it(secret: str) -> None:
+    """`quorum serve` with an unusable WEBHOOK_SECRET exits 2 naming the variable, and never
+    prints the secret itself."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner"],
+        cwd=REPO_ROOT,
+        timeout=30,
+        env={"WEBHOOK_SECRET": secret, "PATH": "/usr/bin:/bin", "PORT": "0"},
+        capture_output=True,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert b"WEBHOOK_SECRET" in proc.stderr and secret.encode() not in proc.stderr

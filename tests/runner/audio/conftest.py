@@ -1,10 +1,16 @@
-"""Session-wide speech files and the real tiny.en model for the audio API tests."""
+"""Session-wide speech files, the real tiny.en model, and a runner process serving it."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from tests.adapters.whisper.speech import SpeechFiles, model_path, speech_files
+from tests.runner.audio.runner_kit import SECRET, whisper_models_file
+from tests.support.runner_proc import RunnerProcess, start_runner
 
 
 @pytest.fixture(scope="session")
@@ -17,3 +23,26 @@ def speech(tmp_path_factory: pytest.TempPathFactory) -> SpeechFiles:
 def whisper_model() -> str:
     """The real Whisper tiny.en CTranslate2 directory."""
     return model_path()
+
+
+@dataclass(frozen=True)
+class SpeechRunner:
+    runner: RunnerProcess
+    tmp: Path  # the runner's TMPDIR: where uploads are spooled
+
+    @property
+    def url(self) -> str:
+        return self.runner.url
+
+
+@pytest.fixture(scope="session")
+def speech_runner(
+    whisper_model: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SpeechRunner]:
+    """`python -m runner` with model `whisper` (tiny.en, 2 parallel, preloaded, restarted
+    when its worker dies) and a webhook secret; uploads spool in its own TMPDIR."""
+    tmp = tmp_path_factory.mktemp("runner-tmp")
+    models = whisper_models_file(whisper_model, parallel=2, preload=True, restart=True)
+    env = {"WEBHOOK_SECRET": SECRET, "WHISPER_CPU_THREADS": "1", "TMPDIR": str(tmp)}
+    with start_runner(models_file=models, env=env, ready_timeout=60) as runner:
+        yield SpeechRunner(runner, tmp)
