@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from governance.verifier import Verifier
 from runner.capabilities import capabilities
-from runner.catalog import Roots
+from runner.catalog import Roots, available
 from runner.errors import (
     HTTP_ERRORS,
     Forbidden,
@@ -48,6 +48,7 @@ from runner.pool.states import ModelState
 from runner.proxy import INFERENCE_PATHS, DataPath, Receive, Scope, Send, send_error
 from runner.scheduler import SchedulerAdmission, SchedulerConfig
 from runner.settings import Settings
+from runner.snapshot import Refresher, SnapshotCollector
 from runner.tasks import MemoryTaskStore, RedisTaskStore, TaskStore
 from tenants.config import TenantsConfig
 from tenants.identity import resolve_tenant
@@ -90,6 +91,8 @@ class Runtime:
     metrics: Metrics = field(default_factory=Metrics)
     pool: ModelPool = field(init=False)
     loads: LoadManager = field(init=False)
+    refresher: Refresher = field(init=False)
+    roots: Roots = field(init=False)
     life: Life = Life.STARTING
     started_at: float = field(default_factory=time.monotonic)
     verifier: Verifier | None = None
@@ -118,9 +121,18 @@ class Runtime:
             Path(s.hf_home).expanduser() if s.hf_home else None,
             tuple(p.parent for m in self.models.models if (p := m.local_path()) is not None),
         )
+        self.roots = roots
         self.loads = LoadManager(
             self.pool, self.lifecycle, store, roots, "llama-server", s.runner_id
         )
+        self.loads.on_finished = self.metrics.count_load
+        self.pool.on_loaded = self.metrics.observe_load
+        self.refresher = Refresher(
+            self.pool,
+            self.telemetry,
+            catalog=lambda: available([slot.spec for slot in self.pool.slots.values()], roots),
+        )
+        self.metrics.registry.register(SnapshotCollector(lambda: self.refresher.current))
 
     def _engines_memory_mb(self) -> int:
         pids = [
@@ -181,6 +193,8 @@ def control_plane(rt: Runtime) -> FastAPI:
             states.count(ModelState.FAILED),
             rt.admission.queue_depth(),
             rt.settings.max_queue_depth,
+            gpu_out_of_memory=rt.refresher.current.source == "nvml"
+            and rt.refresher.current.out_of_memory(),
         )
         return _json(report.status_code, report.body)
 
@@ -193,6 +207,9 @@ def control_plane(rt: Runtime) -> FastAPI:
             rt.admission.stats().capabilities(),
             rt.settings.enable_multi_tenant,
             rt.settings.vllm_enable_prefix_caching,
+            loading=rt.loads.progress,
+            available=rt.refresher.current.available,
+            resources=rt.refresher.current,
         )
         status = 200 if rt.life is Life.READY else 503
         return _json(status, doc, {"Cache-Control": "max-age=5"})
@@ -316,6 +333,7 @@ class RunnerApp:
         await rt.admission.start()
         await rt.loads.start()
         await rt.pool.start()
+        await rt.refresher.start()
         store_errors = rt.metrics.ratelimit_store_errors
         rt.limiter = RateLimiter(
             rt.tenants,
@@ -348,6 +366,7 @@ class RunnerApp:
     async def shutdown(self) -> None:
         self.rt.life = Life.STOPPING
         await self.rt.loads.aclose()
+        await self.rt.refresher.stop()
         await self.rt.admission.stop()
         if self.rt.limiter is not None:
             await self.rt.limiter.aclose()

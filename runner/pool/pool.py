@@ -175,6 +175,7 @@ class ModelPool:
         self._last_process: dict[str, EngineProcess] = {}  # for logs after a crash
         self._closing = False
         self.estimator = EtaEstimator()  # load time by backend and size: the tasks' eta
+        self.on_loaded: Callable[[str, float], None] = lambda _backend, _seconds: None
 
     # -- reading ---------------------------------------------------------------------
 
@@ -437,6 +438,7 @@ class ModelPool:
         size_mb = model_size_mb(slot.spec)
         if size_mb > 0:
             self.estimator.record(slot.spec.backend, size_mb, seconds)
+        self.on_loaded(slot.spec.backend, seconds)
         mem = await self._measure(slot)  # 3
         self._ready(slot, mem)
         log.info("model %s ready in %d ms, %d MB", model, load_ms, mem)
