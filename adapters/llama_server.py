@@ -62,6 +62,7 @@ class LaunchOptions:
     flash_attn: str | None = None  # "on" | "off" | "auto"
     embeddings: bool = False
     pooling: str | None = None
+    tensor_split: str | None = None  # shares per visible GPU when a model is split
     extra_args: tuple[str, ...] = ()
 
 
@@ -99,6 +100,8 @@ def command_line(opts: LaunchOptions) -> list[str]:
         argv.append("--embeddings")
     if opts.pooling is not None:
         argv += ["--pooling", opts.pooling]
+    if opts.tensor_split is not None:
+        argv += ["--tensor-split", opts.tensor_split]
     argv += list(opts.extra_args)
     return argv
 

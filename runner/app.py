@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ from runner.health import Life, health
 from runner.lifecycle import Lifecycle
 from runner.loads import LoadManager
 from runner.memory.factory import telemetry_from_settings
+from runner.memory.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore
 from runner.memory.proc import tree_resident_mb
 from runner.metrics import Metrics, SchedulerMetrics
 from runner.models_config import ModelsFile
@@ -105,7 +107,16 @@ class Runtime:
         self.telemetry = telemetry_from_settings(
             s.runner_memory_mb, s.cuda_visible_devices, measure=self._engines_memory_mb
         )
-        self.pool = ModelPool(s, self.models, self.telemetry, multi_tenant=s.enable_multi_tenant)
+        leases: LeaseStore = (
+            RedisLeaseStore.from_url(
+                s.redis_url, prefix=f"quorum:mem:lease:{socket.gethostname()}:"
+            )
+            if s.redis_url
+            else MemoryLeaseStore(time.monotonic)
+        )
+        self.pool = ModelPool(
+            s, self.models, self.telemetry, multi_tenant=s.enable_multi_tenant, leases=leases
+        )
         self.admission = SchedulerAdmission(
             scheduler_config(s, self.pool, self.tenants),
             observer=SchedulerMetrics(self.metrics),
@@ -374,6 +385,7 @@ class RunnerApp:
             await self.rt.verifier.aclose()
         await self.rt.pool.close()
         await self.rt.loads.store.aclose()
+        await self.rt.pool.leases.aclose()
 
 
 def build_app(

@@ -121,6 +121,10 @@ class Refresher:
         except RunnerError as exc:
             gpus, source, error = (), "unavailable", str(exc)
         models = [await self._model(m) for m, s in self.pool.slots.items() if _holds(s.state)]
+        try:
+            await self.pool.hold_leases()
+        except RunnerError as exc:  # the store is down: keep serving, say so in the log
+            log.warning("memory leases not renewed: %s", exc)
         names = await asyncio.to_thread(self.catalog)
         self.current = ResourceSnapshot(
             self.clock(), source, gpus, tuple(m for m in models if m), error, tuple(names)
