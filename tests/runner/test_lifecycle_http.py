@@ -202,6 +202,7 @@ def gemma_pair() -> Iterator[RunnerProcess]:
         pytest.fail("real engine not installed: run scripts/install")
     models = "models:\n" + _entry("g1", path=str(GEMMA), preload=True, context_length=512)
     models += _entry("g2", path=str(GEMMA), context_length=512)
+    # One engine holds ~350 MB resident (weights mapped + KV + buffers): one fits, two do not.
     env = {**ENV, "RUNNER_MEMORY_MB": "560"}
     with start_runner(models_file=models, env=env, ready_timeout=120) as r:
         yield r
