@@ -417,7 +417,7 @@ class RunnerApp:
             rt.metrics,
             s.max_body_bytes,
             multi_tenant=s.enable_multi_tenant,
-            route_missing=rt.pool.route_missing,
+            route_missing=rt.pool.route_missing_for(speech=False),
         )
         self.audio = AudioPath(
             rt.pool.speech,
@@ -427,7 +427,7 @@ class RunnerApp:
             rt.metrics,
             FormLimits(max_file_bytes=s.audio_max_bytes),
             multi_tenant=s.enable_multi_tenant,
-            route_missing=rt.pool.route_missing,
+            route_missing=rt.pool.route_missing_for(speech=True),
             submit_job=Submitter(rt.jobs),
         )
         gc.collect()

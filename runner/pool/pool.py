@@ -24,7 +24,7 @@ from adapters.base import Engine
 from adapters.errors import EngineStartFailed
 from adapters.supervisor import EngineProcess
 from adapters.whisper.engine import WhisperEngine
-from runner.errors import ModelNotFound, RunnerError, ServiceUnavailable
+from runner.errors import BadRequest, ModelNotFound, RunnerError, ServiceUnavailable
 from runner.memory.accounting import account, free_gpus
 from runner.memory.estimate import estimate_mb, speech_worker_mb
 from runner.memory.files import model_files
@@ -119,6 +119,19 @@ class ModelNotLoaded(ModelNotFound):
 
 class ModelUnavailable(ServiceUnavailable):
     code = "model_unavailable"
+
+
+class WrongEndpoint(BadRequest):
+    code = "unsupported_model"
+
+
+# Which request path serves a backend's models (the others answer 400 for them).
+SPEECH_BACKENDS = frozenset({"faster-whisper"})
+SPEECH_PATHS = "POST /v1/audio/transcriptions or /v1/audio/translations"
+
+
+def serves_speech(spec: ModelSpec) -> bool:
+    return spec.backend in SPEECH_BACKENDS
 
 
 class ModelDoesNotFit(ServiceUnavailable):
@@ -383,6 +396,26 @@ class ModelPool:
         raise ModelNotLoaded(
             f"model {model!r} is not loaded; load it with POST /v1/models/load (governed)"
         )
+
+    def route_missing_for(self, speech: bool) -> Callable[[str], None]:
+        """`route_missing` for one request path: the audio path (`speech`) or the data path.
+
+        A model the other path serves is 400 `unsupported_model` saying where to send it,
+        whatever its state (a loaded speech model has no engine on the data path).
+        """
+
+        def route(model: str) -> None:
+            slot = self.slots.get(model)
+            if slot is not None and serves_speech(slot.spec) != speech:
+                where = "/v1/chat/completions, /v1/completions or /v1/embeddings"
+                raise WrongEndpoint(
+                    f"model {model!r} is a speech model: use {SPEECH_PATHS}"
+                    if not speech
+                    else f"model {model!r} is not a speech model: use {where}"
+                )
+            self.route_missing(model)
+
+        return route
 
     def logs(self, model: str, lines: int | None = None) -> list[str]:
         slot = self.slots.get(model)

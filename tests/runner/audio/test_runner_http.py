@@ -165,12 +165,17 @@ def test_runner_speech_30_mib_is_413_before_the_body_is_read(
     assert wait_for(lambda: _spooled_bytes(speech_runner.tmp) == 0, timeout=5)
 
 
-def test_runner_speech_unknown_model_is_404_and_get_is_405(
+def test_runner_speech_unknown_model_404_wrong_endpoint_400_get_405(
     speech_runner: SpeechRunner, speech: SpeechFiles
 ) -> None:
-    """A model the runner does not have is 404; the audio paths take POST only."""
+    """A model the runner does not have is 404; the speech model named in a chat request is
+    400 unsupported_model pointing at the audio API; the audio paths take POST only."""
     r = transcribe(speech_runner.url, speech.hello, model="nope")
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+    chat = {"model": "whisper", "messages": [{"role": "user", "content": "hi"}]}
+    wrong = httpx.post(speech_runner.url + "/v1/chat/completions", json=chat)
+    assert wrong.status_code == 400 and wrong.json()["error"]["code"] == "unsupported_model"
+    assert "/v1/audio/transcriptions" in wrong.json()["error"]["message"]
     get = httpx.get(speech_runner.url + TRANSCRIPTIONS)
     assert get.status_code == 405 and get.headers["allow"] == "POST"
 
