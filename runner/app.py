@@ -10,6 +10,8 @@ in-flight requests.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
 import time
@@ -21,9 +23,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from adapters.comfyui import FILES_PATH, IMAGES_PATH, ImageFiles, ImagesPath, job_submitter
 from governance.verifier import Verifier
 from runner.capabilities import capabilities
 from runner.catalog import Roots
+from runner.engine_watch import EngineWatch
 from runner.errors import (
     HTTP_ERRORS,
     Forbidden,
@@ -37,6 +41,9 @@ from runner.errors import (
 )
 from runner.headers import new_request_id, parse_request_headers
 from runner.health import Life, health
+from runner.images import image_routes, sweep_forever
+from runner.jobs import JobManager, JobStore, MemoryJobStore, RedisJobStore
+from runner.jobs.http import JOBS_PATH, delete_job, get_job
 from runner.lifecycle import Lifecycle
 from runner.loads import LoadManager
 from runner.memory.factory import telemetry_from_settings
@@ -50,7 +57,7 @@ from runner.scheduler import SchedulerAdmission, SchedulerConfig
 from runner.settings import Settings
 from runner.tasks import MemoryTaskStore, RedisTaskStore, TaskStore
 from tenants.config import TenantsConfig
-from tenants.identity import resolve_tenant
+from tenants.identity import DEFAULT_TENANT, resolve_tenant
 from tenants.ratelimit import RateLimiter
 from tenants.storage import storage_from_url
 
@@ -96,13 +103,21 @@ class Runtime:
     admission: SchedulerAdmission = field(init=False)
     limiter: RateLimiter | None = None
     lifecycle: Lifecycle = field(init=False)
+    watch: EngineWatch = field(init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
         self.telemetry = telemetry_from_settings(
             s.runner_memory_mb, s.cuda_visible_devices, measure=self._engines_memory_mb
         )
-        self.pool = ModelPool(s, self.models, self.telemetry, multi_tenant=s.enable_multi_tenant)
+        self.pool = ModelPool(
+            s,
+            self.models,
+            self.telemetry,
+            multi_tenant=s.enable_multi_tenant,
+            vllm_metrics=self.metrics.vllm,
+        )
+        self.watch = EngineWatch(self.pool.engines, s.engine_stats_interval_s, self.metrics.vllm)
         self.admission = SchedulerAdmission(
             scheduler_config(s, self.pool, self.tenants),
             observer=SchedulerMetrics(self.metrics),
@@ -119,16 +134,30 @@ class Runtime:
             tuple(p.parent for m in self.models.models if (p := m.local_path()) is not None),
         )
         self.loads = LoadManager(
-            self.pool, self.lifecycle, store, roots, "llama-server", s.runner_id
+            self.pool, self.lifecycle, store, roots, self.models.default_backend, s.runner_id
         )
+        self._jobs_init()
 
     def _engines_memory_mb(self) -> int:
-        pids = [
-            slot.process.pid
-            for slot in self.pool.slots.values()
-            if slot.process is not None and slot.process.pid is not None
-        ]
+        pids = self.pool.engine_pids()
         return tree_resident_mb(pids) if pids else 0
+
+    # -- async jobs: `Prefer: respond-async` on the image route, GET/DELETE /v1/jobs/{id} --
+    # A minimal wiring of runner/jobs (no webhooks: no sender is configured here).
+
+    def _jobs_init(self) -> None:
+        s = self.settings
+        self.job_store: JobStore = (
+            RedisJobStore.from_url(s.redis_url) if s.redis_url else MemoryJobStore(time.time)
+        )
+        self.jobs = JobManager(self.job_store, None, s.runner_id, time.time)
+
+    def request_tenant(self, request: Request) -> str:
+        """The tenant of a job request, identified as for inference."""
+        meta = parse_request_headers(list(request.scope["headers"]))
+        if not self.settings.enable_multi_tenant:
+            return DEFAULT_TENANT
+        return resolve_tenant(meta.authorization, meta.tenant_header, self.tenants)
 
 
 def _json(status: int, body: object, headers: dict[str, str] | None = None) -> Response:
@@ -193,6 +222,8 @@ def control_plane(rt: Runtime) -> FastAPI:
             rt.admission.stats().capabilities(),
             rt.settings.enable_multi_tenant,
             rt.settings.vllm_enable_prefix_caching,
+            engines=rt.watch.loads,
+            versions=rt.watch.versions,
         )
         status = 200 if rt.life is Life.READY else 503
         return _json(status, doc, {"Cache-Control": "max-age=5"})
@@ -228,14 +259,24 @@ def control_plane(rt: Runtime) -> FastAPI:
     async def unload_model(request: Request) -> Response:
         body = await _bounded_body(request, rt.settings.max_body_bytes)
         result = await rt.loads.unload(body, request.headers.get("x-op-token"))
-        return _json(
-            200,
-            {
-                "modelId": result.model_id,
-                "gpuMemoryFreedMB": result.freed_mb,
-                "kvCacheFlushed": result.kv_cache_flushed,
-            },
-        )
+        answer: dict[str, object] = {
+            "modelId": result.model_id,
+            "gpuMemoryFreedMB": result.freed_mb,
+            "kvCacheFlushed": result.kv_cache_flushed,
+        }
+        if result.mode != "stop":
+            answer["mode"] = result.mode
+        return _json(200, answer)
+
+    @app.get(JOBS_PATH + "{job_id}")
+    async def job_status(job_id: str, request: Request) -> Response:
+        answer = await get_job(rt.jobs, job_id, rt.request_tenant(request))
+        return _json(answer.status, answer.body, answer.headers)
+
+    @app.delete(JOBS_PATH + "{job_id}")
+    async def job_cancel(job_id: str, request: Request) -> Response:
+        answer = await delete_job(rt.jobs, job_id, rt.request_tenant(request))
+        return _json(answer.status, answer.body, answer.headers)
 
     @app.get("/v1/models")
     async def list_models() -> Response:
@@ -270,11 +311,18 @@ class RunnerApp:
         self.rt = rt
         self.control = control_plane(rt)
         self.data: DataPath | None = None
+        self.images: ImagesPath | None = None
+        self.image_files: ImageFiles | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            if scope["path"] in INFERENCE_PATHS:
+            path = scope["path"]
+            if path == IMAGES_PATH or path.startswith(FILES_PATH):
+                await self._images(scope, receive, send)
+                return
+            if path in INFERENCE_PATHS:
                 data = self.data
                 if scope["method"] != "POST":
                     error: RunnerError = RouteError(405, f"{scope['path']} accepts POST only")
@@ -293,6 +341,37 @@ class RunnerApp:
             await self._lifespan(receive, send)
         else:
             await self.control(scope, receive, send)
+
+    async def _images(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The image routes: bare ASGI like the data path (adapters/comfyui/http.py)."""
+        files = scope["path"].startswith(FILES_PATH)
+        handler = self.image_files if files else self.images
+        if self.rt.life is not Life.READY or (handler is None and not files):
+            error: RunnerError = ServiceUnavailable(
+                f"runner is {self.rt.life.value}; retry on another runner"
+            )
+            await send_error(send, error, new_request_id())
+        elif handler is None:
+            await send_error(send, RouteError(404, "no image is kept here"), new_request_id())
+        else:
+            await handler(scope, receive, send)
+
+    def _start_images(self) -> None:
+        rt, s = self.rt, self.rt.settings
+        assert rt.limiter is not None
+        routes = image_routes(
+            rt.pool,
+            rt.admission,
+            rt.limiter,
+            rt.tenants,
+            rt.metrics,
+            s,
+            job_submitter(rt.jobs),
+            keep_files=any(m.backend == "comfyui" for m in rt.models.models),
+        )
+        self.images, self.image_files = routes.images, routes.files
+        if routes.store is not None:
+            self._sweeper = asyncio.get_running_loop().create_task(sweep_forever(routes.store))
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -315,7 +394,9 @@ class RunnerApp:
         s = rt.settings
         await rt.admission.start()
         await rt.loads.start()
+        await rt.jobs.start()
         await rt.pool.start()
+        await rt.watch.start()
         store_errors = rt.metrics.ratelimit_store_errors
         rt.limiter = RateLimiter(
             rt.tenants,
@@ -336,6 +417,7 @@ class RunnerApp:
             multi_tenant=s.enable_multi_tenant,
             route_missing=rt.pool.route_missing,
         )
+        self._start_images()
         gc.collect()
         gc.freeze()  # start-up objects never need scanning again: shorter GC pauses later
         rt.life = Life.READY
@@ -348,6 +430,12 @@ class RunnerApp:
     async def shutdown(self) -> None:
         self.rt.life = Life.STOPPING
         await self.rt.loads.aclose()
+        await self.rt.jobs.aclose()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        await self.rt.watch.stop()
         await self.rt.admission.stop()
         if self.rt.limiter is not None:
             await self.rt.limiter.aclose()
@@ -355,6 +443,7 @@ class RunnerApp:
             await self.rt.verifier.aclose()
         await self.rt.pool.close()
         await self.rt.loads.store.aclose()
+        await self.rt.job_store.aclose()
 
 
 def build_app(

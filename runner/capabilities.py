@@ -3,16 +3,43 @@
 The central router polls it every 5 s. Fields the runner cannot know yet (GPU
 figures without NVML, loading models before lifecycle tasks exist) are
 reported as empty or zero rather than invented.
+
+From the engines (`runner/engine_watch.py`, polled off the hot path): `runnerType` names
+the engine kinds this runner serves and their versions (`vllm-0.33.0`, the seed's form);
+the `capabilities` flags are those of the loaded engines (`adapters/features.py`; nothing
+loaded claims nothing); `kvCacheUtilization` and the queue add what the engines report of
+themselves: `queue.depth` counts requests waiting in the runner and inside the engines
+(vLLM's `num_requests_waiting`, ComfyUI's pending prompts), `queue.running` (an addition
+to the seed's keys) those the engines are executing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
+from adapters.features import combined, model_features
 from runner import __version__
+from runner.engine_watch import EngineLoad
 from runner.health import Life
 from runner.pool.pool import ModelSlot
 from runner.pool.states import ModelState
+
+
+def runner_type(backends: Iterable[str], versions: Mapping[str, str]) -> str:
+    """`<engine>-<version>` of each engine kind the runner serves, sorted, joined with `+`
+    (a kind whose version is not known yet: its name alone); no models: `quorum-<version>`."""
+    kinds = [f"{b}-{versions[b]}" if b in versions else b for b in sorted(set(backends))]
+    return "+".join(kinds) or f"quorum-{__version__}"
+
+
+def kv_utilization(loads: Sequence[EngineLoad]) -> float:
+    """The engines' KV cache use, weighted by their cache sizes when known (0..1)."""
+    sized = [load for load in loads if load.kv_cache_mb > 0]
+    if sized:
+        total = sum(load.kv_cache_mb for load in sized)
+        return round(sum(load.kv_cache_utilization * load.kv_cache_mb for load in sized) / total, 4)
+    used = [load.kv_cache_utilization for load in loads]
+    return round(sum(used) / len(used), 4) if used else 0.0
 
 
 def capabilities(
@@ -22,11 +49,25 @@ def capabilities(
     queue: dict[str, int],
     multi_tenant: bool,
     prefix_caching: bool,
+    *,
+    engines: Mapping[str, EngineLoad] | None = None,
+    versions: Mapping[str, str] | None = None,
 ) -> dict[str, object]:
+    """The document (pure). `prefix_caching` is VLLM_ENABLE_PREFIX_CACHING; `engines` the
+    engines' last figures by model; `versions` the engine versions by backend."""
     loaded = [m for m in models if m.state in (ModelState.READY, ModelState.DRAINING)]
-    backends: list[str] = sorted({m.spec.backend for m in loaded}) or ["none"]
+    loads = [engines[m.spec.id] for m in loaded if engines and m.spec.id in engines]
+    features = combined(
+        model_features(
+            m.spec.backend,
+            attached=m.spec.attached,
+            isolated=multi_tenant and m.spec.isolate_tenants,
+            vllm_prefix_caching=prefix_caching,
+        )
+        for m in loaded
+    ).to_json()
     return {
-        "runnerType": f"quorum-{__version__} ({', '.join(backends)})",
+        "runnerType": runner_type((m.spec.backend for m in models), versions or {}),
         "runnerId": runner_id,
         "models": {
             "loaded": [
@@ -57,17 +98,21 @@ def capabilities(
             "gpuMemoryUsedMB": 0,
             "gpuMemoryFreeMB": 0,
             "gpuUtilization": 0.0,
-            "kvCacheSizeMB": 0,
-            "kvCacheUtilization": 0.0,
+            "kvCacheSizeMB": round(sum(load.kv_cache_mb for load in loads)),
+            "kvCacheUtilization": kv_utilization(loads),
         },
-        "queue": queue,
+        "queue": {
+            **queue,
+            "depth": queue.get("depth", 0) + sum(load.waiting for load in loads),
+            "running": sum(load.running for load in loads),
+        },
         "capabilities": {
-            "streaming": True,
-            "prefixCaching": prefix_caching,
+            "streaming": features["streaming"],
+            "prefixCaching": features["prefixCaching"],
             "multiTenant": multi_tenant,
-            "visionInput": False,
-            "audioInput": False,
-            "functionCalling": True,
+            "visionInput": features["visionInput"],
+            "audioInput": features["audioInput"],
+            "functionCalling": features["functionCalling"],
         },
         "health": "healthy" if life is Life.READY else life.value,
     }

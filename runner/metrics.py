@@ -1,6 +1,7 @@
 """Prometheus metrics: one registry per runner app (so tests never share state).
 
-Names are `quorum_*`; docs/api.md maps them to the seed's `vllm_*` examples.
+Names are `quorum_*`; docs/api.md maps them to the seed's `vllm_*` examples. vLLM's own
+metrics (`vllm:*`, scraped off the hot path) are re-exposed beside them unchanged.
 Tenant label values are capped (MAX_TENANT_LABELS distinct ones, then
 "_other") so a client inventing tenant ids cannot blow up the series count.
 """
@@ -22,6 +23,8 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
+
+from adapters.vllm_metrics import VllmMetricsCollector
 
 MAX_TENANT_LABELS = 1000
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -94,6 +97,8 @@ class Metrics:
             ["operation", "outcome"],
             registry=r,
         )
+        self.vllm = VllmMetricsCollector()  # vLLM's own `vllm:*` families, as last scraped
+        r.register(self.vllm)
         self._tenants: set[str] = set()
         self._children: dict[tuple[object, ...], Any] = {}
 

@@ -9,6 +9,13 @@
       - id: echo
         backend: openai           # an OpenAI-compatible engine that is already running
         url: http://127.0.0.1:9000
+      - id: qwen
+        backend: vllm             # `vllm serve` started by the runner (VLLM_BIN)
+        hf: Qwen/Qwen3-0.6B
+      - id: sd15
+        backend: comfyui          # a workflow on ComfyUI (COMFYUI_PATH, or url: to attach)
+        workflow: txt2img
+        checkpoint: v1-5-pruned-emaonly.safetensors
 
 Models with a `url` are attached at start-up and count as loaded. Models with a `path`
 (or `hf` repo id) are started by the runner: at start-up when `preload`, on the first
@@ -29,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from runner.errors import ConfigError
 
 Backend = Literal["openai", "llama-server", "vllm", "comfyui", "faster-whisper"]
-SUPPORTED_BACKENDS: frozenset[str] = frozenset({"openai", "llama-server"})
+SUPPORTED_BACKENDS: frozenset[str] = frozenset({"openai", "llama-server", "vllm", "comfyui"})
 DEFAULT_PARALLEL: dict[str, int] = {
     "openai": 8,
     "llama-server": 1,
@@ -66,7 +73,9 @@ class ModelSpec(BaseModel):
     n_gpu_layers: int | None = Field(default=None, ge=-1)
     flash_attn: Literal["on", "off", "auto"] | None = None
     gpus: list[int] | None = None  # GPU indices for CUDA_VISIBLE_DEVICES (default: placed)
-    bin: str | None = None  # the engine's executable (default: LLAMA_SERVER_BIN, ...)
+    bin: str | None = None  # the engine's executable (default: LLAMA_SERVER_BIN, VLLM_BIN)
+    workflow: str | None = None  # comfyui: a built-in template name or a template file
+    checkpoint: str | None = None  # comfyui: the checkpoint file name ComfyUI lists
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
@@ -76,6 +85,8 @@ class ModelSpec(BaseModel):
             raise ValueError("give either url (attach a running engine) or path, not both")
         if self.preload and self.url:
             raise ValueError("preload applies to engines the runner starts (path/hf), not url")
+        if self.backend != "comfyui" and (self.workflow or self.checkpoint):
+            raise ValueError("workflow and checkpoint apply to backend 'comfyui' only")
         return self
 
     @property
@@ -101,6 +112,13 @@ class ModelsFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     models: list[ModelSpec] = Field(default_factory=list)
+
+    @property
+    def default_backend(self) -> Backend:
+        """The backend of a governed load that names a model not in this file (a path or a
+        Hugging Face repo): vLLM when the file starts vLLM models and no llama-server."""
+        started = {m.backend for m in self.models if not m.attached}
+        return "vllm" if "vllm" in started and "llama-server" not in started else "llama-server"
 
     @model_validator(mode="after")
     def _unique(self) -> ModelsFile:

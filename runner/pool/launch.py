@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import httpx
@@ -37,9 +37,27 @@ class LoadParams:
 
 @dataclass
 class Launched:
+    """One model's engine as the pool holds it.
+
+    `process` is the engine process this model owns (stopped with it; None when attached
+    by URL). `shared` is a process the model runs in without owning it (ComfyUI's server,
+    which serves every ComfyUI model): watched for crashes, never stopped with the model;
+    `release` then unloads the model from it and answers the MB that freed. `memory_mb`
+    is what the launch measured itself (None: the pool measures `process`).
+    """
+
     engine: Engine
     process: EngineProcess | None
     control: httpx.AsyncClient | None = None
+    shared: EngineProcess | None = None
+    release: Callable[[], Awaitable[int]] | None = None
+    memory_mb: int | None = None
+    watched: bool = False  # the pool registered its crash callback
+
+    @property
+    def watch(self) -> EngineProcess | None:
+        """The process whose death ends this model (its own, else the shared one)."""
+        return self.process or self.shared
 
     async def close(self, grace_s: float) -> None:
         self.engine.http.close()
