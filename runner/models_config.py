@@ -81,7 +81,7 @@ class ModelSpec(BaseModel):
     def _check(self) -> ModelSpec:
         if self.backend == "openai" and not self.url:
             raise ValueError("backend 'openai' needs a url")
-        if self.url and self.path:
+        if self.url and self.path and self.backend != "comfyui":  # comfyui: checkpoint source
             raise ValueError("give either url (attach a running engine) or path, not both")
         if self.preload and self.url:
             raise ValueError("preload applies to engines the runner starts (path/hf), not url")

@@ -96,18 +96,21 @@ def eventually(check: Any, timeout: float = 10.0, what: str = "condition") -> An
     raise AssertionError(f"{what} not reached within {timeout} s")
 
 
-def processes_with(*parts: str) -> list[tuple[int, list[str]]]:
-    """(pid, argv) of every process whose argv contains each of `parts` as an argument."""
+def processes_with(*parts: str, parent: int | None = None) -> list[tuple[int, list[str]]]:
+    """(pid, argv) of every process whose argv contains each of `parts` as an argument
+    (children of `parent` only, when given)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")[:-1]
+            status = (entry / "status").read_text()
         except OSError:
             continue
         args = [a.decode(errors="replace") for a in argv]
-        if all(p in args for p in parts):
+        ppid = int(status.split("PPid:", 1)[1].split()[0])
+        if all(p in args for p in parts) and parent in (None, ppid):
             found.append((int(entry.name), args))
     return found
 
