@@ -638,6 +638,9 @@ class ModelPool:
         except RunnerError as exc:
             self._failed(slot, f"wake-up failed: {exc}", None)
             raise
+        except asyncio.CancelledError:
+            self._failed(slot, "wake-up cancelled", None)
+            raise
         mem = report.memory_mb if report.memory_mb is not None else await self._measure(slot)
         self._ready(slot, mem)
         load_ms = round(1000 * (time.monotonic() - started))

@@ -5,6 +5,8 @@ with COMFYUI_PATH naming its folder so missing checkpoints are put there."""
 from __future__ import annotations
 
 import base64
+import os
+import signal
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ from tests.support.engines import (
     eventually,
     load_and_wait,
     loaded,
+    processes_with,
     unload,
 )
 from tests.support.runner_proc import RunnerProcess, start_runner
@@ -191,3 +194,27 @@ def test_comfyui_capabilities_claim_no_llm_feature(setup: Setup) -> None:
     chat = {"model": "sd", "messages": [{"role": "user", "content": "hi"}]}
     r = httpx.post(setup.runner.url + "/v1/chat/completions", json=chat)
     assert r.status_code == 400 and "images/generations" in r.json()["error"]["message"]
+
+
+def test_comfyui_spawned_server_death_fails_its_model_and_a_load_respawns(
+    tmp_path: Path,
+) -> None:
+    """ComfyUI started from COMFYUI_PATH dies: its model reads failed with the exit code and
+    requests get a clear 503; a governed load starts a new ComfyUI and the model serves."""
+    folder = comfyui_root(tmp_path / "ComfyUI")
+    models = f"models:\n  - {{id: sd, backend: comfyui, checkpoint: {CHECKPOINT}, preload: true}}\n"
+    env = {**GOVERNED, "COMFYUI_PATH": str(folder), "COMFYUI_CPU": "true"}
+    with start_runner(models_file=models, env=env, ready_timeout=60) as runner:
+        [(pid, argv)] = processes_with(str(folder / "main.py"), parent=runner.proc.pid)
+        flags = ["--listen", "127.0.0.1", "--port", argv[5], "--disable-auto-launch", "--cpu"]
+        assert argv[2:] == flags
+        os.kill(pid, signal.SIGKILL)
+        failed = eventually(lambda: caps(runner.url)["models"]["failed"], 10, "failed")
+        assert failed[0]["id"] == "sd" and failed[0]["exitCode"] == -9
+        body = {"model": "sd", "prompt": "a kite", "size": "64x64"}
+        r = httpx.post(runner.url + "/v1/images/generations", json=body)
+        assert r.status_code == 503 and "failed" in r.json()["error"]["message"]
+        assert load_and_wait(runner.url, "sd")["status"] == "completed"
+        [(again, _)] = processes_with(str(folder / "main.py"), parent=runner.proc.pid)
+        assert again != pid
+        assert httpx.post(runner.url + "/v1/images/generations", json=body).status_code == 200
