@@ -473,9 +473,10 @@ class ModelPool:
         """`CUDA_VISIBLE_DEVICES` (and llama-server's `--tensor-split`) for the engine.
 
         1. The model names its GPUs (`gpus`): those.
-        2. On GPUs (NVML; not the no-GPU budget): place the estimate on the accounted free memory (every holder's
-           leases counted): one GPU when it fits (best fit), else split across GPUs in
-           proportion to free memory, 512 MB margin each; no fit: 503 with the figures.
+        2. On GPUs (NVML, not the no-GPU budget): place the estimate on the accounted free
+           memory (every holder's leases counted): one GPU when it fits (best fit), else
+           split across GPUs in proportion to free memory, 512 MB margin each; no fit: 503
+           with the figures.
         3. Otherwise the runner's own CUDA_VISIBLE_DEVICES, if set.
         """
         if spec.gpus is not None:  # 1
