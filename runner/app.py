@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from adapters.comfyui import FILES_PATH, IMAGES_PATH, ImageFiles, ImagesPath, job_submitter
 from governance.verifier import Verifier
 from runner.capabilities import capabilities
-from runner.catalog import Roots
+from runner.catalog import Roots, available
 from runner.engine_watch import EngineWatch
 from runner.errors import (
     HTTP_ERRORS,
@@ -47,6 +48,7 @@ from runner.jobs.http import JOBS_PATH, delete_job, get_job
 from runner.lifecycle import Lifecycle
 from runner.loads import LoadManager
 from runner.memory.factory import telemetry_from_settings
+from runner.memory.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore
 from runner.memory.proc import tree_resident_mb
 from runner.metrics import Metrics, SchedulerMetrics
 from runner.models_config import ModelsFile
@@ -55,6 +57,7 @@ from runner.pool.states import ModelState
 from runner.proxy import INFERENCE_PATHS, DataPath, Receive, Scope, Send, send_error
 from runner.scheduler import SchedulerAdmission, SchedulerConfig
 from runner.settings import Settings
+from runner.snapshot import Refresher, SnapshotCollector
 from runner.tasks import MemoryTaskStore, RedisTaskStore, TaskStore
 from tenants.config import TenantsConfig
 from tenants.identity import DEFAULT_TENANT, resolve_tenant
@@ -97,6 +100,8 @@ class Runtime:
     metrics: Metrics = field(default_factory=Metrics)
     pool: ModelPool = field(init=False)
     loads: LoadManager = field(init=False)
+    refresher: Refresher = field(init=False)
+    roots: Roots = field(init=False)
     life: Life = Life.STARTING
     started_at: float = field(default_factory=time.monotonic)
     verifier: Verifier | None = None
@@ -110,11 +115,19 @@ class Runtime:
         self.telemetry = telemetry_from_settings(
             s.runner_memory_mb, s.cuda_visible_devices, measure=self._engines_memory_mb
         )
+        leases: LeaseStore = (
+            RedisLeaseStore.from_url(
+                s.redis_url, prefix=f"quorum:mem:lease:{socket.gethostname()}:"
+            )
+            if s.redis_url
+            else MemoryLeaseStore(time.monotonic)
+        )
         self.pool = ModelPool(
             s,
             self.models,
             self.telemetry,
             multi_tenant=s.enable_multi_tenant,
+            leases=leases,
             vllm_metrics=self.metrics.vllm,
         )
         self.watch = EngineWatch(self.pool.engines, s.engine_stats_interval_s, self.metrics.vllm)
@@ -133,9 +146,18 @@ class Runtime:
             Path(s.hf_home).expanduser() if s.hf_home else None,
             tuple(p.parent for m in self.models.models if (p := m.local_path()) is not None),
         )
+        self.roots = roots
         self.loads = LoadManager(
             self.pool, self.lifecycle, store, roots, self.models.default_backend, s.runner_id
         )
+        self.loads.on_finished = self.metrics.count_load
+        self.pool.on_loaded = self.metrics.observe_load
+        self.refresher = Refresher(
+            self.pool,
+            self.telemetry,
+            catalog=lambda: available([slot.spec for slot in self.pool.slots.values()], roots),
+        )
+        self.metrics.registry.register(SnapshotCollector(lambda: self.refresher.current))
         self._jobs_init()
 
     def _engines_memory_mb(self) -> int:
@@ -210,6 +232,8 @@ def control_plane(rt: Runtime) -> FastAPI:
             states.count(ModelState.FAILED),
             rt.admission.queue_depth(),
             rt.settings.max_queue_depth,
+            gpu_out_of_memory=rt.refresher.current.source == "nvml"
+            and rt.refresher.current.out_of_memory(),
         )
         return _json(report.status_code, report.body)
 
@@ -222,6 +246,9 @@ def control_plane(rt: Runtime) -> FastAPI:
             rt.admission.stats().capabilities(),
             rt.settings.enable_multi_tenant,
             rt.settings.vllm_enable_prefix_caching,
+            loading=rt.loads.progress,
+            available=rt.refresher.current.available,
+            resources=rt.refresher.current,
             engines=rt.watch.loads,
             versions=rt.watch.versions,
         )
@@ -396,6 +423,7 @@ class RunnerApp:
         await rt.loads.start()
         await rt.jobs.start()
         await rt.pool.start()
+        await rt.refresher.start()
         await rt.watch.start()
         store_errors = rt.metrics.ratelimit_store_errors
         rt.limiter = RateLimiter(
@@ -435,6 +463,7 @@ class RunnerApp:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
+        await self.rt.refresher.stop()
         await self.rt.watch.stop()
         await self.rt.admission.stop()
         if self.rt.limiter is not None:
@@ -443,6 +472,7 @@ class RunnerApp:
             await self.rt.verifier.aclose()
         await self.rt.pool.close()
         await self.rt.loads.store.aclose()
+        await self.rt.pool.leases.aclose()
         await self.rt.job_store.aclose()
 
 

@@ -1,16 +1,18 @@
 """The `/v1/capabilities` document (pure): what this runner can do and how full it is.
 
-The central router polls it every 5 s. Fields the runner cannot know yet (GPU
-figures without NVML, loading models before lifecycle tasks exist) are
-reported as empty or zero rather than invented.
+The central router polls it every 5 s. Memory figures come from NVML on a GPU
+(`memorySource: "nvml"`, `gpuIds` the devices); without one from the configured budget
+(`memorySource: "budget"`, `gpuIds` empty: there is no GPU to name). Nothing is invented:
+what the runner cannot know reads zero or null.
 
 From the engines (`runner/engine_watch.py`, polled off the hot path): `runnerType` names
 the engine kinds this runner serves and their versions (`vllm-0.33.0`, the seed's form);
 the `capabilities` flags are those of the loaded engines (`adapters/features.py`; nothing
-loaded claims nothing); `kvCacheUtilization` and the queue add what the engines report of
-themselves: `queue.depth` counts requests waiting in the runner and inside the engines
-(vLLM's `num_requests_waiting`, ComfyUI's pending prompts), `queue.running` (an addition
-to the seed's keys) those the engines are executing.
+loaded claims nothing); the KV figures of engines that report their own (vLLM's KV pool
+and `kv_cache_usage_perc`, ComfyUI: none) replace the snapshot's estimate for them; the
+queue adds what the engines report of themselves: `queue.depth` counts requests waiting in
+the runner and inside the engines (vLLM's `num_requests_waiting`, ComfyUI's pending
+prompts), `queue.running` (an addition to the seed's keys) those the engines execute.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from runner.engine_watch import EngineLoad
 from runner.health import Life
 from runner.pool.pool import ModelSlot
 from runner.pool.states import ModelState
+from runner.snapshot import ResourceSnapshot
+from runner.tasks import LoadTask
 
 
 def runner_type(backends: Iterable[str], versions: Mapping[str, str]) -> str:
@@ -50,13 +54,24 @@ def capabilities(
     multi_tenant: bool,
     prefix_caching: bool,
     *,
+    loading: Mapping[str, LoadTask] | None = None,
+    available: Sequence[str] = (),
+    resources: ResourceSnapshot | None = None,
     engines: Mapping[str, EngineLoad] | None = None,
     versions: Mapping[str, str] | None = None,
 ) -> dict[str, object]:
-    """The document (pure). `prefix_caching` is VLLM_ENABLE_PREFIX_CACHING; `engines` the
-    engines' last figures by model; `versions` the engine versions by backend."""
+    """The document (pure): models from the pool's states and the load tasks' progress,
+    resources from the latest snapshot (`runner/snapshot.py`, refreshed off the hot path)
+    and the engines' own figures (`engines`, by model); `prefix_caching` is
+    VLLM_ENABLE_PREFIX_CACHING; `versions` the engine versions by backend."""
+    loading = loading or {}
+    res = resources or ResourceSnapshot()
     loaded = [m for m in models if m.state in (ModelState.READY, ModelState.DRAINING)]
-    loads = [engines[m.spec.id] for m in loaded if engines and m.spec.id in engines]
+    engines = engines or {}
+    loads = [engines[m.spec.id] for m in loaded if m.spec.id in engines]
+    caches = loads + [  # engines that report no KV figures of their own: the snapshot's
+        EngineLoad(m.kv_mb, m.kv_utilization) for m in res.models if m.model not in engines
+    ]
     features = combined(
         model_features(
             m.spec.backend,
@@ -81,11 +96,15 @@ def capabilities(
                 for m in loaded
             ],
             "loading": [
-                {"id": m.spec.id, "progress": 0.0, "eta": None}
+                {
+                    "id": m.spec.id,
+                    "progress": loading[m.spec.id].progress if m.spec.id in loading else 0.0,
+                    "eta": loading[m.spec.id].eta if m.spec.id in loading else None,
+                }
                 for m in models
                 if m.state is ModelState.LOADING
             ],
-            "available": sorted(m.spec.id for m in models),
+            "available": list(available) or sorted(m.spec.id for m in models),
             "failed": [
                 {"id": m.spec.id, "error": m.error, "exitCode": m.exit_code}
                 for m in models
@@ -93,13 +112,14 @@ def capabilities(
             ],
         },
         "resources": {
-            "gpuIds": [],
-            "gpuMemoryTotalMB": 0,
-            "gpuMemoryUsedMB": 0,
-            "gpuMemoryFreeMB": 0,
-            "gpuUtilization": 0.0,
-            "kvCacheSizeMB": round(sum(load.kv_cache_mb for load in loads)),
-            "kvCacheUtilization": kv_utilization(loads),
+            "gpuIds": [g.index for g in res.gpus if res.source == "nvml"],
+            "gpuMemoryTotalMB": res.total_mb,
+            "gpuMemoryUsedMB": res.used_mb,
+            "gpuMemoryFreeMB": res.free_mb,
+            "gpuUtilization": res.utilization,
+            "kvCacheSizeMB": round(sum(kv.kv_cache_mb for kv in caches)),
+            "kvCacheUtilization": kv_utilization(caches),
+            "memorySource": res.source,
         },
         "queue": {
             **queue,

@@ -34,13 +34,16 @@ def health(
     models_failed: int,
     queue_depth: int,
     max_queue_depth: int,
+    *,
+    gpu_out_of_memory: bool = False,
 ) -> HealthReport:
     """Decide the /health answer.
 
     1. Starting or stopping: 503 with that status.
     2. Models were configured and all of them failed: 503 "unhealthy".
-    3. The queue is saturated: 503 "saturated".
-    4. Otherwise 200 "healthy".
+    3. Every GPU is out of memory (NVML, from the latest snapshot): 503 "gpu_out_of_memory".
+    4. The queue is saturated: 503 "saturated".
+    5. Otherwise 200 "healthy".
     """
     body: dict[str, object] = {
         "status": "healthy",
@@ -54,7 +57,10 @@ def health(
     if models_failed and not models_loaded:  # 2
         body["status"] = "unhealthy"
         return HealthReport(503, body)
-    if queue_depth >= max_queue_depth:  # 3
+    if gpu_out_of_memory:  # 3
+        body["status"] = "gpu_out_of_memory"
+        return HealthReport(503, body)
+    if queue_depth >= max_queue_depth:  # 4
         body["status"] = "saturated"
         return HealthReport(503, body)
-    return HealthReport(200, body)  # 4
+    return HealthReport(200, body)  # 5

@@ -125,6 +125,7 @@ class LoadManager:
         self.backend = backend
         self.runner_id = runner_id
         self.estimator = pool.estimator  # learns from every load the pool makes
+        self.on_finished: Callable[[str], None] = lambda _outcome: None  # metrics
         self.clock = clock
         self._running: dict[str, asyncio.Task[None]] = {}
         self.progress: dict[str, LoadTask] = {}  # model -> its active task (capabilities)
@@ -220,6 +221,8 @@ class LoadManager:
     async def _write(self, task: LoadTask) -> LoadTask:
         stored = await self.store.put(task)
         self.progress[task.model_id] = stored
+        if stored.status.terminal:
+            self.on_finished(stored.status.value)
         return stored
 
     async def _run(

@@ -36,5 +36,5 @@ def configure(level: str, fmt: str) -> None:
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
     logging.getLogger("uvicorn.access").disabled = True
-    # One line per engine control call (health, metrics polls) is noise above debug.
-    logging.getLogger("httpx").setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+    # Control-plane calls to engines (health polls, slot figures every 5 s) are not news.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, root.level))

@@ -97,6 +97,22 @@ class Metrics:
             ["operation", "outcome"],
             registry=r,
         )
+        self.load_tasks = Counter(
+            "quorum_load_tasks_total",
+            "Model load tasks by outcome (completed, failed, cancelled)",
+            ["outcome"],
+            registry=r,
+        )
+        self.load_seconds = Histogram(
+            "quorum_model_load_seconds",
+            "Time from engine start to healthy, per backend",
+            ["backend"],
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self._answered: dict[str, int] = {}
+        self._hits: dict[str, int] = {}
+        r.register(_CacheHitRate(self._answered, self._hits))
         self.vllm = VllmMetricsCollector()  # vLLM's own `vllm:*` families, as last scraped
         r.register(self.vllm)
         self._tenants: set[str] = set()
@@ -120,6 +136,8 @@ class Metrics:
 
     def count_request(self, model: str, tenant: str, status: int) -> None:
         self._child(self.requests, model, self.tenant_label(tenant), str(status)).inc()
+        if status == 200:
+            self._answered[model] = self._answered.get(model, 0) + 1
 
     def begin_request(self, model: str) -> None:
         self._child(self.in_flight, model).inc()
@@ -129,6 +147,7 @@ class Metrics:
         self._child(self.duration, model).observe(seconds)
 
     def count_cache(self, model: str, tokens_reused: int) -> None:
+        self._hits[model] = self._hits.get(model, 0) + 1
         self._child(self.cache_hits, model).inc()
         self._child(self.cache_tokens, model).inc(tokens_reused)
 
@@ -156,8 +175,33 @@ class Metrics:
         if output_tokens:
             self._child(self.tokens, label, "output").inc(output_tokens)
 
+    def count_load(self, outcome: str) -> None:
+        self._child(self.load_tasks, outcome).inc()
+
+    def observe_load(self, backend: str, seconds: float) -> None:
+        self._child(self.load_seconds, backend).observe(seconds)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _CacheHitRate(Collector):
+    """`quorum_cache_hit_rate{model}`: answers served partly from the prefix cache, over
+    answered requests (the seed's "cache hit rate per model")."""
+
+    def __init__(self, answered: dict[str, int], hits: dict[str, int]) -> None:
+        self.answered = answered
+        self.hits = hits
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "quorum_cache_hit_rate",
+            "Share of answers that reused cached prompt tokens",
+            labels=["model"],
+        )
+        for model, n in self.answered.items():
+            family.add_metric([model], self.hits.get(model, 0) / n if n else 0.0)
+        yield family
 
 
 class _QueueDepth(Collector):

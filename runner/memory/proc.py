@@ -4,12 +4,13 @@ Used two ways: `BudgetTelemetry` measures an engine by its tree's resident memor
 (no GPU), and `NvmlTelemetry` widens an engine's pid to its descendants, since
 engines such as vLLM put the GPU work in worker children.
 
-Resident memory of one process is its PSS (`Pss` in /proc/<pid>/smaps_rollup,
-Linux 4.14+): shared pages are divided among the processes that share them, so
-a sum over a forked tree counts each page once. Where smaps_rollup cannot be
-read (older kernel, ptrace restrictions) it falls back to RSS (`VmRSS` in
-/proc/<pid>/status), which counts a shared page once per process and so
-over-states a forked tree. A process that exits while being read counts 0.
+Resident memory of one process is its RSS (`VmRSS` in /proc/<pid>/status): every page
+it holds in memory, shared or not. PSS would divide shared pages among the processes
+sharing them, so an engine's figure would shrink whenever anything else (another runner,
+a hand-started server) maps the same model file, and the budget would overcommit; RSS
+counts what the engine holds whoever else maps it. A forked tree sharing pages is then
+over-counted, which errs on the safe side. A process that exits while being read
+counts 0.
 """
 
 from __future__ import annotations
@@ -69,10 +70,7 @@ def _field_kib(path: Path, name: str) -> int | None:
 
 
 def resident_kib(pid: int, proc: Path = PROC) -> int:
-    """One process's resident memory in KiB: PSS, else RSS, else 0 (gone or kernel thread)."""
-    pss = _field_kib(proc / str(pid) / "smaps_rollup", "Pss")
-    if pss is not None:
-        return pss
+    """One process's resident memory in KiB: RSS (`VmRSS`), else 0 (gone or kernel thread)."""
     rss = _field_kib(proc / str(pid) / "status", "VmRSS")
     return rss if rss is not None else 0
 

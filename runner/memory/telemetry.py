@@ -80,7 +80,7 @@ class BudgetTelemetry:
 
     `measure` returns the MiB the runner has accounted (the sum of its leases);
     used is that figure and free is what is left of the budget, never below 0.
-    `process_used_mb` is the resident memory (PSS, else RSS) of the processes and
+    `process_used_mb` is the resident memory (RSS, see proc.py) of the processes and
     all their descendants, read from /proc: without a GPU that is what an engine
     "measurably" holds.
     """

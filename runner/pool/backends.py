@@ -46,8 +46,16 @@ class Launcher:
         self._salts: dict[str, CacheSalts] = {}
         self.comfyui = ComfyUIServers(settings)
 
-    async def launch(self, spec: ModelSpec, params: LoadParams, env: Mapping[str, str]) -> Launched:
-        """Start or attach `spec`'s engine; ready to serve when this returns."""
+    async def launch(
+        self,
+        spec: ModelSpec,
+        params: LoadParams,
+        env: Mapping[str, str],
+        *,
+        tensor_split: str | None = None,
+    ) -> Launched:
+        """Start or attach `spec`'s engine; ready to serve when this returns. `env` holds the
+        GPUs the pool placed it on; `tensor_split` is llama-server's split across them."""
         s = self.settings
         if spec.backend == "comfyui":
             return await start_comfyui(spec, self.comfyui)
@@ -69,7 +77,9 @@ class Launcher:
         if spec.attached:
             return await attach(spec, s, self.multi_tenant)
         if spec.backend == "llama-server":
-            return await start_llama_server(spec, params, s, env, self.multi_tenant)
+            return await start_llama_server(
+                spec, params, s, env, self.multi_tenant, tensor_split=tensor_split
+            )
         raise ServiceUnavailable(f"backend {spec.backend!r} cannot be started by this runner")
 
     def salts(self, spec: ModelSpec) -> CacheSalts | None:

@@ -67,8 +67,8 @@ class Launched:
             await self.control.aclose()
 
 
-def _health(url: str) -> HealthCheck:
-    client = httpx.AsyncClient(base_url=url, timeout=2.0)
+def _health(client: httpx.AsyncClient) -> HealthCheck:
+    """Ready when `GET /health` answers 200 (llama-server answers 503 while loading)."""
 
     async def check() -> bool:
         r = await client.get("/health")
@@ -115,6 +115,7 @@ async def start_llama_server(
     settings: Settings,
     env: Mapping[str, str],
     multi_tenant: bool,
+    tensor_split: str | None = None,
 ) -> Launched:
     """Spawn llama-server for `spec` and wait until it is healthy (EngineStartFailed if not)."""
     model_path = spec.local_path()
@@ -134,17 +135,19 @@ async def start_llama_server(
         flash_attn=spec.flash_attn,
         embeddings=spec.embeddings,
         pooling=spec.pooling,
+        tensor_split=tensor_split,
         extra_args=tuple(spec.args),
     )
     url = f"http://127.0.0.1:{port}"
-    process = EngineProcess(
-        name=spec.id,
-        argv=command_line(opts),
-        health=_health(url),
-        env=env,
-        load_timeout_s=spec.load_timeout_s or settings.engine_load_timeout_s,
-    )
-    await process.start()
+    async with httpx.AsyncClient(base_url=url, timeout=2.0) as probe:
+        process = EngineProcess(
+            name=spec.id,
+            argv=command_line(opts),
+            health=_health(probe),
+            env=env,
+            load_timeout_s=spec.load_timeout_s or settings.engine_load_timeout_s,
+        )
+        await process.start()
     auth = {"Authorization": f"Bearer {key}"}
     control = httpx.AsyncClient(base_url=url, headers=auth, timeout=10.0)
     http = Pool(

@@ -10,6 +10,7 @@ exit. Its states and what they answer are drawn in `states.py`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -22,8 +23,11 @@ from adapters.errors import EngineStartFailed
 from adapters.supervisor import EngineProcess
 from adapters.vllm import VllmEngine, VllmMetricsCollector
 from runner.errors import BadRequest, ModelNotFound, RunnerError, ServiceUnavailable
+from runner.memory.accounting import account, free_gpus
 from runner.memory.estimate import estimate_mb
 from runner.memory.files import model_files
+from runner.memory.leases import Lease, LeaseStore, MemoryLeaseStore
+from runner.memory.placement import NoFit, Placement, cuda_visible_devices, place, tensor_split
 from runner.memory.telemetry import Telemetry
 from runner.models_config import ModelsFile, ModelSpec
 from runner.pool.backends import Launcher
@@ -36,6 +40,7 @@ from runner.tasks.eta import EtaEstimator
 log = logging.getLogger("quorum.pool")
 
 RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+LEASE_TTL_S = 30.0  # renewed every snapshot refresh (5 s); a dead runner's leases expire
 
 
 class SchedulerLink(Protocol):
@@ -166,6 +171,7 @@ class ModelPool:
         multi_tenant: bool,
         clock: Callable[[], float] = time.time,
         on_change: Callable[[str, ModelState], None] | None = None,
+        leases: LeaseStore | None = None,
         vllm_metrics: VllmMetricsCollector | None = None,
     ) -> None:
         self.settings = settings
@@ -186,6 +192,10 @@ class ModelPool:
         self._last_process: dict[str, EngineProcess] = {}  # for logs after a crash
         self._closing = False
         self.estimator = EtaEstimator()  # load time by backend and size: the tasks' eta
+        self.leases = leases or MemoryLeaseStore(time.monotonic)
+        self.cached_leases: list[Lease] = []
+        self._placements: dict[str, Placement] = {}
+        self.on_loaded: Callable[[str, float], None] = lambda _backend, _seconds: None
 
     # -- reading ---------------------------------------------------------------------
 
@@ -267,13 +277,19 @@ class ModelPool:
         self._settle_loads(model, ModelDoesNotFit(f"model {model!r} does not fit: {reason}"))
 
     def free_memory_mb(self) -> int:
-        """Memory free for new loads now: the telemetry's free, summed over devices."""
+        """Memory free for new loads now: each device's free, less what other holders
+        lease beyond it (`runner/memory/accounting.account`), summed over devices."""
         try:
             snapshot = self.telemetry.snapshot()
         except RunnerError as exc:
             log.warning("memory telemetry failed: %s", exc)
             return 0
-        return sum(g.free_mb for g in snapshot.gpus)
+        others = [
+            lease
+            for lease in self.cached_leases
+            if not lease.holder.startswith(self.settings.runner_id + "/")
+        ]
+        return sum(a.free_mb for a in account(snapshot.gpus, others))
 
     def log_decision(self, text: str) -> None:
         log.info("%s", text)
@@ -497,6 +513,7 @@ class ModelPool:
         size_mb = model_size_mb(slot.spec)
         if size_mb > 0:
             self.estimator.record(slot.spec.backend, size_mb, seconds)
+        self.on_loaded(slot.spec.backend, seconds)
         measured = slot.launched.memory_mb  # 3
         mem = measured if measured is not None else await self._measure(slot)
         self._ready(slot, mem)
@@ -504,12 +521,60 @@ class ModelPool:
         return LoadResult(model, mem, load_ms)
 
     async def _launch(self, spec: ModelSpec, params: LoadParams) -> Launched:
-        env: dict[str, str] = {}
-        if spec.gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
-        elif self.settings.cuda_visible_devices is not None:
-            env["CUDA_VISIBLE_DEVICES"] = self.settings.cuda_visible_devices
-        return await self.launcher.launch(spec, params, env)
+        env, split = await self._gpu_env(spec, params)
+        return await self.launcher.launch(spec, params, env, tensor_split=split)
+
+    async def _gpu_env(
+        self, spec: ModelSpec, params: LoadParams
+    ) -> tuple[dict[str, str], str | None]:
+        """`CUDA_VISIBLE_DEVICES` (and llama-server's `--tensor-split`) for the engine.
+
+        1. The model names its GPUs (`gpus`): those.
+        2. On GPUs (NVML, not the no-GPU budget): place the estimate on the accounted free
+           memory (every holder's leases counted): one GPU when it fits (best fit), else
+           split across GPUs in proportion to free memory, 512 MB margin each; no fit: 503
+           with the figures.
+        3. Otherwise the runner's own CUDA_VISIBLE_DEVICES, if set.
+        """
+        if spec.gpus is not None:  # 1
+            return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in spec.gpus)}, None
+        snapshot = await asyncio.to_thread(self.telemetry.snapshot)
+        if snapshot.source != "budget" and snapshot.gpus:  # 2
+            need = estimate_for(spec, params.gpu_memory_budget_mb)
+            leases = await self.leases.all()
+            placement = place(need, free_gpus(account(snapshot.gpus, leases)))
+            if isinstance(placement, NoFit):
+                raise ModelDoesNotFit(f"model {spec.id!r} does not fit: {placement.reason}")
+            self._placements[spec.id] = placement
+            env = {
+                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                "CUDA_VISIBLE_DEVICES": cuda_visible_devices(placement),
+            }
+            return env, tensor_split(placement) if placement.split else None
+        if self.settings.cuda_visible_devices is not None:  # 3
+            return {"CUDA_VISIBLE_DEVICES": self.settings.cuda_visible_devices}, None
+        return {}, None
+
+    async def hold_leases(self) -> None:
+        """Lease each ready model's measured memory in the state store (renewed every
+        refresh), so other GPU users sharing it (training jobs, other runners) count it."""
+        for model, slot in self.slots.items():
+            held = (ModelState.READY, ModelState.SLEEPING)  # a sleeping vLLM still holds some
+            if slot.state not in held or slot.spec.attached:
+                continue
+            placement = self._placements.get(model)
+            if placement is None:
+                gpu_mb = {0: slot.mem_mb}
+            else:
+                planned = sum(placement.per_gpu_mb.values()) or 1
+                gpu_mb = {
+                    i: round(slot.mem_mb * mb / planned) for i, mb in placement.per_gpu_mb.items()
+                }
+            await self.leases.acquire(self.lease_holder(model), gpu_mb, LEASE_TTL_S)
+        self.cached_leases = await self.leases.all()
+
+    def lease_holder(self, model: str) -> str:
+        return f"{self.settings.runner_id}/{model}"
 
     async def _measure(self, slot: ModelSlot) -> int:
         process = slot.process
@@ -601,6 +666,9 @@ class ModelPool:
         slot.mem_mb = 0
         slot.loaded_at = None
         self.on_change(model, slot.state)
+        self._placements.pop(model, None)
+        with contextlib.suppress(RunnerError):
+            await self.leases.release(self.lease_holder(model))
         log.info("model %s stopped, %d MB freed", model, freed)
         return UnloadResult(model, freed, True)
 

@@ -71,8 +71,10 @@ class SchedulerConfig:
     - `fair`: VTC across tenants within a band; `False` is plain FCFS in the band
       (the benchmark's baseline).
     - `stats_window_s`: how far back wait statistics and the drain rate look.
-    - `swap_max_wait_s`: after a swap is decided, how long a victim with requests
-      still waiting keeps serving them before it stops taking more (llama-swap #612).
+    - `swap_max_wait_s`: after a swap is decided, the longest a victim with
+      requests still waiting keeps serving them before it stops taking more
+      (llama-swap #612); within it, a victim batches for as long as its own last
+      load took (see `lifecycle.py`).
     - `drain_timeout_s`: how long an unloading or evicted model's in-flight
       requests may run before it is stopped anyway (the pool cancels the rest).
     """
@@ -90,7 +92,7 @@ class SchedulerConfig:
     low_aging_s: float | None = 10.0
     fair: bool = True
     stats_window_s: float = 60.0
-    swap_max_wait_s: float = 5.0
+    swap_max_wait_s: float = 30.0
     drain_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:

@@ -104,7 +104,10 @@ def plan(
        naming need, free, evictable, pinned, loading and leaving MB.
     4. What is leaving (and `evict_first`) covers the shortfall: evict just
        `evict_first` if there is one, else `Wait` for what is leaving.
-    5. The evictable models cannot cover it without models still loading: `Wait`.
+    5. A model is still loading: `Wait` for it. One swap at a time: the victims
+       are chosen once its use is known, among all the models (it cannot be
+       one while it loads), and the next load could not start before it anyway.
+       (With nothing loading, step 3 guarantees the evictable models cover it.)
     6. Order the evictable: lower priority first, idle before busy, least
        recently used (then name, so the order is total).
     7. Take victims in that order until the shortfall is covered, then drop any
@@ -140,8 +143,9 @@ def plan(
             return Evict((first.model,), max(short, 0), freed)
         return Wait(f"{leaving} MB being freed covers the {need - free_mb} MB short")
     # 5
-    if short > evictable_mb:
-        return Wait(f"{short} MB short; {evictable_mb} MB evictable until loads finish")
+    still_loading = [r.model for r in others if r.state is Phase.LOADING]
+    if still_loading:
+        return Wait(f"{short} MB short; evicting once {', '.join(still_loading)} has loaded")
     # 6
     order = sorted(
         (r for r in evictable if r is not first),

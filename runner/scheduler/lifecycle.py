@@ -7,11 +7,18 @@ only through `Effects`.
 A managed model lives in a slot: loading → ready → draining → stopping → gone.
 Before it has a slot it may be wanted (`Want`): a governed load, or a request
 for an `autoload` model, waiting for memory. Memory is planned by the pure
-`eviction.plan`; one swap is prepared at a time:
+`eviction.plan`; one swap is prepared at a time, and none while a load is in
+progress (`plan` step 5):
 
 - the victims are committed (logged once): a victim with requests waiting keeps
-  serving them for at most `swap_max_wait_s` (batching, llama-swap #612), then
-  takes no more and drains; an idle one drains at once;
+  serving them (batching, llama-swap #612) for as long as its last load took,
+  never longer than `swap_max_wait_s`, then takes no more and drains; an idle
+  one drains at once. Why its load time: evicting it now costs the requests
+  waiting for it a reload of that length (and one more load); serving them
+  costs the target's waiters the time spent. Waiting as long as the reload
+  would take, then evicting, is the ski-rental rule (in that model, never more
+  than twice the cost of the better choice made with hindsight). A model never
+  loaded by the scheduler batches for `swap_max_wait_s`;
 - a drained victim is stopped (`stop_models`); only when every victim is gone
   (`ModelStopped`) is the target planned again, and then it fits: `start_load`.
 
@@ -109,6 +116,7 @@ class Lifecycle(ABC):
         now, model = event.at, event.model
         self._catch_up(now)
         slot = self._slots.get(model)
+        adopted = slot is None
         # 1
         if slot is None:
             policy = self._policies.get(model) or ModelPolicy(event.mem_mb, event.concurrency)
@@ -119,6 +127,7 @@ class Lifecycle(ABC):
         # 2
         slot.mem_mb = event.mem_mb
         if slot.phase is Phase.LOADING:
+            slot.load_s = None if adopted else now - slot.since
             slot.phase, slot.since, slot.last_used = Phase.READY, now, now
             slot.concurrency = event.concurrency
             # 3
@@ -351,12 +360,15 @@ class Lifecycle(ABC):
         self._effects.start_load(want.model, policy)
 
     def _commit_swap(self, want: Want, victims: tuple[str, ...], freed: int, now: float) -> None:
-        """Victims serve what waits for them for at most `swap_max_wait_s`, then drain."""
+        """Victims serve what waits for them for as long as their last load took (at most
+        `swap_max_wait_s`), then drain."""
         want.victims = victims
         busy = []
+        cap = self.config.swap_max_wait_s
         for victim in victims:
             slot = self._slots[victim]
-            slot.evict_for, slot.close_at = want.model, now + self.config.swap_max_wait_s
+            window = cap if slot.load_s is None else min(cap, slot.load_s)
+            slot.evict_for, slot.close_at = want.model, now + window
             if self._in_flight[victim] or self._waiting.model_depth(victim):
                 busy.append(victim)
         self._effects.log_decision(

@@ -38,6 +38,7 @@ class Residency:
     priority: int
     evicting_for: str | None  # it is a victim of the swap to this model
     keep_alive_until: float | None
+    load_s: float | None  # how long its last load took (start_load to ModelReady)
 
 
 @dataclass(slots=True)
@@ -54,6 +55,7 @@ class Slot:
     close_at: float = 0.0  # a victim stops taking requests by then
     drain_until: float = 0.0  # draining: stopped anyway by then
     unloading: bool = False  # an unload was asked: refuse its requests
+    load_s: float | None = None  # its last load, start_load to ModelReady (None: adopted)
 
     @classmethod
     def loading(cls, policy: ModelPolicy, now: float) -> Slot:
@@ -101,6 +103,7 @@ class Slot:
             priority=policy.priority,
             evicting_for=self.evict_for,
             keep_alive_until=None if keep is None or policy.pinned else self.last_used + keep,
+            load_s=self.load_s,
         )
 
 

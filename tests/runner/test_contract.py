@@ -187,8 +187,9 @@ def runner(
 
 
 def test_contract_capabilities_shape(runner: Runner) -> None:
-    """The seed's keys at every level (plus `models.failed` and `queue.running`), the
-    engine and its version in `runnerType`, and the loaded engine's flags."""
+    """The seed's keys at every level (plus the documented additions `models.failed`,
+    `resources.memorySource` and `queue.running`), the engine and its version in
+    `runnerType`, and the loaded engine's flags."""
     doc = caps(runner.url)
     assert set(doc) == SEED_TOP
     assert re.fullmatch(runner.kind.runner_type, doc["runnerType"]), doc["runnerType"]
@@ -197,7 +198,7 @@ def test_contract_capabilities_shape(runner: Runner) -> None:
     assert [set(m) for m in doc["models"]["loaded"]] == [SEED_LOADED]
     assert all(set(m) == SEED_LOADING for m in doc["models"]["loading"])
     assert doc["models"]["available"] == ["m", "n"]
-    assert set(doc["resources"]) == SEED_RESOURCES
+    assert set(doc["resources"]) == SEED_RESOURCES | {"memorySource"}
     assert set(doc["queue"]) == SEED_QUEUE | {"running"}
     assert doc["queue"]["maxDepth"] == 1
     assert set(doc["capabilities"]) == SEED_FLAGS

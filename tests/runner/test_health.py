@@ -29,3 +29,10 @@ def test_health_saturated_queue_is_503() -> None:
     report = health(Life.READY, 1, 1, 0, 16, 16)
     assert report.status_code == 503 and report.body["status"] == "saturated"
     assert health(Life.READY, 1, 1, 0, 15, 16).status_code == 200
+
+
+def test_health_gpu_out_of_memory_is_503() -> None:
+    """Every GPU full (NVML snapshot): 503 gpu_out_of_memory."""
+    report = health(Life.READY, 1, 1, 0, 0, 16, gpu_out_of_memory=True)
+    assert report.status_code == 503
+    assert report.body["status"] == "gpu_out_of_memory"

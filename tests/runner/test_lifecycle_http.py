@@ -202,6 +202,7 @@ def gemma_pair() -> Iterator[RunnerProcess]:
         pytest.fail("real engine not installed: run scripts/install")
     models = "models:\n" + _entry("g1", path=str(GEMMA), preload=True, context_length=512)
     models += _entry("g2", path=str(GEMMA), context_length=512)
+    # One engine holds ~350 MB resident (weights mapped + KV + buffers): one fits, two do not.
     env = {**ENV, "RUNNER_MEMORY_MB": "560"}
     with start_runner(models_file=models, env=env, ready_timeout=120) as r:
         yield r
@@ -285,3 +286,16 @@ def _cmd(p: Path) -> str:
         return (p / "cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def test_load_of_repo_not_on_disk_offline_fails_with_reason(tmp_path: Path) -> None:
+    """A Hugging Face repo that is not in HF_HOME is downloaded; offline, the task fails
+    saying so."""
+    models = "models:\n" + _entry("slow", "llama-server-slow")
+    env = {**ENV, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    with start_runner(models_file=models, env=env) as r:
+        accepted = _load(r.url, "someorg/some-model-GGUF")
+        assert accepted.status_code == 202
+        done = _wait_task(r.url, accepted.json()["taskId"])
+        assert done["status"] == "failed"
+        assert "someorg/some-model-GGUF" in done["error"] and "download failed" in done["error"]

@@ -128,18 +128,19 @@ def test_proc_tree_parses_odd_process_names(tmp_path: Path) -> None:
     assert process_tree([10], tmp_path) == {10, 11, 12}
 
 
-def test_proc_falls_back_to_rss(tmp_path: Path) -> None:
-    """Without smaps_rollup the resident figure is VmRSS."""
+def test_proc_sums_rss_over_the_tree(tmp_path: Path) -> None:
+    """The resident figure of a tree is the VmRSS of each process, summed."""
     _fake_proc(tmp_path, 10, 1, "engine", "Name:\tengine\nVmRSS:\t  204800 kB\n")
     _fake_proc(tmp_path, 11, 10, "worker", "Name:\tworker\nVmRSS:\t  102400 kB\n")
     assert tree_resident_mb([10], tmp_path) == 300
 
 
-def test_proc_prefers_pss(tmp_path: Path) -> None:
-    """With smaps_rollup the resident figure is Pss, which shares pages fairly."""
+def test_proc_counts_rss_not_pss(tmp_path: Path) -> None:
+    """Pages shared with other processes (a model file others map too) count in full:
+    RSS, not PSS, so another process mapping the same file cannot shrink the figure."""
     _fake_proc(tmp_path, 10, 1, "engine", "VmRSS:\t  204800 kB\n")
     (tmp_path / "10" / "smaps_rollup").write_text("Rss:  204800 kB\nPss:  51200 kB\n")
-    assert tree_resident_mb([10], tmp_path) == 50
+    assert tree_resident_mb([10], tmp_path) == 200
 
 
 def test_proc_mem_available(tmp_path: Path) -> None:

@@ -33,9 +33,14 @@ def driver(capacity_gb: int = 20, **models: ModelPolicy) -> Driver:
     return Driver(config, capacity_mb=capacity_gb * GB)
 
 
-def resident_with(d: Driver, model: str, mem_gb: int, concurrency: int = 1) -> None:
-    """Load `model` through the scheduler and report it ready."""
+def resident_with(
+    d: Driver, model: str, mem_gb: int, concurrency: int = 1, load_s: float = 0.0
+) -> None:
+    """Load `model` through the scheduler, the load having started `load_s` ago; it is ready now."""
+    now = d.now
+    d.now = now - load_s
     d.load(model, d.core.config.models.get(model) or policy(mem_gb, concurrency=concurrency))
+    d.now = now
     d.ready(model, mem_gb * GB, concurrency)
 
 
@@ -184,7 +189,7 @@ def test_lifecycle_victim_serves_its_waiters_before_the_swap() -> None:
 def test_lifecycle_batching_is_bounded_by_swap_max_wait() -> None:
     """A busy victim serves its waiters for at most swap_max_wait_s, then drains; the rest wait."""
     d = driver(a=policy(10, autoload=True), c=policy(20, autoload=True))
-    resident_with(d, "a", 10)
+    resident_with(d, "a", 10, load_s=12.0)  # reloading it would cost more than the 5 s cap
     d.now = 1.0
     running = d.arrive(model="a")
     waiting = [d.arrive(model="a") for _ in range(4)]
@@ -207,6 +212,23 @@ def test_lifecycle_batching_is_bounded_by_swap_max_wait() -> None:
     d.ready("c", 20 * GB)
     assert d.effects.granted_ids[-1] == target
     assert d.core.wanted() == {"a": ("c",)}  # a's last two waiters want it back: c goes next
+
+
+def test_lifecycle_batching_lasts_as_long_as_the_victims_reload() -> None:
+    """A victim that reloads in less than swap_max_wait_s batches only that long."""
+    d = driver(a=policy(10, autoload=True), c=policy(20, autoload=True))
+    resident_with(d, "a", 10, load_s=3.0)
+    assert d.core.resident()["a"].load_s == 3.0
+    d.now = 1.0
+    running = d.arrive(model="a")
+    waiting = d.arrive(model="a")
+    d.arrive(model="c")
+    d.tick(2.9)
+    assert d.core.status("a") == "ready"
+    d.tick(0.1)  # 3 s after the decision: a reload of a would have taken that long
+    assert d.core.status("a") == "draining"
+    d.done(running)
+    assert waiting not in d.effects.granted_ids and d.effects.stopped == ["a"]
 
 
 def test_lifecycle_cold_load_counts_against_the_queue_timeout() -> None:

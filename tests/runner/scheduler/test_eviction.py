@@ -91,6 +91,13 @@ def test_eviction_loading_model_is_never_a_victim() -> None:
     assert isinstance(plan(Candidate("c", 8000), residents, 0), Wait)
 
 
+def test_eviction_waits_while_another_model_loads() -> None:
+    """No victims are chosen while a load is in progress, even if the ready ones would do."""
+    residents = [Resident("l", Phase.LOADING, 2000), ready("b", 8000)]
+    decision = plan(Candidate("c", 8000), residents, 0)
+    assert decision == Wait("8000 MB short; evicting once l has loaded")
+
+
 def test_eviction_waits_for_memory_already_leaving() -> None:
     """A model draining or stopping frees its memory soon: wait rather than evict more."""
     residents = [Resident("d", Phase.DRAINING, 8000), ready("b", 8000)]
