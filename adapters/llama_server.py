@@ -107,7 +107,8 @@ def command_line(opts: LaunchOptions) -> list[str]:
 
 
 def new_api_key() -> str:
-    return secrets.token_urlsafe(24)
+    """A random per-process key; hex, so it never starts with "-" (a flag, to a parser)."""
+    return secrets.token_hex(24)
 
 
 def prompt_prefix(obj: dict[str, Any]) -> str:

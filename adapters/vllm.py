@@ -187,6 +187,7 @@ class VllmEngine:
     force_stream_usage: bool = True
     memory_probe: MemoryProbe | None = None
     metrics_sink: VllmMetricsCollector | None = None
+    process: EngineProcess | None = None  # None when attached by URL
     failure: str | None = None
     standby: Standby = Standby.AWAKE
     kv_cache_tokens: int = 0
@@ -245,6 +246,12 @@ class VllmEngine:
 
     def report(self, response: dict[str, Any]) -> CacheReport:
         return report_from_vllm(response)
+
+    async def diagnose(self) -> str | None:
+        """After a failed exchange: how the engine process died, if it did."""
+        if self.process is None:
+            return self.failure
+        return await self.process.died_within(0.5) or self.failure
 
     # -- cache control -------------------------------------------------------------------
 
@@ -317,6 +324,12 @@ class VllmEngine:
     async def is_sleeping(self) -> bool:
         data = await self._control("/is_sleeping", None)
         return bool(data.get("is_sleeping"))
+
+    async def version(self) -> str | None:
+        """The engine's own version (`GET /version`, `{"version": "0.33.0"}`)."""
+        data = await self._control("/version", None)
+        version = data.get("version")
+        return version if isinstance(version, str) and version else None
 
     async def _control(
         self, path: str, params: dict[str, str] | None, timeout: float = 10.0
@@ -407,6 +420,7 @@ async def launch(
         force_stream_usage=force_stream_usage,
         memory_probe=memory_probe,
         metrics_sink=metrics_sink,
+        process=process,
     )
     engine.read_startup_log(process.logs())
     return process, engine

@@ -107,6 +107,10 @@ class VllmMetricsCollector:
     def forget(self, engine_id: str) -> None:
         self._by_engine.pop(engine_id, None)
 
+    def engines(self) -> list[str]:
+        """The engines whose last scrape is kept."""
+        return list(self._by_engine)
+
     def describe(self) -> list[Metric]:
         return []
 

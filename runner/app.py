@@ -11,6 +11,8 @@ in-flight requests.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
 import socket
@@ -24,11 +26,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from adapters.comfyui import FILES_PATH, IMAGES_PATH, ImageFiles, ImagesPath, job_submitter
 from governance.verifier import Verifier
 from runner.audio.handler import AUDIO_PATHS, AudioPath
 from runner.audio.multipart import FormLimits
 from runner.capabilities import capabilities
 from runner.catalog import Roots, available
+from runner.engine_watch import EngineWatch
 from runner.errors import (
     HTTP_ERRORS,
     Forbidden,
@@ -42,8 +46,9 @@ from runner.errors import (
 )
 from runner.headers import new_request_id, parse_request_headers
 from runner.health import Life, health
+from runner.images import image_routes, sweep_forever
 from runner.jobs import JobManager, JobStore, MemoryJobStore, RedisJobStore, WebhookSender
-from runner.jobs.http import Submitter, delete_job, get_job
+from runner.jobs.http import JOBS_PATH, delete_job, get_job
 from runner.lifecycle import Lifecycle
 from runner.loads import LoadManager
 from runner.memory.factory import telemetry_from_settings
@@ -107,8 +112,7 @@ class Runtime:
     admission: SchedulerAdmission = field(init=False)
     limiter: RateLimiter | None = None
     lifecycle: Lifecycle = field(init=False)
-    jobs: JobManager = field(init=False)
-    job_store: JobStore = field(init=False)
+    watch: EngineWatch = field(init=False)
     webhook_client: httpx.AsyncClient | None = None
 
     def __post_init__(self) -> None:
@@ -129,8 +133,10 @@ class Runtime:
             self.telemetry,
             multi_tenant=s.enable_multi_tenant,
             leases=leases,
+            vllm_metrics=self.metrics.vllm,
             on_restart=self._restarted,
         )
+        self.watch = EngineWatch(self.pool.engines, s.engine_stats_interval_s, self.metrics.vllm)
         self.admission = SchedulerAdmission(
             scheduler_config(s, self.pool, self.tenants),
             observer=SchedulerMetrics(self.metrics),
@@ -148,7 +154,7 @@ class Runtime:
         )
         self.roots = roots
         self.loads = LoadManager(
-            self.pool, self.lifecycle, store, roots, "llama-server", s.runner_id
+            self.pool, self.lifecycle, store, roots, self.models.default_backend, s.runner_id
         )
         self.loads.on_finished = self.metrics.count_load
         self.pool.on_loaded = self.metrics.observe_load
@@ -158,7 +164,22 @@ class Runtime:
             catalog=lambda: available([slot.spec for slot in self.pool.slots.values()], roots),
         )
         self.metrics.registry.register(SnapshotCollector(lambda: self.refresher.current))
-        self.job_store = (
+        self._jobs_init()
+
+    def _restarted(self, spec: ModelSpec) -> None:
+        if spec.backend == "faster-whisper":
+            self.metrics.count_worker_restart(spec.id)
+
+    def _engines_memory_mb(self) -> int:
+        pids = self.pool.engine_pids()
+        return tree_resident_mb(pids) if pids else 0
+
+    # -- async jobs: `Prefer: respond-async` on the image and audio routes,
+    # GET/DELETE /v1/jobs/{id}; webhooks signed with WEBHOOK_SECRET when it is set.
+
+    def _jobs_init(self) -> None:
+        s = self.settings
+        self.job_store: JobStore = (
             RedisJobStore.from_url(s.redis_url, retention_s=s.job_retention_s)
             if s.redis_url
             else MemoryJobStore(time.time, retention_s=s.job_retention_s)
@@ -169,17 +190,12 @@ class Runtime:
             sender = WebhookSender(self.webhook_client, s.webhook_secret.get_secret_value())
         self.jobs = JobManager(self.job_store, sender, s.runner_id, time.time)
 
-    def _restarted(self, spec: ModelSpec) -> None:
-        if spec.backend == "faster-whisper":
-            self.metrics.count_worker_restart(spec.id)
-
-    def _engines_memory_mb(self) -> int:
-        pids = [
-            slot.process.pid
-            for slot in self.pool.slots.values()
-            if slot.process is not None and slot.process.pid is not None
-        ]
-        return tree_resident_mb(pids) if pids else 0
+    def request_tenant(self, request: Request) -> str:
+        """The tenant of a job request, identified as for inference."""
+        meta = parse_request_headers(list(request.scope["headers"]))
+        if not self.settings.enable_multi_tenant:
+            return DEFAULT_TENANT
+        return resolve_tenant(meta.authorization, meta.tenant_header, self.tenants)
 
 
 def _json(status: int, body: object, headers: dict[str, str] | None = None) -> Response:
@@ -249,6 +265,8 @@ def control_plane(rt: Runtime) -> FastAPI:
             loading=rt.loads.progress,
             available=rt.refresher.current.available,
             resources=rt.refresher.current,
+            engines=rt.watch.loads,
+            versions=rt.watch.versions,
         )
         status = 200 if rt.life is Life.READY else 503
         return _json(status, doc, {"Cache-Control": "max-age=5"})
@@ -284,14 +302,24 @@ def control_plane(rt: Runtime) -> FastAPI:
     async def unload_model(request: Request) -> Response:
         body = await _bounded_body(request, rt.settings.max_body_bytes)
         result = await rt.loads.unload(body, request.headers.get("x-op-token"))
-        return _json(
-            200,
-            {
-                "modelId": result.model_id,
-                "gpuMemoryFreedMB": result.freed_mb,
-                "kvCacheFlushed": result.kv_cache_flushed,
-            },
-        )
+        answer: dict[str, object] = {
+            "modelId": result.model_id,
+            "gpuMemoryFreedMB": result.freed_mb,
+            "kvCacheFlushed": result.kv_cache_flushed,
+        }
+        if result.mode != "stop":
+            answer["mode"] = result.mode
+        return _json(200, answer)
+
+    @app.get(JOBS_PATH + "{job_id}")
+    async def job_status(job_id: str, request: Request) -> Response:
+        answer = await get_job(rt.jobs, job_id, rt.request_tenant(request))
+        return _json(answer.status, answer.body, answer.headers)
+
+    @app.delete(JOBS_PATH + "{job_id}")
+    async def job_cancel(job_id: str, request: Request) -> Response:
+        answer = await delete_job(rt.jobs, job_id, rt.request_tenant(request))
+        return _json(answer.status, answer.body, answer.headers)
 
     @app.get("/v1/models")
     async def list_models() -> Response:
@@ -302,16 +330,6 @@ def control_plane(rt: Runtime) -> FastAPI:
         ]
         return _json(200, {"object": "list", "data": data})
 
-    @app.get("/v1/jobs/{job_id}")
-    async def read_job(job_id: str, request: Request) -> Response:
-        answer = await get_job(rt.jobs, job_id, request_tenant(rt, request))
-        return _json(answer.status, answer.body, answer.headers)
-
-    @app.delete("/v1/jobs/{job_id}")
-    async def cancel_job(job_id: str, request: Request) -> Response:
-        answer = await delete_job(rt.jobs, job_id, request_tenant(rt, request))
-        return _json(answer.status, answer.body, answer.headers)
-
     @app.get("/v1/models/{model_id:path}/logs")
     async def model_logs(model_id: str, request: Request) -> Response:
         admin_only(rt, request)
@@ -319,14 +337,6 @@ def control_plane(rt: Runtime) -> FastAPI:
         return _json(200, {"modelId": model_id, "lines": lines})
 
     return app
-
-
-def request_tenant(rt: Runtime, request: Request) -> str:
-    """The tenant a control-plane request speaks for, identified as for inference."""
-    meta = parse_request_headers(list(request.scope["headers"]))
-    if not rt.settings.enable_multi_tenant:
-        return DEFAULT_TENANT
-    return resolve_tenant(meta.authorization, meta.tenant_header, rt.tenants)
 
 
 def admin_only(rt: Runtime, request: Request) -> None:
@@ -345,12 +355,17 @@ class RunnerApp:
         self.control = control_plane(rt)
         self.data: DataPath | None = None
         self.audio: AudioPath | None = None
+        self.images: ImagesPath | None = None
+        self.image_files: ImageFiles | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
             path = scope["path"]
-            if path in INFERENCE_PATHS:
+            if path == IMAGES_PATH or path.startswith(FILES_PATH):
+                await self._images(scope, receive, send)
+            elif path in INFERENCE_PATHS:
                 await self._post_only(self.data, scope, receive, send)
             elif path in AUDIO_PATHS:
                 await self._post_only(self.audio, scope, receive, send)
@@ -374,6 +389,37 @@ class RunnerApp:
         else:
             error = ServiceUnavailable(f"runner is {self.rt.life.value}; retry on another runner")
             await send_error(send, error, new_request_id())
+
+    async def _images(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The image routes: bare ASGI like the data path (adapters/comfyui/http.py)."""
+        files = scope["path"].startswith(FILES_PATH)
+        handler = self.image_files if files else self.images
+        if self.rt.life is not Life.READY or (handler is None and not files):
+            error: RunnerError = ServiceUnavailable(
+                f"runner is {self.rt.life.value}; retry on another runner"
+            )
+            await send_error(send, error, new_request_id())
+        elif handler is None:
+            await send_error(send, RouteError(404, "no image is kept here"), new_request_id())
+        else:
+            await handler(scope, receive, send)
+
+    def _start_images(self) -> None:
+        rt, s = self.rt, self.rt.settings
+        assert rt.limiter is not None
+        routes = image_routes(
+            rt.pool,
+            rt.admission,
+            rt.limiter,
+            rt.tenants,
+            rt.metrics,
+            s,
+            job_submitter(rt.jobs),
+            keep_files=any(m.backend == "comfyui" for m in rt.models.models),
+        )
+        self.images, self.image_files = routes.images, routes.files
+        if routes.store is not None:
+            self._sweeper = asyncio.get_running_loop().create_task(sweep_forever(routes.store))
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -399,6 +445,7 @@ class RunnerApp:
         await rt.jobs.start()
         await rt.pool.start()
         await rt.refresher.start()
+        await rt.watch.start()
         store_errors = rt.metrics.ratelimit_store_errors
         rt.limiter = RateLimiter(
             rt.tenants,
@@ -428,8 +475,9 @@ class RunnerApp:
             FormLimits(max_file_bytes=s.audio_max_bytes),
             multi_tenant=s.enable_multi_tenant,
             route_missing=rt.pool.route_missing_for(speech=True),
-            submit_job=Submitter(rt.jobs),
+            submit_job=job_submitter(rt.jobs),
         )
+        self._start_images()
         gc.collect()
         gc.freeze()  # start-up objects never need scanning again: shorter GC pauses later
         rt.life = Life.READY
@@ -441,9 +489,14 @@ class RunnerApp:
 
     async def shutdown(self) -> None:
         self.rt.life = Life.STOPPING
-        await self.rt.jobs.aclose()
         await self.rt.loads.aclose()
+        await self.rt.jobs.aclose()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
         await self.rt.refresher.stop()
+        await self.rt.watch.stop()
         await self.rt.admission.stop()
         if self.rt.limiter is not None:
             await self.rt.limiter.aclose()
@@ -451,10 +504,10 @@ class RunnerApp:
             await self.rt.verifier.aclose()
         await self.rt.pool.close()
         await self.rt.loads.store.aclose()
+        await self.rt.pool.leases.aclose()
         await self.rt.job_store.aclose()
         if self.rt.webhook_client is not None:
             await self.rt.webhook_client.aclose()
-        await self.rt.pool.leases.aclose()
 
 
 def build_app(

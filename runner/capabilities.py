@@ -4,18 +4,46 @@ The central router polls it every 5 s. Memory figures come from NVML on a GPU
 (`memorySource: "nvml"`, `gpuIds` the devices); without one from the configured budget
 (`memorySource: "budget"`, `gpuIds` empty: there is no GPU to name). Nothing is invented:
 what the runner cannot know reads zero or null.
+
+From the engines (`runner/engine_watch.py`, polled off the hot path): `runnerType` names
+the engine kinds this runner serves and their versions (`vllm-0.33.0`, the seed's form);
+the `capabilities` flags are those of the loaded engines (`adapters/features.py`; nothing
+loaded claims nothing); the KV figures of engines that report their own (vLLM's KV pool
+and `kv_cache_usage_perc`, ComfyUI: none) replace the snapshot's estimate for them; the
+queue adds what the engines report of themselves: `queue.depth` counts requests waiting in
+the runner and inside the engines (vLLM's `num_requests_waiting`, ComfyUI's pending
+prompts), `queue.running` (an addition to the seed's keys) those the engines execute.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
+from adapters.features import combined, model_features
 from runner import __version__
+from runner.engine_watch import EngineLoad
 from runner.health import Life
 from runner.pool.pool import ModelSlot
 from runner.pool.states import ModelState
 from runner.snapshot import ResourceSnapshot
 from runner.tasks import LoadTask
+
+
+def runner_type(backends: Iterable[str], versions: Mapping[str, str]) -> str:
+    """`<engine>-<version>` of each engine kind the runner serves, sorted, joined with `+`
+    (a kind whose version is not known yet: its name alone); no models: `quorum-<version>`."""
+    kinds = [f"{b}-{versions[b]}" if b in versions else b for b in sorted(set(backends))]
+    return "+".join(kinds) or f"quorum-{__version__}"
+
+
+def kv_utilization(loads: Sequence[EngineLoad]) -> float:
+    """The engines' KV cache use, weighted by their cache sizes when known (0..1)."""
+    sized = [load for load in loads if load.kv_cache_mb > 0]
+    if sized:
+        total = sum(load.kv_cache_mb for load in sized)
+        return round(sum(load.kv_cache_utilization * load.kv_cache_mb for load in sized) / total, 4)
+    used = [load.kv_cache_utilization for load in loads]
+    return round(sum(used) / len(used), 4) if used else 0.0
 
 
 def capabilities(
@@ -29,15 +57,32 @@ def capabilities(
     loading: Mapping[str, LoadTask] | None = None,
     available: Sequence[str] = (),
     resources: ResourceSnapshot | None = None,
+    engines: Mapping[str, EngineLoad] | None = None,
+    versions: Mapping[str, str] | None = None,
 ) -> dict[str, object]:
     """The document (pure): models from the pool's states and the load tasks' progress,
-    resources from the latest snapshot (`runner/snapshot.py`, refreshed off the hot path)."""
+    resources from the latest snapshot (`runner/snapshot.py`, refreshed off the hot path)
+    and the engines' own figures (`engines`, by model); `prefix_caching` is
+    VLLM_ENABLE_PREFIX_CACHING; `versions` the engine versions by backend."""
     loading = loading or {}
     res = resources or ResourceSnapshot()
     loaded = [m for m in models if m.state in (ModelState.READY, ModelState.DRAINING)]
-    backends: list[str] = sorted({m.spec.backend for m in loaded}) or ["none"]
+    engines = engines or {}
+    loads = [engines[m.spec.id] for m in loaded if m.spec.id in engines]
+    caches = loads + [  # engines that report no KV figures of their own: the snapshot's
+        EngineLoad(m.kv_mb, m.kv_utilization) for m in res.models if m.model not in engines
+    ]
+    features = combined(
+        model_features(
+            m.spec.backend,
+            attached=m.spec.attached,
+            isolated=multi_tenant and m.spec.isolate_tenants,
+            vllm_prefix_caching=prefix_caching,
+        )
+        for m in loaded
+    ).to_json()
     return {
-        "runnerType": f"quorum-{__version__} ({', '.join(backends)})",
+        "runnerType": runner_type((m.spec.backend for m in models), versions or {}),
         "runnerId": runner_id,
         "models": {
             "loaded": [
@@ -72,18 +117,22 @@ def capabilities(
             "gpuMemoryUsedMB": res.used_mb,
             "gpuMemoryFreeMB": res.free_mb,
             "gpuUtilization": res.utilization,
-            "kvCacheSizeMB": res.kv_mb,
-            "kvCacheUtilization": res.kv_utilization,
+            "kvCacheSizeMB": round(sum(kv.kv_cache_mb for kv in caches)),
+            "kvCacheUtilization": kv_utilization(caches),
             "memorySource": res.source,
         },
-        "queue": queue,
+        "queue": {
+            **queue,
+            "depth": queue.get("depth", 0) + sum(load.waiting for load in loads),
+            "running": sum(load.running for load in loads),
+        },
         "capabilities": {
-            "streaming": True,
-            "prefixCaching": prefix_caching,
+            "streaming": features["streaming"],
+            "prefixCaching": features["prefixCaching"],
             "multiTenant": multi_tenant,
-            "visionInput": False,
-            "audioInput": any(m.spec.backend == "faster-whisper" for m in models),
-            "functionCalling": True,
+            "visionInput": features["visionInput"],
+            "audioInput": features["audioInput"],
+            "functionCalling": features["functionCalling"],
         },
         "health": "healthy" if life is Life.READY else life.value,
     }

@@ -40,6 +40,7 @@ from runner.pool.states import ModelState
 from runner.tasks import (
     LoadTask,
     TaskNotFound,
+    TaskStatus,
     TaskStore,
     eta_remaining,
     synthetic_progress,
@@ -205,11 +206,12 @@ class LoadManager:
         model_id = doc.get("modelId")
         if not isinstance(model_id, str) or not model_id:
             raise BadRequest("modelId is required and must be a non-empty string")
-        if doc.get("mode", "stop") not in ("stop", "sleep"):
+        mode = doc.get("mode", "stop")
+        if mode not in ("stop", "sleep"):
             raise BadRequest("mode must be 'stop' or 'sleep'")
-        self.pool.check_unloadable(model_id)
+        self.pool.check_unloadable(model_id, mode)
         await self.lifecycle.approve("model-unload", governed_request(doc, header_token))
-        return await self.pool.unload(model_id)
+        return await self.pool.unload(model_id, mode)
 
     # -- the load, in the background ---------------------------------------------------
 
@@ -258,6 +260,8 @@ class LoadManager:
                 if task.status.terminal:  # cancelled through another replica
                     self.pool.cancel_load(model)
             result = ready.result()
+            if task.status is not TaskStatus.LOADING:  # ready before the first progress write
+                task = await self._write(task.start_loading(eta=0, now=self.clock()))
             load_ms = round(1000 * (self.clock() - started))
             await self._write(task.complete(result.gpu_memory_mb, load_ms, now=self.clock()))  # 4
         except asyncio.CancelledError:

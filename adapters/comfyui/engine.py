@@ -120,6 +120,8 @@ class ComfyUIEngine:
 
     def __post_init__(self) -> None:
         self.http = Pool(self.server.url, 5.0, 60.0)
+        self.base_url = self.server.url
+        self._failure: str | None = None
 
     # -- reading ---------------------------------------------------------------------
 
@@ -128,12 +130,13 @@ class ComfyUIEngine:
         return self.server.client
 
     @property
-    def base_url(self) -> str:
-        return self.server.url
-
-    @property
     def failure(self) -> str | None:
-        return self.server.failure
+        """How the server died (or what the runner recorded about it), else None."""
+        return self._failure or self.server.failure
+
+    @failure.setter
+    def failure(self, value: str | None) -> None:
+        self._failure = value
 
     def ensure_ready(self) -> None:
         if self.state is not ModelState.LOADED:
@@ -269,6 +272,9 @@ class ComfyUIEngine:
 
     def report(self, response: dict[str, Any]) -> CacheReport:
         return CacheReport()
+
+    async def diagnose(self) -> str | None:
+        return self.failure
 
     async def flush(self, scope: FlushScope) -> FlushResult:
         return FlushResult(False, reason=NO_KV_CACHE)

@@ -10,10 +10,9 @@ Errors (404 `job_not_found`, 503 `job_store_unavailable`, ...) are raised as
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import NamedTuple
 
-from runner.jobs.manager import JobManager, Work
+from runner.jobs.manager import JobManager
 from runner.jobs.record import Job
 
 JOBS_PATH = "/v1/jobs/"
@@ -75,22 +74,6 @@ def accepted_response(job: Job) -> JobResponse:
         job.to_json(),
         {"Location": job_location(job.id), "Preference-Applied": "respond-async"},
     )
-
-
-class Submitter:
-    """What a request path calls to take its work as a job: `Submitter(manager)(kind, tenant,
-    model, work, webhook)` stores the job, starts it, and answers with `accepted_response`
-    (`runner.audio.jobs.JobSubmitter`, the image path's too)."""
-
-    def __init__(self, manager: JobManager) -> None:
-        self.manager = manager
-
-    async def __call__(
-        self, kind: str, tenant: str, model: str, work: Work, webhook: str | None
-    ) -> tuple[int, Mapping[str, object], Mapping[str, str]]:
-        job = await self.manager.submit(kind, tenant, model, work, webhook)
-        answer = accepted_response(job)
-        return answer.status, answer.body, answer.headers
 
 
 def job_response(job: Job) -> JobResponse:

@@ -6,8 +6,8 @@ lines themselves are pure functions in the adapters (`adapters/llama_server.comm
 
 Two kinds of engine, served by two request paths:
 
-- an `Engine` (adapters/base.py): an OpenAI HTTP server the data path forwards to
-  (llama-server, an engine attached by URL);
+- an `Engine` (adapters/base.py): an HTTP engine the data path (or the image path)
+  forwards to (llama-server, vLLM, ComfyUI, an engine attached by URL);
 - a `WhisperEngine` (adapters/whisper): a speech worker the audio path sends files to
   over its private socket. It has no HTTP client to close: its channel is its own.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import httpx
@@ -48,11 +48,29 @@ class LoadParams:
 
 @dataclass
 class Launched:
-    """A started (or attached) engine, its process, and the client for its control calls."""
+    """One model's engine as the pool holds it.
+
+    `engine` is an `Engine` the data path forwards to (HTTP), or a `WhisperEngine` the
+    audio path sends files to (module docstring). `process` is the engine process this
+    model owns (stopped with it; None when attached by URL). `shared` is a process the
+    model runs in without owning it (ComfyUI's server, which serves every ComfyUI model):
+    watched for crashes, never stopped with the model; `release` then unloads the model
+    from it and answers the MB that freed. `memory_mb` is what the launch measured itself
+    (None: the pool measures `process`).
+    """
 
     engine: Engine | WhisperEngine
     process: EngineProcess | None
     control: httpx.AsyncClient | None = None
+    shared: EngineProcess | None = None
+    release: Callable[[], Awaitable[int]] | None = None
+    memory_mb: int | None = None
+    watched: bool = False  # the pool registered its crash callback
+
+    @property
+    def watch(self) -> EngineProcess | None:
+        """The process whose death ends this model (its own, else the shared one)."""
+        return self.process or self.shared
 
     @property
     def slots(self) -> int:

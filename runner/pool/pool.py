@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from adapters.base import Engine
 from adapters.errors import EngineStartFailed
 from adapters.supervisor import EngineProcess
+from adapters.vllm import VllmEngine, VllmMetricsCollector
 from adapters.whisper.engine import WhisperEngine
 from runner.errors import BadRequest, ModelNotFound, RunnerError, ServiceUnavailable
 from runner.memory.accounting import account, free_gpus
@@ -32,7 +33,8 @@ from runner.memory.leases import Lease, LeaseStore, MemoryLeaseStore
 from runner.memory.placement import NoFit, Placement, cuda_visible_devices, place, tensor_split
 from runner.memory.telemetry import Telemetry
 from runner.models_config import ModelsFile, ModelSpec
-from runner.pool.launch import Launched, LoadParams, attach, start_llama_server, start_whisper
+from runner.pool.backends import Launcher
+from runner.pool.launch import Launched, LoadParams
 from runner.pool.states import ModelState, transition
 from runner.scheduler.config import ModelPolicy
 from runner.settings import Settings
@@ -151,6 +153,7 @@ class ModelSlot:
     exit_code: int | None = None
     restarts: int = 0
     params: LoadParams = field(default_factory=LoadParams)
+    unload_mode: UnloadMode = "stop"  # how the next stop of this model ends it
 
     def move(self, to: ModelState) -> None:
         self.state = transition(self.spec.id, self.state, to)
@@ -172,6 +175,10 @@ class UnloadResult:
     model_id: str
     freed_mb: int
     kv_cache_flushed: bool
+    mode: str = "stop"  # "sleep": vLLM's warm standby, the process kept
+
+
+UnloadMode = str  # "stop" | "sleep"
 
 
 class ModelPool:
@@ -185,10 +192,14 @@ class ModelPool:
         clock: Callable[[], float] = time.time,
         on_change: Callable[[str, ModelState], None] | None = None,
         leases: LeaseStore | None = None,
+        vllm_metrics: VllmMetricsCollector | None = None,
         on_restart: Callable[[ModelSpec], None] | None = None,
     ) -> None:
         self.settings = settings
         self.telemetry = telemetry
+        self.launcher = Launcher(
+            settings, telemetry, multi_tenant=multi_tenant, vllm_metrics=vllm_metrics
+        )
         self.multi_tenant = multi_tenant
         self.clock = clock
         self.on_change = on_change or (lambda _model, _state: None)
@@ -227,12 +238,25 @@ class ModelPool:
         elif replace and slot.state in (ModelState.UNLOADED, ModelState.FAILED):
             slot.spec = spec
 
-    def check_unloadable(self, model: str) -> None:
-        """404 unless `model` has an engine to stop (checked before governance spends a token)."""
-        slot = self.slots.get(model)
+    def check_unloadable(self, model: str, mode: UnloadMode = "stop") -> None:
+        """404 unless `model` has an engine to stop; 400 when it cannot sleep (checked
+        before governance spends a token).
+
+        1. Unknown model: 404. 2. `sleep`: a vLLM the runner started, with
+        VLLM_ENABLE_SLEEP_MODE, and ready. 3. `stop`: ready, failed or sleeping.
+        """
+        slot = self.slots.get(model)  # 1
         if slot is None:
             raise ModelNotFound(f"model {model!r} does not exist on this runner")
-        if slot.state not in (ModelState.READY, ModelState.FAILED) or slot.launched is None:
+        if mode == "sleep":  # 2
+            if slot.spec.backend != "vllm" or slot.spec.attached:
+                raise BadRequest("mode 'sleep' needs a vLLM model the runner started")
+            if not self.settings.vllm_enable_sleep_mode:
+                raise BadRequest("mode 'sleep' needs VLLM_ENABLE_SLEEP_MODE=true")
+            stoppable: tuple[ModelState, ...] = (ModelState.READY,)
+        else:  # 3
+            stoppable = (ModelState.READY, ModelState.FAILED, ModelState.SLEEPING)
+        if slot.state not in stoppable or slot.launched is None:
             raise ModelNotLoaded(f"model {model!r} is not loaded ({slot.state.value})")
 
     # -- the scheduler's ModelEffects (runner/scheduler/effects.py) ----------------------
@@ -242,9 +266,17 @@ class ModelPool:
         self.scheduler = scheduler
 
     def policy(self, spec: ModelSpec, budget_mb: int | None = None) -> ModelPolicy:
-        """How the scheduler treats `spec`: memory estimate, slots, pin, priority, ..."""
+        """How the scheduler treats `spec`: memory estimate, slots, pin, priority, ...
+
+        A vLLM takes its `--gpu-memory-utilization` share of the GPU whatever its weights
+        weigh, so that share is its estimate when no budget is given.
+        """
         if spec.attached:  # not our process: never evicted, holds none of our memory
             return ModelPolicy(mem_mb=0, concurrency=spec.slots, pinned=True)
+        if spec.backend == "vllm" and budget_mb is None:
+            total = self.launcher.gpu_total_mb(spec)
+            if total is not None:
+                budget_mb = round(total * self.settings.vllm_gpu_memory_utilization)
         return ModelPolicy(
             mem_mb=estimate_for(spec, budget_mb),
             concurrency=spec.slots,
@@ -363,12 +395,17 @@ class ModelPool:
             self.scheduler.load_failed(model, "load cancelled")
             self._settle_loads(model, ModelUnavailable(f"load of {model!r} was cancelled"))
 
-    async def unload(self, model: str) -> UnloadResult:
-        """Stop admitting `model`, let the scheduler drain it (bounded), stop it, measure."""
-        self.check_unloadable(model)
+    async def unload(self, model: str, mode: UnloadMode = "stop") -> UnloadResult:
+        """Stop admitting `model`, let the scheduler drain it (bounded), stop it (or put
+        it to sleep), measure."""
+        self.check_unloadable(model, mode)
         slot = self.slots[model]
         future: asyncio.Future[UnloadResult] = asyncio.get_running_loop().create_future()
         self._unload_waiters.setdefault(model, []).append(future)
+        slot.unload_mode = mode
+        if slot.state is ModelState.SLEEPING:  # the scheduler let it go when it fell asleep
+            self._spawn(self._stop_and_report(model))
+            return await future
         if slot.state is ModelState.READY:
             slot.move(ModelState.DRAINING)
             self._withdraw(model)
@@ -407,11 +444,10 @@ class ModelPool:
         def route(model: str) -> None:
             slot = self.slots.get(model)
             if slot is not None and serves_speech(slot.spec) != speech:
-                where = "/v1/chat/completions, /v1/completions or /v1/embeddings"
                 raise WrongEndpoint(
                     f"model {model!r} is a speech model: use {SPEECH_PATHS}"
                     if not speech
-                    else f"model {model!r} is not a speech model: use {where}"
+                    else f"model {model!r} is not a speech model (backend {slot.spec.backend})"
                 )
             self.route_missing(model)
 
@@ -431,9 +467,14 @@ class ModelPool:
         for slot in list(self.slots.values()):
             if slot.spec.attached:
                 slot.move(ModelState.LOADING)
-                slot.launched = await attach(slot.spec, self.settings, self.multi_tenant)
-                self._ready(slot, 0)
-                self.scheduler.model_ready(slot.spec.id, slot.launched.slots, 0)
+                try:
+                    slot.launched = await self.launcher.launch(slot.spec, LoadParams(), {})
+                except RunnerError as exc:
+                    log.error("model %s: attaching %s failed: %s", slot.spec.id, slot.spec.url, exc)
+                    self._failed(slot, str(exc), None)
+                    continue
+                self._ready(slot, slot.launched.memory_mb or 0)
+                self.scheduler.model_ready(slot.spec.id, slot.launched.slots, slot.mem_mb)
         preload = [s.spec.id for s in self.slots.values() if s.spec.preload]
         for model in preload:  # one after another, through the scheduler's memory policy
             try:
@@ -451,12 +492,23 @@ class ModelPool:
                 self._withdraw(slot.spec.id)
                 await slot.launched.close(grace_s=5.0)
                 slot.launched = None
+        await self.launcher.close()
 
     def kill_all(self) -> None:
         """SIGKILL every engine now (last resort on the way out)."""
         for slot in self.slots.values():
-            if slot.process is not None:
-                slot.process.kill_now()
+            if slot.launched is not None and slot.launched.watch is not None:
+                slot.launched.watch.kill_now()
+
+    def engine_pids(self) -> list[int]:
+        """Every engine process alive for this runner (sleeping ones and shared servers too)."""
+        pids = {
+            slot.launched.watch.pid
+            for slot in self.slots.values()
+            if slot.launched is not None and slot.launched.watch is not None
+        }
+        pids.update(self.launcher.pids())
+        return sorted(pid for pid in pids if pid is not None)
 
     # -- load ------------------------------------------------------------------------
 
@@ -474,8 +526,15 @@ class ModelPool:
             raise ModelNotFound(f"model {model!r} does not exist on this runner")
         if slot.state is ModelState.READY:
             return LoadResult(model, slot.mem_mb, 0)
+        if slot.state is ModelState.SLEEPING:
+            if params in (LoadParams(), slot.params):
+                return await self._wake(slot)
+            await self._stop(model)  # asked for other parameters: a cold start
         if slot.state is not ModelState.UNLOADED and slot.state is not ModelState.FAILED:
             raise ModelUnavailable(f"model {model!r} is {slot.state.value}")
+        if slot.launched is not None:  # what a failed engine left behind
+            await slot.launched.close(grace_s=1.0)
+            slot.launched = None
         slot.move(ModelState.LOADING)  # 2
         self.on_change(model, slot.state)
         slot.params = params
@@ -497,22 +556,17 @@ class ModelPool:
         if size_mb > 0:
             self.estimator.record(slot.spec.backend, size_mb, seconds)
         self.on_loaded(slot.spec.backend, seconds)
-        mem = await self._measure(slot)  # 3
+        measured = slot.launched.memory_mb  # 3
+        mem = measured if measured is not None else await self._measure(slot)
         self._ready(slot, mem)
         log.info("model %s ready in %d ms, %d MB", model, load_ms, mem)
         return LoadResult(model, mem, load_ms)
 
     async def _launch(self, spec: ModelSpec, params: LoadParams) -> Launched:
         if spec.backend == "faster-whisper" and self.settings.whisper_device == "cpu":
-            return await start_whisper(spec, self.settings, {})  # no GPU: nothing to place
+            return await self.launcher.launch(spec, params, {})  # a CPU worker: no GPU placed
         env, split = await self._gpu_env(spec, params)
-        if spec.backend == "llama-server":
-            return await start_llama_server(
-                spec, params, self.settings, env, self.multi_tenant, tensor_split=split
-            )
-        if spec.backend == "faster-whisper":
-            return await start_whisper(spec, self.settings, env)
-        raise ModelUnavailable(f"backend {spec.backend!r} cannot be started by this runner")
+        return await self.launcher.launch(spec, params, env, tensor_split=split)
 
     async def _gpu_env(
         self, spec: ModelSpec, params: LoadParams
@@ -520,7 +574,7 @@ class ModelPool:
         """`CUDA_VISIBLE_DEVICES` (and llama-server's `--tensor-split`) for the engine.
 
         1. The model names its GPUs (`gpus`): those.
-        2. On GPUs (NVML; not the no-GPU budget): place the estimate on the accounted free
+        2. On GPUs (NVML, not the no-GPU budget): place the estimate on the accounted free
            memory (every holder's leases counted): one GPU when it fits (best fit), else
            split across GPUs in proportion to free memory, 512 MB margin each; no fit: 503
            with the figures.
@@ -549,7 +603,8 @@ class ModelPool:
         """Lease each ready model's measured memory in the state store (renewed every
         refresh), so other GPU users sharing it (training jobs, other runners) count it."""
         for model, slot in self.slots.items():
-            if slot.state is not ModelState.READY or slot.spec.attached:
+            held = (ModelState.READY, ModelState.SLEEPING)  # a sleeping vLLM still holds some
+            if slot.state not in held or slot.spec.attached:
                 continue
             placement = self._placements.get(model)
             if placement is None:
@@ -579,10 +634,12 @@ class ModelPool:
         slot.loaded_at = int(self.clock())
         slot.error = None
         slot.exit_code = None
-        process = slot.process
+        process = slot.launched.watch
         if process is not None:
             self._last_process[slot.spec.id] = process
-            process.on_exit(functools.partial(self._exited, slot, slot.launched))
+            if not slot.launched.watched:
+                process.on_exit(functools.partial(self._exited, slot, slot.launched))
+                slot.launched.watched = True
         engine = slot.launched.engine
         if isinstance(engine, WhisperEngine):
             self.speech[slot.spec.id] = engine
@@ -608,11 +665,13 @@ class ModelPool:
             return
         how = process.exit.describe()
         launched.lost(f"exited ({how})")
+        asleep = slot.state is ModelState.SLEEPING  # the scheduler let it go already
         self._failed(
             slot, process.failure_reason(f"engine exited ({how})"), process.exit.returncode
         )
         log.error("model %s: engine died (%s)", slot.spec.id, how)
-        self.scheduler.model_crashed(slot.spec.id, f"engine exited ({how})")
+        if not asleep:
+            self.scheduler.model_crashed(slot.spec.id, f"engine exited ({how})")
         if slot.spec.restart and not self._closing:
             delay = RESTART_BACKOFF_S[min(slot.restarts, len(RESTART_BACKOFF_S) - 1)]
             slot.restarts += 1
@@ -634,15 +693,28 @@ class ModelPool:
     # -- unload ----------------------------------------------------------------------
 
     async def _stop(self, model: str) -> UnloadResult:
-        """Measure what the engine holds, stop it (SIGTERM, grace, SIGKILL): that is freed."""
+        """Measure what the engine holds, stop it (SIGTERM, grace, SIGKILL): that is freed.
+
+        A model asked to sleep sleeps instead (`_sleep`); a model on a shared server
+        (ComfyUI) is released from it, and what the server then reports freed is the answer.
+        """
         slot = self.slots[model]
         launched = slot.launched
         if launched is None:
             return UnloadResult(model, 0, False)
+        mode, slot.unload_mode = slot.unload_mode, "stop"
+        if mode == "sleep" and isinstance(launched.engine, VllmEngine):
+            return await self._sleep(slot, launched.engine)
         freed = await self._measure(slot) if slot.process is not None else slot.mem_mb
-        if slot.state in (ModelState.READY, ModelState.DRAINING, ModelState.FAILED):
+        stoppable = (ModelState.READY, ModelState.DRAINING, ModelState.FAILED, ModelState.SLEEPING)
+        if slot.state in stoppable:
             slot.move(ModelState.STOPPING)
         self._withdraw(model)
+        if launched.release is not None and launched.engine.failure is None:
+            try:
+                freed = await launched.release()
+            except RunnerError as exc:
+                log.warning("model %s: releasing it from its server failed: %s", model, exc)
         await launched.close(grace_s=self.settings.engine_stop_grace_s)
         slot.launched = None
         slot.move(ModelState.UNLOADED)
@@ -654,6 +726,49 @@ class ModelPool:
             await self.leases.release(self.lease_holder(model))
         log.info("model %s stopped, %d MB freed", model, freed)
         return UnloadResult(model, freed, True)
+
+    # -- warm standby (vLLM) -----------------------------------------------------------
+
+    async def _sleep(self, slot: ModelSlot, engine: VllmEngine) -> UnloadResult:
+        """`/sleep` (level 1: weights to host memory, KV cache dropped): SLEEPING, the
+        process kept; freed = the process's memory before minus after. A sleep that fails
+        leaves the model FAILED with the reason (a later stop or load cleans it up)."""
+        model = slot.spec.id
+        before = await self._measure(slot)
+        self.engines.pop(model, None)
+        try:
+            report = await engine.sleep(level=1)
+        except RunnerError as exc:
+            self._failed(slot, f"sleep failed: {exc}", None)
+            raise
+        after = report.memory_mb if report.memory_mb is not None else await self._measure(slot)
+        slot.move(ModelState.SLEEPING)
+        slot.mem_mb = after
+        slot.loaded_at = None
+        self.on_change(model, slot.state)
+        log.info("model %s asleep: %d MB -> %d MB", model, before, after)
+        return UnloadResult(model, max(0, before - after), True, "sleep")
+
+    async def _wake(self, slot: ModelSlot) -> LoadResult:
+        """`/wake_up`: READY again with the memory measured right after."""
+        launched = slot.launched
+        assert launched is not None and isinstance(launched.engine, VllmEngine)
+        slot.move(ModelState.LOADING)
+        self.on_change(slot.spec.id, slot.state)
+        started = time.monotonic()
+        try:
+            report = await launched.engine.wake_up()
+        except RunnerError as exc:
+            self._failed(slot, f"wake-up failed: {exc}", None)
+            raise
+        except asyncio.CancelledError:
+            self._failed(slot, "wake-up cancelled", None)
+            raise
+        mem = report.memory_mb if report.memory_mb is not None else await self._measure(slot)
+        self._ready(slot, mem)
+        load_ms = round(1000 * (time.monotonic() - started))
+        log.info("model %s awake in %d ms, %d MB", slot.spec.id, load_ms, mem)
+        return LoadResult(slot.spec.id, mem, load_ms)
 
     def snapshot(self) -> Mapping[str, ModelSlot]:
         return self.slots

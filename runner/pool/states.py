@@ -1,10 +1,12 @@
 """A model's state in the pool (pure), and what each state answers over HTTP.
 
     UNLOADED ──load──▶ LOADING ──ready──▶ READY ──unload──▶ DRAINING ──▶ STOPPING ──▶ UNLOADED
-        ▲                │  ▲               │                                  │
+        ▲                │  ▲               │                   │              │
         │                │  └─restart──┐    └──engine died──▶ FAILED ◀─────────┘(stop failed)
         │                └──failed / cancelled──▶ FAILED ──load──▶ LOADING
-        └──────────────────────────── unload ◀──────────┘
+        └──────────────────────────── unload ◀──────────┘   │
+                                 unload mode "sleep" (vLLM) ▼
+                  LOADING ◀──load (wake up)── SLEEPING ──unload──▶ STOPPING
 
 | state     | inference request for it                        | capabilities     |
 |-----------|-------------------------------------------------|------------------|
@@ -14,6 +16,7 @@
 | DRAINING  | 503 model_unloading; in-flight ones finish      | loaded           |
 | STOPPING  | 503 model_unloading                             | (none)           |
 | FAILED    | 503 model_failed with the reason (exit code)    | failed + reason  |
+| SLEEPING  | 404 model_not_loaded (a load wakes it up)       | available        |
 
 Only the pool moves a model's state, through `transition`; everyone else reads it.
 """
@@ -30,15 +33,17 @@ class ModelState(enum.Enum):
     DRAINING = "draining"
     STOPPING = "stopping"
     FAILED = "failed"
+    SLEEPING = "sleeping"  # vLLM's warm standby: the process lives, weights off the GPU
 
 
 ALLOWED: dict[ModelState, frozenset[ModelState]] = {
     ModelState.UNLOADED: frozenset({ModelState.LOADING}),
     ModelState.LOADING: frozenset({ModelState.READY, ModelState.FAILED, ModelState.STOPPING}),
     ModelState.READY: frozenset({ModelState.DRAINING, ModelState.FAILED, ModelState.STOPPING}),
-    ModelState.DRAINING: frozenset({ModelState.STOPPING, ModelState.FAILED}),
+    ModelState.DRAINING: frozenset({ModelState.STOPPING, ModelState.FAILED, ModelState.SLEEPING}),
     ModelState.STOPPING: frozenset({ModelState.UNLOADED, ModelState.FAILED}),
     ModelState.FAILED: frozenset({ModelState.LOADING, ModelState.STOPPING, ModelState.UNLOADED}),
+    ModelState.SLEEPING: frozenset({ModelState.LOADING, ModelState.STOPPING, ModelState.FAILED}),
 }
 
 

@@ -286,3 +286,16 @@ def _cmd(p: Path) -> str:
         return (p / "cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def test_load_of_repo_not_on_disk_offline_fails_with_reason(tmp_path: Path) -> None:
+    """A Hugging Face repo that is not in HF_HOME is downloaded; offline, the task fails
+    saying so."""
+    models = "models:\n" + _entry("slow", "llama-server-slow")
+    env = {**ENV, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    with start_runner(models_file=models, env=env) as r:
+        accepted = _load(r.url, "someorg/some-model-GGUF")
+        assert accepted.status_code == 202
+        done = _wait_task(r.url, accepted.json()["taskId"])
+        assert done["status"] == "failed"
+        assert "someorg/some-model-GGUF" in done["error"] and "download failed" in done["error"]

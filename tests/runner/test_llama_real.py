@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from adapters.llama_server import LLAMA_SERVER_VERSION
 from adapters.supervisor import free_port
 from runner.settings import default_llama_server_bin
 from tests.fixtures.launch import start_fake
@@ -178,7 +179,8 @@ def test_llama_capabilities_report_engine_and_memory(runner: RunnerProcess) -> N
     caps = httpx.get(runner.url + "/v1/capabilities").json()
     loaded = {m["id"]: m for m in caps["models"]["loaded"]}
     assert loaded[MODEL]["gpuMemoryMB"] > 0
-    assert caps["runnerType"].startswith("quorum-")
+    assert caps["runnerType"] == f"llama-server-{LLAMA_SERVER_VERSION}"
+    assert caps["capabilities"]["streaming"] and caps["capabilities"]["prefixCaching"]
 
 
 @pytest.fixture

@@ -75,7 +75,7 @@ def test_models_file_absent_means_no_models() -> None:
             "twice",
         ),
         ("models: [\n", "YAML"),
-        ("models:\n  - id: a\n    backend: vllm\n    path: /m.gguf\n", "not available"),
+        ("models:\n  - id: a\n    backend: vllm\n    checkpoint: m.safetensors\n", "comfyui"),
     ],
 )
 def test_models_file_invalid_is_refused_naming_problem(
