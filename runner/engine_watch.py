@@ -18,7 +18,6 @@ reads 0) until it answers again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from adapters.comfyui.engine import ComfyUIEngine
 from adapters.llama_server import LLAMA_SERVER_VERSION
 from adapters.vllm import VllmEngine, VllmMetricsCollector
 from runner.errors import RunnerError
+from runner.periodic import Periodic
 
 log = logging.getLogger("quorum.engines")
 
@@ -54,26 +54,13 @@ class EngineWatch:
         self.vllm_metrics = vllm_metrics
         self.loads: dict[str, EngineLoad] = {}
         self.versions: dict[str, str] = {"llama-server": LLAMA_SERVER_VERSION}
-        self._task: asyncio.Task[None] | None = None
+        self._timer = Periodic("engine-watch", interval_s, self.poll)
 
     async def start(self) -> None:
-        await self.poll()
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="engine-watch")
+        await self._timer.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                await self.poll()
-            except Exception:  # a failed poll keeps the figures it had
-                log.exception("engine poll failed")
+        await self._timer.stop()
 
     async def poll(self) -> None:
         """Ask every ready engine once; forget the figures of engines that are gone."""

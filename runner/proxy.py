@@ -202,7 +202,7 @@ class DataPath:
         """Steps 5-7, with a watcher that cancels this task if the client goes away."""
         task = asyncio.current_task()
         assert task is not None
-        watcher = _DisconnectWatch(task)
+        watcher = DisconnectWatch(task)
         asyncio.get_running_loop().create_task(watcher.run(receive))
         grant: Grant | None = None
         placement: Placement | None = None
@@ -268,7 +268,7 @@ class DataPath:
         limits: list[tuple[bytes, bytes]],
         path: str,
         placement: Placement,
-        watcher: _DisconnectWatch,
+        watcher: DisconnectWatch,
     ) -> tuple[int, CacheReport]:
         model = grant.request.model
         try:
@@ -308,7 +308,7 @@ class DataPath:
         limits: list[tuple[bytes, bytes]],
         path: str,
         placement: Placement,
-        watcher: _DisconnectWatch,
+        watcher: DisconnectWatch,
     ) -> tuple[int, CacheReport]:
         """Stream the engine's answer chunk by chunk.
 
@@ -383,7 +383,7 @@ async def _translate(exc: ClientFailure, engine: Engine) -> RunnerError:
     return translate(exc, engine.model_id, failure)
 
 
-class _DisconnectWatch:
+class DisconnectWatch:
     """Cancels the handler's task if the client disconnects before its answer is complete.
 
     `run` waits on the ASGI `receive()`, which returns when the client goes away or, once

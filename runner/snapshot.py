@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 from adapters.llama_server import LlamaServerEngine
 from runner.errors import RunnerError
 from runner.memory.telemetry import GpuInfo, Telemetry
+from runner.periodic import Periodic
 from runner.pool.pool import ModelPool, model_size_mb
 from runner.pool.states import ModelState
 
@@ -92,26 +93,15 @@ class Refresher:
     interval_s: float = 5.0
     clock: Callable[[], float] = time.time
     current: ResourceSnapshot = field(default_factory=ResourceSnapshot)
-    _task: asyncio.Task[None] | None = None
+
+    def __post_init__(self) -> None:
+        self._timer = Periodic("snapshot", self.interval_s, self.refresh)
 
     async def start(self) -> None:
-        await self.refresh()
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="snapshot")
+        await self._timer.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                await self.refresh()
-            except Exception:  # a failed refresh keeps the last snapshot
-                log.exception("resource snapshot failed")
+        await self._timer.stop()
 
     async def refresh(self) -> ResourceSnapshot:
         error = None

@@ -46,7 +46,7 @@ from runner.headers import RequestMeta, new_request_id, parse_request_headers
 from runner.jobs.http import wants_async
 from runner.jobs.progress import ProgressReporter
 from runner.metrics import Metrics
-from runner.proxy import Receive, Scope, Send, send_error
+from runner.proxy import DisconnectWatch, Receive, Scope, Send, send_error
 from tenants.config import TenantsConfig
 from tenants.errors import RateLimitExceeded
 from tenants.identity import DEFAULT_TENANT, resolve_tenant
@@ -209,7 +209,7 @@ class ImagesPath:
         """5b-6, with a watcher that cancels this task if the client goes away."""
         task = asyncio.current_task()
         assert task is not None
-        watch = _DisconnectWatch(task)
+        watch = DisconnectWatch(task)
         watcher = asyncio.get_running_loop().create_task(watch.run(receive))
         grant: Grant | None = None
         started = time.perf_counter()
@@ -221,7 +221,7 @@ class ImagesPath:
             generated = await self.generator.generate(
                 self._model(request.model), request, url_for=url_for
             )
-            watch.armed = False
+            watch.disarm()
             headers = _headers(meta, grant.queue_wait_ms, generated.engine_ms, limits)
             await _send_json(send, 200, generated.body, headers)
             return 200
@@ -233,11 +233,11 @@ class ImagesPath:
         except HTTP_ERRORS as exc:
             if grant is None:
                 raise
-            watch.armed = False
+            watch.disarm()
             await send_error(send, exc, meta.request_id, grant.queue_wait_ms, limits)
             return error_status(exc)
         finally:
-            watch.armed = False
+            watch.disarm()
             watcher.cancel()
             if grant is not None:
                 self.metrics.end_request(request.model, time.perf_counter() - started)
@@ -279,21 +279,6 @@ class ImagesPath:
                 self.admission.release(grant, None)
 
         return work
-
-
-class _DisconnectWatch:
-    """Cancels the handler's task if the client disconnects before its answer is sent."""
-
-    def __init__(self, task: asyncio.Task[Any]) -> None:
-        self._task = task
-        self.armed = True
-        self.gone = False
-
-    async def run(self, receive: Receive) -> None:
-        message = await receive()
-        if self.armed and message["type"] == "http.disconnect":
-            self.gone = True
-            self._task.cancel()
 
 
 class ImageFiles:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import orjson
 
@@ -54,7 +53,7 @@ from runner.audio.service import Caller, SpeechRun, SpeechService
 from runner.errors import HTTP_ERRORS, error_body, error_status
 from runner.headers import RequestMeta, new_request_id, parse_request_headers
 from runner.jobs.http import wants_async
-from runner.proxy import Receive, Scope, Send, send_error
+from runner.proxy import DisconnectWatch, Receive, Scope, Send, send_error
 from tenants.config import TenantsConfig
 from tenants.errors import RateLimitExceeded
 from tenants.identity import DEFAULT_TENANT, resolve_tenant
@@ -156,7 +155,7 @@ class AudioPath:
         """Steps 7-8 under a watch that cancels this task if the client goes away."""
         task = asyncio.current_task()
         assert task is not None
-        watcher = _DisconnectWatch(task)
+        watcher = DisconnectWatch(task)
         watch = asyncio.get_running_loop().create_task(watcher.run(receive))
         answer = _StreamAnswer(send, meta, limits) if run.request.stream else None
         if answer is not None:
@@ -226,26 +225,6 @@ class _StreamAnswer:
 
     async def _event(self, data: bytes) -> None:
         await self.send({"type": "http.response.body", "body": data, "more_body": True})
-
-
-class _DisconnectWatch:
-    """Cancels the handler's task if the client disconnects before its answer is complete."""
-
-    __slots__ = ("_task", "armed", "gone")
-
-    def __init__(self, task: asyncio.Task[Any]) -> None:
-        self._task = task
-        self.armed = True
-        self.gone = False
-
-    async def run(self, receive: Receive) -> None:
-        message = await receive()
-        if self.armed and message["type"] == "http.disconnect":
-            self.gone = True
-            self._task.cancel()
-
-    def disarm(self) -> None:
-        self.armed = False
 
 
 def _header(scope: Scope, wanted: bytes) -> bytes | None:
