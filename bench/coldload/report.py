@@ -6,6 +6,8 @@ import statistics
 from typing import Any
 
 MODEL = "gemma-3-270m"
+QUIET_PAIR = 0.3
+"""A pair is quiet when other jobs used fewer cores than this during both of its loads."""
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -27,7 +29,15 @@ def summarize(pairs: list[dict[str, Any]], via: str, quiet_below: float) -> dict
         "other_cores": spread([p[k]["other_cores"] for p in pairs for k in ("runner", "by_hand")]),
         "quiet_reached": sum(p["quiet"]["others_cores"] < quiet_below for p in pairs),
     }
+    quiet = [
+        p["ratio"]
+        for p in pairs
+        if max(p["runner"]["other_cores"], p["by_hand"]["other_cores"]) < QUIET_PAIR
+    ]
+    out["quiet_pairs"] = len(quiet)
+    out["quiet_ratio"] = spread(quiet)
     if via == "api":
+        out["runner_cpu_s"] = spread([p["runner"]["runner_cpu_s"] for p in pairs])
         out["pool_ready_ratio"] = spread(
             [p["runner"]["pool_ready_ms"] / p["by_hand"]["ms"] for p in pairs]
         )
@@ -85,11 +95,15 @@ def markdown(result: dict[str, Any]) -> str:
         f"| engine CPU seconds to healthy, by hand | {_f(s['by_hand_engine_cpu_s'], 2)} | - |",
         f"| engine CPU seconds, runner ÷ by hand | {_f(s['engine_cpu_ratio'])} | - |",
         f"| cores used by other jobs during the loads | {_f(s['other_cores'], 2)} | - |",
+        f"| runner ÷ by hand, quiet pairs only ({s['quiet_pairs']}: other jobs < "
+        f"{QUIET_PAIR:g} cores during both loads) | {_f(s['quiet_ratio'])} | - |",
     ]
     if via == "api":
         lines += [
             f"| pool's own spawn-to-healthy ÷ by hand | {_f(s['pool_ready_ratio'])} | - |",
-            f"| client's POST-to-completed wall ÷ by hand | {_f(s['client_wall_ratio'])} | - |",
+            f"| runner process CPU seconds during a load | {_f(s['runner_cpu_s'], 3)} | - |",
+            f"| client's POST-to-completed wall ÷ by hand (task polled every "
+            f"{result['task_poll_ms']:g} ms) | {_f(s['client_wall_ratio'])} | - |",
         ]
         rows = result["eta"]
         lines += [
