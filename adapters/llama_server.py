@@ -21,10 +21,13 @@ What the runner does with it (facts: `docs/engines.md`, from llama.cpp `tools/se
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import logging
+import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +40,7 @@ from adapters.reports import report_from_openai
 from adapters.supervisor import EngineProcess
 from runner.engine_client import Pool
 from runner.errors import EngineUnavailable
-from runner.scheduler.placement import PREFIX_CHARS, SlotView, choose_slot
+from runner.scheduler.placement import PREFIX_CHARS, SavedView, SlotView, choose_slot
 
 log = logging.getLogger("quorum.llama_server")
 
@@ -63,6 +66,7 @@ class LaunchOptions:
     embeddings: bool = False
     pooling: str | None = None
     tensor_split: str | None = None  # shares per visible GPU when a model is split
+    swa_full: bool = True  # full-size sliding-window cache: prefix reuse works after restore
     extra_args: tuple[str, ...] = ()
 
 
@@ -102,6 +106,8 @@ def command_line(opts: LaunchOptions) -> list[str]:
         argv += ["--pooling", opts.pooling]
     if opts.tensor_split is not None:
         argv += ["--tensor-split", opts.tensor_split]
+    if opts.swa_full:
+        argv.append("--swa-full")
     argv += list(opts.extra_args)
     return argv
 
@@ -183,22 +189,11 @@ def with_fields(body: bytes, obj: dict[str, Any], fields: dict[str, object]) -> 
 
 
 def strip_progress(chunk: bytes) -> bytes:
-    """Take llama-server's `prompt_progress` out of streamed events the client did not ask
-    for: the first such event keeps its role delta, later progress-only events go."""
-    out: list[bytes] = []
-    for event in chunk.split(b"\n\n"):
-        if b'"prompt_progress"' not in event:
-            out.append(event)
-            continue
-        try:
-            parsed = orjson.loads(event[event.index(b"{") :])
-        except (ValueError, orjson.JSONDecodeError):
-            out.append(event)
-            continue
-        progress = parsed.pop("prompt_progress", None)
-        if isinstance(progress, dict) and progress.get("processed") == 0:
-            out.append(b"data: " + orjson.dumps(parsed))  # the first: keep its role delta
-    return b"\n\n".join(out)
+    """Take the `prompt_progress` events the client did not ask for out of a stream: they
+    carry no content (llama-server sends its own role chunk after them), so the client
+    sees exactly the chunks it would without `return_progress`."""
+    events = chunk.split(b"\n\n")
+    return b"\n\n".join(e for e in events if b'"prompt_progress"' not in e)
 
 
 def report_from_progress(chunk: bytes) -> CacheReport | None:
@@ -239,8 +234,11 @@ class LlamaServerEngine:
     clock: Callable[[], float] = time.monotonic
     kv_mb: float = 0.0  # measured memory beyond the weights (runner/snapshot.py sets it)
     n_ctx_total: int = 0
+    slot_dir: str | None = None  # the engine's private --slot-save-path
+    keep_caches: int = 0  # saved slot caches kept per engine (0: erase, never save)
     _slots: list[_Slot] = field(init=False)
-    _lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+    _saved: dict[str, SavedView] = field(init=False, default_factory=dict)
+    _names: Iterator[int] = field(init=False, default_factory=itertools.count)
 
     def __post_init__(self) -> None:
         self._slots = [_Slot(i) for i in range(self.slots)]
@@ -280,15 +278,25 @@ class LlamaServerEngine:
         return Placement(with_fields(body, obj, fields), slot_id, strip)
 
     async def _take_slot(self, obj: dict[str, Any], tenant: str, tag: str | None) -> int | None:
+        """Take the slot `choose_slot` picks: save what it holds (for its own tenant) when
+        caches are kept, then restore this tenant's best saved cache into it, or erase it
+        when it held another tenant's prompt."""
         prefix = prompt_prefix(obj)
-        choice = choose_slot([s.view() for s in self._slots], tenant, tag, prefix)
+        keep = self.keep_caches > 0 and self.slot_dir is not None
+        views = [s.view() for s in self._slots]
+        choice = choose_slot(views, tenant, tag, prefix, list(self._saved.values()), keep)
         if choice is None:  # more grants than slots: a scheduler bug; let the engine queue it
             log.error("model %s: no free slot for a granted request", self.model_id)
             return None
         slot = self._slots[choice.slot_id]
         slot.busy = True
         try:
-            if choice.erase:
+            if choice.save_first:
+                await self._save(slot)
+            if choice.restore is not None and not await self._restore(slot, choice.restore):
+                await self._erase(slot.slot_id)  # a failed restore: start clean
+                slot.forget()
+            elif choice.erase:
                 await self._erase(slot.slot_id)
                 slot.forget()
         except BaseException:
@@ -296,6 +304,51 @@ class LlamaServerEngine:
             raise
         slot.tenant, slot.tag, slot.prefix = tenant, tag, prefix
         return slot.slot_id
+
+    async def _save(self, slot: _Slot) -> None:
+        """Save the slot's cache to the private directory, under its own tenant and tag;
+        beyond `keep_caches` entries the oldest saved cache is deleted."""
+        if slot.tenant is None or self.slot_dir is None:
+            return
+        key = f"q{next(self._names)}.bin"
+        try:
+            r = await self.control.post(
+                f"/slots/{slot.slot_id}", params={"action": "save"}, json={"filename": key}
+            )
+            r.raise_for_status()
+        except httpx.HTTPError as exc:
+            log.warning("model %s: saving slot %d failed: %s", self.model_id, slot.slot_id, exc)
+            return
+        self._saved[key] = SavedView(key, slot.tenant, slot.tag, slot.prefix, self.clock())
+        while len(self._saved) > self.keep_caches:
+            oldest = min(self._saved.values(), key=lambda v: v.saved_at)
+            self._drop_saved(oldest.key)
+
+    async def _restore(self, slot: _Slot, key: str) -> bool:
+        """Load a saved cache into the slot (it replaces the slot's whole cache)."""
+        entry = self._saved.get(key)
+        if entry is None:
+            return False
+        try:
+            r = await self.control.post(
+                f"/slots/{slot.slot_id}", params={"action": "restore"}, json={"filename": key}
+            )
+            r.raise_for_status()
+        except httpx.HTTPError as exc:
+            log.warning(
+                "model %s: restoring into slot %d failed: %s", self.model_id, slot.slot_id, exc
+            )
+            return False
+        finally:
+            self._drop_saved(key)  # now live in the slot (or unusable)
+        slot.forget()
+        return True
+
+    def _drop_saved(self, key: str) -> None:
+        self._saved.pop(key, None)
+        if self.slot_dir is not None:
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(self.slot_dir, key))
 
     def done(self, placement: Placement, report: CacheReport) -> None:
         if placement.slot is None:
@@ -351,6 +404,10 @@ class LlamaServerEngine:
         """
         targets = [s for s in self._slots if _in_scope(s, scope)]  # 1
         removed = tokens = 0
+        for key, entry in list(self._saved.items()):  # saved caches in scope go too
+            if _in_scope(_Slot(-1, tenant=entry.tenant, tag=entry.tag), scope):
+                self._drop_saved(key)
+                removed += 1
         for slot in targets:  # 2
             if slot.busy:
                 slot.erase_on_release = True

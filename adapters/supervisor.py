@@ -135,7 +135,7 @@ class EngineProcess:
     health: HealthCheck
     env: Mapping[str, str] = field(default_factory=dict)
     load_timeout_s: float = 120.0
-    poll_interval_s: float = 0.05
+    poll_interval_s: float = 0.025
     log_lines: int = 500
     clock: Callable[[], float] = time.monotonic
     state: EngineState = field(default=EngineState.NEW, init=False)

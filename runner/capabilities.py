@@ -23,7 +23,7 @@ from adapters.features import combined, model_features
 from runner import __version__
 from runner.engine_watch import EngineLoad
 from runner.health import Life
-from runner.pool.pool import ModelSlot
+from runner.pool.slot import ModelSlot
 from runner.pool.states import ModelState
 from runner.snapshot import ResourceSnapshot
 from runner.tasks import LoadTask

@@ -35,7 +35,9 @@ from runner.errors import BadRequest, RunnerError
 from runner.lifecycle import Lifecycle, governed_request, parse_body
 from runner.models_config import Backend, ModelSpec
 from runner.pool.launch import LoadParams
-from runner.pool.pool import ModelPool, UnloadResult, model_size_mb
+from runner.pool.pool import ModelPool
+from runner.pool.sizing import model_size_mb
+from runner.pool.slot import UnloadResult
 from runner.pool.states import ModelState
 from runner.tasks import (
     LoadTask,

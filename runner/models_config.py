@@ -98,6 +98,7 @@ class ModelSpec(BaseModel):
     shared_cache: bool = False  # the operator accepts a prefix cache shared by tenants
     embeddings: bool = False  # llama-server: serve /v1/embeddings
     pooling: Literal["none", "mean", "cls", "last", "rank"] | None = None  # llama-server
+    swa_full: bool = True  # llama-server: full sliding-window cache, so prefixes are reusable
     n_gpu_layers: int | None = Field(default=None, ge=-1)
     flash_attn: Literal["on", "off", "auto"] | None = None
     gpus: list[int] | None = None  # GPU indices for CUDA_VISIBLE_DEVICES (default: placed)

@@ -75,6 +75,7 @@ class Settings(BaseSettings):
     # Engines the runner starts (docs/engines.md).
     llama_server_bin: str = Field(default_factory=lambda: default_llama_server_bin())
     engine_load_timeout_s: float = Field(default=300.0, gt=0)
+    llama_slot_cache_entries: int = Field(default=64, ge=0, le=100_000)
     engine_stop_grace_s: float = Field(default=10.0, ge=0)
     unload_drain_timeout_s: float = Field(default=30.0, ge=0)
     runner_memory_mb: int | None = Field(default=None, ge=1)

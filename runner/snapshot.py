@@ -25,7 +25,8 @@ from adapters.llama_server import LlamaServerEngine
 from runner.errors import RunnerError
 from runner.memory.telemetry import GpuInfo, Telemetry
 from runner.periodic import Periodic
-from runner.pool.pool import ModelPool, model_size_mb
+from runner.pool.pool import ModelPool
+from runner.pool.sizing import model_size_mb
 from runner.pool.states import ModelState
 
 log = logging.getLogger("quorum.snapshot")

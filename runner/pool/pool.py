@@ -12,30 +12,36 @@ ready engine is filed in differs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from adapters.base import Engine
 from adapters.errors import EngineStartFailed
 from adapters.supervisor import EngineProcess
 from adapters.vllm import VllmEngine, VllmMetricsCollector
 from adapters.whisper.engine import WhisperEngine
-from runner.errors import BadRequest, ModelNotFound, RunnerError, ServiceUnavailable
-from runner.memory.accounting import account, free_gpus
-from runner.memory.estimate import estimate_mb, speech_worker_mb
-from runner.memory.files import model_files
-from runner.memory.leases import Lease, LeaseStore, MemoryLeaseStore
-from runner.memory.placement import NoFit, Placement, cuda_visible_devices, place, tensor_split
+from runner.errors import BadRequest, ModelNotFound, RunnerError
+from runner.memory.leases import LeaseStore, MemoryLeaseStore
 from runner.memory.telemetry import Telemetry
 from runner.models_config import ModelsFile, ModelSpec
 from runner.pool.backends import Launcher
+from runner.pool.errors import (
+    SPEECH_PATHS,
+    ModelDoesNotFit,
+    ModelNotLoaded,
+    ModelUnavailable,
+    WrongEndpoint,
+    serves_speech,
+)
+from runner.pool.gpus import GpuAccounting
 from runner.pool.launch import Launched, LoadParams
-from runner.pool.states import ModelState, transition
+from runner.pool.link import SchedulerLink, _NoScheduler
+from runner.pool.sizing import estimate_for, model_size_mb
+from runner.pool.slot import LoadResult, ModelSlot, UnloadMode, UnloadResult
+from runner.pool.states import ModelState
 from runner.scheduler.config import ModelPolicy
 from runner.settings import Settings
 from runner.tasks.eta import EtaEstimator
@@ -44,141 +50,6 @@ log = logging.getLogger("quorum.pool")
 
 RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 LEASE_TTL_S = 30.0  # renewed every snapshot refresh (5 s); a dead runner's leases expire
-
-
-class SchedulerLink(Protocol):
-    """What the pool tells the scheduler, and asks of it (`SchedulerAdmission`)."""
-
-    def model_ready(self, model: str, concurrency: int, mem_mb: int) -> None: ...
-
-    def load_failed(self, model: str, reason: str) -> None: ...
-
-    def model_stopped(self, model: str) -> None: ...
-
-    def model_crashed(self, model: str, reason: str) -> None: ...
-
-    def request_load(
-        self, model: str, policy: ModelPolicy, evict_first: str | None = None
-    ) -> str: ...
-
-    def request_unload(self, model: str) -> str: ...
-
-
-class _NoScheduler:
-    """Until `attach`: loads and stops run at once, nothing is reported."""
-
-    def model_ready(self, model: str, concurrency: int, mem_mb: int) -> None:
-        return None
-
-    def load_failed(self, model: str, reason: str) -> None:
-        return None
-
-    def model_stopped(self, model: str) -> None:
-        return None
-
-    def model_crashed(self, model: str, reason: str) -> None:
-        return None
-
-    def request_load(self, model: str, policy: ModelPolicy, evict_first: str | None = None) -> str:
-        return "absent"
-
-    def request_unload(self, model: str) -> str:
-        return "absent"
-
-
-def model_size_mb(spec: ModelSpec) -> float:
-    """Size of the model's weights on disk (0 when not on disk)."""
-    path = spec.local_path()
-    if path is None or not path.exists() or not (path.is_file() or path.is_dir()):
-        return 0.0
-    return model_files(path).size_bytes / 2**20
-
-
-def estimate_for(spec: ModelSpec, budget_mb: int | None = None) -> int:
-    """The memory estimate the scheduler reserves while `spec` loads (seed 000's chain)."""
-    size = kind = None
-    path = spec.local_path()
-    if path is not None and path.exists():
-        files = model_files(path)
-        size, kind = files.size_bytes, files.kind
-    if spec.backend == "faster-whisper" and budget_mb is None and spec.vram_mb is None:
-        whisper_mb = speech_worker_mb(size, spec.whisper_model)
-        if whisper_mb is not None:
-            return whisper_mb
-    return estimate_mb(
-        budget_mb=budget_mb,
-        vram_mb=spec.vram_mb,
-        file_size_bytes=size,
-        file_kind=kind,
-        name=spec.id,
-        quantization=spec.quantization,
-    ).mb
-
-
-class ModelNotLoaded(ModelNotFound):
-    code = "model_not_loaded"
-
-
-class ModelUnavailable(ServiceUnavailable):
-    code = "model_unavailable"
-
-
-class WrongEndpoint(BadRequest):
-    code = "unsupported_model"
-
-
-# Which request path serves a backend's models (the others answer 400 for them).
-SPEECH_BACKENDS = frozenset({"faster-whisper"})
-SPEECH_PATHS = "POST /v1/audio/transcriptions or /v1/audio/translations"
-
-
-def serves_speech(spec: ModelSpec) -> bool:
-    return spec.backend in SPEECH_BACKENDS
-
-
-class ModelDoesNotFit(ServiceUnavailable):
-    code = "model_does_not_fit"
-
-
-@dataclass
-class ModelSlot:
-    """One model's place in the pool."""
-
-    spec: ModelSpec
-    state: ModelState = ModelState.UNLOADED
-    launched: Launched | None = None
-    loaded_at: int | None = None
-    mem_mb: int = 0
-    error: str | None = None
-    exit_code: int | None = None
-    restarts: int = 0
-    params: LoadParams = field(default_factory=LoadParams)
-    unload_mode: UnloadMode = "stop"  # how the next stop of this model ends it
-
-    def move(self, to: ModelState) -> None:
-        self.state = transition(self.spec.id, self.state, to)
-
-    @property
-    def process(self) -> EngineProcess | None:
-        return self.launched.process if self.launched else None
-
-
-@dataclass(frozen=True, slots=True)
-class LoadResult:
-    model_id: str
-    gpu_memory_mb: int
-    load_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class UnloadResult:
-    model_id: str
-    freed_mb: int
-    kv_cache_flushed: bool
-    mode: str = "stop"  # "sleep": vLLM's warm standby, the process kept
-
-
-UnloadMode = str  # "stop" | "sleep"
 
 
 class ModelPool:
@@ -215,9 +86,8 @@ class ModelPool:
         self._last_process: dict[str, EngineProcess] = {}  # for logs after a crash
         self._closing = False
         self.estimator = EtaEstimator()  # load time by backend and size: the tasks' eta
-        self.leases = leases or MemoryLeaseStore(time.monotonic)
-        self.cached_leases: list[Lease] = []
-        self._placements: dict[str, Placement] = {}
+        self.gpus = GpuAccounting(telemetry, leases or MemoryLeaseStore(time.monotonic), settings)
+        self.leases = self.gpus.leases
         self.on_loaded: Callable[[str, float], None] = lambda _backend, _seconds: None
 
     # -- reading ---------------------------------------------------------------------
@@ -300,19 +170,7 @@ class ModelPool:
         self._settle_loads(model, ModelDoesNotFit(f"model {model!r} does not fit: {reason}"))
 
     def free_memory_mb(self) -> int:
-        """Memory free for new loads now: each device's free, less what other holders
-        lease beyond it (`runner/memory/accounting.account`), summed over devices."""
-        try:
-            snapshot = self.telemetry.snapshot()
-        except RunnerError as exc:
-            log.warning("memory telemetry failed: %s", exc)
-            return 0
-        others = [
-            lease
-            for lease in self.cached_leases
-            if not lease.holder.startswith(self.settings.runner_id + "/")
-        ]
-        return sum(a.free_mb for a in account(snapshot.gpus, others))
+        return self.gpus.free_memory_mb()
 
     def log_decision(self, text: str) -> None:
         log.info("%s", text)
@@ -565,60 +423,15 @@ class ModelPool:
     async def _launch(self, spec: ModelSpec, params: LoadParams) -> Launched:
         if spec.backend == "faster-whisper" and self.settings.whisper_device == "cpu":
             return await self.launcher.launch(spec, params, {})  # a CPU worker: no GPU placed
-        env, split = await self._gpu_env(spec, params)
+        env, split = await self.gpus.env_for(spec, estimate_for(spec, params.gpu_memory_budget_mb))
         return await self.launcher.launch(spec, params, env, tensor_split=split)
 
-    async def _gpu_env(
-        self, spec: ModelSpec, params: LoadParams
-    ) -> tuple[dict[str, str], str | None]:
-        """`CUDA_VISIBLE_DEVICES` (and llama-server's `--tensor-split`) for the engine.
-
-        1. The model names its GPUs (`gpus`): those.
-        2. On GPUs (NVML, not the no-GPU budget): place the estimate on the accounted free
-           memory (every holder's leases counted): one GPU when it fits (best fit), else
-           split across GPUs in proportion to free memory, 512 MB margin each; no fit: 503
-           with the figures.
-        3. Otherwise the runner's own CUDA_VISIBLE_DEVICES, if set.
-        """
-        if spec.gpus is not None:  # 1
-            return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in spec.gpus)}, None
-        snapshot = await asyncio.to_thread(self.telemetry.snapshot)
-        if snapshot.source != "budget" and snapshot.gpus:  # 2
-            need = estimate_for(spec, params.gpu_memory_budget_mb)
-            leases = await self.leases.all()
-            placement = place(need, free_gpus(account(snapshot.gpus, leases)))
-            if isinstance(placement, NoFit):
-                raise ModelDoesNotFit(f"model {spec.id!r} does not fit: {placement.reason}")
-            self._placements[spec.id] = placement
-            env = {
-                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                "CUDA_VISIBLE_DEVICES": cuda_visible_devices(placement),
-            }
-            return env, tensor_split(placement) if placement.split else None
-        if self.settings.cuda_visible_devices is not None:  # 3
-            return {"CUDA_VISIBLE_DEVICES": self.settings.cuda_visible_devices}, None
-        return {}, None
-
     async def hold_leases(self) -> None:
-        """Lease each ready model's measured memory in the state store (renewed every
-        refresh), so other GPU users sharing it (training jobs, other runners) count it."""
-        for model, slot in self.slots.items():
-            held = (ModelState.READY, ModelState.SLEEPING)  # a sleeping vLLM still holds some
-            if slot.state not in held or slot.spec.attached:
-                continue
-            placement = self._placements.get(model)
-            if placement is None:
-                gpu_mb = {0: slot.mem_mb}
-            else:
-                planned = sum(placement.per_gpu_mb.values()) or 1
-                gpu_mb = {
-                    i: round(slot.mem_mb * mb / planned) for i, mb in placement.per_gpu_mb.items()
-                }
-            await self.leases.acquire(self.lease_holder(model), gpu_mb, LEASE_TTL_S)
-        self.cached_leases = await self.leases.all()
-
-    def lease_holder(self, model: str) -> str:
-        return f"{self.settings.runner_id}/{model}"
+        """Renew the leases of every model holding memory (the snapshot refresh calls it)."""
+        held = (ModelState.READY, ModelState.SLEEPING)  # a sleeping vLLM still holds some
+        await self.gpus.hold(
+            {m: s.mem_mb for m, s in self.slots.items() if s.state in held and not s.spec.attached}
+        )
 
     async def _measure(self, slot: ModelSlot) -> int:
         process = slot.process
@@ -721,9 +534,7 @@ class ModelPool:
         slot.mem_mb = 0
         slot.loaded_at = None
         self.on_change(model, slot.state)
-        self._placements.pop(model, None)
-        with contextlib.suppress(RunnerError):
-            await self.leases.release(self.lease_holder(model))
+        await self.gpus.release(model)
         log.info("model %s stopped, %d MB freed", model, freed)
         return UnloadResult(model, freed, True)
 

@@ -14,8 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-PREFIX_CHARS = 4096
-"""How much of a prompt a slot remembers to compare prefixes (enough for long system prompts)."""
+PREFIX_CHARS = 65536
+"""How much of a prompt a slot remembers to compare prefixes: whole conversations, so a
+session's own cache is told apart from another session's of the same tenant."""
+
+
+MIN_SHARED_CHARS = 64
+"""A shorter shared start (role markers, a greeting) does not count as a shared prefix."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,10 +34,23 @@ class SlotView:
 
 
 @dataclass(frozen=True, slots=True)
+class SavedView:
+    """A slot's cache the runner saved to the engine's private slot directory."""
+
+    key: str
+    tenant: str
+    tag: str | None
+    prefix: str
+    saved_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class SlotChoice:
     slot_id: int
     erase: bool  # erase the slot's cache before use: it last served another tenant
     reason: str
+    save_first: bool = False  # keep what the slot holds (for its tenant) before reusing it
+    restore: str | None = None  # then load this saved cache of the requesting tenant
 
 
 def common_prefix_len(a: str, b: str) -> int:
@@ -50,36 +68,75 @@ def common_prefix_len(a: str, b: str) -> int:
 
 
 def choose_slot(
-    slots: Sequence[SlotView], tenant: str, tag: str | None, prefix: str
+    slots: Sequence[SlotView],
+    tenant: str,
+    tag: str | None,
+    prefix: str,
+    saved: Sequence[SavedView] = (),
+    keep: bool = False,
 ) -> SlotChoice | None:
     """Pick the slot for a request of `tenant` (and `tag`) whose prompt starts with `prefix`.
 
     1. Only free slots count; none free: None (the scheduler never grants beyond the slots).
-    2. A free slot of this tenant sharing a prompt prefix with this request: the longest
-       shared prefix, ties to the same tag, then the most recently used. Reused as is.
-    3. Otherwise an empty slot (never used, or erased), lowest id.
-    4. Otherwise the tenant's own least recently used free slot (no prefix in common).
-    5. Otherwise the least recently used free slot, erased first: it holds another
-       tenant's prompt, which must never be reused by or reported to this one.
+    2. The tenant's best cache: its free slot sharing the longest prompt prefix with this
+       request (ties to the same tag, then the most recently used), and, with `keep`
+       (the engine saves slots to its private directory; `saved` lists them), its saved
+       cache sharing the longest prefix (ties to the same tag, then the newest). Only the
+       requesting tenant's own caches are ever candidates.
+    3. Its slot shares a prefix (`MIN_SHARED_CHARS` or more) at least as long as any saved
+       cache: reused; with `keep`, saved first when the request leaves the conversation
+       the slot holds (so that conversation's cache survives the new one).
+    4. Otherwise a slot is taken: an empty slot (lowest id), else the tenant's own least
+       recently used slot, else the least recently used slot of another tenant.
+    5. With `keep`, a taken slot that holds a cache is saved first (under its own tenant)
+       and the tenant's best saved cache, if it shares a prefix, is restored into it: a
+       restore replaces the whole cache. Otherwise a slot of another tenant is erased: its
+       prompt must never be reused by or reported to this one.
 
-    Step 3 comes before 4 (the issue's order has them the other way round) because taking
-    an empty slot keeps the tenant's cached prompt for its next turn, at no cost.
+    Step 4 takes an empty slot before the tenant's own (the issue's order has them the
+    other way round) because it keeps the tenant's cached prompt for its next turn.
     """
     free = [s for s in slots if not s.busy]  # 1
     if not free:
         return None
-    mine = [s for s in free if s.tenant == tenant]
-    shared = [(common_prefix_len(s.prefix, prefix), s) for s in mine]
-    matching = [(n, s) for n, s in shared if n > 0]  # 2
-    if matching:
-        _, best = max(matching, key=lambda ns: (ns[0], ns[1].tag == tag, ns[1].last_used))
-        same_tag = "same tag" if best.tag == tag else "other tag"
-        return SlotChoice(best.slot_id, False, f"tenant's slot with a shared prefix ({same_tag})")
-    empty = [s for s in free if s.tenant is None]  # 3
+    own = [(common_prefix_len(s.prefix, prefix), s) for s in free if s.tenant == tenant]  # 2
+    best_own = max(own, key=lambda ns: (ns[0], ns[1].tag == tag, ns[1].last_used), default=None)
+    mine = [(common_prefix_len(v.prefix, prefix), v) for v in saved if v.tenant == tenant]
+    best_saved = max(
+        (nv for nv in mine if nv[0] >= MIN_SHARED_CHARS and keep),
+        key=lambda nv: (nv[0], nv[1].tag == tag, nv[1].saved_at),
+        default=None,
+    )
+    n_saved = best_saved[0] if best_saved is not None else 0
+    if best_own is not None and best_own[0] >= max(MIN_SHARED_CHARS, n_saved):  # 3
+        n, slot = best_own
+        same_tag = "same tag" if slot.tag == tag else "other tag"
+        diverges = n < len(slot.prefix)  # the request leaves the cached conversation
+        return SlotChoice(
+            slot.slot_id,
+            False,
+            f"tenant's slot with a shared prefix ({same_tag})",
+            save_first=keep and diverges,
+        )
+    empty = [s for s in free if s.tenant is None]  # 4
     if empty:
-        return SlotChoice(min(s.slot_id for s in empty), False, "empty slot")
-    if mine:  # 4
-        oldest_mine = min(mine, key=lambda s: (s.last_used, s.slot_id))
-        return SlotChoice(oldest_mine.slot_id, False, "tenant's least recently used slot")
-    oldest = min(free, key=lambda s: (s.last_used, s.slot_id))  # 5
-    return SlotChoice(oldest.slot_id, True, "least recently used slot of another tenant")
+        target, reason = min(empty, key=lambda s: s.slot_id), "empty slot"
+    elif own:
+        target = min((s for _, s in own), key=lambda s: (s.last_used, s.slot_id))
+        reason = "tenant's least recently used slot"
+    else:
+        target = min(free, key=lambda s: (s.last_used, s.slot_id))
+        reason = "least recently used slot of another tenant"
+    other = target.tenant is not None and target.tenant != tenant
+    if not keep:  # 5
+        return SlotChoice(target.slot_id, other, reason)
+    restore = best_saved[1].key if best_saved is not None else None
+    if restore is not None:
+        reason += ", restoring the tenant's saved cache"
+    return SlotChoice(
+        target.slot_id,
+        other and restore is None,
+        reason,
+        save_first=target.tenant is not None,
+        restore=restore,
+    )

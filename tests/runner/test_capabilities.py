@@ -10,7 +10,7 @@ from runner.capabilities import capabilities, kv_utilization, runner_type
 from runner.engine_watch import EngineLoad
 from runner.health import Life
 from runner.models_config import ModelSpec
-from runner.pool.pool import ModelSlot
+from runner.pool.slot import ModelSlot
 from runner.pool.states import ModelState
 
 QUEUE = {"depth": 2, "maxDepth": 16, "avgWaitMs": 10, "p95WaitMs": 20}

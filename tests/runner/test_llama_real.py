@@ -300,3 +300,21 @@ def _engine_pid(runner_pid: int) -> int:
         if ppid == runner_pid and cmd and cmd[0].endswith(b"llama-server"):
             return int(entry.name)
     raise AssertionError("no engine process found")
+
+
+def test_llama_tenant_cache_survives_other_tenants_taking_every_slot(
+    runner: RunnerProcess,
+) -> None:
+    """A tenant's slot taken by another tenant is saved first (in the engine's private
+    directory) and restored when that tenant returns: a hit for it, never for the others."""
+    system_a = "Tenant A's own private instructions follow in detail. " * 8
+    system_b = "Tenant B is a completely different customer with rules. " * 8
+    system_c = "Tenant C writes about the sea and ships and harbours. " * 8
+    assert _chat(runner.url, "one", "keep-a", system=system_a).status_code == 200
+    assert _hit(_chat(runner.url, "two", "keep-b", system=system_b)) == (False, 0)
+    assert _hit(_chat(runner.url, "three", "keep-c", system=system_c)) == (False, 0)
+    # Both slots now hold B and C; A's prompt was saved when C took its slot.
+    hit, reused = _hit(_chat(runner.url, "four", "keep-a", system=system_a))
+    assert hit and reused > 0
+    # C's cache was saved when A came back; another tenant with C's prompt never gets it.
+    assert _hit(_chat(runner.url, "three", "keep-d", system=system_c)) == (False, 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.scheduler.placement import SlotView, choose_slot, common_prefix_len
+from runner.scheduler.placement import SavedView, SlotView, choose_slot, common_prefix_len
 
 SYSTEM_A = "You are tenant A's assistant. " * 20
 SYSTEM_B = "You are tenant B's assistant. " * 20
@@ -91,3 +91,70 @@ def test_choose_slot_never_reuses_other_tenants_cache(
     assert not chosen.busy
     if not choice.erase:
         assert chosen.tenant in (None, tenant)
+
+
+def test_choose_slot_saves_then_restores_the_tenants_own_cache() -> None:
+    """Taking another tenant's slot with caches kept: save it, restore this tenant's cache."""
+    slots = [SlotView(0, False, "b", None, SYSTEM_B, 1)]
+    saved = [
+        SavedView("a-old", "a", None, SYSTEM_A + "x", 1.0),
+        SavedView("b-own", "b", None, SYSTEM_A, 2.0),  # another tenant's copy of A's prompt
+    ]
+    choice = choose_slot(slots, "a", None, SYSTEM_A + "turn two", saved, keep=True)
+    assert choice is not None
+    assert (choice.slot_id, choice.save_first, choice.restore, choice.erase) == (
+        0,
+        True,
+        "a-old",
+        False,
+    )
+
+
+def test_choose_slot_never_restores_another_tenants_cache() -> None:
+    """Only the other tenant has a matching saved cache: the slot is erased, nothing restored."""
+    slots = [SlotView(0, False, "b", None, SYSTEM_B, 1)]
+    saved = [SavedView("b-own", "b", None, SYSTEM_A, 2.0)]
+    choice = choose_slot(slots, "a", None, SYSTEM_A, saved, keep=True)
+    assert choice is not None and (choice.restore, choice.erase, choice.save_first) == (
+        None,
+        True,
+        True,
+    )
+
+
+def test_choose_slot_own_prefix_is_reused_without_save_or_restore() -> None:
+    """The tenant's own slot sharing at least as long a prefix as any saved cache is used
+    as is."""
+    slots = [SlotView(0, False, "a", None, SYSTEM_A + "longer", 1)]
+    saved = [SavedView("a-old", "a", None, SYSTEM_A, 2.0)]
+    choice = choose_slot(slots, "a", None, SYSTEM_A + "longer still", saved, keep=True)
+    assert choice is not None and (choice.save_first, choice.restore) == (False, None)
+
+
+def test_choose_slot_saved_cache_sharing_more_beats_own_slot() -> None:
+    """A saved cache sharing more than the tenant's free slot is restored (into that slot,
+    saved first, when no slot is empty)."""
+    slots = [SlotView(0, False, "a", None, "system\x00another prompt", 1)]
+    saved = [SavedView("a-session", "a", None, SYSTEM_A + "turn one", 2.0)]
+    choice = choose_slot(slots, "a", None, SYSTEM_A + "turn one and two", saved, keep=True)
+    assert choice is not None
+    assert (choice.slot_id, choice.save_first, choice.restore) == (0, True, "a-session")
+
+
+@given(
+    st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=5),
+    st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 20)), max_size=6),
+    st.sampled_from(["a", "b", "c"]),
+)
+def test_choose_slot_restores_only_the_requesting_tenants_caches(
+    owners: list[str], entries: list[tuple[str, int]], tenant: str
+) -> None:
+    """Whatever is saved, a restore names a cache of the requesting tenant."""
+    slots = [SlotView(i, False, owner, None, "p" * 5, i) for i, owner in enumerate(owners)]
+    saved = [SavedView(f"k{i}", t, None, "p" * n, float(i)) for i, (t, n) in enumerate(entries)]
+    choice = choose_slot(slots, tenant, None, "pppp", saved, keep=True)
+    assert choice is not None
+    if choice.restore is not None:
+        assert next(v for v in saved if v.key == choice.restore).tenant == tenant
+    if not choice.erase and choice.restore is None:
+        assert slots[choice.slot_id].tenant in (None, tenant)
