@@ -159,7 +159,7 @@ class LoadManager:
         await self.lifecycle.approve("model-load", governed)  # 3
         now = self.clock()
         size_mb = model_size_mb(spec)
-        eta = round(self.estimator.predict(spec.backend, size_mb))
+        eta = round(self.estimator.predict(spec.backend, size_mb), 1)
         task = LoadTask.new(
             spec.id,
             self.runner_id,
@@ -253,7 +253,7 @@ class LoadManager:
                     if self.pool.state(model) is not ModelState.LOADING:
                         continue  # the scheduler is still making room (victims drain)
                     loading_since = now
-                    task = await self._write(task.start_loading(eta=round(predicted), now=now))
+                    task = await self._write(task.start_loading(eta=round(predicted, 1), now=now))
                     continue
                 elapsed = now - loading_since
                 progress = synthetic_progress(elapsed, predicted)

@@ -44,7 +44,7 @@ from runner.pool.slot import LoadResult, ModelSlot, UnloadMode, UnloadResult
 from runner.pool.states import ModelState
 from runner.scheduler.config import ModelPolicy
 from runner.settings import Settings
-from runner.tasks.eta import EtaEstimator
+from runner.tasks.eta import EtaEstimator, LoadSpeed
 
 log = logging.getLogger("quorum.pool")
 
@@ -85,7 +85,9 @@ class ModelPool:
         self.scheduler: SchedulerLink = _NoScheduler()
         self._last_process: dict[str, EngineProcess] = {}  # for logs after a crash
         self._closing = False
-        self.estimator = EtaEstimator()  # load time by backend and size: the tasks' eta
+        # Load time by backend and size (the tasks' eta); until a first load is measured,
+        # a guess: llama-server maps its GGUF and starts in about a second.
+        self.estimator = EtaEstimator(defaults={"llama-server": LoadSpeed(1.0, 500.0)})
         self.gpus = GpuAccounting(telemetry, leases or MemoryLeaseStore(time.monotonic), settings)
         self.leases = self.gpus.leases
         self.on_loaded: Callable[[str, float], None] = lambda _backend, _seconds: None

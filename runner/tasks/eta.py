@@ -161,8 +161,9 @@ def synthetic_progress(
     return min(max(elapsed_s / predicted_total_s, 0.0), cap)  # 2
 
 
-def eta_remaining(predicted_total_s: float, elapsed_s: float, progress: float | None) -> int:
-    """Whole seconds left for a running load.
+def eta_remaining(predicted_total_s: float, elapsed_s: float, progress: float | None) -> float:
+    """Seconds left for a running load, to a tenth of a second (loads of a small model take
+    a second or two: whole seconds would be wrong by a third before the load even starts).
 
     1. Done (`progress` >= 1) -> 0.
     2. No reported progress (None) -> `synthetic_progress(elapsed, predicted)`.
@@ -171,14 +172,14 @@ def eta_remaining(predicted_total_s: float, elapsed_s: float, progress: float | 
     5. Blend them, weighting the measured pace by p: early, a few percent over a few
        seconds extrapolates wildly; late, the pace is the better witness (and it keeps
        a load that overran its prediction from reading 0).
-    6. Not done, so at least 1 second; rounded up.
+    6. Not done, so at least 0.1 s; rounded up to the tenth.
     """
     if progress is not None and progress >= 1.0:  # 1
-        return 0
+        return 0.0
     elapsed = max(elapsed_s, 0.0)
     p = synthetic_progress(elapsed, predicted_total_s) if progress is None else progress  # 2
     p = min(max(p, 0.0), 1.0)
     by_prediction = max(predicted_total_s - elapsed, 0.0)  # 3
     by_pace = elapsed * (1.0 - p) / p if p > 0 else by_prediction  # 4
     remaining = p * by_pace + (1.0 - p) * by_prediction  # 5
-    return max(1, math.ceil(remaining - 1e-9))  # 6 (the epsilon absorbs float noise)
+    return max(0.1, math.ceil(10 * remaining - 1e-9) / 10)  # 6 (epsilon: float noise)

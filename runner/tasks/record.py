@@ -42,7 +42,7 @@ class LoadTask:
     status: TaskStatus
     progress: float
     """0..1, never moving backwards while the task is active; 1.0 once completed."""
-    eta: int | None
+    eta: float | None
     """Seconds until done as last estimated; None when unknown or finished without success."""
     created_at: float
     updated_at: float
@@ -75,7 +75,7 @@ class LoadTask:
         runner_id: str,
         *,
         now: float,
-        eta: int | None = None,
+        eta: float | None = None,
         quantization: str | None = None,
         max_context_length: int | None = None,
         gpu_memory_budget_mb: int | None = None,
@@ -101,15 +101,15 @@ class LoadTask:
 
     # -- transitions (each returns a new record) ----------------------------------------
 
-    def start_download(self, *, eta: int | None, now: float) -> LoadTask:
+    def start_download(self, *, eta: float | None, now: float) -> LoadTask:
         """`queued -> downloading`: the weights are not on disk and are being fetched."""
         return self._move(TaskStatus.DOWNLOADING, now, eta=eta)
 
-    def start_loading(self, *, eta: int | None, now: float) -> LoadTask:
+    def start_loading(self, *, eta: float | None, now: float) -> LoadTask:
         """`queued | downloading -> loading`: the engine is starting with the weights."""
         return self._move(TaskStatus.LOADING, now, eta=eta)
 
-    def progress_to(self, progress: float, *, eta: int | None, now: float) -> LoadTask:
+    def progress_to(self, progress: float, *, eta: float | None, now: float) -> LoadTask:
         """The same status with new progress and ETA.
 
         1. A finished task takes no progress -> `IllegalTransition`.
@@ -140,7 +140,7 @@ class LoadTask:
         """Any active status -> `cancelled`; a finished task raises `TaskNotCancellable` (409)."""
         return replace(self._move(TaskStatus.CANCELLED, now, eta=None), error=reason)
 
-    def _move(self, target: TaskStatus, now: float, *, eta: int | None) -> LoadTask:
+    def _move(self, target: TaskStatus, now: float, *, eta: float | None) -> LoadTask:
         assert_transition(self.task_id, self.status, target)
         _check_eta(eta)
         return replace(self, status=target, eta=eta, updated_at=now, phase_started_at=now)
@@ -213,6 +213,8 @@ class LoadTask:
             raise ValueError(f"malformed load task record: {exc}") from exc
 
 
-def _check_eta(eta: int | None) -> None:
-    if eta is not None and (isinstance(eta, bool) or not isinstance(eta, int) or eta < 0):
-        raise ValueError(f"eta must be a non-negative int of seconds or None, not {eta!r}")
+def _check_eta(eta: float | None) -> None:
+    if eta is not None and (
+        isinstance(eta, bool) or not isinstance(eta, int | float) or not 0 <= eta < math.inf
+    ):
+        raise ValueError(f"eta must be a non-negative number of seconds or None, not {eta!r}")

@@ -146,12 +146,13 @@ def test_eta_remaining_without_progress_follows_prediction() -> None:
     """With no engine progress, the ETA is the prediction minus what has elapsed."""
     assert eta_remaining(100, 0, None) == 100
     assert eta_remaining(100, 40, None) == 60
-    assert eta_remaining(100, 94.5, None) == 6
+    assert eta_remaining(100, 94.5, None) == 5.5
+    assert eta_remaining(1.3, 0.25, None) == 1.1  # tenths: a second-long load is not 0 or 2
 
 
 def test_eta_remaining_overrun_never_reads_zero() -> None:
     """A load past its prediction still reports a few seconds, growing with the overrun."""
-    assert eta_remaining(100, 150, None) == 8
+    assert eta_remaining(100, 150, None) == 7.5
     assert eta_remaining(100, 300, None) == 15
     assert eta_remaining(10, 10_000, None) >= 1
 
@@ -162,8 +163,8 @@ def test_eta_remaining_blends_reported_progress() -> None:
     assert eta_remaining(100, 10, 0.9) == 10  # 0.9 * (10 * 0.1 / 0.9) + 0.1 * 90
 
 
-def test_eta_remaining_done_is_zero_and_running_is_at_least_one() -> None:
-    """progress 1.0 reads 0; anything not done reads at least 1 second."""
+def test_eta_remaining_done_is_zero_and_running_is_at_least_a_tenth() -> None:
+    """progress 1.0 reads 0; anything not done reads at least 0.1 second."""
     assert eta_remaining(100, 10, 1.0) == 0
-    assert eta_remaining(100, 100, 0.999) == 1
-    assert eta_remaining(0, 0, None) == 1
+    assert eta_remaining(100, 100, 0.999) == 0.1
+    assert eta_remaining(0, 0, None) == 0.1

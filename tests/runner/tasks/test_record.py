@@ -169,9 +169,10 @@ def test_record_progress_updates_timestamps_not_phase() -> None:
 
 
 def test_record_rejects_bad_eta() -> None:
-    """eta is a non-negative int of seconds or None; anything else is a ValueError."""
+    """eta is a non-negative number of seconds or None; anything else is a ValueError."""
     task = fresh()
-    for bad in (-1, 1.5, True):
+    assert task.start_loading(eta=1.5, now=NOW).eta == 1.5
+    for bad in (-1, -0.5, float("nan"), float("inf"), True, "3"):
         with pytest.raises(ValueError):
             task.start_loading(eta=bad, now=NOW)  # type: ignore[arg-type]
 
