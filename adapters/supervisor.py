@@ -31,6 +31,7 @@ import ctypes
 import enum
 import logging
 import os
+import shutil
 import signal
 import socket
 import time
@@ -82,6 +83,25 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except Exception:
         pass
+
+
+SETPRIV = shutil.which("setpriv")
+
+
+def with_parent_death_signal(
+    argv: Sequence[str],
+) -> tuple[list[str], Callable[[], None] | None]:
+    """The command, made to die with the runner (SIGKILL when the runner's thread ends).
+
+    util-linux's `setpriv --pdeathsig KILL -- cmd` sets the signal and execs the command
+    (same pid, so the runner stays its parent); without setpriv, a `preexec_fn` sets it.
+    setpriv is preferred: a `preexec_fn` forces a full fork() of the runner (page tables of
+    a large process copied), where Python otherwise spawns with vfork: measured here as
+    part of a cold load's overhead over starting the engine by hand.
+    """
+    if SETPRIV is not None:
+        return [SETPRIV, "--pdeathsig", "KILL", "--", *argv], None
+    return list(argv), _die_with_parent
 
 
 class LogRing:
@@ -136,6 +156,7 @@ class EngineProcess:
     env: Mapping[str, str] = field(default_factory=dict)
     load_timeout_s: float = 120.0
     poll_interval_s: float = 0.025
+    ready_marker: bytes | None = None  # a line the engine prints when it serves (a hint)
     log_lines: int = 500
     clock: Callable[[], float] = time.monotonic
     state: EngineState = field(default=EngineState.NEW, init=False)
@@ -150,6 +171,7 @@ class EngineProcess:
         self._reader: asyncio.Task[None] | None = None
         self._waiter: asyncio.Task[None] | None = None
         self._exited = asyncio.Event()
+        self._marker_seen = asyncio.Event()
         self._on_exit: list[Callable[[EngineProcess], None]] = []
         self._stop_requested = False
 
@@ -191,15 +213,24 @@ class EngineProcess:
         self._move(EngineState.STARTING)
         env = {**os.environ, **self.env}
         # 1
+        if shutil.which(self.argv[0], path=env.get("PATH")) is None:
+            self._move(EngineState.FAILED)
+            self.exit = ExitInfo(127, expected=False)
+            self._exited.set()
+            raise EngineStartFailed(
+                f"engine {self.name!r} could not be started: {self.argv[0]!r} is not an "
+                "executable file"
+            )
+        argv, preexec = with_parent_death_signal(self.argv)
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                *self.argv,
+                *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=preexec,
             )
         except OSError as exc:
             self._move(EngineState.FAILED)
@@ -237,8 +268,7 @@ class EngineProcess:
                             f"{self.load_timeout_s:g} s"
                         )
                     )
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._exited.wait(), self.poll_interval_s)
+                await self._until_worth_polling()
         except asyncio.CancelledError:
             await self.stop(grace_s=2.0)
             raise
@@ -285,14 +315,33 @@ class EngineProcess:
 
     # -- background tasks ------------------------------------------------------------
 
+    async def _until_worth_polling(self) -> None:
+        """Wait before the next health check: until the process exits, or, for an engine
+        with a `ready_marker`, until it prints it (checked every 10 poll intervals anyway,
+        in case a version prints something else); else one poll interval. Polling a
+        loading engine costs the runner CPU the engine's load could use."""
+        waits = [asyncio.ensure_future(self._exited.wait())]
+        timeout = self.poll_interval_s
+        if self.ready_marker is not None:
+            waits.append(asyncio.ensure_future(self._marker_seen.wait()))
+            timeout = self.poll_interval_s * 10
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
     async def _read_output(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
         stream = self._proc.stdout
+        marker = self.ready_marker
         while True:
             data = await stream.read(65536)
             if not data:
                 break
             self.ring.feed(data)
+            if marker is not None and marker in data:
+                self._marker_seen.set()
         self.ring.close()
 
     async def _drain_output(self) -> None:

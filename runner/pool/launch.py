@@ -26,7 +26,13 @@ from dataclasses import dataclass
 import httpx
 
 from adapters.base import Engine
-from adapters.llama_server import LaunchOptions, LlamaServerEngine, command_line, new_api_key
+from adapters.llama_server import (
+    LLAMA_READY_MARKER,
+    LaunchOptions,
+    LlamaServerEngine,
+    command_line,
+    new_api_key,
+)
 from adapters.openai import AttachedOpenAIEngine, Isolation
 from adapters.supervisor import EngineProcess, HealthCheck, free_port
 from adapters.whisper.engine import WhisperEngine
@@ -187,6 +193,7 @@ async def start_llama_server(
             health=_health(probe),
             env=env,
             load_timeout_s=spec.load_timeout_s or settings.engine_load_timeout_s,
+            ready_marker=LLAMA_READY_MARKER,
         )
         await process.start()
     auth = {"Authorization": f"Bearer {key}"}
