@@ -105,3 +105,23 @@ class Engine(Protocol):
     async def flush(self, scope: FlushScope) -> FlushResult:
         """Remove the engine's cache entries in `scope`; say so when it cannot."""
         ...
+
+
+class NoPlacement:
+    """The `Engine` methods of an engine the runner places nothing on: no slots to pick,
+    the body goes as it is, and no stream reports its cache on the first chunk."""
+
+    async def place(
+        self, body: bytes, obj: dict[str, Any], tenant: str, tag: str | None
+    ) -> Placement:
+        return Placement(body)
+
+    def done(self, placement: Placement, report: CacheReport) -> None:
+        return None
+
+    @property
+    def holds_headers_for_first_chunk(self) -> bool:
+        return False
+
+    def first_chunk_report(self, chunk: bytes) -> CacheReport | None:
+        return None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from adapters.base import CacheReport, FlushResult, FlushScope, Placement
+from adapters.base import CacheReport, FlushResult, FlushScope, NoPlacement
 from adapters.llama_server import strip_client_cache_fields
 from adapters.reports import report_from_openai
 from runner.engine_client import Pool
@@ -26,7 +26,7 @@ from runner.engine_client import Pool
 Isolation = Literal["none", "cache_prompt_off"]
 
 
-class AttachedOpenAIEngine:
+class AttachedOpenAIEngine(NoPlacement):
     def __init__(
         self, model_id: str, url: str, slots: int, http: Pool, isolation: Isolation = "none"
     ) -> None:
@@ -43,21 +43,6 @@ class AttachedOpenAIEngine:
             body["cache_prompt"] = False
             return True
         return False
-
-    async def place(
-        self, body: bytes, obj: dict[str, Any], tenant: str, tag: str | None
-    ) -> Placement:
-        return Placement(body)
-
-    def done(self, placement: Placement, report: CacheReport) -> None:
-        return None
-
-    @property
-    def holds_headers_for_first_chunk(self) -> bool:
-        return False
-
-    def first_chunk_report(self, chunk: bytes) -> CacheReport | None:
-        return None
 
     def report(self, response: dict[str, Any]) -> CacheReport:
         return report_from_openai(response)

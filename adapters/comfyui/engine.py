@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adapters.base import CacheReport, FlushResult, FlushScope, Placement
+from adapters.base import CacheReport, FlushResult, FlushScope, NoPlacement
 from adapters.comfyui.client import ComfyUIClient
 from adapters.comfyui.errors import ComfyUINotReady, ExecutionFailed
 from adapters.comfyui.follow import FollowTiming, run
@@ -99,7 +99,7 @@ class UnloadReport:
 
 
 @dataclass(eq=False)
-class ComfyUIEngine:
+class ComfyUIEngine(NoPlacement):
     """One model (checkpoint + template) on a ComfyUI server.
 
     It also meets the data path's `Engine` protocol, so it can sit in the runner's engine
@@ -254,21 +254,6 @@ class ComfyUIEngine:
         raise UnsupportedRequest(
             f"model {self.model_id!r} generates images: use POST /v1/images/generations"
         )
-
-    async def place(
-        self, body: bytes, obj: dict[str, Any], tenant: str, tag: str | None
-    ) -> Placement:
-        return Placement(body)
-
-    def done(self, placement: Placement, report: CacheReport) -> None:
-        return None
-
-    @property
-    def holds_headers_for_first_chunk(self) -> bool:
-        return False
-
-    def first_chunk_report(self, chunk: bytes) -> CacheReport | None:
-        return None
 
     def report(self, response: dict[str, Any]) -> CacheReport:
         return CacheReport()
