@@ -181,6 +181,9 @@ def test_llama_capabilities_report_engine_and_memory(runner: RunnerProcess) -> N
     assert loaded[MODEL]["gpuMemoryMB"] > 0
     assert caps["runnerType"] == f"llama-server-{LLAMA_SERVER_VERSION}"
     assert caps["capabilities"]["streaming"] and caps["capabilities"]["prefixCaching"]
+    assert not caps["capabilities"]["functionCalling"]  # no --jinja: the engine's truth
+    assert caps["resources"]["kvCacheSizeMB"] > 0  # measured beyond the weights
+    assert caps["resources"]["gpuMemoryUsedMB"] >= loaded[MODEL]["gpuMemoryMB"]
 
 
 @pytest.fixture
