@@ -158,3 +158,13 @@ def test_choose_slot_restores_only_the_requesting_tenants_caches(
         assert next(v for v in saved if v.key == choice.restore).tenant == tenant
     if not choice.erase and choice.restore is None:
         assert slots[choice.slot_id].tenant in (None, tenant)
+
+
+@given(st.text(alphabet="ab", max_size=3000), st.text(alphabet="ab", max_size=3000))
+def test_common_prefix_len_matches_a_plain_scan(a: str, b: str) -> None:
+    """The block-wise search agrees with a character-by-character scan."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    assert common_prefix_len(a, b) == n
+    assert common_prefix_len(a + "x" * 2048, a + "x" * 1500 + "y") == len(a) + 1500
