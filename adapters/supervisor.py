@@ -214,13 +214,7 @@ class EngineProcess:
         env = {**os.environ, **self.env}
         # 1
         if shutil.which(self.argv[0], path=env.get("PATH")) is None:
-            self._move(EngineState.FAILED)
-            self.exit = ExitInfo(127, expected=False)
-            self._exited.set()
-            raise EngineStartFailed(
-                f"engine {self.name!r} could not be started: {self.argv[0]!r} is not an "
-                "executable file"
-            )
+            raise self._not_spawned(f"{self.argv[0]!r} is not an executable file")
         argv, preexec = with_parent_death_signal(self.argv)
         try:
             self._proc = await asyncio.create_subprocess_exec(
@@ -233,10 +227,7 @@ class EngineProcess:
                 preexec_fn=preexec,
             )
         except OSError as exc:
-            self._move(EngineState.FAILED)
-            self.exit = ExitInfo(127, expected=False)
-            self._exited.set()
-            raise EngineStartFailed(f"engine {self.name!r} could not be started: {exc}") from None
+            raise self._not_spawned(str(exc)) from None
         self.pid = self._proc.pid
         self.started_at = self.clock()
         self._reader = asyncio.create_task(self._read_output(), name=f"engine-log-{self.name}")
@@ -272,6 +263,13 @@ class EngineProcess:
         except asyncio.CancelledError:
             await self.stop(grace_s=2.0)
             raise
+
+    def _not_spawned(self, why: str) -> EngineStartFailed:
+        """No process came to be: FAILED with exit code 127 (the shell's "cannot run")."""
+        self._move(EngineState.FAILED)
+        self.exit = ExitInfo(127, expected=False)
+        self._exited.set()
+        return EngineStartFailed(f"engine {self.name!r} could not be started: {why}")
 
     async def _healthy(self) -> bool:
         try:
