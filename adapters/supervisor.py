@@ -4,7 +4,8 @@ An `EngineProcess` owns one child (llama-server, vllm, a speech worker, ...):
 
 - it runs in its own process group (`start_new_session`), with the parent-death signal set
   (`PR_SET_PDEATHSIG` = SIGKILL), so it dies with the runner even when the runner is killed
-  with SIGKILL; a clean runner exit stops it with SIGTERM, a grace period, then SIGKILL;
+  with SIGKILL; a clean runner exit stops it with SIGTERM, a grace period, then SIGKILL
+  (how it is spawned, by vfork, and watched: `adapters/spawn.py`);
 - its stdout and stderr go to a bounded ring buffer of lines (`logs()`), shown in failure
   reasons and at `GET /v1/models/{id}/logs`;
 - `start()` polls the adapter's health check until it says ready, within the load timeout:
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import enum
 import logging
 import os
@@ -40,13 +40,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from adapters.errors import EngineStartFailed, IllegalEngineTransition
+from adapters.spawn import Child, spawn
 
 log = logging.getLogger("quorum.supervisor")
 
 HealthCheck = Callable[[], Awaitable[bool]]
 """Answers whether the engine is ready to serve; raising counts as "not yet"."""
 
-_PR_SET_PDEATHSIG = 1
 _MAX_LINE = 4096
 
 
@@ -74,34 +74,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """In the child: ask the kernel to SIGKILL it when the runner's thread dies."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except Exception:
-        pass
-
-
-SETPRIV = shutil.which("setpriv")
-
-
-def with_parent_death_signal(
-    argv: Sequence[str],
-) -> tuple[list[str], Callable[[], None] | None]:
-    """The command, made to die with the runner (SIGKILL when the runner's thread ends).
-
-    util-linux's `setpriv --pdeathsig KILL -- cmd` sets the signal and execs the command
-    (same pid, so the runner stays its parent); without setpriv, a `preexec_fn` sets it.
-    setpriv is preferred: a `preexec_fn` forces a full fork() of the runner (page tables of
-    a large process copied), where Python otherwise spawns with vfork: measured here as
-    part of a cold load's overhead over starting the engine by hand.
-    """
-    if SETPRIV is not None:
-        return [SETPRIV, "--pdeathsig", "KILL", "--", *argv], None
-    return list(argv), _die_with_parent
 
 
 class LogRing:
@@ -167,7 +139,7 @@ class EngineProcess:
 
     def __post_init__(self) -> None:
         self.ring = LogRing(self.log_lines)
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: Child | None = None
         self._reader: asyncio.Task[None] | None = None
         self._waiter: asyncio.Task[None] | None = None
         self._exited = asyncio.Event()
@@ -215,17 +187,8 @@ class EngineProcess:
         # 1
         if shutil.which(self.argv[0], path=env.get("PATH")) is None:
             raise self._not_spawned(f"{self.argv[0]!r} is not an executable file")
-        argv, preexec = with_parent_death_signal(self.argv)
         try:
-            self._proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                preexec_fn=preexec,
-            )
+            self._proc = await spawn(self.argv, env)
         except OSError as exc:
             raise self._not_spawned(str(exc)) from None
         self.pid = self._proc.pid
@@ -330,11 +293,11 @@ class EngineProcess:
                 w.cancel()
 
     async def _read_output(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        stream = self._proc.stdout
+        assert self._proc is not None
+        child = self._proc
         marker = self.ready_marker
         while True:
-            data = await stream.read(65536)
+            data = await child.read(65536)
             if not data:
                 break
             self.ring.feed(data)
@@ -359,6 +322,7 @@ class EngineProcess:
             self._move(EngineState.FAILED)
         self._exited.set()
         await self._drain_output()
+        self._proc.close()
         for callback in self._on_exit:
             try:
                 callback(self)

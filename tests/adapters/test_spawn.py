@@ -1,0 +1,107 @@
+"""adapters.spawn: a child started by vfork, its output and exit seen from either event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+import uvloop
+
+from adapters import spawn as spawn_mod
+from adapters.spawn import spawn, with_parent_death_signal
+
+pytestmark = pytest.mark.timeout(30)
+
+LOOPS: dict[str, Callable[[Coroutine[Any, Any, Any]], Any]] = {
+    "asyncio": asyncio.run,
+    "uvloop": uvloop.run,
+}
+
+# The child's own parent-death signal, read back with prctl(PR_GET_PDEATHSIG).
+READ_PDEATHSIG = (
+    "import ctypes; s = ctypes.c_int(); "
+    "ctypes.CDLL(None).prctl(2, ctypes.byref(s), 0, 0, 0); print(s.value)"
+)
+
+
+async def _run(argv: list[str]) -> tuple[bytes, int]:
+    child = await spawn(argv, dict(os.environ))
+    out = b""
+    while chunk := await child.read(65536):
+        out += chunk
+    return out, await child.wait()
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_output_and_exit_code_are_seen(loop: str) -> None:
+    script = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"
+    out, code = LOOPS[loop](_run([sys.executable, "-c", script]))
+    assert sorted(out.decode().split()) == ["err", "out"]  # stderr shares the pipe
+    assert code == 3
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_killed_child_reads_as_negative_signal(loop: str) -> None:
+    async def kill() -> int:
+        child = await spawn([sys.executable, "-c", "import time; time.sleep(60)"], os.environ)
+        os.killpg(child.pid, signal.SIGKILL)  # its own process group
+        code = await child.wait()
+        child.close()
+        return code
+
+    assert LOOPS[loop](kill()) == -signal.SIGKILL
+
+
+def test_exit_is_seen_without_pidfd(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel without pidfd_open: a thread waits for the child instead."""
+
+    def no_pidfd(pid: int) -> int:
+        raise OSError("pidfd_open not supported")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    _, code = uvloop.run(_run([sys.executable, "-c", "raise SystemExit(7)"]))
+    assert code == 7
+
+
+@pytest.mark.parametrize("with_setpriv", [True, False], ids=["setpriv", "preexec_fn"])
+def test_child_gets_sigkill_as_parent_death_signal(
+    with_setpriv: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if with_setpriv and spawn_mod.SETPRIV is None:
+        pytest.skip("util-linux setpriv is not installed")
+    if not with_setpriv:
+        monkeypatch.setattr(spawn_mod, "SETPRIV", None)
+    out, code = uvloop.run(_run([sys.executable, "-c", READ_PDEATHSIG]))
+    assert code == 0
+    assert int(out) == signal.SIGKILL
+
+
+def test_setpriv_keeps_the_command_and_needs_no_preexec_fn() -> None:
+    """No preexec_fn, so Popen spawns with vfork (a fork of the runner costs ms per load)."""
+    if spawn_mod.SETPRIV is None:
+        pytest.skip("util-linux setpriv is not installed")
+    argv, preexec = with_parent_death_signal(["llama-server", "-m", "x.gguf"])
+    assert argv[-3:] == ["llama-server", "-m", "x.gguf"]
+    assert preexec is None
+
+
+def test_unstartable_command_exits_127_with_the_reason_through_setpriv() -> None:
+    """setpriv execs the command: a missing one is setpriv's exit 127 and its message."""
+    if spawn_mod.SETPRIV is None:
+        pytest.skip("util-linux setpriv is not installed")
+    out, code = uvloop.run(_run(["/nonexistent/engine"]))
+    assert code == 127
+    assert b"/nonexistent/engine" in out
+
+
+def test_unstartable_command_raises_oserror_without_setpriv(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(spawn_mod, "SETPRIV", None)
+    with pytest.raises(OSError):
+        uvloop.run(_run(["/nonexistent/engine"]))
