@@ -40,14 +40,54 @@ def parent_pids(proc: Path = PROC) -> dict[int, int]:
     return parents
 
 
+def child_pids(pid: int, proc: Path = PROC) -> list[int] | None:
+    """The direct children of `pid`, from `/proc/<pid>/task/*/children` (a few small reads,
+    where `parent_pids` reads the stat of every process on the host); [] when `pid` is gone,
+    None when the kernel has no such files (CONFIG_PROC_CHILDREN off)."""
+    task_dir = proc / str(pid) / "task"
+    try:
+        tids = os.listdir(task_dir)
+    except FileNotFoundError:
+        return [] if not (proc / str(pid)).exists() else None
+    except OSError:
+        return []
+    found: list[int] = []
+    for tid in tids:
+        try:
+            found.extend(int(c) for c in Path(task_dir, tid, "children").read_text().split())
+        except FileNotFoundError:
+            if not Path(task_dir, tid).exists():  # that thread ended meanwhile
+                continue
+            return None
+        except OSError:
+            continue
+    return found
+
+
 def process_tree(pids: Iterable[int], proc: Path = PROC) -> set[int]:
-    """`pids` and all their living descendants (children, grandchildren, ...)."""
-    roots = set(pids)
+    """`pids` and all their living descendants (children, grandchildren, ...): walked down
+    the children files, or, without them, through the whole process table."""
+    tree: set[int] = set()
+    todo = list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid in tree:
+            continue
+        kids = child_pids(pid, proc)
+        if kids is None:
+            return tree_from_table(pids, proc)
+        tree.add(pid)
+        todo.extend(kids)
+    return tree
+
+
+def tree_from_table(pids: Iterable[int], proc: Path = PROC) -> set[int]:
+    """`process_tree` through the stat of every process (kernels without children files)."""
     children: dict[int, list[int]] = {}
     for pid, ppid in parent_pids(proc).items():
         children.setdefault(ppid, []).append(pid)
     tree: set[int] = set()
-    todo = list(roots)
+    todo = list(pids)
     while todo:
         pid = todo.pop()
         if pid in tree:

@@ -15,10 +15,12 @@ from runner.errors import ConfigError
 from runner.memory import BudgetTelemetry, NvmlTelemetry, telemetry_from_settings
 from runner.memory.fake import FakeTelemetry
 from runner.memory.proc import (
+    child_pids,
     mem_available_mb,
     parent_pids,
     process_tree,
     resident_kib,
+    tree_from_table,
     tree_resident_mb,
 )
 from tests.runner.memory.fake_nvml import FakeNvml
@@ -126,6 +128,25 @@ def test_proc_tree_parses_odd_process_names(tmp_path: Path) -> None:
     _fake_proc(tmp_path, 12, 11, "worker 1")
     _fake_proc(tmp_path, 13, 1, "other")
     assert process_tree([10], tmp_path) == {10, 11, 12}
+
+
+def test_proc_tree_walks_the_children_files(tmp_path: Path) -> None:
+    """With /proc/<pid>/task/<tid>/children, the walk reads them (every thread's), not the
+    stat of every process on the host: here the stat files name no parents at all."""
+    for pid in (10, 11, 12, 13):
+        _fake_proc(tmp_path, pid, 1, "p")
+    for pid, tid, kids in ((10, 10, "11 "), (10, 20, "12"), (11, 11, ""), (12, 12, "")):
+        (tmp_path / str(pid) / "task" / str(tid)).mkdir(parents=True)
+        (tmp_path / str(pid) / "task" / str(tid) / "children").write_text(kids)
+    assert process_tree([10], tmp_path) == {10, 11, 12}
+
+
+def test_proc_children_files_agree_with_the_process_table(tree: Tree) -> None:
+    """On this machine's kernel the children walk finds what the full table scan finds."""
+    root = tree.proc.pid
+    assert child_pids(root) is not None  # the kernel offers the files (CONFIG_PROC_CHILDREN)
+    assert process_tree([root]) == tree_from_table([root], Path("/proc"))
+    assert tree.leaf_pid in process_tree([root])
 
 
 def test_proc_sums_rss_over_the_tree(tmp_path: Path) -> None:
