@@ -36,6 +36,14 @@ def summarize(pairs: list[dict[str, Any]], via: str, quiet_below: float) -> dict
     ]
     out["quiet_pairs"] = len(quiet)
     out["quiet_ratio"] = spread(quiet)
+    outside = [
+        p
+        for p in pairs
+        if p["runner"].get("outside_ms") is not None and p["by_hand"].get("outside_ms") is not None
+    ]
+    out["outside_pairs"] = len(outside)
+    out["runner_outside_ms"] = spread([p["runner"]["outside_ms"] for p in outside])
+    out["by_hand_outside_ms"] = spread([p["by_hand"]["outside_ms"] for p in outside])
     if via == "api":
         out["runner_cpu_s"] = spread([p["runner"]["runner_cpu_s"] for p in pairs])
         out["pool_ready_ratio"] = spread(
@@ -98,6 +106,14 @@ def markdown(result: dict[str, Any]) -> str:
         f"| runner ÷ by hand, quiet pairs only ({s['quiet_pairs']}: other jobs < "
         f"{QUIET_PAIR:g} cores during both loads) | {_f(s['quiet_ratio'])} | - |",
     ]
+    if s.get("outside_pairs"):
+        lines += [
+            f"| outside the engine's own start (ms; load figure minus the engine's "
+            f"'model loaded' timestamp), by hand (includes its {result['poll_ms']:g} ms "
+            f"polls) | {_f(s['by_hand_outside_ms'], 1)} | - |",
+            f"| outside the engine's own start (ms), runner | "
+            f"{_f(s['runner_outside_ms'], 1)} | - |",
+        ]
     if via == "api":
         lines += [
             f"| pool's own spawn-to-healthy ÷ by hand | {_f(s['pool_ready_ratio'])} | - |",

@@ -16,7 +16,11 @@ What it does, page cache warm (one untimed load of each kind first):
   port, api key and slot directory; timed from spawn to the first 200 of /health, polled
   every `--poll-ms` on a fresh connection; then stopped.
 Runner and by-hand loads alternate in pairs (R H, H R, ...); every ratio is per pair, the
-median and [min, max] are reported. Writes `bench/results/coldload-<time>.json`.
+median and [min, max] are reported. Both engines run with `--log-timestamps`, so each load
+also tells the time spent outside the engine's own start: the load's figure minus the
+engine's "model loaded" timestamp (time since its own start), which cancels the engine's
+run-to-run noise (the runner's copy of the log is read from GET /v1/models/{id}/logs).
+Writes `bench/results/coldload-<time>.json`.
 """
 
 from __future__ import annotations
@@ -62,7 +66,15 @@ from bench.proxy.procs import (
 from tests.support.tokens import DEV_REGISTRY, dev_token
 
 READY = re.compile(r"model (\S+) ready in (\d+) ms")
-GOVERNED_ENV = {"GOVERNANCE_REGISTRY": str(DEV_REGISTRY), "RUNNER_ID": "test-runner"}
+ADMIN = "bench"
+GOVERNED_ENV = {
+    "GOVERNANCE_REGISTRY": str(DEV_REGISTRY),
+    "RUNNER_ID": "test-runner",
+    "ADMIN_TENANTS": ADMIN,
+}
+TIMESTAMPED = "--log-timestamps"
+# llama-server's --log-timestamps prefix is minutes.seconds.milliseconds.microseconds
+LOADED = re.compile(r"^(\d+)\.(\d+)\.(\d+)\.(\d+) .*model loaded", re.MULTILINE)
 
 
 def _log(msg: str) -> None:
@@ -73,8 +85,22 @@ def model_entry(preload: bool) -> str:
     """The repository's default models file, only `preload` set for this bench."""
     doc = yaml.safe_load((REPO_ROOT / "models.yaml").read_text())
     entry = next(m for m in doc["models"] if m["id"] == MODEL)
-    entry = {**entry, "preload": preload}
+    entry = {**entry, "preload": preload, "args": [*entry.get("args", []), TIMESTAMPED]}
     return yaml.safe_dump({"models": [entry]}, sort_keys=False)
+
+
+def engine_loaded_ms(log_text: str) -> float | None:
+    """When the engine said "model loaded", in ms since its own start (its log timestamp)."""
+    m = LOADED.search(log_text)
+    if m is None:
+        return None
+    minutes, seconds, ms, us = (int(g) for g in m.groups())
+    return (minutes * 60 + seconds) * 1e3 + ms + us / 1e3
+
+
+def outside_engine_ms(load_ms: float, log_text: str) -> float | None:
+    engine_ms = engine_loaded_ms(log_text)
+    return None if engine_ms is None else load_ms - engine_ms
 
 
 def ready_times(served: Served) -> list[int]:
@@ -122,7 +148,10 @@ def load_by_hand(template: list[str], poll_s: float) -> dict[str, Any]:
     """Spawn, poll /health until 200, stop. Milliseconds from spawn to healthy, the CPU
     seconds the engine used to get there, and how busy the rest of the machine was."""
     port = free_port()
-    with tempfile.TemporaryDirectory(prefix="bench-coldload-") as slot_dir:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-coldload-") as slot_dir,
+        tempfile.TemporaryFile() as output,
+    ):
         argv = by_hand_argv(template, port, slot_dir)
         url = f"http://127.0.0.1:{port}"
         meter = Meter(os.getpid())
@@ -130,8 +159,8 @@ def load_by_hand(template: list[str], poll_s: float) -> dict[str, Any]:
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         try:
@@ -146,7 +175,9 @@ def load_by_hand(template: list[str], poll_s: float) -> dict[str, Any]:
             others = meter.others_cores(proc.pid)
         finally:
             kill_group(proc)
-    return {"ms": ms, "engine_cpu_s": engine_cpu_s, "other_cores": others}
+        output.seek(0)
+        outside = outside_engine_ms(ms, output.read().decode(errors="replace"))
+    return {"ms": ms, "engine_cpu_s": engine_cpu_s, "other_cores": others, "outside_ms": outside}
 
 
 def load_via_api(served: Served, poll_s: float, keep_argv: bool = False) -> dict[str, Any]:
@@ -182,6 +213,9 @@ def load_via_api(served: Served, poll_s: float, keep_argv: bool = False) -> dict
     others = meter.others_cores(engine)
     ready = ready_times(served)
     argv = cmdline(engine) if keep_argv else None
+    logs = httpx.get(
+        f"{served.url}/v1/models/{MODEL}/logs", headers={"X-Tenant-ID": ADMIN}, timeout=10
+    ).json()["lines"]
     token = dev_token("model-unload", MODEL, {})
     u = httpx.post(
         served.url + "/v1/models/unload",
@@ -198,6 +232,7 @@ def load_via_api(served: Served, poll_s: float, keep_argv: bool = False) -> dict
         "engine_cpu_s": engine_cpu_s,
         "runner_cpu_s": runner_cpu_s,
         "other_cores": others,
+        "outside_ms": outside_engine_ms(float(doc["loadTimeMs"]), "\n".join(logs)),
     }
     if argv is not None:
         out["argv"] = argv
