@@ -23,25 +23,20 @@ from adapters.errors import EngineStartFailed
 from adapters.supervisor import EngineProcess
 from adapters.vllm import VllmEngine, VllmMetricsCollector
 from adapters.whisper.engine import WhisperEngine
-from runner.errors import BadRequest, ModelNotFound, RunnerError
+from runner.errors import ModelNotFound, RunnerError
 from runner.memory.leases import LeaseStore, MemoryLeaseStore
 from runner.memory.telemetry import Telemetry
 from runner.models_config import ModelsFile, ModelSpec
+from runner.pool import routing
 from runner.pool.backends import Launcher
-from runner.pool.errors import (
-    SPEECH_PATHS,
-    ModelDoesNotFit,
-    ModelNotLoaded,
-    ModelUnavailable,
-    WrongEndpoint,
-    serves_speech,
-)
+from runner.pool.errors import ModelDoesNotFit, ModelUnavailable
 from runner.pool.gpus import GpuAccounting
 from runner.pool.launch import Launched, LoadParams
 from runner.pool.link import SchedulerLink, _NoScheduler
-from runner.pool.sizing import estimate_for, model_size_mb
+from runner.pool.sizing import estimate_for, model_size_mb, policy_for
 from runner.pool.slot import LoadResult, ModelSlot, UnloadMode, UnloadResult
 from runner.pool.states import ModelState
+from runner.pool.waiters import Waiters
 from runner.scheduler.config import ModelPolicy
 from runner.settings import Settings
 from runner.tasks.eta import EtaEstimator, LoadSpeed
@@ -80,8 +75,8 @@ class ModelPool:
         self.slots: dict[str, ModelSlot] = {m.id: ModelSlot(m) for m in models.models}
         self._restarts: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._load_waiters: dict[str, list[asyncio.Future[LoadResult]]] = {}
-        self._unload_waiters: dict[str, list[asyncio.Future[UnloadResult]]] = {}
+        self._load_waiters: Waiters[LoadResult] = Waiters()
+        self._unload_waiters: Waiters[UnloadResult] = Waiters()
         self.scheduler: SchedulerLink = _NoScheduler()
         self._last_process: dict[str, EngineProcess] = {}  # for logs after a crash
         self._closing = False
@@ -111,25 +106,8 @@ class ModelPool:
             slot.spec = spec
 
     def check_unloadable(self, model: str, mode: UnloadMode = "stop") -> None:
-        """404 unless `model` has an engine to stop; 400 when it cannot sleep (checked
-        before governance spends a token).
-
-        1. Unknown model: 404. 2. `sleep`: a vLLM the runner started, with
-        VLLM_ENABLE_SLEEP_MODE, and ready. 3. `stop`: ready, failed or sleeping.
-        """
-        slot = self.slots.get(model)  # 1
-        if slot is None:
-            raise ModelNotFound(f"model {model!r} does not exist on this runner")
-        if mode == "sleep":  # 2
-            if slot.spec.backend != "vllm" or slot.spec.attached:
-                raise BadRequest("mode 'sleep' needs a vLLM model the runner started")
-            if not self.settings.vllm_enable_sleep_mode:
-                raise BadRequest("mode 'sleep' needs VLLM_ENABLE_SLEEP_MODE=true")
-            stoppable: tuple[ModelState, ...] = (ModelState.READY,)
-        else:  # 3
-            stoppable = (ModelState.READY, ModelState.FAILED, ModelState.SLEEPING)
-        if slot.state not in stoppable or slot.launched is None:
-            raise ModelNotLoaded(f"model {model!r} is not loaded ({slot.state.value})")
+        """404 unless `model` has an engine to stop; 400 when it cannot sleep."""
+        routing.check_unloadable(self.slots, model, mode, self.settings.vllm_enable_sleep_mode)
 
     # -- the scheduler's ModelEffects (runner/scheduler/effects.py) ----------------------
 
@@ -138,26 +116,10 @@ class ModelPool:
         self.scheduler = scheduler
 
     def policy(self, spec: ModelSpec, budget_mb: int | None = None) -> ModelPolicy:
-        """How the scheduler treats `spec`: memory estimate, slots, pin, priority, ...
-
-        A vLLM takes its `--gpu-memory-utilization` share of the GPU whatever its weights
-        weigh, so that share is its estimate when no budget is given.
-        """
-        if spec.attached:  # not our process: never evicted, holds none of our memory
-            return ModelPolicy(mem_mb=0, concurrency=spec.slots, pinned=True)
-        if spec.backend == "vllm" and budget_mb is None:
-            total = self.launcher.gpu_total_mb(spec)
-            if total is not None:
-                budget_mb = round(total * self.settings.vllm_gpu_memory_utilization)
-        return ModelPolicy(
-            mem_mb=estimate_for(spec, budget_mb),
-            concurrency=spec.slots,
-            pinned=spec.pin,
-            priority=spec.priority,
-            autoload=spec.autoload,
-            keep_alive_s=spec.keep_alive_s,
-            restart=spec.restart,
-        )
+        """How the scheduler treats `spec` (`sizing.policy_for`)."""
+        wants_share = spec.backend == "vllm" and not spec.attached and budget_mb is None
+        gpu_total = self.launcher.gpu_total_mb(spec) if wants_share else None
+        return policy_for(spec, budget_mb, gpu_total, self.settings.vllm_gpu_memory_utilization)
 
     def start_load(self, model: str, policy: ModelPolicy) -> None:
         """The scheduler made room: start the engine; answer with ready or failed."""
@@ -208,20 +170,10 @@ class ModelPool:
             self.scheduler.model_stopped(model)
 
     def _settle_loads(self, model: str, outcome: LoadResult | Exception) -> None:
-        for future in self._load_waiters.pop(model, []):
-            if not future.done():
-                if isinstance(outcome, Exception):
-                    future.set_exception(outcome)
-                else:
-                    future.set_result(outcome)
+        self._load_waiters.settle(model, outcome)
 
     def _settle_unloads(self, model: str, outcome: UnloadResult | Exception) -> None:
-        for future in self._unload_waiters.pop(model, []):
-            if not future.done():
-                if isinstance(outcome, Exception):
-                    future.set_exception(outcome)
-                else:
-                    future.set_result(outcome)
+        self._unload_waiters.settle(model, outcome)
 
     # -- asking through the scheduler --------------------------------------------------
 
@@ -231,11 +183,11 @@ class ModelPool:
         """Ask the scheduler for `model` (it makes room by its policy, draining victims
         first); the future resolves when the engine is ready, or with why not."""
         slot = self.slots[model]
-        future: asyncio.Future[LoadResult] = asyncio.get_running_loop().create_future()
         if slot.state is ModelState.READY:
-            future.set_result(LoadResult(model, slot.mem_mb, 0))
-            return future
-        self._load_waiters.setdefault(model, []).append(future)
+            ready: asyncio.Future[LoadResult] = asyncio.get_running_loop().create_future()
+            ready.set_result(LoadResult(model, slot.mem_mb, 0))
+            return ready
+        future = self._load_waiters.add(model)
         slot.params = params
         policy = self.policy(slot.spec, params.gpu_memory_budget_mb)
         self.scheduler.request_load(model, policy, evict_first)
@@ -260,8 +212,7 @@ class ModelPool:
         it to sleep), measure."""
         self.check_unloadable(model, mode)
         slot = self.slots[model]
-        future: asyncio.Future[UnloadResult] = asyncio.get_running_loop().create_future()
-        self._unload_waiters.setdefault(model, []).append(future)
+        future = self._unload_waiters.add(model)
         slot.unload_mode = mode
         if slot.state is ModelState.SLEEPING:  # the scheduler let it go when it fell asleep
             self._spawn(self._stop_and_report(model))
@@ -276,40 +227,16 @@ class ModelPool:
         return await future
 
     def route_missing(self, model: str) -> None:
-        """For the data path: a model with no ready engine. Raise the right error, or return
-        when the request may wait in the queue for it (loading, or autoload)."""
-        slot = self.slots.get(model)
-        if slot is None:
-            known = ", ".join(sorted(self.slots)) or "none"
-            raise ModelNotFound(f"model {model!r} does not exist on this runner; models: {known}")
-        if slot.state is ModelState.LOADING:
-            return
-        if slot.state is ModelState.FAILED and not slot.spec.autoload:
-            raise ModelUnavailable(f"model {model!r} failed: {slot.error or 'unknown reason'}")
-        if slot.state in (ModelState.DRAINING, ModelState.STOPPING):
-            raise ModelUnavailable(f"model {model!r} is being unloaded")
-        if slot.spec.autoload:
-            return
-        raise ModelNotLoaded(
-            f"model {model!r} is not loaded; load it with POST /v1/models/load (governed)"
-        )
+        """For the data path: a model with no ready engine (`routing.route_missing`)."""
+        routing.route_missing(self.slots, model)
 
     def route_missing_for(self, speech: bool) -> Callable[[str], None]:
-        """`route_missing` for one request path: the audio path (`speech`) or the data path.
-
-        A model the other path serves is 400 `unsupported_model` saying where to send it,
-        whatever its state (a loaded speech model has no engine on the data path).
-        """
+        """`route_missing` for one request path: the audio path (`speech`) or the data path;
+        a model the other path serves is 400 (`routing.check_endpoint`)."""
 
         def route(model: str) -> None:
-            slot = self.slots.get(model)
-            if slot is not None and serves_speech(slot.spec) != speech:
-                raise WrongEndpoint(
-                    f"model {model!r} is a speech model: use {SPEECH_PATHS}"
-                    if not speech
-                    else f"model {model!r} is not a speech model (backend {slot.spec.backend})"
-                )
-            self.route_missing(model)
+            routing.check_endpoint(self.slots, model, speech)
+            routing.route_missing(self.slots, model)
 
         return route
 

@@ -1,10 +1,12 @@
-"""How big a model is on disk, and the memory the scheduler reserves while it loads."""
+"""How big a model is on disk, the memory the scheduler reserves while it loads, and the
+policy the scheduler treats it by (pure, given what the GPU holds)."""
 
 from __future__ import annotations
 
 from runner.memory.estimate import estimate_mb, speech_worker_mb
 from runner.memory.files import model_files
 from runner.models_config import ModelSpec
+from runner.scheduler.config import ModelPolicy
 
 
 def model_size_mb(spec: ModelSpec) -> float:
@@ -34,3 +36,30 @@ def estimate_for(spec: ModelSpec, budget_mb: int | None = None) -> int:
         name=spec.id,
         quantization=spec.quantization,
     ).mb
+
+
+def policy_for(
+    spec: ModelSpec,
+    budget_mb: int | None,
+    gpu_total_mb: int | None,
+    vllm_gpu_memory_utilization: float,
+) -> ModelPolicy:
+    """How the scheduler treats `spec`: memory estimate, slots, pin, priority, ...
+
+    1. An engine attached by URL is not our process: never evicted, holds none of our memory.
+    2. A vLLM takes its `--gpu-memory-utilization` share of the GPU (`gpu_total_mb`, when
+       known) whatever its weights weigh, so that share is its estimate when no budget is given.
+    """
+    if spec.attached:  # 1
+        return ModelPolicy(mem_mb=0, concurrency=spec.slots, pinned=True)
+    if spec.backend == "vllm" and budget_mb is None and gpu_total_mb is not None:  # 2
+        budget_mb = round(gpu_total_mb * vllm_gpu_memory_utilization)
+    return ModelPolicy(
+        mem_mb=estimate_for(spec, budget_mb),
+        concurrency=spec.slots,
+        pinned=spec.pin,
+        priority=spec.priority,
+        autoload=spec.autoload,
+        keep_alive_s=spec.keep_alive_s,
+        restart=spec.restart,
+    )
