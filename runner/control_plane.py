@@ -1,0 +1,184 @@
+"""The control plane: health, capabilities, metrics, the model list, engine logs, cache
+flush, governed load/unload tasks and async jobs, as a FastAPI app (a little framework cost
+does not matter here; the inference paths are bare ASGI). Errors answer in the runner's
+one envelope (runner/errors.py), unknown paths and wrong methods included.
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from runner.capabilities import capabilities
+from runner.errors import (
+    HTTP_ERRORS,
+    Forbidden,
+    PayloadTooLarge,
+    RouteError,
+    ServiceUnavailable,
+    error_body,
+    error_headers,
+    error_status,
+)
+from runner.headers import parse_request_headers
+from runner.health import Life, health
+from runner.jobs.http import JOBS_PATH, delete_job, get_job
+from runner.pool.states import ModelState
+from runner.runtime import Runtime
+from tenants.identity import resolve_tenant
+
+
+def json_response(status: int, body: object, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
+
+
+async def bounded_body(request: Request, limit: int) -> bytes:
+    """The request body, read while it stays within `limit` bytes (413 once it does not)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def control_plane(rt: Runtime) -> FastAPI:
+    app = FastAPI(title="Quorum runner", docs_url=None, redoc_url=None, openapi_url=None)
+
+    for error_type in HTTP_ERRORS:
+
+        @app.exception_handler(error_type)
+        async def _error(_: Request, exc: Exception) -> Response:
+            return Response(
+                error_body(exc),
+                error_status(exc),
+                headers=error_headers(exc),
+                media_type="application/json",
+            )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _framework_error(_: Request, exc: StarletteHTTPException) -> Response:
+        # Unknown paths and wrong methods answer in the same envelope as everything else.
+        error = RouteError(exc.status_code, str(exc.detail))
+        return Response(
+            error_body(error),
+            error.status,
+            headers=dict(exc.headers or {}),
+            media_type="application/json",
+        )
+
+    @app.get("/health")
+    async def get_health() -> Response:
+        states = [slot.state for slot in rt.pool.slots.values()]
+        report = health(
+            rt.life,
+            time.monotonic() - rt.started_at,
+            states.count(ModelState.READY),
+            states.count(ModelState.FAILED),
+            rt.admission.queue_depth(),
+            rt.settings.max_queue_depth,
+            gpu_out_of_memory=rt.refresher.current.source == "nvml"
+            and rt.refresher.current.out_of_memory(),
+        )
+        return json_response(report.status_code, report.body)
+
+    @app.get("/v1/capabilities")
+    async def get_capabilities() -> Response:
+        doc = capabilities(
+            rt.settings.runner_id,
+            rt.life,
+            list(rt.pool.slots.values()),
+            rt.admission.stats().capabilities(),
+            rt.settings.enable_multi_tenant,
+            rt.settings.vllm_enable_prefix_caching,
+            loading=rt.loads.progress,
+            available=rt.refresher.current.available,
+            resources=rt.refresher.current,
+            engines=rt.watch.loads,
+            versions=rt.watch.versions,
+        )
+        status = 200 if rt.life is Life.READY else 503
+        return json_response(status, doc, {"Cache-Control": "max-age=5"})
+
+    @app.get("/metrics")
+    async def get_metrics() -> Response:
+        if not rt.settings.enable_metrics:
+            raise ServiceUnavailable("metrics are disabled (ENABLE_METRICS=false)")
+        return Response(rt.metrics.render(), 200, media_type=rt.metrics.content_type)
+
+    @app.post("/v1/cache/flush")
+    async def cache_flush(request: Request) -> Response:
+        body = await bounded_body(request, rt.settings.max_body_bytes)
+        return json_response(200, await rt.lifecycle.flush(body, request.headers.get("x-op-token")))
+
+    @app.post("/v1/models/load")
+    async def load_model(request: Request) -> Response:
+        body = await bounded_body(request, rt.settings.max_body_bytes)
+        task = await rt.loads.submit(body, request.headers.get("x-op-token"))
+        return json_response(
+            202, task.accepted_json(), {"Location": f"/v1/models/load/{task.task_id}"}
+        )
+
+    @app.get("/v1/models/load/{task_id}")
+    async def load_status(task_id: str) -> Response:
+        return json_response(200, (await rt.loads.get(task_id)).to_json())
+
+    @app.delete("/v1/models/load/{task_id}")
+    async def load_cancel(task_id: str, request: Request) -> Response:
+        body = await bounded_body(request, rt.settings.max_body_bytes)
+        task = await rt.loads.cancel(task_id, body, request.headers.get("x-op-token"))
+        return json_response(200, task.to_json())
+
+    @app.post("/v1/models/unload")
+    async def unload_model(request: Request) -> Response:
+        body = await bounded_body(request, rt.settings.max_body_bytes)
+        result = await rt.loads.unload(body, request.headers.get("x-op-token"))
+        answer: dict[str, object] = {
+            "modelId": result.model_id,
+            "gpuMemoryFreedMB": result.freed_mb,
+            "kvCacheFlushed": result.kv_cache_flushed,
+        }
+        if result.mode != "stop":
+            answer["mode"] = result.mode
+        return json_response(200, answer)
+
+    @app.get(JOBS_PATH + "{job_id}")
+    async def job_status(job_id: str, request: Request) -> Response:
+        answer = await get_job(rt.jobs, job_id, rt.request_tenant(request))
+        return json_response(answer.status, answer.body, answer.headers)
+
+    @app.delete(JOBS_PATH + "{job_id}")
+    async def job_cancel(job_id: str, request: Request) -> Response:
+        answer = await delete_job(rt.jobs, job_id, rt.request_tenant(request))
+        return json_response(answer.status, answer.body, answer.headers)
+
+    @app.get("/v1/models")
+    async def list_models() -> Response:
+        data = [
+            {"id": m.spec.id, "object": "model", "created": m.loaded_at, "owned_by": "quorum"}
+            for m in rt.pool.slots.values()
+            if m.state is ModelState.READY
+        ]
+        return json_response(200, {"object": "list", "data": data})
+
+    @app.get("/v1/models/{model_id:path}/logs")
+    async def model_logs(model_id: str, request: Request) -> Response:
+        admin_only(rt, request)
+        lines = rt.pool.logs(model_id)
+        return json_response(200, {"modelId": model_id, "lines": lines})
+
+    return app
+
+
+def admin_only(rt: Runtime, request: Request) -> None:
+    """Engine logs are for the tenants ADMIN_TENANTS names (identified as for inference)."""
+    meta = parse_request_headers(list(request.scope["headers"]))
+    tenant = resolve_tenant(meta.authorization, meta.tenant_header, rt.tenants)
+    if tenant not in rt.settings.admins:
+        raise Forbidden("engine logs are readable by ADMIN_TENANTS only")

@@ -1,0 +1,164 @@
+"""What the runner holds while it lives, built once at start: settings, models, the pool,
+the scheduler's admission, load tasks, governance, jobs, telemetry and the snapshot
+refresher, wired to each other. Handlers read it; only start-up and shutdown
+(runner/app.py) start and stop what it holds.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from fastapi import Request
+
+from governance.verifier import Verifier
+from runner.catalog import Roots, available
+from runner.engine_watch import EngineWatch
+from runner.headers import parse_request_headers
+from runner.health import Life
+from runner.jobs import JobManager, JobStore, MemoryJobStore, RedisJobStore, WebhookSender
+from runner.lifecycle import Lifecycle
+from runner.loads import LoadManager
+from runner.memory.factory import telemetry_from_settings
+from runner.memory.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore
+from runner.memory.proc import tree_resident_mb
+from runner.metrics import Metrics, SchedulerMetrics
+from runner.models_config import ModelsFile, ModelSpec
+from runner.pool.pool import ModelPool
+from runner.scheduler import SchedulerAdmission, SchedulerConfig
+from runner.settings import Settings
+from runner.snapshot import Refresher, SnapshotCollector
+from runner.tasks import MemoryTaskStore, RedisTaskStore, TaskStore
+from tenants.config import TenantsConfig
+from tenants.identity import DEFAULT_TENANT, resolve_tenant
+from tenants.ratelimit import RateLimiter
+
+
+def scheduler_config(
+    settings: Settings, pool: ModelPool, tenants: TenantsConfig
+) -> SchedulerConfig:
+    """The scheduler's limits from settings, the pool's models and the tenants' policies.
+
+    Every model is managed (loaded, stopped, evicted by the scheduler's policy); an engine
+    attached by URL is pinned with no memory of ours, and reported ready once attached.
+    """
+    policies = dict(tenants.tenants)
+    return SchedulerConfig(
+        max_queue_depth=settings.max_queue_depth,
+        queue_timeout_s=settings.queue_timeout_ms / 1000,
+        models={m: pool.policy(slot.spec) for m, slot in pool.slots.items()},
+        unlisted_ready=False,
+        drain_timeout_s=settings.unload_drain_timeout_s,
+        tenant_weights={t: p.weight for t, p in policies.items()},
+        default_weight=tenants.default.weight,
+        tenant_queue_caps={t: p.max_queued for t, p in policies.items() if p.max_queued},
+        default_tenant_queue_cap=tenants.default.max_queued,
+        low_aging_s=settings.queue_low_aging_ms / 1000 or None,
+    )
+
+
+@dataclass
+class Runtime:
+    """Everything the runner holds while it lives; built once, read by handlers."""
+
+    settings: Settings
+    models: ModelsFile
+    tenants: TenantsConfig = field(default_factory=TenantsConfig)
+    metrics: Metrics = field(default_factory=Metrics)
+    pool: ModelPool = field(init=False)
+    loads: LoadManager = field(init=False)
+    refresher: Refresher = field(init=False)
+    roots: Roots = field(init=False)
+    life: Life = Life.STARTING
+    started_at: float = field(default_factory=time.monotonic)
+    verifier: Verifier | None = None
+    admission: SchedulerAdmission = field(init=False)
+    limiter: RateLimiter | None = None
+    lifecycle: Lifecycle = field(init=False)
+    watch: EngineWatch = field(init=False)
+    webhook_client: httpx.AsyncClient | None = None
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.telemetry = telemetry_from_settings(
+            s.runner_memory_mb, s.cuda_visible_devices, measure=self._engines_memory_mb
+        )
+        leases: LeaseStore = (
+            RedisLeaseStore.from_url(
+                s.redis_url, prefix=f"quorum:mem:lease:{socket.gethostname()}:"
+            )
+            if s.redis_url
+            else MemoryLeaseStore(time.monotonic)
+        )
+        self.pool = ModelPool(
+            s,
+            self.models,
+            self.telemetry,
+            multi_tenant=s.enable_multi_tenant,
+            leases=leases,
+            vllm_metrics=self.metrics.vllm,
+            on_restart=self._restarted,
+        )
+        self.watch = EngineWatch(self.pool.engines, s.engine_stats_interval_s, self.metrics.vllm)
+        self.admission = SchedulerAdmission(
+            scheduler_config(s, self.pool, self.tenants),
+            observer=SchedulerMetrics(self.metrics),
+            models=self.pool,
+        )
+        self.pool.attach(self.admission)
+        self.lifecycle = Lifecycle(self.verifier, self.pool.engines, self.metrics)
+        store: TaskStore = (
+            RedisTaskStore.from_url(s.redis_url) if s.redis_url else MemoryTaskStore(time.time)
+        )
+        roots = Roots(
+            Path(s.model_base_path).expanduser(),
+            Path(s.hf_home).expanduser() if s.hf_home else None,
+            tuple(p.parent for m in self.models.models if (p := m.local_path()) is not None),
+        )
+        self.roots = roots
+        self.loads = LoadManager(
+            self.pool, self.lifecycle, store, roots, self.models.default_backend, s.runner_id
+        )
+        self.loads.on_finished = self.metrics.count_load
+        self.pool.on_loaded = self.metrics.observe_load
+        self.refresher = Refresher(
+            self.pool,
+            self.telemetry,
+            catalog=lambda: available([slot.spec for slot in self.pool.slots.values()], roots),
+        )
+        self.metrics.registry.register(SnapshotCollector(lambda: self.refresher.current))
+        self._jobs_init()
+
+    def _restarted(self, spec: ModelSpec) -> None:
+        if spec.backend == "faster-whisper":
+            self.metrics.count_worker_restart(spec.id)
+
+    def _engines_memory_mb(self) -> int:
+        pids = self.pool.engine_pids()
+        return tree_resident_mb(pids) if pids else 0
+
+    # -- async jobs: `Prefer: respond-async` on the image and audio routes,
+    # GET/DELETE /v1/jobs/{id}; webhooks signed with WEBHOOK_SECRET when it is set.
+
+    def _jobs_init(self) -> None:
+        s = self.settings
+        self.job_store: JobStore = (
+            RedisJobStore.from_url(s.redis_url, retention_s=s.job_retention_s)
+            if s.redis_url
+            else MemoryJobStore(time.time, retention_s=s.job_retention_s)
+        )
+        sender = None
+        if s.webhook_secret is not None:  # validated at start-up (quorum serve: exit 2)
+            self.webhook_client = httpx.AsyncClient(follow_redirects=False)
+            sender = WebhookSender(self.webhook_client, s.webhook_secret.get_secret_value())
+        self.jobs = JobManager(self.job_store, sender, s.runner_id, time.time)
+
+    def request_tenant(self, request: Request) -> str:
+        """The tenant of a job request, identified as for inference."""
+        meta = parse_request_headers(list(request.scope["headers"]))
+        if not self.settings.enable_multi_tenant:
+            return DEFAULT_TENANT
+        return resolve_tenant(meta.authorization, meta.tenant_header, self.tenants)
