@@ -19,6 +19,7 @@ import logging
 
 from adapters.comfyui import FILES_PATH, IMAGES_PATH, ImageFiles, ImagesPath, job_submitter
 from governance.verifier import Verifier
+from runner.asgi import Receive, Scope, Send, send_error
 from runner.audio.handler import AUDIO_PATHS, AudioPath
 from runner.audio.multipart import FormLimits
 from runner.control_plane import control_plane
@@ -27,7 +28,7 @@ from runner.headers import new_request_id
 from runner.health import Life
 from runner.images import image_routes, sweep_forever
 from runner.models_config import ModelsFile
-from runner.proxy import INFERENCE_PATHS, DataPath, Receive, Scope, Send, send_error
+from runner.proxy import INFERENCE_PATHS, DataPath
 from runner.runtime import Runtime
 from runner.settings import Settings
 from tenants.config import TenantsConfig

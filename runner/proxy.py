@@ -25,13 +25,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
 
 from adapters.base import NO_REPORT, CacheReport, Engine, Placement
 from runner.admission import Admission, AdmissionRequest, Grant, Usage
+from runner.asgi import (
+    FALSE_REPORT_HEADERS,
+    JSON,
+    DisconnectWatch,
+    Receive,
+    Scope,
+    Send,
+    send_error,
+    send_whole,
+)
 from runner.errors import (
     HTTP_ERRORS,
     BadRequest,
@@ -41,7 +51,6 @@ from runner.errors import (
     RunnerError,
     ServiceUnavailable,
     error_body,
-    error_headers,
     error_status,
 )
 from runner.headers import RequestMeta, new_request_id, parse_request_headers
@@ -52,11 +61,6 @@ from tenants.errors import RateLimitExceeded
 from tenants.identity import DEFAULT_TENANT, resolve_tenant
 from tenants.ratelimit import RateLimiter
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
 log = logging.getLogger("quorum.proxy")
 
 INFERENCE_PATHS: dict[str, str] = {
@@ -64,9 +68,7 @@ INFERENCE_PATHS: dict[str, str] = {
     "/v1/completions": "/v1/completions",
     "/v1/embeddings": "/v1/embeddings",
 }
-_JSON = b"application/json"
 _SSE = b"text/event-stream"
-_FALSE_REPORT_HEADERS = [(b"x-cache-hit", b"false"), (b"x-cache-tokens-reused", b"0")]
 
 
 class _ClientGone(Exception):
@@ -291,8 +293,8 @@ class DataPath:
             if isinstance(parsed, dict):
                 report = engine.report(parsed)
         watcher.disarm()
-        ctype = resp.header(b"content-type", _JSON)
-        await _send_whole(
+        ctype = resp.header(b"content-type", JSON)
+        await send_whole(
             send, status, _response_headers(meta, grant, report, ctype, limits), payload
         )
         if report.cache_hit:
@@ -331,9 +333,9 @@ class DataPath:
                 except ClientFailure as exc:
                     raise await _translate(exc, engine) from None
                 watcher.disarm()
-                ctype = resp.header(b"content-type", _JSON)
+                ctype = resp.header(b"content-type", JSON)
                 headers = _response_headers(meta, grant, NO_REPORT, ctype, limits)
-                await _send_whole(send, resp.status, headers, payload)
+                await send_whole(send, resp.status, headers, payload)
                 return resp.status, NO_REPORT
             ctype = resp.header(b"content-type", _SSE)
             chunks = resp.chunks()
@@ -383,31 +385,6 @@ async def _translate(exc: ClientFailure, engine: Engine) -> RunnerError:
     return translate(exc, engine.model_id, failure)
 
 
-class DisconnectWatch:
-    """Cancels the handler's task if the client disconnects before its answer is complete.
-
-    `run` waits on the ASGI `receive()`, which returns when the client goes away or, once
-    the answer is complete, at once; `disarm()` before the last byte makes that second
-    case a no-op (cheaper than cancelling the watch: no exception is thrown).
-    """
-
-    __slots__ = ("_task", "armed", "gone")
-
-    def __init__(self, task: asyncio.Task[Any]) -> None:
-        self._task = task
-        self.armed = True
-        self.gone = False
-
-    async def run(self, receive: Receive) -> None:
-        message = await receive()
-        if self.armed and message["type"] == "http.disconnect":
-            self.gone = True
-            self._task.cancel()
-
-    def disarm(self) -> None:
-        self.armed = False
-
-
 def _strip_extensions(obj: dict[str, Any]) -> bool:
     """Remove body fields named `x_*` (runner extensions, never sent to engines)."""
     drop = [k for k in obj if k.startswith("x_")]
@@ -443,7 +420,7 @@ def _response_headers(
             (b"x-cache-tokens-reused", b"%d" % report.tokens_reused),
         ]
     else:
-        headers = list(_FALSE_REPORT_HEADERS)
+        headers = list(FALSE_REPORT_HEADERS)
     headers += [
         (b"content-type", ctype),
         (b"x-queue-wait-ms", b"%d" % grant.queue_wait_ms),
@@ -452,15 +429,6 @@ def _response_headers(
     ]
     headers += limits
     return headers
-
-
-async def _send_whole(
-    send: Send, status: int, headers: list[tuple[bytes, bytes]], payload: bytes
-) -> None:
-    """Answer with a complete body (one write, see runner/coalesce.py)."""
-    headers.append((b"content-length", b"%d" % len(payload)))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
 
 
 def _sniff_report(engine: Engine, chunk: bytes) -> CacheReport | None:
@@ -474,28 +442,3 @@ def _sniff_report(engine: Engine, chunk: bytes) -> CacheReport | None:
             if isinstance(parsed, dict) and isinstance(parsed.get("usage"), dict):
                 return engine.report(parsed)
     return None
-
-
-async def send_error(
-    send: Send,
-    exc: BaseException,
-    request_id: str,
-    queue_wait_ms: int = 0,
-    extra: list[tuple[bytes, bytes]] | None = None,
-) -> None:
-    """Answer with the error envelope (before any byte of a response was sent)."""
-    body = error_body(exc)
-    headers = [
-        (b"content-type", _JSON),
-        (b"content-length", b"%d" % len(body)),
-        (b"x-request-id", request_id.encode()),
-        *_FALSE_REPORT_HEADERS,
-        (b"x-queue-wait-ms", b"%d" % queue_wait_ms),
-        (b"x-gpu-time-ms", b"0"),
-    ]
-    own = error_headers(exc)
-    headers += [(k.lower().encode(), v.encode()) for k, v in own.items()]
-    if extra:  # RateLimit-* of this request, unless the error brought its own
-        headers += [h for h in extra if h[0].decode().title() not in own]
-    await send({"type": "http.response.start", "status": error_status(exc), "headers": headers})
-    await send({"type": "http.response.body", "body": body})

@@ -13,7 +13,7 @@
     6. generate; answer 200 with X-Queue-Wait-Ms, X-GPU-Time-Ms (ComfyUI's time from
        submit to end), X-Request-Id, X-Cache-Hit: false, RateLimit-*
 
-Errors answer in the runner's envelope (`runner.proxy.send_error`). A client that goes
+Errors answer in the runner's envelope (`runner.asgi.send_error`). A client that goes
 away while queued is withdrawn; while its prompt runs, the prompt is interrupted (or
 removed from ComfyUI's queue) - `follow.run` does that on cancellation.
 """
@@ -33,6 +33,7 @@ from adapters.comfyui.errors import ImageNotFound, InvalidImageRequest
 from adapters.comfyui.images import Generated, ImageGenerator, ImageRequest, parse_image_request
 from adapters.comfyui.store import FILES_PATH, TOKEN_RE, ImageStore, file_path
 from runner.admission import Admission, AdmissionRequest, Grant
+from runner.asgi import DisconnectWatch, Receive, Scope, Send, send_error
 from runner.errors import (
     HTTP_ERRORS,
     BadRequest,
@@ -46,7 +47,6 @@ from runner.headers import RequestMeta, new_request_id, parse_request_headers
 from runner.jobs.http import wants_async
 from runner.jobs.progress import ProgressReporter
 from runner.metrics import Metrics
-from runner.proxy import DisconnectWatch, Receive, Scope, Send, send_error
 from tenants.config import TenantsConfig
 from tenants.errors import RateLimitExceeded
 from tenants.identity import DEFAULT_TENANT, resolve_tenant

@@ -34,8 +34,9 @@ import runner.app
 import runner.proxy
 import runner.server
 import tenants.config
+from runner.asgi import Message, Receive, Scope, Send
 from runner.cli import main
-from runner.proxy import DataPath, Message, Receive, Scope, Send
+from runner.proxy import DataPath
 
 _records: list[tuple[float, int, float]] = []
 

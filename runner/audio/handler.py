@@ -34,6 +34,7 @@ import orjson
 from adapters.whisper.engine import WhisperEngine
 from adapters.whisper.messages import Info, Segment
 from runner.admission import Admission
+from runner.asgi import DisconnectWatch, Receive, Scope, Send, send_error
 from runner.audio.errors import AudioTooLarge, InvalidForm
 from runner.audio.formats import (
     JSON,
@@ -53,7 +54,6 @@ from runner.audio.service import Caller, SpeechRun, SpeechService
 from runner.errors import HTTP_ERRORS, error_body, error_status
 from runner.headers import RequestMeta, new_request_id, parse_request_headers
 from runner.jobs.http import wants_async
-from runner.proxy import DisconnectWatch, Receive, Scope, Send, send_error
 from tenants.config import TenantsConfig
 from tenants.errors import RateLimitExceeded
 from tenants.identity import DEFAULT_TENANT, resolve_tenant

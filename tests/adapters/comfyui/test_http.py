@@ -23,6 +23,7 @@ from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.store import FILES_PATH, ImageStore
 from adapters.comfyui.workflows import TXT2IMG, Param, WorkflowTemplate
+from runner.asgi import Message, Receive, Scope, Send
 from runner.jobs import (
     JobManager,
     JobNotFound,
@@ -32,7 +33,6 @@ from runner.jobs import (
     WebhookSender,
 )
 from runner.metrics import Metrics
-from runner.proxy import Message, Receive, Scope, Send
 from runner.scheduler import SchedulerAdmission, SchedulerConfig
 from tenants.config import TenantsConfig
 from tenants.ratelimit import RateLimiter
