@@ -6,7 +6,8 @@
   local process can use the engine), and the flags that close its shared caches:
   `--cache-ram 0` (no host-memory prompt cache shared by every request),
   `--slot-prompt-similarity 0` (no similarity slot choice) and a private `--slot-save-path`
-  (without it slot erase answers 501).
+  (without it slot erase answers 501); `--alias` the model id, so answers name the model
+  the client asked for, not the operator's file path.
 - What a request may carry (`strip_client_cache_fields`): client-sent `id_slot`,
   `slot_id`, `cache_prompt`, `n_cache_reuse` are removed; `n` > 1 is refused (it takes
   arbitrary slots). What the runner adds (`with_fields`): `id_slot`, `return_progress`.
@@ -54,6 +55,7 @@ class LaunchOptions:
     pooling: str | None = None
     tensor_split: str | None = None  # shares per visible GPU when a model is split
     swa_full: bool = True  # full-size sliding-window cache: prefix reuse works after restore
+    alias: str | None = None  # the model name answers carry (else the GGUF's path)
     extra_args: tuple[str, ...] = ()
 
 
@@ -95,6 +97,8 @@ def command_line(opts: LaunchOptions) -> list[str]:
         argv += ["--tensor-split", opts.tensor_split]
     if opts.swa_full:
         argv.append("--swa-full")
+    if opts.alias is not None:
+        argv += ["--alias", opts.alias]
     argv += list(opts.extra_args)
     return argv
 

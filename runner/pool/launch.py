@@ -176,6 +176,8 @@ async def start_llama_server(
         pooling=spec.pooling,
         tensor_split=tensor_split,
         swa_full=spec.swa_full,
+        # llama-server splits --alias at commas (answers would name the first part)
+        alias=spec.id if "," not in spec.id else None,
         extra_args=tuple(spec.args),
     )
     url = f"http://127.0.0.1:{port}"

@@ -48,6 +48,9 @@ def test_command_line_closes_the_shared_caches_and_binds_loopback_with_a_key() -
     assert _flag(argv, "--api-key") == "k" * 48
     assert _flag(argv, "--parallel") == "2"
     assert {"--metrics", "--slots", "--swa-full"} <= set(argv)
+    assert "--alias" not in argv
+    named = command_line(replace(OPTS, alias="org/gemma-3-270m"))
+    assert _flag(named, "--alias") == "org/gemma-3-270m"  # answers name the model, not the file
 
 
 def test_command_line_gives_each_slot_the_models_context_and_only_asked_flags() -> None:

@@ -94,6 +94,7 @@ def _stream_headers(url: str, content: str, tenant: str, tag: str | None = None)
         text = b"".join(r.iter_bytes())
     assert b"[DONE]" in text
     assert b"prompt_progress" not in text  # the runner asked for it; the client did not
+    assert f'"model":"{MODEL}"'.encode() in text and b".gguf" not in text
     return r.headers
 
 
@@ -112,10 +113,12 @@ def _flush(url: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_llama_chat_json_and_stream(runner: RunnerProcess) -> None:
-    """A real chat completion answers through the runner, whole and streamed."""
+    """A real chat completion answers through the runner, whole and streamed, naming the
+    model the client asked for (the engine's --alias), never the GGUF's path."""
     r = _chat(runner.url, "Say hello.", "t-chat")
     assert r.status_code == 200
     body = r.json()
+    assert body["model"] == MODEL
     assert body["choices"][0]["message"]["role"] == "assistant"
     assert body["usage"]["completion_tokens"] >= 1
     assert int(r.headers["x-gpu-time-ms"]) > 0
