@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.catalog import Roots, resolve
+from runner.downloads import ByteMeter, fetch_snapshot
 from runner.errors import BadRequest, RunnerError
 from runner.lifecycle import Lifecycle, governed_request, parse_body
 from runner.models_config import Backend, ModelSpec
@@ -44,6 +45,7 @@ from runner.tasks import (
     TaskNotFound,
     TaskStatus,
     TaskStore,
+    download_progress,
     eta_remaining,
     synthetic_progress,
 )
@@ -235,7 +237,9 @@ class LoadManager:
         try:
             if download is not None:  # 1
                 task = await self._write(task.start_download(eta=task.eta, now=self.clock()))
-                spec = await self._download(spec, download)
+                spec, task = await self._download(task, spec, download)
+                if task.status.terminal:  # cancelled through another replica meanwhile
+                    return
                 self.pool.register(spec, replace=True)
             size_mb = model_size_mb(spec)
             predicted = self.estimator.predict(spec.backend, size_mb)
@@ -244,6 +248,7 @@ class LoadManager:
             )
             ready = self.pool.want(model, params, request.evict_model)  # 2
             loading_since: float | None = None
+            base = task.progress  # what the download showed: the load fills the rest
             while not ready.done():  # 3
                 await asyncio.wait({ready}, timeout=PROGRESS_EVERY_S)
                 if ready.done():
@@ -258,7 +263,9 @@ class LoadManager:
                 elapsed = now - loading_since
                 progress = synthetic_progress(elapsed, predicted)
                 eta = eta_remaining(predicted, elapsed, progress)
-                task = await self._write(task.progress_to(progress, eta=eta, now=now))
+                task = await self._write(
+                    task.progress_to(base + (1.0 - base) * progress, eta=eta, now=now)
+                )
                 if task.status.terminal:  # cancelled through another replica
                     self.pool.cancel_load(model)
             result = ready.result()
@@ -281,29 +288,40 @@ class LoadManager:
             self._running.pop(task.task_id, None)
             self.progress.pop(model, None)
 
-    async def _download(self, spec: ModelSpec, repo_id: str) -> ModelSpec:
-        """Fetch `repo_id` into HF_HOME (huggingface_hub); offline or not found: a clear reason."""
+    async def _download(
+        self, task: LoadTask, spec: ModelSpec, repo_id: str
+    ) -> tuple[ModelSpec, LoadTask]:
+        """Fetch `repo_id` into HF_HOME (huggingface_hub), writing the task's progress and
+        eta from the bytes done every `PROGRESS_EVERY_S` (`download_progress`); offline or
+        not found: a clear reason. The task as last written comes back with the model."""
         if self.roots.hf_home is None:
             raise ModelDownloadFailed(f"{repo_id}: not on disk and HF_HOME is not set")
         cache = self.roots.hf_home / "hub"
         patterns = ["*.gguf"] if spec.backend == "llama-server" else None
-
-        def fetch() -> str:
-            from huggingface_hub import snapshot_download
-
-            path: str = snapshot_download(
-                repo_id, cache_dir=str(cache), allow_patterns=patterns, etag_timeout=10
+        meter = ByteMeter()
+        fetch = asyncio.ensure_future(
+            asyncio.to_thread(fetch_snapshot, repo_id, cache, patterns, meter)
+        )
+        started = self.clock()
+        while not fetch.done():
+            await asyncio.wait({fetch}, timeout=PROGRESS_EVERY_S)
+            if fetch.done():
+                break
+            load_s = self.estimator.predict(spec.backend, meter.expected_mb())
+            progress, eta = download_progress(meter.fraction(), self.clock() - started, load_s)
+            task = await self._write(
+                task.progress_to(progress, eta=task.eta if eta is None else eta, now=self.clock())
             )
-            return path
-
+            if task.status.terminal:  # the thread finishes the file; nothing will use it
+                return spec, task
         try:
-            local = await asyncio.to_thread(fetch)
+            local = fetch.result()
         except Exception as exc:  # huggingface_hub's errors, translated here once
             raise ModelDownloadFailed(
                 f"{repo_id}: download failed ({type(exc).__name__}: {str(exc)[:300]})"
             ) from None
         resolved, _ = resolve(local, {}, self.roots, spec.backend, spec.quantization)
-        return resolved.model_copy(update={"id": spec.id})
+        return resolved.model_copy(update={"id": spec.id}), task
 
 
 class ModelDownloadFailed(RunnerError):

@@ -15,7 +15,8 @@ ten such outliers; with at most `window` samples (20) the ~190 pairs cost nothin
 Without measurements the configured default speed answers.
 
 While a load runs, `eta_remaining` blends the prediction with the measured progress,
-and `synthetic_progress` stands in for progress an engine does not report.
+and `synthetic_progress` stands in for progress an engine does not report; while its
+weights download, `download_progress` reads the bytes done so far.
 """
 
 from __future__ import annotations
@@ -183,3 +184,25 @@ def eta_remaining(predicted_total_s: float, elapsed_s: float, progress: float | 
     by_pace = elapsed * (1.0 - p) / p if p > 0 else by_prediction  # 4
     remaining = p * by_pace + (1.0 - p) * by_prediction  # 5
     return max(0.1, math.ceil(10 * remaining - 1e-9) / 10)  # 6 (epsilon: float noise)
+
+
+def download_progress(
+    fraction: float | None, elapsed_s: float, load_s: float
+) -> tuple[float, float | None]:
+    """A downloading load task's (progress, eta): the whole task on one clock, so the bar
+    goes on smoothly into the engine's start.
+
+    1. No bytes measured yet (`fraction` None or 0): progress 0, eta unknown (None: the
+       task keeps the one it has).
+    2. Download left at the pace so far: elapsed * (1 - f) / f; eta = that plus the
+       predicted engine start `load_s`, in tenths of a second (at least 0.1).
+    3. Progress = elapsed / (elapsed + eta), never above `SYNTHETIC_PROGRESS_CAP`.
+    """
+    if not fraction or fraction <= 0:  # 1
+        return 0.0, None
+    f = min(fraction, 1.0)
+    elapsed = max(elapsed_s, 0.0)
+    remaining = elapsed * (1.0 - f) / f + max(load_s, 0.0)  # 2
+    eta = max(0.1, math.ceil(10 * remaining - 1e-9) / 10)
+    progress = elapsed / (elapsed + eta) if elapsed > 0 else 0.0  # 3
+    return min(progress, SYNTHETIC_PROGRESS_CAP), eta

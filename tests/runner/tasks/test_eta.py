@@ -8,9 +8,11 @@ import pytest
 
 from runner.tasks.eta import (
     DEFAULT_SPEED,
+    SYNTHETIC_PROGRESS_CAP,
     EtaEstimator,
     LoadSample,
     LoadSpeed,
+    download_progress,
     eta_remaining,
     fit_load_speed,
     synthetic_progress,
@@ -168,3 +170,23 @@ def test_eta_remaining_done_is_zero_and_running_is_at_least_a_tenth() -> None:
     assert eta_remaining(100, 10, 1.0) == 0
     assert eta_remaining(100, 100, 0.999) == 0.1
     assert eta_remaining(0, 0, None) == 0.1
+
+
+def test_download_progress_unknown_until_bytes_arrive() -> None:
+    """Nothing measured yet: progress 0 and no eta (the task keeps the one it has)."""
+    assert download_progress(None, 3.0, 1.0) == (0.0, None)
+    assert download_progress(0.0, 3.0, 1.0) == (0.0, None)
+
+
+def test_download_progress_extrapolates_the_pace_and_adds_the_engine_start() -> None:
+    """A quarter in 2 s: 6 s of download left plus the predicted 2 s start; progress is
+    the task's share of time so far, 2 of 10 s."""
+    progress, eta = download_progress(0.25, 2.0, 2.0)
+    assert eta == 8.0
+    assert progress == pytest.approx(0.2)
+
+
+def test_download_progress_done_download_waits_for_the_engine_and_stays_capped() -> None:
+    progress, eta = download_progress(1.0, 100.0, 0.0)
+    assert eta == 0.1  # never 0 before the task completes
+    assert progress == SYNTHETIC_PROGRESS_CAP
