@@ -10,7 +10,8 @@
   the client asked for, not the operator's file path.
 - What a request may carry (`strip_client_cache_fields`): client-sent `id_slot`,
   `slot_id`, `cache_prompt`, `n_cache_reuse` are removed; `n` > 1 is refused (it takes
-  arbitrary slots). What the runner adds (`with_fields`): `id_slot`, `return_progress`.
+  arbitrary slots). What the runner adds (`adapters/bodies.with_fields`): `id_slot`,
+  `return_progress`.
 - What a streamed answer's first chunk reports (`report_from_progress`): the prompt tokens
   taken from the cache, before the headers leave; the progress events the client did not
   ask for are taken out (`strip_progress`).
@@ -146,17 +147,6 @@ def strip_client_cache_fields(body: dict[str, Any]) -> bool:
             del body[key]
             changed = True
     return changed
-
-
-def with_fields(body: bytes, obj: dict[str, Any], fields: dict[str, object]) -> bytes:
-    """`body` with `fields` first; spliced in without re-serializing when it can be (the
-    fields are ones `rewrite` removed or the client did not send: never duplicated)."""
-    if not fields:
-        return body
-    stripped = body.lstrip()
-    if stripped[:1] == b"{" and stripped[1:].lstrip()[:1] not in (b"}", b""):
-        return b"{" + orjson.dumps(fields)[1:-1] + b"," + stripped[1:]
-    return orjson.dumps({**obj, **fields})
 
 
 def strip_progress(chunk: bytes) -> bytes:

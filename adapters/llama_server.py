@@ -27,12 +27,12 @@ from typing import Any
 import httpx
 
 from adapters.base import CacheReport, FlushResult, FlushScope, Placement
+from adapters.bodies import with_fields
 from adapters.llama_protocol import (
     prompt_prefix,
     report_from_progress,
     strip_client_cache_fields,
     strip_progress,
-    with_fields,
 )
 from adapters.reports import report_from_openai
 from adapters.supervisor import EngineProcess

@@ -42,11 +42,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-import orjson
 
 from adapters.base import CacheReport, FlushResult, FlushScope, Placement
+from adapters.bodies import with_fields
 from adapters.errors import EngineControlFailed
-from adapters.reports import report_from_openai
 from adapters.supervisor import EngineProcess
 from adapters.vllm_launch import (
     SEED_QUANTIZATION,
@@ -68,6 +67,7 @@ from adapters.vllm_metrics import (
     parse_families,
     scrape_metrics,
 )
+from adapters.vllm_protocol import report_from_vllm, strip_usage_chunk
 from adapters.vllm_salts import CacheSalts
 from runner.engine_client import Pool
 
@@ -117,57 +117,6 @@ class StandbyReport:
     standby: Standby
     level: int | None
     memory_mb: int | None  # from the engine's memory_probe; None without one
-
-
-def with_fields(body: bytes, obj: dict[str, Any], fields: dict[str, object]) -> bytes:
-    """`body` with `fields` added first, spliced in without re-serializing when none of them
-    is already a key of `obj` (the client's own `cache_salt` was removed by `rewrite`)."""
-    stripped = body.lstrip()
-    clash = any(k in obj for k in fields)
-    if not clash and stripped[:1] == b"{" and stripped[1:].lstrip()[:1] not in (b"}", b""):
-        return b"{" + orjson.dumps(fields)[1:-1] + b"," + stripped[1:]
-    return orjson.dumps({**obj, **fields})
-
-
-def strip_usage_chunk(chunk: bytes) -> bytes:
-    """Take the usage-only event (`"choices": []` with `usage`) out of streamed bytes: the
-    runner asked for it, the client did not. Everything else passes unchanged."""
-    if b'"usage"' not in chunk:
-        return chunk
-    out: list[bytes] = []
-    for event in chunk.split(b"\n\n"):
-        if b'"usage"' in event and event.startswith(b"data: {"):
-            try:
-                parsed = orjson.loads(event[6:])
-            except orjson.JSONDecodeError:
-                parsed = None
-            if isinstance(parsed, dict) and parsed.get("choices") == []:
-                continue
-        out.append(event)
-    return b"\n\n".join(out)
-
-
-def report_from_vllm(response: dict[str, Any]) -> CacheReport:
-    """`report_from_openai`, plus GPU time from vLLM's per-request `metrics` when present
-    (`--enable-per-request-metrics`: time to first token + decode time, in ms)."""
-    report = report_from_openai(response)
-    metrics = response.get("metrics")
-    if not isinstance(metrics, dict):
-        return report
-    total = 0.0
-    for key in ("time_to_first_token_ms", "generation_time_ms"):
-        v = metrics.get(key)
-        if isinstance(v, int | float) and not isinstance(v, bool) and v > 0:
-            total += v
-    if not total:
-        return report
-    return CacheReport(
-        report.cache_hit,
-        report.tokens_reused,
-        round(total),
-        report.input_tokens,
-        report.output_tokens,
-    )
 
 
 @dataclass

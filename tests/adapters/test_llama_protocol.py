@@ -18,7 +18,6 @@ from adapters.llama_protocol import (
     report_from_progress,
     strip_client_cache_fields,
     strip_progress,
-    with_fields,
 )
 from runner.scheduler.placement import PREFIX_CHARS
 
@@ -92,14 +91,6 @@ def test_client_cache_fields_are_removed_and_n_above_one_refused() -> None:
     assert strip_client_cache_fields({"messages": []}) is False
     with pytest.raises(UnsupportedRequest, match="n > 1"):
         strip_client_cache_fields({"n": 2})
-
-
-def test_with_fields_splices_into_the_body_without_reserializing() -> None:
-    body = b'{"model": "m",   "stream": true}'
-    out = with_fields(body, orjson.loads(body), {"id_slot": 1, "return_progress": True})
-    assert out == b'{"id_slot":1,"return_progress":true,"model": "m",   "stream": true}'
-    assert with_fields(body, orjson.loads(body), {}) is body
-    assert orjson.loads(with_fields(b"{}", {}, {"id_slot": 0})) == {"id_slot": 0}
 
 
 def _event(obj: object) -> bytes:
