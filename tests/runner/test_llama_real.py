@@ -77,7 +77,9 @@ def _chat(
     return httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=120)
 
 
-def _stream_headers(url: str, content: str, tenant: str, tag: str | None = None) -> httpx.Headers:
+def _stream_headers(
+    url: str, content: str, tenant: str, tag: str | None = None, **kw: Any
+) -> httpx.Headers:
     headers = {"X-Tenant-ID": tenant}
     if tag:
         headers["X-Cache-Tag"] = tag
@@ -86,6 +88,7 @@ def _stream_headers(url: str, content: str, tenant: str, tag: str | None = None)
         "stream": True,
         "max_tokens": 2,
         "messages": [{"role": "system", "content": SECRET_A}, {"role": "user", "content": content}],
+        **kw,
     }
     with httpx.stream(
         "POST", url + "/v1/chat/completions", json=body, headers=headers, timeout=120
@@ -158,6 +161,18 @@ def test_llama_same_tenant_hits_json_stream_then_tag_flush_misses(runner: Runner
     assert result["flushed"] is True and result["entriesRemoved"] >= 1
     hit, reused = _hit(_chat(runner.url, "Question one?", "tenant-a", "sess-1"))
     assert (hit, reused) == (False, 0)
+
+
+def test_llama_stream_asking_no_progress_still_reports_the_hit(runner: RunnerProcess) -> None:
+    """A client's own `"return_progress": false` does not hide the cache report: the runner's
+    `true` replaces it (a duplicate key would let the engine take the client's), and the
+    progress events stay out of the client's stream."""
+    assert _chat(runner.url, "Question two?", "tenant-p", "sess-p").status_code == 200
+    headers = _stream_headers(
+        runner.url, "Question two?", "tenant-p", "sess-p", return_progress=False
+    )
+    hit, reused = _hit(headers)
+    assert hit and reused > 0
 
 
 def test_llama_other_tenant_never_hits_a_tenants_prompt(runner: RunnerProcess) -> None:
