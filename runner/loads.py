@@ -302,6 +302,8 @@ class LoadManager:
         fetch = asyncio.ensure_future(
             asyncio.to_thread(fetch_snapshot, repo_id, cache, patterns, meter)
         )
+        # A cancelled task stops waiting; the thread still ends, and its outcome is nobody's.
+        fetch.add_done_callback(lambda f: f.cancelled() or f.exception())
         started = self.clock()
         while not fetch.done():
             await asyncio.wait({fetch}, timeout=PROGRESS_EVERY_S)
