@@ -133,14 +133,20 @@ def resolve(
 ) -> tuple[ModelSpec, str | None]:
     """The spec to load for `model_id`, and the HF repo to download first (or None).
 
-    1. An id of the models file: its entry.
+    1. An id of the models file (or one loaded before): its entry; a llama-server entry
+       naming only an `hf` repo whose file is not on disk is downloaded first (an earlier
+       download failed or was cancelled; llama-server cannot fetch it itself).
     2. A path (relative to MODEL_BASE_PATH, or absolute) inside the allowed roots: a spec
        for that file; outside them, or `..`: 400.
-    3. An `org/name` repo id: its local snapshot in the HF cache, else download it first.
+    3. An `org/name` repo id: its local snapshot in the HF cache, else (none, or one a
+       download left without the model's files) download it first.
     4. Anything else: 404.
     """
     if model_id in specs:  # 1
-        return specs[model_id], None
+        known = specs[model_id]
+        if known.backend == "llama-server" and known.hf and known.local_path() is None:
+            return known, known.hf
+        return known, None
     if "\x00" in model_id or len(model_id) > 1024:
         raise BadRequest("modelId is not a valid model name or path")
     candidate = Path(model_id)
@@ -156,11 +162,19 @@ def resolve(
         return _spec_for_path(model_id, base_path, backend, quantization), None
     if is_hf_repo_id(model_id):  # 3
         snapshot = hf_snapshot(roots.hf_home, model_id)
-        if snapshot is not None:
+        if snapshot is not None and _holds_model(snapshot, backend, quantization):
             return _spec_for_path(model_id, snapshot, backend, quantization), None
         spec = ModelSpec(id=model_id, backend=backend, hf=model_id, quantization=quantization)
         return spec, model_id
     raise ModelNotFound(f"model {model_id!r} is not in the catalog")  # 4
+
+
+def _holds_model(snapshot: Path, backend: Backend, quantization: str | None) -> bool:
+    """Whether a snapshot has the model's files (a download under way or cut short leaves
+    the directory without them)."""
+    if backend == "llama-server":
+        return pick_gguf(snapshot, quantization) is not None
+    return any(snapshot.iterdir())
 
 
 def _spec_for_path(

@@ -65,6 +65,34 @@ def test_catalog_resolve_hf_repo_local_snapshot_or_download(roots: Roots) -> Non
     assert download == "org/elsewhere" and spec.hf == "org/elsewhere"
 
 
+def test_catalog_resolve_downloads_a_snapshot_a_download_left_without_the_model(
+    roots: Roots,
+) -> None:
+    """A snapshot directory without the GGUF (a download under way or cut short) is not the
+    model: it is downloaded (huggingface_hub resumes what is there)."""
+    assert roots.hf_home is not None
+    (roots.hf_home / "hub" / "models--org--partial" / "snapshots" / "abc").mkdir(parents=True)
+    spec, download = resolve("org/partial", {}, roots, "llama-server")
+    assert download == "org/partial" and spec.path is None
+
+
+def test_catalog_resolve_known_repo_whose_download_failed_is_downloaded_again(
+    roots: Roots,
+) -> None:
+    """A llama-server model known only by its repo (an earlier download failed or was
+    cancelled, or a models-file entry with just `hf`) is downloaded, not started without
+    a file; one with its file, or another engine that fetches itself, is not."""
+    known = ModelSpec(id="org/elsewhere", backend="llama-server", hf="org/elsewhere")
+    assert resolve("org/elsewhere", {"org/elsewhere": known}, roots, "llama-server") == (
+        known,
+        "org/elsewhere",
+    )
+    vllm = ModelSpec(id="org/v", backend="vllm", hf="org/v")
+    assert resolve("org/v", {"org/v": vllm}, roots, "llama-server") == (vllm, None)
+    on_disk = ModelSpec(id="m", backend="llama-server", path=str(roots.model_base / "llama"))
+    assert resolve("m", {"m": on_disk}, roots, "llama-server") == (on_disk, None)
+
+
 def test_catalog_resolve_unknown_name_is_404(roots: Roots) -> None:
     """A name that is neither configured, a path nor a repo id is 404."""
     with pytest.raises(ModelNotFound):

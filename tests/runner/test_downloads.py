@@ -5,6 +5,7 @@ disk through the runner (status downloading, progress rising, then completed).""
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import sys
 import threading
@@ -83,23 +84,58 @@ def _poll(url: str, task_id: str) -> list[dict[str, Any]]:
     raise AssertionError(f"task {task_id} did not finish: {docs[-1]}")
 
 
+def _hub_runner_env(hub: str, tmp_path: Path) -> dict[str, str]:
+    return {
+        "GOVERNANCE_REGISTRY": str(DEV_REGISTRY),
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_ENDPOINT": hub,
+        "LLAMA_SERVER_BIN": fixture_bin("llama-server-ok"),
+    }
+
+
+def _load(url: str) -> str:
+    token = dev_token("model-load", REPO, {})
+    accepted = httpx.post(url + "/v1/models/load", json={"modelId": REPO, "verifiedOpToken": token})
+    assert accepted.status_code == 202, accepted.text
+    task_id: str = accepted.json()["taskId"]
+    return task_id
+
+
+def test_load_cancelled_while_downloading_ends_at_once_and_a_later_load_completes(
+    tmp_path: Path,
+) -> None:
+    """DELETE on a downloading task: cancelled at once (the download thread finishes the
+    file in the background); the runner keeps answering, and a new load completes."""
+    with (
+        fake_hub(size_mb=40, rate_mb_s=10) as hub,
+        start_runner(models_file="models: []\n", env=_hub_runner_env(hub, tmp_path)) as r,
+    ):
+        task = _load(r.url)
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{r.url}/v1/models/load/{task}").json()["status"] != "downloading":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        token = dev_token("task-cancel", REPO, {"taskId": task})
+        cancel = httpx.request(
+            "DELETE",
+            f"{r.url}/v1/models/load/{task}",
+            headers={"X-Op-Token": json.dumps(token)},
+        )
+        assert cancel.status_code == 200, cancel.text
+        assert httpx.get(f"{r.url}/v1/models/load/{task}").json()["status"] == "cancelled"
+        assert httpx.get(f"{r.url}/health").status_code == 200
+        docs = _poll(r.url, _load(r.url))
+    assert docs[-1]["status"] == "completed", docs[-1]["error"]
+
+
 def test_load_of_a_repo_not_on_disk_reports_download_progress(tmp_path: Path) -> None:
     """A governed load of a Hub repo: the task reads downloading with progress rising above
     0 and an eta, never going back, then completed; the file is in HF_HOME."""
-    with fake_hub() as hub:
-        env = {
-            "GOVERNANCE_REGISTRY": str(DEV_REGISTRY),
-            "HF_HOME": str(tmp_path / "hf"),
-            "HF_ENDPOINT": hub,
-            "LLAMA_SERVER_BIN": fixture_bin("llama-server-ok"),
-        }
-        with start_runner(models_file="models: []\n", env=env) as r:
-            token = dev_token("model-load", REPO, {})
-            accepted = httpx.post(
-                r.url + "/v1/models/load", json={"modelId": REPO, "verifiedOpToken": token}
-            )
-            assert accepted.status_code == 202
-            docs = _poll(r.url, accepted.json()["taskId"])
+    with (
+        fake_hub() as hub,
+        start_runner(models_file="models: []\n", env=_hub_runner_env(hub, tmp_path)) as r,
+    ):
+        docs = _poll(r.url, _load(r.url))
     assert docs[-1]["status"] == "completed", docs[-1]
     downloading = [d for d in docs if d["status"] == "downloading"]
     assert any(0 < d["progress"] < 1 and d["eta"] > 0 for d in downloading), downloading
