@@ -16,7 +16,7 @@ counts 0.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -67,18 +67,9 @@ def child_pids(pid: int, proc: Path = PROC) -> list[int] | None:
 def process_tree(pids: Iterable[int], proc: Path = PROC) -> set[int]:
     """`pids` and all their living descendants (children, grandchildren, ...): walked down
     the children files, or, without them, through the whole process table."""
-    tree: set[int] = set()
-    todo = list(pids)
-    while todo:
-        pid = todo.pop()
-        if pid in tree:
-            continue
-        kids = child_pids(pid, proc)
-        if kids is None:
-            return tree_from_table(pids, proc)
-        tree.add(pid)
-        todo.extend(kids)
-    return tree
+    roots = list(pids)
+    tree = _walk(roots, lambda pid: child_pids(pid, proc))
+    return tree if tree is not None else tree_from_table(roots, proc)
 
 
 def tree_from_table(pids: Iterable[int], proc: Path = PROC) -> set[int]:
@@ -86,14 +77,24 @@ def tree_from_table(pids: Iterable[int], proc: Path = PROC) -> set[int]:
     children: dict[int, list[int]] = {}
     for pid, ppid in parent_pids(proc).items():
         children.setdefault(ppid, []).append(pid)
+    tree = _walk(list(pids), lambda pid: children.get(pid, []))
+    assert tree is not None  # the table always answers
+    return tree
+
+
+def _walk(roots: list[int], children: Callable[[int], list[int] | None]) -> set[int] | None:
+    """`roots` and every descendant `children` names; None as soon as it cannot tell."""
     tree: set[int] = set()
-    todo = list(pids)
+    todo = list(roots)
     while todo:
         pid = todo.pop()
         if pid in tree:
             continue
+        kids = children(pid)
+        if kids is None:
+            return None
         tree.add(pid)
-        todo.extend(children.get(pid, ()))
+        todo.extend(kids)
     return tree
 
 

@@ -128,6 +128,8 @@ def test_proc_tree_parses_odd_process_names(tmp_path: Path) -> None:
     _fake_proc(tmp_path, 12, 11, "worker 1")
     _fake_proc(tmp_path, 13, 1, "other")
     assert process_tree([10], tmp_path) == {10, 11, 12}
+    # no children files here: the table fallback gets the roots even from a one-shot iterator
+    assert process_tree(iter([10]), tmp_path) == {10, 11, 12}
 
 
 def test_proc_tree_walks_the_children_files(tmp_path: Path) -> None:
