@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from runner.memory.proc import process_tree, resident_kib
+
 HELLO_TEXT = "hello world. one two three."
 # Varied sentences: repeated text compresses so well that Whisper's compression-ratio
 # check rejects it and retries at every temperature of its ladder, which is slow.
@@ -96,32 +98,4 @@ def has_words(text: str, words: tuple[str, ...] = ROBUST_WORDS, at_least: int = 
 
 def tree_rss_bytes(root: int | None = None) -> int:
     """Resident memory of `root` (default: this process) and all its descendants."""
-    root = root or os.getpid()
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    total = 0
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        total += _rss(pid)
-        todo.extend(children.get(pid, []))
-    return total
-
-
-def _rss(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return sum(resident_kib(pid) for pid in process_tree([root or os.getpid()])) * 1024

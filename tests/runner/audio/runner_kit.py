@@ -4,7 +4,6 @@ pid, metric values, and a webhook receiver on 127.0.0.1."""
 from __future__ import annotations
 
 import base64
-import os
 import re
 import threading
 import time
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from runner.memory.proc import process_tree
 
 TRANSCRIPTIONS = "/v1/audio/transcriptions"
 SECRET = "whsec_" + base64.b64encode(bytes(range(7, 39))).decode()
@@ -50,31 +51,10 @@ def transcribe(
     )
 
 
-def children(pid: int) -> list[int]:
-    """Every descendant of `pid` (from /proc)."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        parents.setdefault(ppid, []).append(int(entry))
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        kids = parents.get(todo.pop(), [])
-        found += kids
-        todo += kids
-    return found
-
-
 def worker_pids(runner_pid: int) -> list[int]:
     """The speech worker processes under the runner."""
     pids = []
-    for pid in children(runner_pid):
+    for pid in sorted(process_tree([runner_pid]) - {runner_pid}):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
