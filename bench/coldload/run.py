@@ -47,7 +47,6 @@ import yaml
 from bench.coldload.report import MODEL, eta_rows, markdown, summarize
 from bench.prefix.engines import (
     Served,
-    child_pids,
     cmdline,
     health_ok,
     kill_group,
@@ -63,6 +62,7 @@ from bench.proxy.procs import (
     machine_facts,
     wait_quiet,
 )
+from runner.memory.proc import child_pids
 from tests.support.tokens import DEV_REGISTRY, dev_token
 
 READY = re.compile(r"model (\S+) ready in (\d+) ms")
@@ -109,7 +109,7 @@ def ready_times(served: Served) -> list[int]:
 
 def engine_pid(served: Served) -> int:
     """The pid of the llama-server the runner started (its child process)."""
-    for pid in child_pids(served.proc.pid):
+    for pid in child_pids(served.proc.pid) or []:
         argv = cmdline(pid)
         if argv and argv[0].endswith("llama-server"):
             return pid

@@ -243,15 +243,6 @@ def start_system(
         raise ValueError(f"unknown system {name!r}")
 
 
-def child_pids(pid: int) -> list[int]:
-    """Direct children of `pid` (from /proc)."""
-    out = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        with contextlib.suppress(OSError):
-            out += [int(c) for c in (task / "children").read_text().split()]
-    return out
-
-
 def cmdline(pid: int) -> list[str]:
     raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     return [a.decode() for a in raw.split(b"\0") if a]
