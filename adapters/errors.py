@@ -1,54 +1,64 @@
-"""Errors of the engine adapters and the supervisor.
+"""Errors of the engines: talking to them, starting them, and what they refuse.
+
+The adapters, the supervisor and the engine HTTP client raise these; the runner answers
+them through its one mapping (`runner/errors.py`). Foreign failures are translated once:
+the engine client's in `adapters/http_client.py` (`engine_call`), httpx's for ComfyUI in
+`adapters/comfyui/errors.py`, the speech worker's in `adapters/whisper/errors.py`.
 
 Exception tree::
 
-    RunnerError (runner/errors.py)
-    ├── EngineCrashed (runner)     502  engine_crashed: the engine process died (exit code)
+    QuorumError (faults)
+    ├── EngineError                502  engine_error: the engine failed
+    │   ├── EngineUnavailable      502  engine_unavailable: refused or reset before an answer
+    │   ├── EngineBadResponse      502  engine_bad_response: not the HTTP/JSON it promises
+    │   ├── EngineCrashed          502  engine_crashed: the engine process died (exit code,
+    │   │                               signal)
+    │   ├── EngineControlFailed    502  engine_control_failed: a control call (sleep, wake
+    │   │                               up, cache reset) failed or was refused
+    │   └── EngineTimeout          504  engine_timeout: no answer in time
     ├── EngineStartFailed          503  engine_start_failed: exited while starting, or not
-    │   │                                healthy within the load timeout (last log lines)
-    │   └── EngineOutOfMemory      503  engine_out_of_memory: the engine ran out of GPU
-    │                                    memory while starting (its own words first)
-    ├── EngineControlFailed        502  engine_control_failed: a control call (sleep,
-    │                                    wake up, cache reset) failed or was refused
-    └── UnsupportedRequest         400  a request field the engine cannot serve safely
+    │   │                               healthy within the load timeout (field `exit_code`)
+    │   └── EngineOutOfMemory      503  engine_out_of_memory: no GPU memory at start
+    ├── UnsupportedRequest (400)        unsupported_parameter: a field the engine cannot
+    │                                   serve safely (BadRequest)
+    └── AdapterConfigInvalid            invalid_configuration: a template or flag the
+                                        adapter cannot use (start-up only; ConfigError)
     IllegalEngineTransition             a bug: a state change the supervisor forbids
-
-Adapters translate their engines' foreign failures (httpx, OSError) here, once each.
 """
 
 from __future__ import annotations
 
-from runner.errors import BadRequest, RunnerError
+from faults import BadRequest, ConfigError, QuorumError, ServiceUnavailable
 
 
-class EngineStartFailed(RunnerError):
-    status = 503
+class EngineError(QuorumError):
+    """Root of the engine failures a request can meet."""
+
+    status, code, type = 502, "engine_error", "server_error"
+
+
+EngineUnavailable = EngineError.row("EngineUnavailable", "engine_unavailable")
+EngineBadResponse = EngineError.row("EngineBadResponse", "engine_bad_response")
+EngineCrashed = EngineError.row("EngineCrashed", "engine_crashed")
+EngineControlFailed = EngineError.row("EngineControlFailed", "engine_control_failed")
+EngineTimeout = EngineError.row("EngineTimeout", "engine_timeout", 504)
+
+
+class EngineStartFailed(ServiceUnavailable):
+    """The engine exited while starting or was not healthy in time (field `exit_code`)."""
+
     code = "engine_start_failed"
-    type = "server_error"
 
-    def __init__(self, message: str, *, exit_code: int | None = None) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+    @property
+    def exit_code(self) -> int | None:
+        code = self.fields.get("exit_code")
+        return code if isinstance(code, int) else None
 
 
-class UnsupportedRequest(BadRequest):
-    code = "unsupported_parameter"
+EngineOutOfMemory = EngineStartFailed.row("EngineOutOfMemory", "engine_out_of_memory")
+UnsupportedRequest = BadRequest.row("UnsupportedRequest", "unsupported_parameter")
+AdapterConfigInvalid = ConfigError.row("AdapterConfigInvalid", "invalid_configuration")
 
 
 class IllegalEngineTransition(RuntimeError):
     """A state change the supervisor's table forbids (always a bug)."""
-
-
-class EngineOutOfMemory(EngineStartFailed):
-    """The engine could not get the GPU memory it was started with (CUDA OOM, too little
-    free memory for `--gpu-memory-utilization`, or no room left for the KV cache)."""
-
-    code = "engine_out_of_memory"
-
-
-class EngineControlFailed(RunnerError):
-    """A control call to a running engine (sleep, wake up, reset its cache) failed."""
-
-    status = 502
-    code = "engine_control_failed"
-    type = "server_error"

@@ -28,6 +28,7 @@ import httpx
 
 from adapters.base import CacheReport, FlushResult, FlushScope, Placement
 from adapters.bodies import with_fields
+from adapters.errors import EngineUnavailable
 from adapters.llama_protocol import (
     prompt_prefix,
     report_from_progress,
@@ -37,7 +38,6 @@ from adapters.llama_protocol import (
 from adapters.reports import report_from_openai
 from adapters.supervisor import EngineProcess
 from runner.engine_client import Pool
-from runner.errors import EngineUnavailable
 from runner.scheduler.placement import SavedView, SlotView, choose_slot
 
 log = logging.getLogger("quorum.llama_server")

@@ -1,9 +1,9 @@
 """Every error the governance package raises, and the HTTP status each one maps to.
 
-The runner's one error map reads `status`, `code`, `type`, `extra` and `headers`
-from these classes; nothing here knows about HTTP itself.
+One row per error (`faults.QuorumError.row`); the runner's one error map reads
+`status`, `code`, `type`, `extra` and `headers` from them.
 
-    GovernanceError                      (base; never raised directly)
+    GovernanceError (faults.QuorumError) (base; never raised directly)
     ├── TokenTooLarge                    413 token_too_large        step 1
     ├── MalformedToken                   400 malformed_token        step 1
     ├── TokenRejected                    401 (authentication_error)
@@ -22,125 +22,47 @@ from these classes; nothing here knows about HTTP itself.
     │   ├── NonceStoreUnavailable        503 nonce_store_unavailable  step 6
     │   ├── AuditUnavailable             503 audit_unavailable        step 7
     │   └── RegistryExpired              503 registry_expired         before step 1
+    ConfigError (faults.QuorumError)
     └── ConfigInvalid                    500 config_invalid   (start-up only: refuse to run)
         └── RegistryInvalid              500 registry_invalid
 """
 
 from __future__ import annotations
 
-
-class GovernanceError(Exception):
-    """Base of every governance error; carries its HTTP mapping as class attributes."""
-
-    status: int = 500
-    code: str = "governance_error"
-    type: str = "server_error"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.extra: dict[str, object] = {}
-        self.headers: dict[str, str] = {}
+from faults import ConfigError, QuorumError
 
 
-class TokenTooLarge(GovernanceError):
-    status = 413
-    code = "token_too_large"
-    type = "invalid_request_error"
+class GovernanceError(QuorumError):
+    """Root of governance's refusals (never raised itself)."""
+
+    code = "governance_error"
 
 
-class MalformedToken(GovernanceError):
-    status = 400
-    code = "malformed_token"
-    type = "invalid_request_error"
-
-
-class TokenRejected(GovernanceError):
-    status = 401
-    code = "token_rejected"
-    type = "authentication_error"
-
-
-class BadSignature(TokenRejected):
-    code = "bad_signature"
-
-
-class UnknownKey(TokenRejected):
-    code = "unknown_key"
-
-
-class DuplicateSigner(TokenRejected):
-    code = "duplicate_signer"
-
-
-class LegacyDisabled(TokenRejected):
-    code = "legacy_disabled"
-
-
-class StalePolicyEpoch(TokenRejected):
-    code = "stale_policy_epoch"
-
-
-class TokenTimeInvalid(TokenRejected):
-    code = "token_time_invalid"
-
-
-class TokenForbidden(GovernanceError):
-    status = 403
-    code = "token_forbidden"
-    type = "permission_error"
-
-
-class ThresholdNotMet(TokenForbidden):
-    code = "threshold_not_met"
-
-
-class LegacyNotAllowed(TokenForbidden):
-    code = "legacy_not_allowed"
-
-
-class BindingMismatch(TokenForbidden):
-    code = "binding_mismatch"
-
-
-class NonceReplayed(GovernanceError):
-    status = 409
-    code = "nonce_replayed"
-    type = "invalid_request_error"
-
-
-class GovernanceUnavailable(GovernanceError):
-    status = 503
-    code = "governance_unavailable"
-    type = "server_error"
-    retry_after_s: int = 5
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.headers = {"Retry-After": str(self.retry_after_s)}
-
-
-class NonceStoreUnavailable(GovernanceUnavailable):
-    code = "nonce_store_unavailable"
-
-
-class AuditUnavailable(GovernanceUnavailable):
-    code = "audit_unavailable"
-
-
-class RegistryExpired(GovernanceUnavailable):
-    code = "registry_expired"
-    retry_after_s = 60
-
-
-class ConfigInvalid(GovernanceError):
-    """Governance configuration is unusable; the runner must refuse to start."""
-
-    status = 500
-    code = "config_invalid"
-    type = "server_error"
-
-
-class RegistryInvalid(ConfigInvalid):
-    """The signer registry is unsafe or unreadable."""
-
-    code = "registry_invalid"
+TokenTooLarge = GovernanceError.row("TokenTooLarge", "token_too_large", 413)
+MalformedToken = GovernanceError.row("MalformedToken", "malformed_token", 400)
+TokenRejected = GovernanceError.row("TokenRejected", "token_rejected", 401)
+BadSignature = TokenRejected.row("BadSignature", "bad_signature")
+UnknownKey = TokenRejected.row("UnknownKey", "unknown_key")
+DuplicateSigner = TokenRejected.row("DuplicateSigner", "duplicate_signer")
+LegacyDisabled = TokenRejected.row("LegacyDisabled", "legacy_disabled")
+StalePolicyEpoch = TokenRejected.row("StalePolicyEpoch", "stale_policy_epoch")
+TokenTimeInvalid = TokenRejected.row("TokenTimeInvalid", "token_time_invalid")
+TokenForbidden = GovernanceError.row("TokenForbidden", "token_forbidden", 403)
+ThresholdNotMet = TokenForbidden.row("ThresholdNotMet", "threshold_not_met")
+LegacyNotAllowed = TokenForbidden.row("LegacyNotAllowed", "legacy_not_allowed")
+BindingMismatch = TokenForbidden.row("BindingMismatch", "binding_mismatch")
+NonceReplayed = GovernanceError.row("NonceReplayed", "nonce_replayed", 409)
+GovernanceUnavailable = GovernanceError.row(
+    "GovernanceUnavailable", "governance_unavailable", 503, headers={"Retry-After": "5"}
+)
+NonceStoreUnavailable = GovernanceUnavailable.row(
+    "NonceStoreUnavailable", "nonce_store_unavailable"
+)
+AuditUnavailable = GovernanceUnavailable.row("AuditUnavailable", "audit_unavailable")
+RegistryExpired = GovernanceUnavailable.row(
+    "RegistryExpired", "registry_expired", headers={"Retry-After": "60"}
+)
+ConfigInvalid = ConfigError.row("ConfigInvalid", "config_invalid")
+"""Governance configuration is unusable; the runner must refuse to start."""
+RegistryInvalid = ConfigInvalid.row("RegistryInvalid", "registry_invalid")
+"""The signer registry is unsafe or unreadable."""

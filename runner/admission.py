@@ -6,7 +6,7 @@ an engine, and gives the grant back when the engine is done. The scheduler
 priorities and fair sharing; the data path knows only this protocol.
 
 Contract:
-- `acquire` returns a grant, or raises a `runner.errors.RunnerError` subclass
+- `acquire` returns a grant, or raises a `runner.errors.QuorumError` subclass
   (queue full, queue timeout) that the error map turns into a response.
 - If the coroutine awaiting `acquire` is cancelled (the client went away while
   queued), the request is withdrawn and never reaches the engine.

@@ -18,12 +18,13 @@ import gc
 import logging
 
 from adapters.comfyui import FILES_PATH, IMAGES_PATH, ImageFiles, ImagesPath, job_submitter
+from faults import QuorumError
 from governance.verifier import Verifier
 from runner.asgi import Receive, Scope, Send, send_error
 from runner.audio.handler import AUDIO_PATHS, AudioPath
 from runner.audio.multipart import FormLimits
 from runner.control_plane import control_plane
-from runner.errors import RouteError, RunnerError, ServiceUnavailable
+from runner.errors import MethodNotAllowed, RouteNotFound, ServiceUnavailable
 from runner.headers import new_request_id
 from runner.health import Life
 from runner.images import image_routes, sweep_forever
@@ -72,8 +73,7 @@ class RunnerApp:
     ) -> None:
         """A bare request path: POST only, and only while the runner is ready."""
         if scope["method"] != "POST":
-            error: RunnerError = RouteError(405, f"{scope['path']} accepts POST only")
-            error.headers["Allow"] = "POST"
+            error = MethodNotAllowed(path=scope["path"], allow="POST")
             await send_error(send, error, new_request_id())
         elif handler is not None and self.rt.life is Life.READY:
             await handler(scope, receive, send)
@@ -86,12 +86,12 @@ class RunnerApp:
         files = scope["path"].startswith(FILES_PATH)
         handler = self.image_files if files else self.images
         if self.rt.life is not Life.READY or (handler is None and not files):
-            error: RunnerError = ServiceUnavailable(
+            error: QuorumError = ServiceUnavailable(
                 f"runner is {self.rt.life.value}; retry on another runner"
             )
             await send_error(send, error, new_request_id())
         elif handler is None:
-            await send_error(send, RouteError(404, "no image is kept here"), new_request_id())
+            await send_error(send, RouteNotFound("no image is kept here"), new_request_id())
         else:
             await handler(scope, receive, send)
 

@@ -18,11 +18,11 @@ from runner.errors import (
     HTTP_ERRORS,
     Forbidden,
     PayloadTooLarge,
-    RouteError,
     ServiceUnavailable,
     error_body,
     error_headers,
     error_status,
+    route_error,
 )
 from runner.headers import parse_request_headers
 from runner.health import Life, health
@@ -65,7 +65,7 @@ def control_plane(rt: Runtime) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def _framework_error(_: Request, exc: StarletteHTTPException) -> Response:
         # Unknown paths and wrong methods answer in the same envelope as everything else.
-        error = RouteError(exc.status_code, str(exc.detail))
+        error = route_error(exc.status_code, str(exc.detail))
         return Response(
             error_body(error),
             error.status,

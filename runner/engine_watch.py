@@ -26,7 +26,7 @@ from adapters.base import Engine
 from adapters.comfyui.engine import ComfyUIEngine
 from adapters.llama_server import LLAMA_SERVER_VERSION
 from adapters.vllm import VllmEngine, VllmMetricsCollector
-from runner.errors import RunnerError
+from faults import QuorumError
 from runner.periodic import Periodic
 
 log = logging.getLogger("quorum.engines")
@@ -76,7 +76,7 @@ class EngineWatch:
             try:
                 async with asyncio.timeout(max(1.0, self.interval_s)):
                     load = await self._observe(engine, servers)
-            except (RunnerError, TimeoutError) as exc:
+            except (QuorumError, TimeoutError) as exc:
                 log.debug("model %s: no figures from its engine: %s", model, exc)
                 self.loads.pop(model, None)
                 continue

@@ -1,141 +1,91 @@
-"""The runner's errors and the one place that maps any error to an HTTP response.
+"""The runner's own error rows, and the one place any error becomes an HTTP answer.
 
-Exception tree (runner side)::
+Every error a client can get is a `faults.QuorumError`: each package declares its rows
+in its `errors.py` (this one, `runner/scheduler/errors.py`, `adapters/errors.py`,
+`tenants/errors.py`, `governance/errors.py`, ...), and `error_body` / `error_status` /
+`error_headers` below turn any of them into the envelope
+`{"error": {"code", "message", "type", **extra}}` with its headers. Anything else is an
+internal error: 500 with a generic message, logged with its traceback, never shown.
 
-    RunnerError                       status, code, type, extra, headers
-    ├── BadRequest             400    invalid_request_error
-    │   └── InvalidHeader      400    a request header has a bad value (names it)
-    ├── Forbidden              403    not allowed for this tenant (engine logs)
-    ├── ModelNotFound          404    unknown or not loaded model (lists loaded ones)
-    ├── PayloadTooLarge        413    body above MAX_BODY_BYTES
-    ├── EngineError            502    the engine failed
-    │   ├── EngineUnavailable  502    connection refused / reset before a response
-    │   ├── EngineBadResponse  502    the engine answered something that is not HTTP/JSON
-    │   ├── EngineCrashed      502    the engine process died (exit code / signal)
-    │   └── EngineTimeout      504    no answer within ENGINE_READ_TIMEOUT_S
-    ├── RouteError         404/405    no such endpoint or method
-    ├── ServiceUnavailable     503    runner starting or shutting down
-    ├── SchedulerError         503    queue full, queue timeout, ... (runner/scheduler/errors.py)
-    └── ConfigError                   start-up only, never an HTTP response
+Exception tree (the runner's rows; the generic ones come from `faults`)::
 
-The other packages (governance, tenants) raise their own trees with
-the same attributes (`status`, `code`, `type`, `extra`, `headers`);
-`error_body` and `error_status` accept any of them, and `HTTP_ERRORS` is the
-tuple of their roots that request handlers catch. Anything else is an
-internal error: 500 with a generic message, logged with its traceback, never
-shown to the client.
+    QuorumError (faults)
+    ├── BadRequest (faults)          400  invalid_request
+    │   └── InvalidHeader            400  invalid_header: a request header's value (names it)
+    ├── Forbidden (faults)           403  forbidden: not for this tenant (engine logs)
+    ├── NotFound (faults)            404  not_found
+    │   ├── ModelNotFound            404  model_not_found: no such model (lists the models)
+    │   └── RouteNotFound            404  not_found: no such endpoint
+    ├── MethodNotAllowed             405  method_not_allowed (Allow header)
+    ├── HttpError                    4xx  http_error: another refusal of the framework's
+    ├── PayloadTooLarge (faults)     413  payload_too_large: body above MAX_BODY_BYTES
+    ├── ServiceUnavailable (faults)  503  service_unavailable: starting, stopping
+    └── ConfigError (faults)              start-up only, never an HTTP response
 """
 
 from __future__ import annotations
 
 import logging
-from typing import ClassVar
 
 import orjson
 
+from faults import (
+    BadRequest,
+    ConfigError,
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+    QuorumError,
+    ServiceUnavailable,
+)
+
 log = logging.getLogger("quorum.errors")
 
+__all__ = [
+    "HTTP_ERRORS",
+    "BadRequest",
+    "ConfigError",
+    "Forbidden",
+    "HttpError",
+    "InvalidHeader",
+    "MethodNotAllowed",
+    "ModelNotFound",
+    "NotFound",
+    "PayloadTooLarge",
+    "QuorumError",
+    "RouteNotFound",
+    "ServiceUnavailable",
+    "error_body",
+    "error_headers",
+    "error_status",
+    "route_error",
+]
 
-class RunnerError(Exception):
-    status: ClassVar[int] = 500
-    code: ClassVar[str] = "internal_error"
-    type: ClassVar[str] = "server_error"
+InvalidHeader = BadRequest.row("InvalidHeader", "invalid_header")
+ModelNotFound = NotFound.row(
+    "ModelNotFound", "model_not_found", None,
+    "Model {model!r} does not exist on this runner; models: {models}", extra=("model",),
+)  # fmt: skip
+RouteNotFound = NotFound.row("RouteNotFound", "not_found")
+MethodNotAllowed = QuorumError.row(
+    "MethodNotAllowed", "method_not_allowed", 405, "{path} accepts {allow} only",
+    headers={"Allow": "{allow}"},
+)  # fmt: skip
+HttpError = QuorumError.row("HttpError", "http_error", 400)
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        extra: dict[str, object] | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.extra: dict[str, object] = extra or {}
-        self.headers: dict[str, str] = headers or {}
-
-
-class ConfigError(RunnerError):
-    """Invalid configuration found at start-up; the message names the setting."""
-
-    code = "invalid_configuration"
-
-
-class BadRequest(RunnerError):
-    status = 400
-    code = "invalid_request"
-    type = "invalid_request_error"
-
-
-class InvalidHeader(BadRequest):
-    code = "invalid_header"
-
-
-class Forbidden(RunnerError):
-    status = 403
-    code = "forbidden"
-    type = "permission_error"
+HTTP_ERRORS: tuple[type[Exception], ...] = (QuorumError,)
+"""What request handlers catch to answer in the envelope (everything else is a 500)."""
 
 
-class ModelNotFound(RunnerError):
-    status = 404
-    code = "model_not_found"
-    type = "invalid_request_error"
-
-
-class PayloadTooLarge(RunnerError):
-    status = 413
-    code = "payload_too_large"
-    type = "invalid_request_error"
-
-
-class EngineError(RunnerError):
-    status = 502
-    code = "engine_error"
-    type = "server_error"
-
-
-class EngineUnavailable(EngineError):
-    code = "engine_unavailable"
-
-
-class EngineBadResponse(EngineError):
-    code = "engine_bad_response"
-
-
-class EngineCrashed(EngineError):
-    """The engine process died (the supervisor says how: exit code, signal)."""
-
-    code = "engine_crashed"
-
-
-class EngineTimeout(EngineError):
-    status = 504
-    code = "engine_timeout"
-
-
-class RouteError(RunnerError):
-    """No such endpoint (404) or method (405): the framework's refusal, in our envelope."""
-
-    type = "invalid_request_error"
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status  # type: ignore[misc]
-        self.code = {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")  # type: ignore[misc]
-
-
-class ServiceUnavailable(RunnerError):
-    status = 503
-    code = "service_unavailable"
-
-
-def _http_errors() -> tuple[type[Exception], ...]:
-    from governance.errors import GovernanceError
-    from tenants.errors import TenantError
-
-    return (RunnerError, TenantError, GovernanceError)
-
-
-HTTP_ERRORS: tuple[type[Exception], ...] = ()  # filled below, after RunnerError exists
+def route_error(status: int, message: str) -> QuorumError:
+    """The framework's refusal (unknown path, wrong method, ...) as one of our rows."""
+    if status == 404:
+        return RouteNotFound(message)
+    if status == 405:
+        return MethodNotAllowed(message)
+    error = HttpError(message)
+    error.status = status  # type: ignore[misc]  # the framework's own 4xx, kept as is
+    return error
 
 
 def error_status(exc: BaseException) -> int:
@@ -145,8 +95,7 @@ def error_status(exc: BaseException) -> int:
 
 def error_body(exc: BaseException) -> bytes:
     """The OpenAI-shaped envelope for any error; internals never leak."""
-    status = error_status(exc)
-    if status == 500 or not hasattr(exc, "code"):
+    if error_status(exc) == 500 or not isinstance(exc, QuorumError):
         log.error("internal error", exc_info=exc)
         payload: dict[str, object] = {
             "code": "internal_error",
@@ -154,16 +103,9 @@ def error_body(exc: BaseException) -> bytes:
             "type": "server_error",
         }
     else:
-        payload = {"code": exc.code, "message": str(exc), "type": getattr(exc, "type", "error")}
-        extra = getattr(exc, "extra", None)
-        if extra:
-            payload.update(extra)
+        payload = {"code": exc.code, "message": str(exc), "type": exc.type, **exc.extra}
     return orjson.dumps({"error": payload})
 
 
 def error_headers(exc: BaseException) -> dict[str, str]:
-    headers = getattr(exc, "headers", None)
-    return dict(headers) if isinstance(headers, dict) else {}
-
-
-HTTP_ERRORS = _http_errors()
+    return dict(exc.headers) if isinstance(exc, QuorumError) else {}

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.base import Engine, FlushResult, FlushScope
+from faults import QuorumError
 from governance.encoding import loads_strict
 from governance.verifier import Approval, Verifier
-from runner.errors import BadRequest, ModelNotFound, RunnerError, ServiceUnavailable
+from runner.errors import BadRequest, ModelNotFound, ServiceUnavailable
 from runner.metrics import Metrics
 
 _TENANT = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -31,7 +32,7 @@ FLUSH_SCOPES = ("all", "model", "tenant", "tag")
 _FLUSH_FIELDS = frozenset({"scope", "modelId", "tenantId", "tag", "verifiedOpToken"})
 
 
-class MissingOpToken(RunnerError):
+class MissingOpToken(QuorumError):
     status = 401
     code = "missing_op_token"
     type = "authentication_error"

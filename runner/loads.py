@@ -30,9 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from faults import QuorumError
 from runner.catalog import Roots, resolve
 from runner.downloads import ByteMeter, fetch_snapshot
-from runner.errors import BadRequest, RunnerError
+from runner.errors import BadRequest
 from runner.lifecycle import Lifecycle, governed_request, parse_body
 from runner.models_config import Backend, ModelSpec
 from runner.pool.launch import LoadParams
@@ -184,7 +185,7 @@ class LoadManager:
     async def get(self, task_id: str) -> LoadTask:
         task = await self.store.get(task_id)
         if task is None:
-            raise TaskNotFound(f"load task {task_id!r} does not exist")
+            raise TaskNotFound(taskId=task_id)
         return task
 
     async def cancel(self, task_id: str, body: bytes, header_token: str | None) -> LoadTask:
@@ -275,11 +276,11 @@ class LoadManager:
             await self._write(task.complete(result.gpu_memory_mb, load_ms, now=self.clock()))  # 4
         except asyncio.CancelledError:
             self.pool.cancel_load(model)
-            with contextlib.suppress(RunnerError):
+            with contextlib.suppress(QuorumError):
                 current = await self.store.get(task.task_id)
                 if current is not None and not current.status.terminal:
                     await self._write(current.cancel(now=self.clock()))
-        except RunnerError as exc:
+        except QuorumError as exc:
             await self._write(task.fail(str(exc), now=self.clock()))
         except Exception as exc:  # a bug must still end the task
             log.exception("load of %s failed unexpectedly", model)
@@ -326,7 +327,7 @@ class LoadManager:
         return resolved.model_copy(update={"id": spec.id}), task
 
 
-class ModelDownloadFailed(RunnerError):
+class ModelDownloadFailed(QuorumError):
     status = 502
     code = "model_download_failed"
     type = "server_error"

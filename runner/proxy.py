@@ -31,6 +31,8 @@ from typing import Any
 import orjson
 
 from adapters.base import NO_REPORT, CacheReport, Engine, Placement
+from adapters.errors import EngineBadResponse
+from faults import QuorumError
 from runner.admission import Admission, AdmissionRequest, Grant, Usage
 from runner.asgi import (
     FALSE_REPORT_HEADERS,
@@ -45,10 +47,8 @@ from runner.asgi import (
 from runner.errors import (
     HTTP_ERRORS,
     BadRequest,
-    EngineBadResponse,
     ModelNotFound,
     PayloadTooLarge,
-    RunnerError,
     ServiceUnavailable,
     error_body,
     error_status,
@@ -378,7 +378,7 @@ class DataPath:
         return 200, report
 
 
-async def _translate(exc: ClientFailure, engine: Engine) -> RunnerError:
+async def _translate(exc: ClientFailure, engine: Engine) -> QuorumError:
     """The engine client's failure as a runner error; when the engine process died, say so
     (the supervisor may need a moment to see the exit that reset the connection)."""
     failure = engine.failure or await engine.diagnose()

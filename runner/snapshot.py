@@ -22,7 +22,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from adapters.llama_server import LlamaServerEngine
-from runner.errors import RunnerError
+from faults import QuorumError
 from runner.memory.telemetry import GpuInfo, Telemetry
 from runner.periodic import Periodic
 from runner.pool.pool import ModelPool
@@ -109,12 +109,12 @@ class Refresher:
         try:
             snap = await asyncio.to_thread(self.telemetry.snapshot)
             gpus, source = snap.gpus, snap.source
-        except RunnerError as exc:
+        except QuorumError as exc:
             gpus, source, error = (), "unavailable", str(exc)
         models = [await self._model(m) for m, s in self.pool.slots.items() if _holds(s.state)]
         try:
             await self.pool.hold_leases()
-        except RunnerError as exc:  # the store is down: keep serving, say so in the log
+        except QuorumError as exc:  # the store is down: keep serving, say so in the log
             log.warning("memory leases not renewed: %s", exc)
         names = await asyncio.to_thread(self.catalog)
         self.current = ResourceSnapshot(
@@ -129,7 +129,7 @@ class Refresher:
         total = slot.mem_mb
         process = slot.process
         if process is not None and process.pid is not None:
-            with contextlib.suppress(RunnerError):
+            with contextlib.suppress(QuorumError):
                 total = await asyncio.to_thread(self.telemetry.process_used_mb, [process.pid])
                 slot.mem_mb = total
         weights = min(total, round(model_size_mb(slot.spec)))

@@ -3,6 +3,13 @@ engine client's failures into the runner's errors (see runner/errors.py)."""
 
 from __future__ import annotations
 
+from adapters.errors import (
+    EngineBadResponse,
+    EngineCrashed,
+    EngineError,
+    EngineTimeout,
+    EngineUnavailable,
+)
 from runner.engine_client import (
     ClientFailure,
     ConnectFailed,
@@ -10,13 +17,6 @@ from runner.engine_client import (
     Pool,
     ProtocolFailure,
     ResponseTimeout,
-)
-from runner.errors import (
-    EngineBadResponse,
-    EngineCrashed,
-    EngineError,
-    EngineTimeout,
-    EngineUnavailable,
 )
 
 __all__ = ["ClientFailure", "Pool", "translate"]

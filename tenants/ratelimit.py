@@ -27,7 +27,7 @@ from limits.aio.storage import SlidingWindowCounterSupport, Storage
 from limits.errors import StorageError
 
 from tenants.config import TenantsConfig
-from tenants.errors import RateLimitExceeded, RateLimitUnavailable
+from tenants.errors import RateLimitExceeded, RateLimitUnavailable, TenantError
 from tenants.memory_store import Clock, MemoryWindowStorage, Window
 from tenants.rates import Rate
 
@@ -210,16 +210,16 @@ class RateLimiter:
         return decision
 
     @staticmethod
-    def exceeded(tenant: str, decision: RateDecision) -> RateLimitExceeded:
+    def exceeded(tenant: str, decision: RateDecision) -> TenantError:
         """The 429 error for a refused decision."""
         return RateLimitExceeded(
-            tenant,
-            decision.rate.text,
+            tenant=tenant,
+            rate=decision.rate.text,
             limit=decision.limit,
             remaining=decision.remaining,
-            reset_at=decision.reset_at,
-            reset_after_s=decision.reset_after_s,
-            retry_after_s=decision.retry_after_s,
+            resetAt=decision.reset_at,
+            reset_after=decision.reset_after_s,
+            retry_after=decision.retry_after_s,
         )
 
     @staticmethod
@@ -271,7 +271,7 @@ class RateLimiter:
             self._on_storage_error(tenant, error)
         if self.fail_open:
             return None
-        raise RateLimitUnavailable(ceil(max(self._probe_at - now, 1.0)))
+        raise RateLimitUnavailable(retry_after=ceil(max(self._probe_at - now, 1.0)))
 
 
 _MISSING_PLAN = _Plan(Rate(1, "second"), "", 1)

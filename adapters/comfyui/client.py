@@ -38,7 +38,7 @@ from adapters.comfyui.errors import (
     translate_http,
 )
 from adapters.comfyui.events import ImageRef
-from runner.errors import EngineBadResponse, EngineError
+from adapters.errors import EngineBadResponse, EngineError
 
 log = logging.getLogger("quorum.comfyui")
 

@@ -43,9 +43,8 @@ from adapters.comfyui.errors import ComfyUINotReady, ExecutionFailed
 from adapters.comfyui.follow import FollowTiming, run
 from adapters.comfyui.server import ComfyUIServer, Memory, ServerStatus
 from adapters.comfyui.workflows import WorkflowTemplate
-from adapters.errors import IllegalEngineTransition, UnsupportedRequest
+from adapters.errors import EngineError, IllegalEngineTransition, UnsupportedRequest
 from runner.engine_client import Pool
-from runner.errors import EngineError
 
 log = logging.getLogger("quorum.comfyui")
 

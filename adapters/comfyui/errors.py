@@ -2,7 +2,7 @@
 
 Exception tree::
 
-    RunnerError (runner/errors.py)
+    QuorumError (faults)
     ├── BadRequest                       400  invalid_request_error
     │   ├── InvalidImageRequest          400  invalid_image_request: a field of the OpenAI
     │   │                                      request (size, n, response_format, ...) is wrong
@@ -14,22 +14,22 @@ Exception tree::
     │       │                                  validation`); node errors in message and extra
     │       └── WorkflowPartlyRejected   400  comfyui_outputs_failed_validation: a 200 that
     │                                          carried `node_errors` (some outputs dropped)
-    ├── EngineError (runner)             502
-    │   ├── EngineUnavailable (runner)   502  connection refused / reset (from httpx)
-    │   ├── EngineTimeout (runner)       504  no answer in time (from httpx)
-    │   ├── EngineBadResponse (runner)   502  not the JSON/PNG ComfyUI's API promises
+    ├── EngineError (adapters)           502
+    │   ├── EngineUnavailable            502  connection refused / reset (from httpx)
+    │   ├── EngineTimeout                504  no answer in time (from httpx)
+    │   ├── EngineBadResponse            502  not the JSON/PNG ComfyUI's API promises
     │   ├── ExecutionFailed              502  comfyui_execution_error: a node raised
     │   │                                      (`execution_error`: node, type, message)
     │   ├── ExecutionInterrupted         502  comfyui_interrupted: interrupted by someone else
     │   └── PromptVanished               502  comfyui_prompt_vanished: neither queued, running
     │                                          nor in history (deleted by another client)
-    ├── ModelNotFound (runner)           404
+    ├── NotFound (faults)                404
     │   └── ImageNotFound                404  image_not_found: no stored image for a URL token
     │                                          (never was, or expired)
-    └── ComfyUINotReady                  503  comfyui_not_ready: the model is not loaded here
+    └── ComfyUINotReady (503 faults)     503  comfyui_not_ready: the model is not loaded here
     DuplicatePromptId                         internal: a 409 on submit (v0.38+), retried
 
-`translate_http` is the only place httpx exceptions become runner errors.
+`translate_http` is the only place httpx exceptions become engine errors.
 """
 
 from __future__ import annotations
@@ -39,62 +39,36 @@ from typing import Any
 
 import httpx
 
-from runner.errors import (
-    BadRequest,
-    EngineBadResponse,
-    EngineError,
-    EngineTimeout,
-    EngineUnavailable,
-    ModelNotFound,
-    RunnerError,
-)
+from adapters.errors import EngineBadResponse, EngineError, EngineTimeout, EngineUnavailable
+from faults import BadRequest, NotFound, ServiceUnavailable
 
-
-class InvalidImageRequest(BadRequest):
-    code = "invalid_image_request"
-
-
-class InvalidWorkflowParameter(BadRequest):
-    code = "invalid_workflow_parameter"
+InvalidImageRequest = BadRequest.row("InvalidImageRequest", "invalid_image_request")
+InvalidWorkflowParameter = BadRequest.row("InvalidWorkflowParameter", "invalid_workflow_parameter")
+ExecutionFailed = EngineError.row("ExecutionFailed", "comfyui_execution_error")
+ExecutionInterrupted = EngineError.row("ExecutionInterrupted", "comfyui_interrupted")
+PromptVanished = EngineError.row("PromptVanished", "comfyui_prompt_vanished")
+ImageNotFound = NotFound.row("ImageNotFound", "image_not_found")
+ComfyUINotReady = ServiceUnavailable.row("ComfyUINotReady", "comfyui_not_ready")
 
 
 class WorkflowRejected(BadRequest):
     """ComfyUI refused the workflow: its error and per-node errors, without tracebacks."""
 
     code = "comfyui_workflow_rejected"
+    extra_fields = ("comfyui_error", "node_errors")
 
     def __init__(self, error: Mapping[str, Any], node_errors: Mapping[str, Any]) -> None:
         self.error_type = str(error.get("type", "unknown"))
         self.node_errors = summarize_node_errors(node_errors)
         super().__init__(
             describe_rejection(error, self.node_errors),
-            extra={"comfyui_error": self.error_type, "node_errors": self.node_errors},
+            comfyui_error=self.error_type,
+            node_errors=self.node_errors,
         )
 
 
 class WorkflowPartlyRejected(WorkflowRejected):
     code = "comfyui_outputs_failed_validation"
-
-
-class ExecutionFailed(EngineError):
-    code = "comfyui_execution_error"
-
-
-class ExecutionInterrupted(EngineError):
-    code = "comfyui_interrupted"
-
-
-class PromptVanished(EngineError):
-    code = "comfyui_prompt_vanished"
-
-
-class ImageNotFound(ModelNotFound):
-    code = "image_not_found"
-
-
-class ComfyUINotReady(RunnerError):
-    status = 503
-    code = "comfyui_not_ready"
 
 
 class DuplicatePromptId(Exception):

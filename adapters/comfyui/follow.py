@@ -33,7 +33,7 @@ from adapters.comfyui.client import (
 )
 from adapters.comfyui.errors import PromptVanished
 from adapters.comfyui.events import JobView, Outcome, fold, outcome_from_history, parse_message
-from runner.errors import EngineBadResponse
+from adapters.errors import EngineBadResponse
 
 log = logging.getLogger("quorum.comfyui")
 

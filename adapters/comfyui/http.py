@@ -32,17 +32,10 @@ from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.errors import ImageNotFound, InvalidImageRequest
 from adapters.comfyui.images import Generated, ImageGenerator, ImageRequest, parse_image_request
 from adapters.comfyui.store import FILES_PATH, TOKEN_RE, ImageStore, file_path
+from faults import BadRequest, PayloadTooLarge, ServiceUnavailable
 from runner.admission import Admission, AdmissionRequest, Grant
 from runner.asgi import DisconnectWatch, Receive, Scope, Send, send_error
-from runner.errors import (
-    HTTP_ERRORS,
-    BadRequest,
-    ModelNotFound,
-    PayloadTooLarge,
-    RouteError,
-    ServiceUnavailable,
-    error_status,
-)
+from runner.errors import HTTP_ERRORS, MethodNotAllowed, ModelNotFound, error_status
 from runner.headers import RequestMeta, new_request_id, parse_request_headers
 from runner.jobs.http import wants_async
 from runner.jobs.progress import ProgressReporter
@@ -128,9 +121,7 @@ class ImagesPath:
         limits: list[tuple[bytes, bytes]] = []
         try:
             if scope["method"] != "POST":
-                error = RouteError(405, f"{IMAGES_PATH} accepts POST only")
-                error.headers["Allow"] = "POST"
-                raise error
+                raise MethodNotAllowed(path=IMAGES_PATH, allow="POST")
             meta = parse_request_headers(scope["headers"])  # 1
             tenant = DEFAULT_TENANT
             if self.multi_tenant:
@@ -292,9 +283,7 @@ class ImageFiles:
         path: str = scope["path"]
         token = path[len(FILES_PATH) :].removesuffix(".png")
         if scope["method"] not in ("GET", "HEAD"):
-            error = RouteError(405, "image files accept GET only")
-            error.headers["Allow"] = "GET"
-            await send_error(send, error, rid)
+            await send_error(send, MethodNotAllowed(path=path, allow="GET"), rid)
             return
         data = None
         if path.startswith(FILES_PATH) and path.endswith(".png") and TOKEN_RE.fullmatch(token):

@@ -42,7 +42,7 @@ from adapters.comfyui.events import JobView
 from adapters.comfyui.follow import Finished, FollowTiming, run
 from adapters.comfyui.store import ImageStore, file_path
 from adapters.comfyui.workflows import MAX_SEED, Value, WorkflowTemplate
-from runner.errors import EngineBadResponse, EngineError
+from adapters.errors import EngineBadResponse, EngineError
 from runner.jobs.progress import ProgressReporter
 
 log = logging.getLogger("quorum.comfyui")

@@ -35,7 +35,7 @@ from typing import Any, Literal
 import orjson
 
 from adapters.comfyui.errors import InvalidWorkflowParameter
-from runner.errors import ConfigError
+from faults import ConfigError
 
 ParamKind = Literal["str", "int", "float"]
 Value = str | int | float

@@ -39,6 +39,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from adapters.errors import EngineBadResponse, EngineCrashed, EngineUnavailable
 from adapters.supervisor import EngineProcess, EngineState
 from adapters.whisper.messages import (
     HEADER_SIZE,
@@ -56,7 +57,6 @@ from adapters.whisper.messages import (
     frame_length,
 )
 from adapters.whisper.transcription import Transcription
-from runner.errors import EngineBadResponse, EngineCrashed, EngineUnavailable
 
 log = logging.getLogger("quorum.whisper")
 

@@ -1,42 +1,45 @@
-"""Failures of a speech worker, and the one place worker error codes become exceptions.
+"""Failures of a speech worker, what it refuses, and the one place worker error codes
+become exceptions.
 
 Exception tree::
 
-    RunnerError (runner/errors.py)
-    ├── BadRequest (runner/audio/errors.py)   400  the worker refused the input:
-    │   ├── InvalidAudio                             `invalid_audio` (undecodable file)
-    │   └── UnsupportedLanguage                      `unsupported_language`
-    ├── EngineError                           502
-    │   ├── EngineCrashed (runner)                   the worker process died mid-request
-    │   ├── EngineUnavailable (runner)               not started, or stopped mid-request
-    │   ├── EngineBadResponse (runner)               a frame that is no message
-    │   └── TranscriptionFailed                      faster-whisper raised (`engine_error`)
-    └── TranscriptionCancelled                499  stopped by `cancel()` (client gone, job
-                                                  deleted); never sent to a client
+    QuorumError (faults)
+    ├── BadRequest (faults)             400  the worker refused the input (`param` in the
+    │   │                                    envelope names the form field):
+    │   ├── InvalidAudio                     invalid_audio: undecodable or not audio
+    │   └── UnsupportedLanguage              unsupported_language: not a Whisper language
+    ├── EngineError (adapters)          502
+    │   ├── EngineCrashed                    the worker process died mid-request
+    │   ├── EngineUnavailable                not started, or stopped mid-request
+    │   ├── EngineBadResponse                a frame that is no message
+    │   └── TranscriptionFailed              faster-whisper raised (`transcription_failed`)
+    └── TranscriptionCancelled          499  stopped by `cancel()` (client gone, job
+                                             deleted); never sent to a client
 """
 
 from __future__ import annotations
 
-from runner.audio.errors import InvalidAudio, UnsupportedLanguage
-from runner.errors import EngineError, RunnerError
+from adapters.errors import EngineError
+from faults import BadRequest, QuorumError
+
+InvalidAudio = BadRequest.row(
+    "InvalidAudio", "invalid_audio", extra=("param",), defaults={"param": "file"}
+)
+UnsupportedLanguage = BadRequest.row(
+    "UnsupportedLanguage", "unsupported_language", extra=("param",), defaults={"param": "language"}
+)
+TranscriptionFailed = EngineError.row("TranscriptionFailed", "transcription_failed")
+TranscriptionCancelled = QuorumError.row(
+    "TranscriptionCancelled", "cancelled", 499, "the transcription was cancelled"
+)
 
 
-class TranscriptionFailed(EngineError):
-    code = "transcription_failed"
-
-
-class TranscriptionCancelled(RunnerError):
-    status = 499
-    code = "cancelled"
-    type = "invalid_request_error"
-
-
-def worker_error(code: str | None, message: str) -> RunnerError:
+def worker_error(code: str | None, message: str) -> QuorumError:
     """The exception for a `Done` whose `error` is set, by its `error_code`."""
     if code == "invalid_audio":
         return InvalidAudio(message)
     if code == "unsupported_language":
         return UnsupportedLanguage(message)
     if code == "cancelled":
-        return TranscriptionCancelled("the transcription was cancelled")
+        return TranscriptionCancelled()
     return TranscriptionFailed(message)

@@ -10,9 +10,9 @@ import asyncio
 from types import TracebackType
 from typing import Protocol
 
+from adapters.errors import EngineBadResponse
 from adapters.whisper.errors import worker_error
 from adapters.whisper.messages import Done, Info, Segment
-from runner.errors import EngineBadResponse
 
 Item = Info | Segment | Done | BaseException
 

@@ -98,7 +98,7 @@ class AudioPath:
             meta = parse_request_headers(scope["headers"])  # 1
             tenant = self._identify(meta)
             if meta.content_length is not None and meta.content_length > self.limits.max_body_bytes:
-                raise AudioTooLarge(self.limits.max_file_bytes)  # 2
+                raise AudioTooLarge(limit=self.limits.max_file_bytes)  # 2
             limits = await self._rate_limit(tenant)  # 3
             upload = await read_form(  # 4
                 receive, _header(scope, b"content-type"), meta.content_length, self.limits
@@ -112,7 +112,7 @@ class AudioPath:
             prefer = (_header(scope, b"prefer") or b"").decode("latin-1")
             if self.submit_job is not None and wants_async(prefer):
                 if request.stream:
-                    raise InvalidForm("stream=true cannot be an async job", "stream")
+                    raise InvalidForm("stream=true cannot be an async job", param="stream")
                 job_caller = Caller(f"{meta.request_id}-job", tenant, meta.priority)
                 work = job_work(self.service, request, audio, job_caller, upload)
                 answer = await self.submit_job(
@@ -122,7 +122,7 @@ class AudioPath:
                 status = await _send_job(send, meta, answer, limits)
             else:
                 if webhook is not None:
-                    raise InvalidForm("webhook needs 'Prefer: respond-async'", "webhook")
+                    raise InvalidForm("webhook needs 'Prefer: respond-async'", param="webhook")
                 run = SpeechRun(self.service, request, audio, caller)
                 status = await self._serve(receive, send, meta, run, limits)  # 7, 8
         except ClientGone:

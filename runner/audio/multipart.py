@@ -93,7 +93,7 @@ async def read_form(
     Any failure deletes the temporary file.
     """
     if content_length is not None and content_length > limits.max_body_bytes:  # 1
-        raise AudioTooLarge(limits.max_file_bytes)
+        raise AudioTooLarge(limit=limits.max_file_bytes)
     boundary = boundary_of(content_type)  # 2
     form = _Form(limits)
     parser = MultipartParser(boundary, form.callbacks())
@@ -108,7 +108,7 @@ async def read_form(
             more = bool(message.get("more_body", False))
             received += len(chunk)
             if received > limits.max_body_bytes:
-                raise AudioTooLarge(limits.max_file_bytes)
+                raise AudioTooLarge(limit=limits.max_file_bytes)
             if chunk:
                 try:
                     parser.write(chunk)
@@ -178,7 +178,7 @@ class _Form:
         self._name = name
         if self._name == "file":
             if self._file_done or self._file is not None:
-                raise InvalidForm("the form has more than one 'file' part", "file")
+                raise InvalidForm("the form has more than one 'file' part", param="file")
             self.filename = params.get(b"filename", b"audio").decode("utf-8", "replace")
             self._open_file()
             self._to_file = True
@@ -196,14 +196,14 @@ class _Form:
             assert self._file is not None
             self.size += end - start
             if self.size > self.limits.max_file_bytes:
-                raise AudioTooLarge(self.limits.max_file_bytes)
+                raise AudioTooLarge(limit=self.limits.max_file_bytes)
             self._file.write(data[start:end])
         elif self._name is not None:
             self._value.extend(data[start:end])
             if len(self._value) > self.limits.max_field_bytes:
                 raise InvalidForm(
                     f"the {self._name!r} field is longer than {self.limits.max_field_bytes} bytes",
-                    self._name,
+                    param=self._name,
                 )
 
     def _part_end(self) -> None:
@@ -218,7 +218,9 @@ class _Form:
         try:
             value = self._value.decode("utf-8")
         except UnicodeDecodeError:
-            raise InvalidForm(f"the {self._name!r} field is not UTF-8 text", self._name) from None
+            raise InvalidForm(
+                f"the {self._name!r} field is not UTF-8 text", param=self._name
+            ) from None
         if self._name.endswith("[]"):
             self.lists.setdefault(self._name, []).append(value)
         else:
@@ -231,7 +233,7 @@ class _Form:
         if not self.ended:
             raise InvalidForm("the multipart body ended before its closing boundary")
         if not self._file_done or self.path is None:
-            raise InvalidForm("the 'file' field is required", "file")
+            raise InvalidForm("the 'file' field is required", param="file")
         return AudioUpload(self.path, self.filename, self.size, self.fields, self.lists)
 
     def discard(self) -> None:

@@ -15,7 +15,8 @@ from fractions import Fraction
 import av
 import av.error
 
-from runner.audio.errors import AudioTooShort, InvalidAudio
+from adapters.whisper.errors import InvalidAudio
+from runner.audio.errors import AudioTooShort
 
 MIN_DURATION_S = 0.1
 CHECK_SECONDS = 1.0

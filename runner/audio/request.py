@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from runner.audio.errors import InvalidForm, UnsupportedLanguage
+from adapters.whisper.errors import UnsupportedLanguage
+from runner.audio.errors import InvalidForm
 from runner.audio.formats import RESPONSE_FORMATS
 from runner.audio.languages import LANGUAGES
 from runner.audio.multipart import AudioUpload
@@ -62,11 +63,11 @@ def parse_request(upload: AudioUpload, task: str) -> SpeechRequest:
     f = upload.fields
     model = f.get("model", "").strip()  # 1
     if not model:
-        raise InvalidForm("the 'model' field is required", "model")
+        raise InvalidForm("the 'model' field is required", param="model")
     response_format = f.get("response_format", "").strip() or "json"  # 2
     if response_format not in RESPONSE_FORMATS:
         allowed = ", ".join(sorted(RESPONSE_FORMATS))
-        raise InvalidForm(f"response_format must be one of {allowed}", "response_format")
+        raise InvalidForm(f"response_format must be one of {allowed}", param="response_format")
     language = None
     granularities: frozenset[str] = frozenset()
     if task == "transcribe":
@@ -98,9 +99,11 @@ def _temperature(raw: str) -> float | None:
     try:
         value = float(raw)
     except ValueError:
-        raise InvalidForm("temperature must be a number between 0 and 1", "temperature") from None
+        raise InvalidForm(
+            "temperature must be a number between 0 and 1", param="temperature"
+        ) from None
     if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        raise InvalidForm("temperature must be a number between 0 and 1", "temperature")
+        raise InvalidForm("temperature must be a number between 0 and 1", param="temperature")
     return value or None
 
 
@@ -117,12 +120,13 @@ def _granularities(upload: AudioUpload, response_format: str) -> frozenset[str]:
     unknown = chosen - GRANULARITIES
     if unknown:
         raise InvalidForm(
-            "timestamp_granularities[] takes 'word' and/or 'segment'", "timestamp_granularities"
+            "timestamp_granularities[] takes 'word' and/or 'segment'",
+            param="timestamp_granularities",
         )
     if chosen and response_format != "verbose_json":
         raise InvalidForm(
             "timestamp_granularities[] needs response_format verbose_json",
-            "timestamp_granularities",
+            param="timestamp_granularities",
         )
     return chosen
 
@@ -132,7 +136,7 @@ def _stream(raw: str, response_format: str) -> bool:
     if value in _FALSE:
         return False
     if value not in _TRUE:
-        raise InvalidForm("stream must be true or false", "stream")
+        raise InvalidForm("stream must be true or false", param="stream")
     if response_format not in STREAM_FORMATS:
-        raise InvalidForm("stream=true needs response_format json or text", "stream")
+        raise InvalidForm("stream=true needs response_format json or text", param="stream")
     return True

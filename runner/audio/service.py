@@ -25,15 +25,16 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
+from adapters.errors import EngineCrashed
 from adapters.whisper.engine import WhisperEngine
+from adapters.whisper.errors import InvalidAudio, UnsupportedLanguage
 from adapters.whisper.messages import Info, Segment
 from runner.admission import Admission, AdmissionRequest, Grant, Usage
-from runner.audio.errors import InvalidAudio, UnsupportedLanguage
 from runner.audio.formats import Transcript
 from runner.audio.metrics import SpeechMetrics
 from runner.audio.probe import AudioInfo, probe_audio
 from runner.audio.request import SpeechRequest
-from runner.errors import EngineCrashed, ModelNotFound, ServiceUnavailable
+from runner.errors import ModelNotFound, ServiceUnavailable
 
 COST_UNITS_PER_AUDIO_SECOND = 10
 
@@ -101,7 +102,7 @@ class SpeechService:
         progress: Progress | None = None,
         on_segment: OnSegment | None = None,
     ) -> SpeechResult:
-        """Run one transcription to its end; raises its error (4xx/5xx RunnerError)."""
+        """Run one transcription to its end; raises its error (4xx/5xx QuorumError)."""
         run = SpeechRun(self, request, audio, caller, progress=progress, on_segment=on_segment)
         transcript = await run.execute()
         return SpeechResult(transcript, run.engine_ms, run.queue_wait_ms)

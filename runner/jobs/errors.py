@@ -2,7 +2,7 @@
 
 Exception tree::
 
-    RunnerError (runner/errors.py)          status, code, type, extra, headers
+    QuorumError (faults)                    status, code, type, extra, headers
     └── JobError                     500    job_error (base; never raised directly)
         ├── JobNotFound              404    job_not_found: unknown id, expired, or another
         │                                   tenant's job (404, not 403: existence is not told)
@@ -16,8 +16,6 @@ Exception tree::
 
 `redis_errors()` is the only place where redis-py's exceptions (and the socket
 errors under them) become `JobStoreUnavailable`; the stores wrap every Redis call in it.
-The runner's error map (`runner/errors.py`) turns all of these into
-`{"error": {"code", "message", "type", **extra}}`.
 """
 
 from __future__ import annotations
@@ -27,63 +25,22 @@ from contextlib import contextmanager
 
 from redis.exceptions import RedisError
 
-from runner.errors import RunnerError
+from faults import QuorumError
 
-
-class JobError(RunnerError):
-    """Base of the jobs package's errors: a `RunnerError`, so the runner's map applies."""
-
-    status = 500
-    code = "job_error"
-    type = "server_error"
-
-
-class JobNotFound(JobError):
-    """No job with this id that the caller may read (the same answer for both cases)."""
-
-    status = 404
-    code = "job_not_found"
-    type = "invalid_request_error"
-
-    def __init__(self, job_id: str) -> None:
-        super().__init__(f"No job found with id {job_id[:80]!r}")
-
-
-class InvalidWebhook(JobError):
-    """The `webhook` given with a job cannot be used; the message says why."""
-
-    status = 400
-    code = "invalid_webhook"
-    type = "invalid_request_error"
-
-
-class JobStoreUnavailable(JobError):
-    """The job store (Redis) did not answer; jobs cannot be submitted or read until it does."""
-
-    status = 503
-    code = "job_store_unavailable"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, headers={"Retry-After": "1"})
-
-
-class JobsStopped(JobError):
-    """The runner is shutting down and takes no new jobs."""
-
-    status = 503
-    code = "shutting_down"
-
-    def __init__(self) -> None:
-        super().__init__(
-            "The runner is shutting down; submit the job to another replica",
-            headers={"Retry-After": "1"},
-        )
-
-
-class IllegalTransition(JobError):
-    """A job was asked to move between two states the state machine does not join."""
-
-    code = "illegal_job_transition"
+JobError = QuorumError.row("JobError", "job_error", 500)
+JobNotFound = JobError.row(
+    "JobNotFound", "job_not_found", 404, "No job found with id {job_id!r:.80}"
+)
+InvalidWebhook = JobError.row("InvalidWebhook", "invalid_webhook", 400)
+JobStoreUnavailable = JobError.row(
+    "JobStoreUnavailable", "job_store_unavailable", 503, headers={"Retry-After": "1"}
+)
+JobsStopped = JobError.row(
+    "JobsStopped", "shutting_down", 503,
+    "The runner is shutting down; submit the job to another replica",
+    headers={"Retry-After": "1"},
+)  # fmt: skip
+IllegalTransition = JobError.row("IllegalTransition", "illegal_job_transition")
 
 
 @contextmanager

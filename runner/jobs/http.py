@@ -5,7 +5,7 @@
     DELETE /v1/jobs/{id}                                       -> delete_job(...)          200/202
 
 Errors (404 `job_not_found`, 503 `job_store_unavailable`, ...) are raised as
-`RunnerError`s for the runner's one error map.
+`QuorumError`s for the runner's one error map.
 """
 
 from __future__ import annotations

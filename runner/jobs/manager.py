@@ -148,10 +148,10 @@ class JobManager:
         3. Another tenant's job: the same 404, so its existence is not revealed.
         """
         if not JOB_ID_RE.fullmatch(job_id):  # 1.
-            raise JobNotFound(job_id)
+            raise JobNotFound(job_id=job_id)
         job = await self._store.get(job_id)
         if job is None or job.tenant != tenant:  # 2. 3.
-            raise JobNotFound(job_id)
+            raise JobNotFound(job_id=job_id)
         return job
 
     async def cancel(self, job_id: str, tenant: str) -> Job:
@@ -210,7 +210,7 @@ class JobManager:
         """The job's task.
 
         1. A job cancelled before its task began skips the work.
-        2. The work's outcome is recorded: its result, its RunnerError's code and message, or
+        2. The work's outcome is recorded: its result, its QuorumError's code and message, or
            a generic internal error (traceback logged).
         3. A CancelledError that this manager caused (the job already reads cancelled) ends
            the work quietly; any other one (shutdown, the loop stopping) fails the job with

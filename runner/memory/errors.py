@@ -2,7 +2,7 @@
 
 Exception tree::
 
-    RunnerError (runner/errors.py)          status, code, type, extra, headers
+    QuorumError (faults)                    status, code, type, extra, headers
     └── MemoryAccountingError        503    memory_accounting_error (base, never raised)
         ├── TelemetryUnavailable     503    telemetry_unavailable: NVML failed mid-run
         │   └── MeasurementUnavailable 503  measurement_unavailable: NVML lists the
@@ -18,44 +18,20 @@ data (`placement.NoFit`), not an exception: the load task reports its reason.
 
 from __future__ import annotations
 
-from runner.errors import RunnerError
+from faults import QuorumError
 
-
-class MemoryAccountingError(RunnerError):
-    """Base of the memory package's errors; 503, since each one is about a resource."""
-
-    status = 503
-    code = "memory_accounting_error"
-    type = "server_error"
-
-
-class TelemetryUnavailable(MemoryAccountingError):
-    """NVML answered with an error while the runner was running (driver gone, GPU lost)."""
-
-    code = "telemetry_unavailable"
-
-
-class MeasurementUnavailable(TelemetryUnavailable):
-    """NVML lists one of the processes but reports its memory as not available
-    (Windows WDDM, some containers): the caller keeps its estimate."""
-
-    code = "measurement_unavailable"
-
-
-class LeaseStoreUnavailable(MemoryAccountingError):
-    """The lease store (Redis) did not answer; loads are refused until it is back."""
-
-    code = "lease_store_unavailable"
-
-
-class LeaseLost(MemoryAccountingError):
-    """A renewal found no lease: it expired (the holder was too slow) or was released.
-
-    The holder must acquire again, after checking that its memory still fits.
-    """
-
-    code = "lease_lost"
-
-    def __init__(self, holder: str) -> None:
-        super().__init__(f"memory lease of {holder!r} expired or was released")
-        self.holder = holder
+MemoryAccountingError = QuorumError.row("MemoryAccountingError", "memory_accounting_error", 503)
+TelemetryUnavailable = MemoryAccountingError.row("TelemetryUnavailable", "telemetry_unavailable")
+MeasurementUnavailable = TelemetryUnavailable.row(
+    "MeasurementUnavailable", "measurement_unavailable"
+)
+"""NVML lists one of the processes but reports its memory as not available (Windows WDDM,
+some containers): the caller keeps its estimate."""
+LeaseStoreUnavailable = MemoryAccountingError.row(
+    "LeaseStoreUnavailable", "lease_store_unavailable"
+)
+LeaseLost = MemoryAccountingError.row(
+    "LeaseLost", "lease_lost", None, "memory lease of {holder!r} expired or was released"
+)
+"""A renewal found no lease (expired, or released): the holder acquires again, after
+checking that its memory still fits."""

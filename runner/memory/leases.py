@@ -100,7 +100,7 @@ class MemoryLeaseStore:
         now = self._clock()
         self._purge(now)
         if holder not in self._leases:
-            raise LeaseLost(holder)
+            raise LeaseLost(holder=holder)
         gpu_mb, _deadline = self._leases[holder]
         self._leases[holder] = (gpu_mb, now + ttl_s)
 
@@ -171,7 +171,7 @@ class RedisLeaseStore:
         with self._redis_errors("renew"):
             renewed = await self._client.pexpire(self.key(holder), math.ceil(ttl_s * 1000))
         if not renewed:
-            raise LeaseLost(holder)
+            raise LeaseLost(holder=holder)
 
     async def all(self) -> list[Lease]:
         """SCAN the prefix, then GET and PTTL every key in one pipeline."""

@@ -20,7 +20,8 @@ import secrets
 from collections.abc import Mapping
 
 from adapters.vllm import CacheSalts, VllmMetricsCollector
-from runner.errors import RunnerError, ServiceUnavailable
+from faults import QuorumError
+from runner.errors import ServiceUnavailable
 from runner.memory.telemetry import Telemetry
 from runner.models_config import ModelSpec
 from runner.pool.comfyui import ComfyUIServers, start_comfyui
@@ -99,7 +100,7 @@ class Launcher:
         try:
             snapshot = self.telemetry.snapshot()
             gpu = snapshot.gpu(spec.gpus[0]) if spec.gpus else snapshot.gpus[0]
-        except (RunnerError, KeyError, IndexError):
+        except (QuorumError, KeyError, IndexError):
             return None
         return gpu.total_mb
 

@@ -11,13 +11,13 @@ import asyncio
 import contextlib
 import logging
 
-from runner.errors import RunnerError
+from faults import QuorumError
 from runner.memory.accounting import account, free_gpus
 from runner.memory.leases import Lease, LeaseStore
 from runner.memory.placement import NoFit, Placement, cuda_visible_devices, place, tensor_split
 from runner.memory.telemetry import Telemetry
 from runner.models_config import ModelSpec
-from runner.pool.errors import ModelDoesNotFit
+from runner.scheduler.errors import ModelDoesNotFit
 from runner.settings import Settings
 
 log = logging.getLogger("quorum.pool")
@@ -53,7 +53,7 @@ class GpuAccounting:
             leases = await self.leases.all()
             placement = place(need_mb, free_gpus(account(snapshot.gpus, leases)))
             if isinstance(placement, NoFit):
-                raise ModelDoesNotFit(f"model {spec.id!r} does not fit: {placement.reason}")
+                raise ModelDoesNotFit(model=spec.id, reason=placement.reason)
             self._placements[spec.id] = placement
             env = {
                 "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
@@ -80,7 +80,7 @@ class GpuAccounting:
 
     async def release(self, model: str) -> None:
         self._placements.pop(model, None)
-        with contextlib.suppress(RunnerError):
+        with contextlib.suppress(QuorumError):
             await self.leases.release(self.holder(model))
 
     def free_memory_mb(self) -> int:
@@ -88,7 +88,7 @@ class GpuAccounting:
         lease beyond it (`runner/memory/accounting.account`), summed over devices."""
         try:
             snapshot = self.telemetry.snapshot()
-        except RunnerError as exc:
+        except QuorumError as exc:
             log.warning("memory telemetry failed: %s", exc)
             return 0
         mine = self.settings.runner_id + "/"

@@ -23,13 +23,14 @@ from adapters.errors import EngineStartFailed
 from adapters.supervisor import EngineProcess
 from adapters.vllm import VllmEngine, VllmMetricsCollector
 from adapters.whisper.engine import WhisperEngine
-from runner.errors import ModelNotFound, RunnerError
+from faults import QuorumError
+from runner.errors import ModelNotFound
 from runner.memory.leases import LeaseStore, MemoryLeaseStore
 from runner.memory.telemetry import Telemetry
 from runner.models_config import ModelsFile, ModelSpec
 from runner.pool import routing
 from runner.pool.backends import Launcher
-from runner.pool.errors import ModelDoesNotFit, ModelUnavailable
+from runner.pool.errors import ModelUnavailable
 from runner.pool.gpus import GpuAccounting
 from runner.pool.launch import Launched, LoadParams
 from runner.pool.link import SchedulerLink, _NoScheduler
@@ -38,6 +39,7 @@ from runner.pool.slot import LoadResult, ModelSlot, UnloadMode, UnloadResult
 from runner.pool.states import ModelState
 from runner.pool.waiters import Waiters
 from runner.scheduler.config import ModelPolicy
+from runner.scheduler.errors import ModelDoesNotFit
 from runner.settings import Settings
 from runner.tasks.eta import EtaEstimator, LoadSpeed
 
@@ -131,7 +133,7 @@ class ModelPool:
             self._spawn(self._stop_and_report(model))
 
     def load_refused(self, model: str, reason: str) -> None:
-        self._settle_loads(model, ModelDoesNotFit(f"model {model!r} does not fit: {reason}"))
+        self._settle_loads(model, ModelDoesNotFit(model=model, reason=reason))
 
     def free_memory_mb(self) -> int:
         return self.gpus.free_memory_mb()
@@ -148,7 +150,7 @@ class ModelPool:
         slot = self.slots[model]
         try:
             result = await self.load(model, slot.params)
-        except RunnerError as exc:
+        except QuorumError as exc:
             self.scheduler.load_failed(model, str(exc))
             self._settle_loads(model, exc)
             return
@@ -162,7 +164,7 @@ class ModelPool:
     async def _stop_and_report(self, model: str) -> None:
         try:
             result = await self._stop(model)
-        except RunnerError as exc:
+        except QuorumError as exc:
             self._settle_unloads(model, exc)
         else:
             self._settle_unloads(model, result)
@@ -256,7 +258,7 @@ class ModelPool:
                 slot.move(ModelState.LOADING)
                 try:
                     slot.launched = await self.launcher.launch(slot.spec, LoadParams(), {})
-                except RunnerError as exc:
+                except QuorumError as exc:
                     log.error("model %s: attaching %s failed: %s", slot.spec.id, slot.spec.url, exc)
                     self._failed(slot, str(exc), None)
                     continue
@@ -266,7 +268,7 @@ class ModelPool:
         for model in preload:  # one after another, through the scheduler's memory policy
             try:
                 await self.want(model, LoadParams())
-            except RunnerError as exc:
+            except QuorumError as exc:
                 log.error("preload of %s failed: %s", model, exc)
 
     async def close(self) -> None:
@@ -334,7 +336,7 @@ class ModelPool:
         except asyncio.CancelledError:
             self._failed(slot, "load cancelled", None)
             raise
-        except RunnerError as exc:
+        except QuorumError as exc:
             self._failed(slot, str(exc), None)
             raise
         seconds = time.monotonic() - started
@@ -455,7 +457,7 @@ class ModelPool:
         if launched.release is not None and launched.engine.failure is None:
             try:
                 freed = await launched.release()
-            except RunnerError as exc:
+            except QuorumError as exc:
                 log.warning("model %s: releasing it from its server failed: %s", model, exc)
         await launched.close(grace_s=self.settings.engine_stop_grace_s)
         slot.launched = None
@@ -478,7 +480,7 @@ class ModelPool:
         self.engines.pop(model, None)
         try:
             report = await engine.sleep(level=1)
-        except RunnerError as exc:
+        except QuorumError as exc:
             self._failed(slot, f"sleep failed: {exc}", None)
             raise
         after = report.memory_mb if report.memory_mb is not None else await self._measure(slot)
@@ -498,7 +500,7 @@ class ModelPool:
         started = time.monotonic()
         try:
             report = await launched.engine.wake_up()
-        except RunnerError as exc:
+        except QuorumError as exc:
             self._failed(slot, f"wake-up failed: {exc}", None)
             raise
         except asyncio.CancelledError:

@@ -11,13 +11,13 @@ from collections.abc import Mapping
 from runner.errors import BadRequest, ModelNotFound
 from runner.pool.errors import (
     SPEECH_PATHS,
-    ModelNotLoaded,
     ModelUnavailable,
     WrongEndpoint,
     serves_speech,
 )
 from runner.pool.slot import ModelSlot, UnloadMode
 from runner.pool.states import ModelState
+from runner.scheduler.errors import ModelNotLoaded
 
 
 def check_unloadable(

@@ -109,15 +109,15 @@ class Scheduler(Lifecycle):
         self._catch_up(now)
         # 2
         if self._stopped:
-            self._effects.reject(ticket, SchedulerStopped())
+            self._effects.reject(ticket, SchedulerStopped(retry_after=1))
             return
         # 3
         gate = self._gate(model)
         if gate is Gate.ABSENT:
-            self._effects.reject(ticket, ModelNotLoaded(model))
+            self._effects.reject(ticket, ModelNotLoaded(model=model))
             return
         if gate is Gate.UNLOADING:
-            self._effects.reject(ticket, ModelUnloading(model))
+            self._effects.reject(ticket, ModelUnloading(model=model, reason="it is being unloaded"))
             return
         if gate is Gate.OPEN and self._in_flight[model] < self._concurrency(model):
             self._vtc.on_backlogged(ticket.tenant, self._waiting.tenants())
@@ -128,14 +128,30 @@ class Scheduler(Lifecycle):
         mine = self._waiting.tenant_depth(ticket.tenant)
         if cap is not None and mine >= cap:
             retry = self._retry_after(now, mine + 1)
-            self._effects.reject(ticket, TenantQueueFull(ticket.tenant, mine, cap, retry))
+            self._effects.reject(
+                ticket,
+                TenantQueueFull(
+                    tenant=ticket.tenant,
+                    tenantQueueDepth=mine,
+                    tenantMaxDepth=cap,
+                    retry_after=retry,
+                ),
+            )
             return
         # 5
         depth = len(self._waiting)
         if depth >= self.config.max_queue_depth:
             retry = self._retry_after(now, depth + 1)
             avg = self._waits.avg_ms(now)
-            self._effects.reject(ticket, QueueFull(depth, self.config.max_queue_depth, avg, retry))
+            self._effects.reject(
+                ticket,
+                QueueFull(
+                    queueDepth=depth,
+                    maxDepth=self.config.max_queue_depth,
+                    avgWaitMs=avg,
+                    retry_after=retry,
+                ),
+            )
             return
         # 6
         self._vtc.on_backlogged(ticket.tenant, self._waiting.tenants())
@@ -202,7 +218,7 @@ class Scheduler(Lifecycle):
         self._stopped = True
         self._wants.clear()
         for ticket in self._waiting:
-            self._drop(ticket, SchedulerStopped())
+            self._drop(ticket, SchedulerStopped(retry_after=1))
 
     # -- queries (read-only; safe to call between events) --------------------------
 
@@ -275,7 +291,14 @@ class Scheduler(Lifecycle):
             for ticket in self._waiting.overdue(now, timeout):
                 waited_ms = round(1000 * (now - ticket.arrived_at))
                 retry = self._retry_after(now, len(self._waiting))
-                self._drop(ticket, QueueTimeout(waited_ms, round(1000 * timeout), retry))
+                self._drop(
+                    ticket,
+                    QueueTimeout(
+                        queueWaitMs=waited_ms,
+                        queueTimeoutMs=round(1000 * timeout),
+                        retry_after=retry,
+                    ),
+                )
         # 2
         if self.config.low_aging_s is not None and self._waiting.band_depth(Band.LOW):
             self._waiting.promote_low(now, self.config.low_aging_s)

@@ -1,154 +1,80 @@
-"""Why the scheduler refused or dropped a request.
+"""Why the scheduler refused or dropped a request: one row per refusal.
 
 Exception tree::
 
-    RunnerError (runner/errors.py)       status, code, type, extra, headers
-    └── SchedulerError
-        ├── QueueFull             503    queue_full: MAX_QUEUE_DEPTH requests already wait
-        ├── TenantQueueFull       503    tenant_queue_full: this tenant's queue cap is reached
-        ├── QueueTimeout          503    queue_timeout: waited longer than QUEUE_TIMEOUT_MS
-        ├── SchedulerStopped      503    shutting_down: the runner stopped while it waited
-        ├── ModelNotLoaded        404    model_not_loaded: not resident, not loading, not autoload
-        ├── ModelLoadFailed       503    model_load_failed: the load it waited for failed (reason)
-        ├── ModelDoesNotFit       503    model_does_not_fit: no eviction can make room (reason)
-        ├── ModelUnloading        503    model_unloading: unloaded or evicted while it waited
-        └── ModelEngineCrashed    502    engine_crashed: the engine died while it waited
+    ServiceUnavailable (faults)      503
+    └── SchedulerError               503  scheduler_error (base)
+        ├── QueueFull                503  queue_full: MAX_QUEUE_DEPTH requests already wait
+        ├── TenantQueueFull          503  tenant_queue_full: this tenant's queue cap is reached
+        ├── QueueTimeout             503  queue_timeout: waited longer than QUEUE_TIMEOUT_MS
+        ├── SchedulerStopped         503  shutting_down: the runner stopped while it waited
+        ├── ModelNotLoaded           404  model_not_loaded: not resident, not loading, not autoload
+        ├── ModelLoadFailed          503  model_load_failed: the load it waited for failed
+        ├── ModelDoesNotFit          503  model_does_not_fit: no eviction can make room
+        ├── ModelUnloading           503  model_unloading: unloaded or evicted
+        ├── ModelFailed              503  model_unavailable: its engine failed (no restart)
+        └── ModelEngineCrashed       502  engine_crashed: the engine died while it waited
 
-The queue refusals carry `Retry-After` (seconds, from the measured drain
-rate) in `headers`; the model ones carry the model (and reason) in `extra`.
-The runner's error map (`runner/errors.py`) turns them into
-`{"error": {"code", "message", "type", **extra}}`.
+Every refusal a client may retry carries `Retry-After` (the `retry_after` field, seconds:
+from the measured drain rate for the queue ones, from the model's state for the others);
+the model ones carry `model` (and `reason`) in the envelope. Which state gives which row
+is decided in one place: `models.refusal` (and `docs/api.md` lists it).
 """
 
 from __future__ import annotations
 
-from runner.errors import RunnerError
+from faults import ServiceUnavailable
 
 
-class SchedulerError(RunnerError):
-    """Base of the scheduler's refusals: a `RunnerError`, so the runner's map applies as is."""
+class SchedulerError(ServiceUnavailable):
+    """Root of the scheduler's refusals; `Retry-After` from the `retry_after` field."""
 
-    status = 503
-    code = "scheduler_error"
-    type = "server_error"
+    code, retry_after = "scheduler_error", True
 
 
-def _retry_after(seconds: int) -> dict[str, str]:
-    return {"Retry-After": str(seconds)}
-
-
-class QueueFull(SchedulerError):
-    """The runner-wide queue holds `max_depth` waiting requests (the seed's body)."""
-
-    code = "queue_full"
-
-    def __init__(self, depth: int, max_depth: int, avg_wait_ms: int, retry_after_s: int) -> None:
-        super().__init__(
-            f"Queue depth {depth}/{max_depth}, retry in {retry_after_s} seconds",
-            extra={"queueDepth": depth, "avgWaitMs": avg_wait_ms},
-            headers=_retry_after(retry_after_s),
-        )
-        self.retry_after_s = retry_after_s
-
-
-class TenantQueueFull(SchedulerError):
-    """One tenant already has its maximum number of requests waiting."""
-
-    code = "tenant_queue_full"
-
-    def __init__(self, tenant: str, depth: int, cap: int, retry_after_s: int) -> None:
-        super().__init__(
-            f"Tenant {tenant!r} has {depth}/{cap} requests queued, "
-            f"retry in {retry_after_s} seconds",
-            extra={"tenant": tenant, "tenantQueueDepth": depth, "tenantMaxDepth": cap},
-            headers=_retry_after(retry_after_s),
-        )
-        self.retry_after_s = retry_after_s
-
-
-class QueueTimeout(SchedulerError):
-    """The request waited longer than the queue timeout without getting a slot."""
-
-    code = "queue_timeout"
-
-    def __init__(self, waited_ms: int, timeout_ms: int, retry_after_s: int) -> None:
-        super().__init__(
-            f"Waited {waited_ms} ms in the queue (limit {timeout_ms} ms), "
-            f"retry in {retry_after_s} seconds",
-            extra={"queueWaitMs": waited_ms, "queueTimeoutMs": timeout_ms},
-            headers=_retry_after(retry_after_s),
-        )
-        self.retry_after_s = retry_after_s
-
-
-class SchedulerStopped(SchedulerError):
-    """The scheduler shut down while the request was still waiting."""
-
-    code = "shutting_down"
-
-    def __init__(self) -> None:
-        super().__init__(
-            "The runner is shutting down; retry on another replica",
-            headers=_retry_after(1),
-        )
-
-
-class ModelNotLoaded(SchedulerError):
-    """The model is neither ready nor loading, and its policy does not load it on demand."""
-
-    status = 404
-    code = "model_not_loaded"
-    type = "invalid_request_error"
-
-    def __init__(self, model: str) -> None:
-        super().__init__(
-            f"Model {model!r} is not loaded; load it with POST /v1/models/load",
-            extra={"model": model},
-        )
-
-
-class ModelLoadFailed(SchedulerError):
-    """The load this request waited for failed."""
-
-    code = "model_load_failed"
-
-    def __init__(self, model: str, reason: str) -> None:
-        super().__init__(
-            f"Model {model!r} failed to load: {reason}", extra={"model": model, "reason": reason}
-        )
-
-
-class ModelDoesNotFit(SchedulerError):
-    """The model cannot be loaded: even evicting every evictable model leaves too little memory."""
-
-    code = "model_does_not_fit"
-
-    def __init__(self, model: str, reason: str) -> None:
-        super().__init__(
-            f"Model {model!r} does not fit: {reason}", extra={"model": model, "reason": reason}
-        )
-
-
-class ModelUnloading(SchedulerError):
-    """The model is being unloaded (or was evicted) while the request waited for it."""
-
-    code = "model_unloading"
-
-    def __init__(self, model: str, why: str = "it is being unloaded") -> None:
-        super().__init__(
-            f"Model {model!r} is not taking requests: {why}",
-            extra={"model": model},
-        )
-
-
-class ModelEngineCrashed(SchedulerError):
-    """The model's engine died while the request waited for it (no restart policy)."""
-
-    status = 502
-    code = "engine_crashed"
-
-    def __init__(self, model: str, reason: str) -> None:
-        super().__init__(
-            f"The engine for model {model!r} crashed: {reason}",
-            extra={"model": model, "reason": reason},
-        )
+QueueFull = SchedulerError.row(
+    "QueueFull", "queue_full", None,
+    "Queue depth {queueDepth}/{maxDepth}, retry in {retry_after} seconds",
+    extra=("queueDepth", "avgWaitMs"),
+)  # fmt: skip
+TenantQueueFull = SchedulerError.row(
+    "TenantQueueFull", "tenant_queue_full", None,
+    "Tenant {tenant!r} has {tenantQueueDepth}/{tenantMaxDepth} requests queued, "
+    "retry in {retry_after} seconds",
+    extra=("tenant", "tenantQueueDepth", "tenantMaxDepth"),
+)  # fmt: skip
+QueueTimeout = SchedulerError.row(
+    "QueueTimeout", "queue_timeout", None,
+    "Waited {queueWaitMs} ms in the queue (limit {queueTimeoutMs} ms), "
+    "retry in {retry_after} seconds",
+    extra=("queueWaitMs", "queueTimeoutMs"),
+)  # fmt: skip
+SchedulerStopped = SchedulerError.row(
+    "SchedulerStopped", "shutting_down", None,
+    "The runner is shutting down; retry on another replica",
+)  # fmt: skip
+ModelNotLoaded = SchedulerError.row(
+    "ModelNotLoaded", "model_not_loaded", 404,
+    "Model {model!r} is not loaded; load it with POST /v1/models/load (governed)",
+    extra=("model",), retry_after=False,
+)  # fmt: skip
+ModelLoadFailed = SchedulerError.row(
+    "ModelLoadFailed", "model_load_failed", None,
+    "Model {model!r} failed to load: {reason}", extra=("model", "reason"),
+)  # fmt: skip
+ModelDoesNotFit = SchedulerError.row(
+    "ModelDoesNotFit", "model_does_not_fit", None,
+    "Model {model!r} does not fit: {reason}", extra=("model", "reason"),
+)  # fmt: skip
+ModelUnloading = SchedulerError.row(
+    "ModelUnloading", "model_unloading", None,
+    "Model {model!r} is not taking requests: {reason}", extra=("model",),
+)  # fmt: skip
+ModelFailed = SchedulerError.row(
+    "ModelFailed", "model_unavailable", None,
+    "Model {model!r} is unavailable: {reason}", extra=("model", "reason"),
+)  # fmt: skip
+ModelEngineCrashed = SchedulerError.row(
+    "ModelEngineCrashed", "engine_crashed", 502,
+    "The engine for model {model!r} crashed: {reason}", extra=("model", "reason"),
+)  # fmt: skip

@@ -150,7 +150,7 @@ class Lifecycle(ABC):
         self._slots.pop(model, None)
         if model in self._wants:
             self._drop_want(model)
-        self._reject_waiters(model, ModelLoadFailed(model, event.reason))
+        self._reject_waiters(model, ModelLoadFailed(model=model, reason=event.reason))
         self._advance(now)
 
     def on_unload_requested(self, event: UnloadRequested) -> None:
@@ -174,7 +174,7 @@ class Lifecycle(ABC):
         slot = self._slots.get(model)
         # 3
         queued = len(self._waiting.for_model(model))
-        self._reject_waiters(model, ModelUnloading(model))
+        self._reject_waiters(model, ModelUnloading(model=model, reason="it is being unloaded"))
         if slot is None:
             return
         slot.unloading = True
@@ -208,7 +208,7 @@ class Lifecycle(ABC):
             return
         # 3
         del self._slots[model]
-        self._after_gone(model, slot, ModelUnloading(model, "it was unloaded"), now)
+        self._after_gone(model, slot, ModelUnloading(model=model, reason="it was unloaded"), now)
         # 4
         self._advance(now)
 
@@ -237,7 +237,7 @@ class Lifecycle(ABC):
             return
         # 2
         del self._slots[model]
-        error = ModelEngineCrashed(model, reason)
+        error = ModelEngineCrashed(model=model, reason=reason)
         if slot.leaving:
             self._after_gone(model, slot, error, now)
         else:
@@ -343,7 +343,7 @@ class Lifecycle(ABC):
                     del self._wants[model]
                     self._effects.log_decision(f"refuse {model}: {reason}")
                     self._effects.load_refused(model, reason)
-                    self._reject_waiters(model, ModelDoesNotFit(model, reason))
+                    self._reject_waiters(model, ModelDoesNotFit(model=model, reason=reason))
 
     def _ordered_wants(self) -> list[Want]:
         def rank(want: Want) -> tuple[bool, int, float]:

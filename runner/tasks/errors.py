@@ -2,77 +2,38 @@
 
 Exception tree::
 
-    RunnerError (runner/errors.py)        status, code, type, extra, headers
-    └── TaskError                  500    base of the load-task errors
+    QuorumError (faults)
+    └── TaskError                  500    task_error (base)
         ├── TaskNotFound           404    task_not_found: no such task id (or it expired)
         ├── IllegalTransition      500    internal: code asked for a move the state machine forbids
         │   └── TaskNotCancellable 409    task_not_cancellable: the task already finished
         └── TaskStoreUnavailable   503    task_store_unavailable: Redis did not answer
 
-`TaskNotCancellable` is the one illegal transition a client can cause (DELETE of a
-finished task), so it is an `IllegalTransition` that answers 409; every other
-`IllegalTransition` is a bug in the caller and stays a 500 whose message is logged,
-never shown. Redis exceptions become `TaskStoreUnavailable` in exactly one place,
-`runner/tasks/redis_store.py::_translated`. The runner's error map
-(`runner/errors.py`) turns all of them into `{"error": {"code", "message", "type", **extra}}`.
+`TaskNotCancellable` is the one forbidden move a client can cause (DELETE of a finished
+task), so it answers 409; every `IllegalTransition` is a bug in the caller and stays a 500
+whose message is logged, never shown. Redis exceptions become `TaskStoreUnavailable` in
+exactly one place, `runner/tasks/redis_store.py::_translated`.
 """
 
 from __future__ import annotations
 
-from runner.errors import RunnerError
+from faults import QuorumError
 
-
-class TaskError(RunnerError):
-    """Base of the load-task errors: a `RunnerError`, so the runner's map applies as is."""
-
-    code = "task_error"
-
-
-class TaskNotFound(TaskError):
-    """No task with this id: never created here, or its retention ran out."""
-
-    status = 404
-    code = "task_not_found"
-    type = "invalid_request_error"
-
-    def __init__(self, task_id: str) -> None:
-        super().__init__(f"No load task {task_id!r}", extra={"taskId": task_id})
-        self.task_id = task_id
-
-
-class IllegalTransition(TaskError):
-    """A move the task state machine forbids, e.g. `completed -> loading`: a caller's bug."""
-
-    def __init__(self, task_id: str, current: str, target: str) -> None:
-        super().__init__(f"Load task {task_id!r} cannot go from {current!r} to {target!r}")
-        self.task_id = task_id
-        self.current = current
-        self.target = target
-
-
-class TaskNotCancellable(IllegalTransition):
-    """Cancel of a task that already reached `completed`, `failed` or `cancelled`."""
-
-    status = 409
-    code = "task_not_cancellable"
-    type = "invalid_request_error"
-
-    def __init__(self, task_id: str, current: str) -> None:
-        super().__init__(task_id, current, "cancelled")
-        # Replace the internal wording with one a client can act on.
-        self.args = (f"Load task {task_id!r} is already {current}; there is nothing to cancel",)
-        self.extra = {"taskId": task_id, "status": current}
-
-
-class TaskStoreUnavailable(TaskError):
-    """The task store (Redis) did not answer; the caller retries shortly."""
-
-    status = 503
-    code = "task_store_unavailable"
-    type = "server_error"
-
-    def __init__(self, detail: str, retry_after_s: int = 1) -> None:
-        super().__init__(
-            f"Load task store unreachable ({detail}); retry shortly",
-            headers={"Retry-After": str(retry_after_s)},
-        )
+TaskError = QuorumError.row("TaskError", "task_error", 500)
+TaskNotFound = TaskError.row(
+    "TaskNotFound", "task_not_found", 404, "No load task {taskId!r}", extra=("taskId",)
+)
+IllegalTransition = TaskError.row(
+    "IllegalTransition", "illegal_task_transition", None,
+    "Load task {taskId!r} cannot go from {current!r} to {target!r}",
+)  # fmt: skip
+TaskNotCancellable = IllegalTransition.row(
+    "TaskNotCancellable", "task_not_cancellable", 409,
+    "Load task {taskId!r} is already {status}; there is nothing to cancel",
+    extra=("taskId", "status"),
+)  # fmt: skip
+TaskStoreUnavailable = TaskError.row(
+    "TaskStoreUnavailable", "task_store_unavailable", 503,
+    "Load task store unreachable ({detail}); retry shortly",
+    retry_after=True, defaults={"retry_after": 1},
+)  # fmt: skip

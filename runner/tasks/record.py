@@ -118,7 +118,9 @@ class LoadTask:
            so a polling client sees a monotone bar even across phases or late reports.
         """
         if self.status.terminal:  # 1
-            raise IllegalTransition(self.task_id, self.status.value, self.status.value)
+            raise IllegalTransition(
+                taskId=self.task_id, current=self.status.value, target=self.status.value
+            )
         if not math.isfinite(progress):  # 2
             raise ValueError(f"progress must be finite, not {progress!r}")
         clamped = min(max(progress, 0.0), 1.0)

@@ -93,7 +93,7 @@ async def _translated() -> AsyncIterator[None]:
     try:
         yield
     except (RedisError, OSError) as exc:
-        raise TaskStoreUnavailable(type(exc).__name__) from exc
+        raise TaskStoreUnavailable(detail=type(exc).__name__, retry_after=1) from exc
 
 
 def _decode(raw: bytes | str) -> LoadTask:
@@ -199,7 +199,9 @@ class RedisTaskStore:
                 return (task, True) if outcome == 1 else (_decode(raw), False)
             stale = _decode(raw)  # 2
             await self.put(stale.fail(stale_reason(stale, task.created_at), now=task.created_at))
-        raise TaskStoreUnavailable(f"model {task.model_id!r} kept a stale task; retry")
+        raise TaskStoreUnavailable(
+            detail=f"model {task.model_id!r} kept a stale task", retry_after=1
+        )
 
     async def active_for_model(self, model_id: str) -> LoadTask | None:
         async with _translated():

@@ -77,8 +77,8 @@ def assert_transition(task_id: str, current: TaskStatus, target: TaskStatus) -> 
     if can_transition(current, target):  # 1
         return
     if target is TaskStatus.CANCELLED and current.terminal:  # 2
-        raise TaskNotCancellable(task_id, current.value)
-    raise IllegalTransition(task_id, current.value, target.value)  # 3
+        raise TaskNotCancellable(taskId=task_id, status=current.value)
+    raise IllegalTransition(taskId=task_id, current=current.value, target=target.value)  # 3
 
 
 def _reachable(start: TaskStatus) -> frozenset[TaskStatus]:

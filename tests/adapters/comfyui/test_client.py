@@ -14,7 +14,7 @@ from adapters.comfyui.errors import WorkflowPartlyRejected, WorkflowRejected
 from adapters.comfyui.events import JobView
 from adapters.comfyui.follow import FollowTiming, run
 from adapters.comfyui.workflows import MODEL_FREE_TEST
-from runner.errors import EngineBadResponse, EngineUnavailable
+from adapters.errors import EngineBadResponse, EngineUnavailable
 from tests.adapters.comfyui.support import (
     CHECKPOINT,
     FAST,

@@ -10,13 +10,11 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from adapters.errors import EngineStartFailed
+from adapters.errors import EngineCrashed, EngineStartFailed, EngineUnavailable
 from adapters.supervisor import EngineState
 from adapters.whisper.engine import WhisperEngine
-from adapters.whisper.errors import TranscriptionCancelled
+from adapters.whisper.errors import InvalidAudio, TranscriptionCancelled
 from adapters.whisper.messages import Segment
-from runner.audio.errors import InvalidAudio
-from runner.errors import EngineCrashed, EngineUnavailable
 from tests.adapters.whisper.speech import SpeechFiles, has_words, tree_rss_bytes
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.audio.errors import AudioTooShort, InvalidAudio
+from adapters.whisper.errors import InvalidAudio
+from runner.audio.errors import AudioTooShort
 from runner.audio.probe import probe_audio
 from tests.adapters.whisper.speech import SpeechFiles
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runner.audio.errors import InvalidForm, UnsupportedLanguage
+from adapters.whisper.errors import UnsupportedLanguage
+from runner.audio.errors import InvalidForm
 from runner.audio.multipart import AudioUpload
 from runner.audio.request import parse_request
 

@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from runner.errors import EngineUnavailable
+from adapters.errors import EngineUnavailable
 from runner.jobs import record
 from runner.jobs.errors import InvalidWebhook, JobNotFound, JobsStopped, JobStoreUnavailable
 from runner.jobs.manager import JobManager
@@ -155,7 +155,7 @@ async def test_manager_unknown_or_malformed_id_is_404(store: JobStore, job_id: s
 
 
 async def test_manager_runner_error_becomes_the_job_error(store: JobStore) -> None:
-    """A RunnerError from the work fails the job with its code and message."""
+    """A QuorumError from the work fails the job with its code and message."""
     m, work = manager(store), Scripted()
     job = await m.submit("transcription", "acme", "whisper-tiny.en", work)
     await work.step("report", 1.0)

@@ -10,9 +10,9 @@ import pytest
 from runner.memory.fake import FakeTelemetry
 from runner.memory.leases import MemoryLeaseStore
 from runner.models_config import ModelsFile, ModelSpec
-from runner.pool.errors import ModelDoesNotFit
 from runner.pool.launch import LoadParams
 from runner.pool.pool import ModelPool
+from runner.scheduler.errors import ModelDoesNotFit
 from runner.settings import load_settings
 from tests.support.runner_proc import fixture_bin
 

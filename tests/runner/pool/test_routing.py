@@ -10,12 +10,13 @@ import pytest
 from runner.errors import BadRequest, ModelNotFound
 from runner.models_config import ModelSpec
 from runner.pool import routing
-from runner.pool.errors import ModelNotLoaded, ModelUnavailable, WrongEndpoint
+from runner.pool.errors import ModelUnavailable, WrongEndpoint
 from runner.pool.launch import Launched
 from runner.pool.sizing import policy_for
 from runner.pool.slot import ModelSlot
 from runner.pool.states import ModelState
 from runner.pool.waiters import Waiters
+from runner.scheduler.errors import ModelNotLoaded
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from runner.errors import HTTP_ERRORS, RunnerError, error_body, error_headers, error_status
+from faults import QuorumError
+from runner.errors import HTTP_ERRORS, error_body, error_headers, error_status
 from runner.tasks.errors import (
     IllegalTransition,
     TaskError,
@@ -15,17 +16,17 @@ from runner.tasks.errors import (
 
 
 def test_errors_tree_roots_in_runner_error() -> None:
-    """Every task error is a RunnerError, so request handlers already catch it."""
+    """Every task error is a QuorumError, so request handlers already catch it."""
     for cls in (TaskNotFound, IllegalTransition, TaskNotCancellable, TaskStoreUnavailable):
         assert issubclass(cls, TaskError)
-        assert issubclass(cls, RunnerError)
+        assert issubclass(cls, QuorumError)
     assert issubclass(TaskNotCancellable, IllegalTransition)
     assert isinstance(TaskNotFound("load-1"), HTTP_ERRORS)
 
 
 def test_errors_not_found_is_404_with_task_id() -> None:
     """TaskNotFound answers 404 task_not_found and names the task id."""
-    exc = TaskNotFound("load-abc")
+    exc = TaskNotFound(taskId="load-abc")
     assert error_status(exc) == 404
     body = orjson.loads(error_body(exc))["error"]
     assert body["code"] == "task_not_found"
@@ -35,7 +36,7 @@ def test_errors_not_found_is_404_with_task_id() -> None:
 
 def test_errors_not_cancellable_is_409_with_a_client_message() -> None:
     """TaskNotCancellable answers 409 and says the task already finished."""
-    exc = TaskNotCancellable("load-abc", "completed")
+    exc = TaskNotCancellable(taskId="load-abc", status="completed")
     assert error_status(exc) == 409
     body = orjson.loads(error_body(exc))["error"]
     assert body["code"] == "task_not_cancellable"
@@ -45,7 +46,7 @@ def test_errors_not_cancellable_is_409_with_a_client_message() -> None:
 
 def test_errors_store_unavailable_is_503_with_retry_after() -> None:
     """TaskStoreUnavailable answers 503 task_store_unavailable with a Retry-After header."""
-    exc = TaskStoreUnavailable("ConnectionError")
+    exc = TaskStoreUnavailable(detail="ConnectionError")
     assert error_status(exc) == 503
     assert orjson.loads(error_body(exc))["error"]["code"] == "task_store_unavailable"
     assert error_headers(exc) == {"Retry-After": "1"}
@@ -53,7 +54,7 @@ def test_errors_store_unavailable_is_503_with_retry_after() -> None:
 
 def test_errors_illegal_transition_stays_internal() -> None:
     """An IllegalTransition is a bug: 500 with the generic message, internals not shown."""
-    exc = IllegalTransition("load-abc", "completed", "loading")
+    exc = IllegalTransition(taskId="load-abc", current="completed", target="loading")
     assert error_status(exc) == 500
     body = orjson.loads(error_body(exc))["error"]
     assert body == {"code": "internal_error", "message": "internal error", "type": "server_error"}
