@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from runner.engine_client import Pool
+from adapters.http_client import EngineConnections
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ class Engine(Protocol):
     model_id: str
     base_url: str
     slots: int
-    http: Pool
+    http: EngineConnections
     failure: str | None  # set when the engine process died: how (exit code, signal)
 
     def rewrite(self, body: dict[str, Any], cache_mode: str, tenant: str) -> bool:

@@ -31,7 +31,7 @@ import orjson
 
 from adapters.base import CacheReport
 from adapters.errors import UnsupportedRequest
-from runner.scheduler.placement import PREFIX_CHARS
+from adapters.llama_slots import PREFIX_CHARS
 
 LLAMA_READY_MARKER = b"listening on http"
 """llama-server prints `... listening on http://HOST:PORT` once it serves (this build)."""

@@ -29,16 +29,16 @@ import httpx
 from adapters.base import CacheReport, FlushResult, FlushScope, Placement
 from adapters.bodies import with_fields
 from adapters.errors import EngineUnavailable
+from adapters.http_client import EngineConnections
 from adapters.llama_protocol import (
     prompt_prefix,
     report_from_progress,
     strip_client_cache_fields,
     strip_progress,
 )
+from adapters.llama_slots import SavedView, SlotView, choose_slot
 from adapters.reports import report_from_openai
 from adapters.supervisor import EngineProcess
-from runner.engine_client import Pool
-from runner.scheduler.placement import SavedView, SlotView, choose_slot
 
 log = logging.getLogger("quorum.llama_server")
 
@@ -77,7 +77,7 @@ class LlamaServerEngine:
     model_id: str
     base_url: str
     slots: int
-    http: Pool
+    http: EngineConnections
     control: httpx.AsyncClient
     tenant_isolation: bool = True
     failure: str | None = None

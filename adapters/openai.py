@@ -19,16 +19,21 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from adapters.base import CacheReport, FlushResult, FlushScope, NoPlacement
+from adapters.http_client import EngineConnections
 from adapters.llama_protocol import strip_client_cache_fields
 from adapters.reports import report_from_openai
-from runner.engine_client import Pool
 
 Isolation = Literal["none", "cache_prompt_off"]
 
 
 class AttachedOpenAIEngine(NoPlacement):
     def __init__(
-        self, model_id: str, url: str, slots: int, http: Pool, isolation: Isolation = "none"
+        self,
+        model_id: str,
+        url: str,
+        slots: int,
+        http: EngineConnections,
+        isolation: Isolation = "none",
     ) -> None:
         self.model_id = model_id
         self.base_url = url.rstrip("/")

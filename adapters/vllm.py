@@ -46,6 +46,7 @@ import httpx
 from adapters.base import CacheReport, FlushResult, FlushScope, Placement
 from adapters.bodies import with_fields
 from adapters.errors import EngineControlFailed
+from adapters.http_client import EngineConnections
 from adapters.supervisor import EngineProcess
 from adapters.vllm_launch import (
     SEED_QUANTIZATION,
@@ -69,7 +70,6 @@ from adapters.vllm_metrics import (
 )
 from adapters.vllm_protocol import report_from_vllm, strip_usage_chunk
 from adapters.vllm_salts import CacheSalts
-from runner.engine_client import Pool
 
 __all__ = [
     "SEED_QUANTIZATION",
@@ -130,7 +130,7 @@ class VllmEngine:
     model_id: str
     base_url: str
     slots: int
-    http: Pool
+    http: EngineConnections
     control: httpx.AsyncClient  # base_url = the engine, Authorization = its api key
     salts: CacheSalts | None
     force_stream_usage: bool = True
@@ -363,7 +363,7 @@ async def launch(
         model_id=opts.served_model_name,
         base_url=url,
         slots=opts.max_num_seqs,
-        http=Pool(url, connect_timeout_s, read_timeout_s, headers=auth),
+        http=EngineConnections(url, connect_timeout_s, read_timeout_s, headers=auth),
         control=control,
         salts=salts,
         force_stream_usage=force_stream_usage,

@@ -17,7 +17,7 @@ import contextlib
 import gc
 import logging
 
-from adapters.comfyui import FILES_PATH, IMAGES_PATH, ImageFiles, ImagesPath, job_submitter
+from adapters.comfyui import FILES_PATH
 from faults import QuorumError
 from governance.verifier import Verifier
 from runner.asgi import Receive, Scope, Send, send_error
@@ -27,7 +27,8 @@ from runner.control_plane import control_plane
 from runner.errors import MethodNotAllowed, RouteNotFound, ServiceUnavailable
 from runner.headers import new_request_id
 from runner.health import Life
-from runner.images import image_routes, sweep_forever
+from runner.images.handler import IMAGES_PATH, ImageFiles, ImagesPath, job_submitter
+from runner.images.routes import image_routes, sweep_forever
 from runner.models_config import ModelsFile
 from runner.proxy import INFERENCE_PATHS, DataPath
 from runner.runtime import Runtime
@@ -82,7 +83,7 @@ class RunnerApp:
             await send_error(send, error, new_request_id())
 
     async def _images(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The image routes: bare ASGI like the data path (adapters/comfyui/http.py)."""
+        """The image routes: bare ASGI like the data path (runner/images/handler.py)."""
         files = scope["path"].startswith(FILES_PATH)
         handler = self.image_files if files else self.images
         if self.rt.life is not Life.READY or (handler is None and not files):

@@ -32,6 +32,7 @@ import orjson
 
 from adapters.base import NO_REPORT, CacheReport, Engine, Placement
 from adapters.errors import EngineBadResponse
+from adapters.http_client import ClientFailure, translate_failure
 from faults import QuorumError
 from runner.admission import Admission, AdmissionRequest, Grant, Usage
 from runner.asgi import (
@@ -55,7 +56,6 @@ from runner.errors import (
 )
 from runner.headers import RequestMeta, new_request_id, parse_request_headers
 from runner.metrics import Metrics
-from runner.upstream import ClientFailure, translate
 from tenants.config import TenantsConfig
 from tenants.errors import RateLimitExceeded
 from tenants.identity import DEFAULT_TENANT, resolve_tenant
@@ -382,7 +382,7 @@ async def _translate(exc: ClientFailure, engine: Engine) -> QuorumError:
     """The engine client's failure as a runner error; when the engine process died, say so
     (the supervisor may need a moment to see the exit that reset the connection)."""
     failure = engine.failure or await engine.diagnose()
-    return translate(exc, engine.model_id, failure)
+    return translate_failure(exc, engine.model_id, failure)
 
 
 def _strip_extensions(obj: dict[str, Any]) -> bool:

@@ -4,13 +4,12 @@ Modules: `client` (ComfyUI's HTTP API and websocket), `events` (its job events a
 entries, read into values), `follow` (one prompt followed to its end), `workflows`
 (templates with typed parameters), `server` (spawn or attach), `engine` (one model:
 load, unload, flush, status), `images` (the generation itself), `store` (images kept for
-`response_format: url`), `http` (the ASGI handlers), `errors`.
+`response_format: url`), `errors`. The HTTP handlers are the runner's (runner/images/).
 """
 
 from adapters.comfyui.client import ComfyUIClient
 from adapters.comfyui.engine import NO_KV_CACHE, ComfyUIEngine, LoadReport, ModelState, UnloadReport
 from adapters.comfyui.follow import FollowTiming
-from adapters.comfyui.http import IMAGES_PATH, ImageFiles, ImagesPath, job_submitter
 from adapters.comfyui.images import ImageGenerator, ImageRequest, parse_image_request
 from adapters.comfyui.server import ComfyUIServer, Memory, ServerStatus, command_line
 from adapters.comfyui.store import FILES_PATH, ImageStore
@@ -26,7 +25,6 @@ from adapters.comfyui.workflows import (
 __all__ = [
     "BUILTIN",
     "FILES_PATH",
-    "IMAGES_PATH",
     "MODEL_FREE_TEST",
     "NO_KV_CACHE",
     "TXT2IMG",
@@ -34,11 +32,9 @@ __all__ = [
     "ComfyUIEngine",
     "ComfyUIServer",
     "FollowTiming",
-    "ImageFiles",
     "ImageGenerator",
     "ImageRequest",
     "ImageStore",
-    "ImagesPath",
     "LoadReport",
     "Memory",
     "ModelState",
@@ -47,7 +43,6 @@ __all__ = [
     "UnloadReport",
     "WorkflowTemplate",
     "command_line",
-    "job_submitter",
     "load_template",
     "parse_image_request",
 ]

@@ -44,7 +44,7 @@ from adapters.comfyui.follow import FollowTiming, run
 from adapters.comfyui.server import ComfyUIServer, Memory, ServerStatus
 from adapters.comfyui.workflows import WorkflowTemplate
 from adapters.errors import EngineError, IllegalEngineTransition, UnsupportedRequest
-from runner.engine_client import Pool
+from adapters.http_client import EngineConnections
 
 log = logging.getLogger("quorum.comfyui")
 
@@ -118,7 +118,7 @@ class ComfyUIEngine(NoPlacement):
     state: ModelState = field(default=ModelState.UNLOADED, init=False)
 
     def __post_init__(self) -> None:
-        self.http = Pool(self.server.url, 5.0, 60.0)
+        self.http = EngineConnections(self.server.url, 5.0, 60.0)
         self.base_url = self.server.url
         self._failure: str | None = None
 

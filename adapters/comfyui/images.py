@@ -13,8 +13,8 @@ Answer: `{"created": <unix time>, "data": [{"b64_json": ...} | {"url": ...}, ...
 entry per image the workflow saved.
 
 `generate` is one coroutine for both forms: the synchronous request awaits it, and the
-async form hands `job_work(...)` to the job manager (`runner/jobs`), whose
-`ProgressReporter` then receives progress in workflow nodes (`JobView.progress`).
+async form hands `job_work(...)` to the job manager (`runner/jobs`), whose progress
+callback (`Report`) then receives progress in workflow nodes (`JobView.progress`).
 Cancelling it (client gone, `DELETE /v1/jobs/{id}`) removes the prompt from ComfyUI's queue
 or interrupts it (`follow.run`).
 """
@@ -28,7 +28,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -43,9 +43,11 @@ from adapters.comfyui.follow import Finished, FollowTiming, run
 from adapters.comfyui.store import ImageStore, file_path
 from adapters.comfyui.workflows import MAX_SEED, Value, WorkflowTemplate
 from adapters.errors import EngineBadResponse, EngineError
-from runner.jobs.progress import ProgressReporter
 
 log = logging.getLogger("quorum.comfyui")
+
+Report = Callable[[float, float | None], Awaitable[None]]
+"""`report(done, total)`: progress in workflow nodes (a job's progress reporter fits)."""
 
 ResponseFormat = Literal["b64_json", "url"]
 MAX_N = 10
@@ -224,7 +226,7 @@ class ImageGenerator:
         self,
         model: ImageModel,
         request: ImageRequest,
-        progress: ProgressReporter | None = None,
+        progress: Report | None = None,
         url_for: Callable[[str], str] = file_path,
     ) -> Generated:
         """Render, submit, follow, fetch; the OpenAI answer.
@@ -247,7 +249,7 @@ class ImageGenerator:
 
         async def on_view(view: JobView) -> None:
             if progress is not None and view.started:
-                await progress.report(*view.progress(total))
+                await progress(*view.progress(total))
 
         finished = await run(model.client, graph, on_view, self.timing)  # 3
         images = _verdict(model.model_id, finished)  # 4

@@ -1,7 +1,7 @@
 """Transcriptions as async jobs (`Prefer: respond-async`): the work a job runs, its result.
 
 The handler stores nothing itself: it hands `job_work(...)` to a `JobSubmitter` (the
-same protocol as the image path's, `adapters.comfyui.http.job_submitter(manager)`
+same protocol as the image path's, `runner.images.handler.job_submitter(manager)`
 builds one on `runner.jobs.JobManager`), which answers 202 with the job. The work then
 waits for admission inside the job (no HTTP timeout applies), reports progress as audio
 seconds done of the total, and deletes the uploaded file when it ends, however it ends.

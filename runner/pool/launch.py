@@ -26,12 +26,12 @@ from dataclasses import dataclass
 import httpx
 
 from adapters.base import Engine
+from adapters.http_client import EngineConnections
 from adapters.llama_protocol import LLAMA_READY_MARKER, LaunchOptions, command_line, new_api_key
 from adapters.llama_server import LlamaServerEngine
 from adapters.openai import AttachedOpenAIEngine, Isolation
 from adapters.supervisor import EngineProcess, HealthCheck, free_port
 from adapters.whisper.engine import WhisperEngine
-from runner.engine_client import Pool
 from runner.errors import ConfigError
 from runner.models_config import PACKAGE_SCHEME, ModelSpec
 from runner.settings import Settings
@@ -132,7 +132,9 @@ async def attach(spec: ModelSpec, settings: Settings, multi_tenant: bool) -> Lau
         )
     if spec.shared_cache:
         log.warning("model %s: shared_cache is on: tenants share its prefix cache", spec.id)
-    http = Pool(spec.url, settings.engine_connect_timeout_s, settings.engine_read_timeout_s)
+    http = EngineConnections(
+        spec.url, settings.engine_connect_timeout_s, settings.engine_read_timeout_s
+    )
     return Launched(AttachedOpenAIEngine(spec.id, spec.url, slots, http, isolation), None)
 
 
@@ -195,7 +197,7 @@ async def start_llama_server(
         await process.start()
     auth = {"Authorization": f"Bearer {key}"}
     control = httpx.AsyncClient(base_url=url, headers=auth, timeout=10.0, verify=False)
-    http = Pool(
+    http = EngineConnections(
         url, settings.engine_connect_timeout_s, settings.engine_read_timeout_s, headers=auth
     )
     engine = LlamaServerEngine(

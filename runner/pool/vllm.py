@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import httpx
 
+from adapters.http_client import EngineConnections
 from adapters.supervisor import free_port
 from adapters.vllm import (
     CacheSalts,
@@ -34,7 +35,6 @@ from adapters.vllm import (
     launch_options,
     new_api_key,
 )
-from runner.engine_client import Pool
 from runner.models_config import ModelSpec
 from runner.pool.launch import Launched, LoadParams
 from runner.settings import Settings
@@ -118,6 +118,6 @@ def attach_vllm(
     if salts is None and spec.shared_cache:
         log.warning("model %s: shared_cache is on: tenants share vLLM's prefix cache", spec.id)
     control = httpx.AsyncClient(base_url=url, timeout=30.0, trust_env=False)
-    http = Pool(url, settings.engine_connect_timeout_s, settings.engine_read_timeout_s)
+    http = EngineConnections(url, settings.engine_connect_timeout_s, settings.engine_read_timeout_s)
     engine = VllmEngine(spec.id, url, spec.slots, http, control, salts, metrics_sink=metrics)
     return Launched(engine, None, control)

@@ -19,7 +19,7 @@ from adapters.llama_protocol import (
     strip_client_cache_fields,
     strip_progress,
 )
-from runner.scheduler.placement import PREFIX_CHARS
+from adapters.llama_slots import PREFIX_CHARS
 
 pytestmark = pytest.mark.timeout(10)
 

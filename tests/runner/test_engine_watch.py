@@ -10,8 +10,8 @@ from adapters.base import Engine
 from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.workflows import MODEL_FREE_TEST
+from adapters.http_client import EngineConnections
 from adapters.vllm import VllmEngine, VllmMetricsCollector
-from runner.engine_client import Pool
 from runner.engine_watch import EngineLoad, EngineWatch
 
 METRICS = """\
@@ -30,7 +30,7 @@ vllm:kv_cache_usage_perc{engine="0",model_name="v"} 0.25
 def _vllm(handler: httpx.MockTransport, collector: VllmMetricsCollector) -> VllmEngine:
     control = httpx.AsyncClient(base_url="http://vllm", transport=handler)
     engine = VllmEngine(
-        "v", "http://127.0.0.1:1", 4, Pool("http://127.0.0.1:1", 1, 1), control, None
+        "v", "http://127.0.0.1:1", 4, EngineConnections("http://127.0.0.1:1", 1, 1), control, None
     )
     engine.metrics_sink = collector
     engine.kv_size_mb = 2048.0

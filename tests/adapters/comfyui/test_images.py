@@ -97,7 +97,7 @@ async def test_generate_url_form_needs_a_store(model: ComfyUIEngine) -> None:
 async def test_generate_reports_progress_up_to_done(model: ComfyUIEngine) -> None:
     """Progress goes to the job in workflow nodes, never backwards, ending complete."""
     reports = Reports()
-    await ImageGenerator(timing=FAST).generate(model, _request(x_steps=4), reports)
+    await ImageGenerator(timing=FAST).generate(model, _request(x_steps=4), reports.report)
     dones = [done for done, _ in reports.reports]
     assert dones == sorted(dones)
     assert reports.reports[-1] == (7.0, 7.0)
@@ -117,7 +117,7 @@ async def test_generate_cancelled_interrupts_the_prompt(model: ComfyUIEngine) ->
     """Cancelling the generation (client gone, job DELETE) interrupts it at ComfyUI."""
     reports = Reports()
     request = parse_image_request({"model": "sd", "prompt": "[fake:slow]", "x_steps": 50})
-    task = asyncio.create_task(ImageGenerator(timing=FAST).generate(model, request, reports))
+    task = asyncio.create_task(ImageGenerator(timing=FAST).generate(model, request, reports.report))
 
     async def sampling() -> bool:
         return any(done > 0 for done, _ in reports.reports[2:])

@@ -15,13 +15,13 @@ import orjson
 import pytest
 import pytest_asyncio
 
-from adapters.comfyui.http import job_submitter
 from adapters.whisper.engine import WhisperEngine
 from runner.audio.formats import full_text
 from runner.audio.handler import AudioPath
 from runner.audio.multipart import FormLimits
 from runner.audio.request import SpeechRequest
 from runner.audio.service import Caller
+from runner.images.handler import job_submitter
 from runner.jobs import JobManager, JobNotFound, JobStatus, MemoryJobStore
 from runner.scheduler.config import SchedulerConfig
 from runner.scheduler.loop import SchedulerAdmission

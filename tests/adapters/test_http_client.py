@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from runner.engine_client import (
+from adapters.http_client import (
     ConnectFailed,
     ConnectionDropped,
-    Pool,
+    EngineConnections,
     ResponseTimeout,
 )
 from tests.fixtures.launch import FakeEngine, start_fake
@@ -33,7 +33,7 @@ def echo() -> Iterator[FakeEngine]:
 
 async def test_pool_reuses_keep_alive_connection(echo: FakeEngine) -> None:
     """Sequential requests share one connection."""
-    pool = Pool(echo.url, 5, 5)
+    pool = EngineConnections(echo.url, 5, 5)
     for _ in range(3):
         async with await pool.post("/v1/chat/completions", CHAT) as resp:
             assert resp.status == 200
@@ -44,7 +44,7 @@ async def test_pool_reuses_keep_alive_connection(echo: FakeEngine) -> None:
 
 async def test_pool_streams_each_engine_write_as_a_chunk(echo: FakeEngine) -> None:
     """A streamed body is handed on chunk by chunk, as the engine wrote it."""
-    pool = Pool(echo.url, 5, 5)
+    pool = EngineConnections(echo.url, 5, 5)
     resp = await pool.post("/v1/chat/completions", STREAM)
     chunks = [c async for c in resp.chunks()]
     resp.release()
@@ -56,7 +56,7 @@ async def test_pool_streams_each_engine_write_as_a_chunk(echo: FakeEngine) -> No
 
 async def test_pool_concurrent_requests_open_parallel_connections(echo: FakeEngine) -> None:
     """Concurrent requests each get their own connection, later reused."""
-    pool = Pool(echo.url, 5, 5)
+    pool = EngineConnections(echo.url, 5, 5)
 
     async def one() -> int:
         async with await pool.post("/v1/chat/completions", CHAT) as resp:
@@ -72,7 +72,7 @@ async def test_pool_concurrent_requests_open_parallel_connections(echo: FakeEngi
 
 async def test_pool_retries_once_when_idle_connection_was_closed(echo: FakeEngine) -> None:
     """A kept-alive connection the engine closed meanwhile is replaced transparently."""
-    pool = Pool(echo.url, 5, 5)
+    pool = EngineConnections(echo.url, 5, 5)
     async with await pool.post("/v1/chat/completions", CHAT) as resp:
         await resp.read()
     idle = pool._idle[0]
@@ -86,7 +86,7 @@ async def test_pool_retries_once_when_idle_connection_was_closed(echo: FakeEngin
 async def test_pool_connect_refused_raises_connect_failed() -> None:
     """Nothing listening: ConnectFailed, at once."""
     with start_fake("fake_refuses") as engine:
-        pool = Pool(engine.url, 5, 5)
+        pool = EngineConnections(engine.url, 5, 5)
         with pytest.raises(ConnectFailed):
             await pool.post("/v1/chat/completions", CHAT)
 
@@ -94,7 +94,7 @@ async def test_pool_connect_refused_raises_connect_failed() -> None:
 async def test_pool_hang_raises_response_timeout() -> None:
     """An engine that never answers raises ResponseTimeout after the read timeout."""
     with start_fake("fake_hangs") as engine:
-        pool = Pool(engine.url, 5, 0.3)
+        pool = EngineConnections(engine.url, 5, 0.3)
         with pytest.raises(ResponseTimeout):
             await pool.post("/v1/chat/completions", CHAT)
         assert not pool._all  # the stuck connection is not kept
@@ -106,7 +106,7 @@ async def test_pool_dropped_midstream_raises_connection_dropped() -> None:
     with start_fake(
         "fake_dies_midstream", "--after", "2", "--how", "abort", "--chunk-delay-ms", "0"
     ) as engine:
-        pool = Pool(engine.url, 5, 5)
+        pool = EngineConnections(engine.url, 5, 5)
         resp = await pool.post("/v1/chat/completions", STREAM)
         got: list[bytes] = []
         with pytest.raises(ConnectionDropped):
@@ -121,4 +121,4 @@ async def test_pool_dropped_midstream_raises_connection_dropped() -> None:
 def test_pool_rejects_non_http_url() -> None:
     """Only plain http:// engine URLs are accepted."""
     with pytest.raises(ValueError):
-        Pool("https://x:1", 1, 1)
+        EngineConnections("https://x:1", 1, 1)

@@ -263,7 +263,7 @@ class ImagesPath:
             try:
                 await progress.running()
                 generated: Generated = await self.generator.generate(
-                    self._model(request.model), request, progress, url_for
+                    self._model(request.model), request, progress.report, url_for
                 )
                 return generated.body
             finally:

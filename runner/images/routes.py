@@ -1,9 +1,9 @@
 """The image routes on the runner: `POST /v1/images/generations` and the image files.
 
-The handlers are the ComfyUI adapter's (`adapters/comfyui/http.py`: `ImagesPath`,
+The handlers are in `runner/images/handler.py` (`ImagesPath`,
 `ImageFiles`); this builds them on the runner's pool, scheduler, limiter and jobs.
 
-`ImagesPath` (adapters/comfyui/http.py) routes `POST /v1/images/generations` by `model`
+`ImagesPath` routes `POST /v1/images/generations` by `model`
 among `ImageModels(pool.engines)`: a live view, kept current by the pool like the data
 path's engine map. A model of another backend is a 400 (it does not generate images); a
 ComfyUI model that is not ready answers as the data path would (`ModelPool.route_missing`:
@@ -21,11 +21,11 @@ from pathlib import Path
 
 from adapters.base import Engine
 from adapters.comfyui.engine import ComfyUIEngine
-from adapters.comfyui.http import ImageFiles, ImagesPath, JobSubmitter
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.store import ImageStore
 from runner.admission import Admission
 from runner.errors import BadRequest
+from runner.images.handler import ImageFiles, ImagesPath, JobSubmitter
 from runner.metrics import Metrics
 from runner.pool.pool import ModelPool
 from runner.settings import Settings

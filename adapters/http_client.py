@@ -12,8 +12,9 @@ Streaming: each body chunk the engine sends is handed on as it is parsed
 Back-pressure: reading from the engine pauses while more than
 `_HIGH_WATER` bytes wait to be taken.
 
-Errors are this module's own `ClientFailure` subclasses; runner/upstream.py
-maps them to the runner's errors, and nothing else in the runner sees them.
+Failures are this module's own `ClientFailure` subclasses, and `translate_failure`
+below is the one place they become engine errors (adapters/errors.py): the request
+front-end calls it once around a whole exchange, and nothing else sees them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
+
+from adapters.errors import (
+    EngineBadResponse,
+    EngineCrashed,
+    EngineError,
+    EngineTimeout,
+    EngineUnavailable,
+)
 
 _HIGH_WATER = 1 << 20
 
@@ -47,6 +56,27 @@ class ResponseTimeout(ClientFailure):
 
 class ProtocolFailure(ClientFailure):
     """The engine's answer is not valid HTTP/1.1."""
+
+
+def translate_failure(
+    exc: ClientFailure, model: str, engine_failure: str | None = None
+) -> EngineError:
+    """Map a failure talking to `model`'s engine to an engine error.
+
+    `engine_failure` is the supervisor's account when the engine process died: the
+    client then hears that (exit code or signal included), not a bare connection error.
+    """
+    if engine_failure is not None:
+        return EngineCrashed(f"engine for model {model!r} {engine_failure}")
+    if isinstance(exc, ResponseTimeout):
+        return EngineTimeout(f"engine for model {model!r} did not answer in time")
+    if isinstance(exc, ConnectFailed):
+        return EngineUnavailable(f"engine for model {model!r} is unreachable")
+    if isinstance(exc, ConnectionDropped):
+        return EngineUnavailable(f"engine for model {model!r} closed the connection")
+    if isinstance(exc, ProtocolFailure):
+        return EngineBadResponse(f"engine for model {model!r} sent an invalid HTTP response")
+    return EngineUnavailable(f"engine for model {model!r} failed: {exc}")
 
 
 class _Connection(asyncio.Protocol):
@@ -180,7 +210,7 @@ class Response:
 
     __slots__ = ("_conn", "_pool", "_timeout", "headers", "status")
 
-    def __init__(self, conn: _Connection, pool: Pool, timeout: float) -> None:
+    def __init__(self, conn: _Connection, pool: EngineConnections, timeout: float) -> None:
         self._conn = conn
         self._pool = pool
         self._timeout = timeout
@@ -227,7 +257,7 @@ class Response:
         self.release()
 
 
-class Pool:
+class EngineConnections:
     """Keep-alive connections to one engine (host, port)."""
 
     def __init__(

@@ -18,12 +18,12 @@ import pytest
 from standardwebhooks import Webhook
 
 from adapters.comfyui.engine import ComfyUIEngine
-from adapters.comfyui.http import ImageFiles, ImagesPath, job_submitter
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.store import FILES_PATH, ImageStore
 from adapters.comfyui.workflows import TXT2IMG, Param, WorkflowTemplate
 from runner.asgi import Message, Receive, Scope, Send
+from runner.images.handler import ImageFiles, ImagesPath, job_submitter
 from runner.jobs import (
     JobManager,
     JobNotFound,

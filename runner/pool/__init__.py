@@ -1,0 +1,1 @@
+"""The model pool: engines started, watched and stopped for the scheduler (`pool.py`)."""
