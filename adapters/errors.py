@@ -45,7 +45,8 @@ EngineTimeout = EngineError.row("EngineTimeout", "engine_timeout", 504)
 
 
 class EngineStartFailed(ServiceUnavailable):
-    """The engine exited while starting or was not healthy in time (field `exit_code`)."""
+    """The engine exited while starting or was not healthy in time (fields `exit_code`,
+    and `log`: its output, kept out of the message)."""
 
     code = "engine_start_failed"
 
@@ -53,6 +54,12 @@ class EngineStartFailed(ServiceUnavailable):
     def exit_code(self) -> int | None:
         code = self.fields.get("exit_code")
         return code if isinstance(code, int) else None
+
+    @property
+    def log(self) -> list[str]:
+        """The engine's last output lines (for admins and the runner's log, never a tenant)."""
+        lines = self.fields.get("log")
+        return [str(line) for line in lines] if isinstance(lines, list) else []
 
 
 EngineOutOfMemory = EngineStartFailed.row("EngineOutOfMemory", "engine_out_of_memory")

@@ -6,7 +6,7 @@ What the runner does with a running engine (facts: `docs/engines.md`, from llama
 - Requests (`rewrite`): client cache fields removed, `n` > 1 refused; `X-Cache-Mode: none`
   sends `cache_prompt: false`; streamed requests ask for `return_progress`, whose first
   chunk says how many prompt tokens came from the cache, so the headers can tell the truth.
-- Slots (`place` / `done`): the runner picks the slot (`runner/scheduler/placement.py`),
+- Slots (`place` / `done`): the runner picks the slot (`adapters/llama_slots.py`),
   saving what a slot held for its own tenant and restoring the tenant's own saved cache,
   or erasing it first when it last served another tenant, and sends `id_slot`.
 - Flush: `all`/`model` erase every slot; `tenant`/`tag` exactly the slots holding them.

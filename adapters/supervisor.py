@@ -152,12 +152,15 @@ class EngineProcess:
     def logs(self, n: int | None = None) -> list[str]:
         return self.ring.tail(n)
 
-    def failure_reason(self, what: str, lines: int = 20) -> str:
-        """`what`, then the last `lines` lines of output (what a failure report shows)."""
+    def failed(self, what: str, lines: int = 20) -> str:
+        """`what` happened: the runner's log gets it with the engine's last `lines` lines of
+        output (for operators; `GET /v1/models/{id}/logs` for admins); the answer is `what`
+        alone, with where to read the rest (fit for any tenant: no engine output in it)."""
         tail = self.logs(lines)
-        if not tail:
-            return f"{what}; the engine printed nothing"
-        return f"{what}; last log lines:\n" + "\n".join(tail)
+        log.error(
+            "engine %s: %s; last log lines:\n%s", self.name, what, "\n".join(tail) or "(none)"
+        )
+        return f"{what}; its log is at GET /v1/models/{self.name}/logs (admins)"
 
     def on_exit(self, callback: Callable[[EngineProcess], None]) -> None:
         """Call `callback(self)` once the process has exited, whatever the reason."""
@@ -202,10 +205,11 @@ class EngineProcess:
                     assert self.exit is not None
                     await self._drain_output()
                     raise EngineStartFailed(
-                        self.failure_reason(
+                        self.failed(
                             f"engine {self.name!r} exited while starting ({self.exit.describe()})"
                         ),
                         exit_code=self.exit.returncode,
+                        log=self.logs(),
                     )
                 if await self._healthy():  # 2
                     if self._exited.is_set():
@@ -217,10 +221,11 @@ class EngineProcess:
                     await self._terminate(grace_s=2.0)
                     self._move(EngineState.FAILED)
                     raise EngineStartFailed(
-                        self.failure_reason(
+                        self.failed(
                             f"engine {self.name!r} did not become healthy within "
                             f"{self.load_timeout_s:g} s"
-                        )
+                        ),
+                        log=self.logs(),
                     )
                 await self._until_worth_polling()
         except asyncio.CancelledError:

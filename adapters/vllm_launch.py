@@ -194,6 +194,9 @@ _ROOT_CAUSES = (
 )
 
 
+_ERROR_KIND = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*(?:Error|Exception)")
+
+
 def start_failure_cause(lines: Sequence[str]) -> tuple[str | None, bool]:
     """The root cause vLLM printed before exiting, and whether it is out-of-memory.
 
@@ -210,12 +213,20 @@ def start_failure_cause(lines: Sequence[str]) -> tuple[str | None, bool]:
 
 
 async def start(process: EngineProcess) -> None:
-    """`process.start()`, with vLLM's root cause first in the error when it fails."""
+    """`process.start()`; when it fails, vLLM's root cause classified: out of GPU memory
+    (`EngineOutOfMemory`) or the kind of error it raised. The cause's own words stay in the
+    engine's log (admins), never in the error any tenant may read."""
     try:
         await process.start()
     except EngineStartFailed as exc:
         cause, oom = start_failure_cause(process.logs())
         if cause is None:
             raise
-        kind = EngineOutOfMemory if oom else EngineStartFailed
-        raise kind(f"vLLM: {cause}\n{exc}", exit_code=exc.exit_code) from None
+        if oom:
+            what = "vLLM ran out of GPU memory while starting"
+            raise EngineOutOfMemory(
+                f"{what}; {exc}", exit_code=exc.exit_code, log=exc.log
+            ) from None
+        kind = cause.split(":", 1)[0] if _ERROR_KIND.fullmatch(cause.split(":", 1)[0]) else ""
+        what = f"vLLM failed to start ({kind})" if kind else "vLLM failed to start"
+        raise EngineStartFailed(f"{what}; {exc}", exit_code=exc.exit_code, log=exc.log) from None

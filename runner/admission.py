@@ -16,7 +16,11 @@ Contract:
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Protocol
 
 
@@ -54,3 +58,60 @@ class Admission(Protocol):
     def release(self, grant: Grant, usage: Usage | None) -> None: ...
 
     def queue_depth(self) -> int: ...
+
+
+class Holding(Protocol):
+    """A request holding its grant inside an admission scope (`Hold`, or the front-end's
+    `Admitted`); `usage` set inside the scope is given back with the grant."""
+
+    grant: Grant | None
+    usage: Usage | None
+
+
+class Served(Protocol):
+    """The metrics of requests at the engine (in flight, and how long)."""
+
+    def begin_request(self, model: str) -> None: ...
+
+    def end_request(self, model: str, seconds: float) -> None: ...
+
+
+class Hold:
+    """`async with Hold(admission, request) as held:` acquire, then release with
+    `held.usage`, however the block ends (async jobs: no client to watch)."""
+
+    __slots__ = ("_admission", "_metrics", "_request", "_started", "grant", "usage")
+
+    def __init__(
+        self, admission: Admission, request: AdmissionRequest, *, metrics: Served | None = None
+    ) -> None:
+        self._admission = admission
+        self._request = request
+        self._metrics = metrics
+        self._started = 0.0
+        self.grant: Grant | None = None
+        self.usage: Usage | None = None
+
+    async def __aenter__(self) -> Hold:
+        self.grant = await self._admission.acquire(self._request)
+        self._started = time.perf_counter()
+        if self._metrics is not None:
+            self._metrics.begin_request(self._request.model)
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.grant is not None:
+            if self._metrics is not None:
+                elapsed = time.perf_counter() - self._started
+                self._metrics.end_request(self._request.model, elapsed)
+            self._admission.release(self.grant, self.usage)
+
+
+Admit = Callable[[AdmissionRequest], AbstractAsyncContextManager[Holding]]
+"""An admission scope for one request: the request path's (`runner.frontend.Admitted`,
+which also watches the client) or a job's (`Hold`)."""

@@ -1,8 +1,9 @@
 """The runner as one ASGI application.
 
-Inference paths go straight to the bare data path (runner/proxy.py), the audio
+Inference paths go straight to the bare chat path (runner/chat.py), the audio
 paths to the bare audio path (runner/audio/handler.py), the image paths to the
-ComfyUI handler; the control plane (runner/control_plane.py: health, metrics,
+image handler (runner/images/handler.py), all three through the one front-end
+(runner/frontend.py); the control plane (runner/control_plane.py: health, metrics,
 capabilities, model list, lifecycle, jobs) is a FastAPI app, where a little framework
 cost does not matter. What the runner holds while it lives is built in
 runner/runtime.py. The runner handles the ASGI lifespan itself: start-up attaches
@@ -23,14 +24,16 @@ from governance.verifier import Verifier
 from runner.asgi import Receive, Scope, Send, send_error
 from runner.audio.handler import AUDIO_PATHS, AudioPath
 from runner.audio.multipart import FormLimits
+from runner.chat import CHAT_PATHS, ChatPath
 from runner.control_plane import control_plane
 from runner.errors import MethodNotAllowed, RouteNotFound, ServiceUnavailable
+from runner.frontend import FrontEnd
 from runner.headers import new_request_id
 from runner.health import Life
-from runner.images.handler import IMAGES_PATH, ImageFiles, ImagesPath, job_submitter
+from runner.images.handler import IMAGES_PATH, ImageFiles, ImagesPath
 from runner.images.routes import image_routes, sweep_forever
+from runner.jobs.http import job_submitter
 from runner.models_config import ModelsFile
-from runner.proxy import INFERENCE_PATHS, DataPath
 from runner.runtime import Runtime
 from runner.settings import Settings
 from tenants.config import TenantsConfig
@@ -46,7 +49,7 @@ class RunnerApp:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.control = control_plane(rt)
-        self.data: DataPath | None = None
+        self.chat: ChatPath | None = None
         self.audio: AudioPath | None = None
         self.images: ImagesPath | None = None
         self.image_files: ImageFiles | None = None
@@ -58,8 +61,8 @@ class RunnerApp:
             path = scope["path"]
             if path == IMAGES_PATH or path.startswith(FILES_PATH):
                 await self._images(scope, receive, send)
-            elif path in INFERENCE_PATHS:
-                await self._post_only(self.data, scope, receive, send)
+            elif path in CHAT_PATHS:
+                await self._post_only(self.chat, scope, receive, send)
             elif path in AUDIO_PATHS:
                 await self._post_only(self.audio, scope, receive, send)
             else:
@@ -70,7 +73,7 @@ class RunnerApp:
             await self.control(scope, receive, send)
 
     async def _post_only(
-        self, handler: DataPath | AudioPath | None, scope: Scope, receive: Receive, send: Send
+        self, handler: ChatPath | AudioPath | None, scope: Scope, receive: Receive, send: Send
     ) -> None:
         """A bare request path: POST only, and only while the runner is ready."""
         if scope["method"] != "POST":
@@ -96,16 +99,12 @@ class RunnerApp:
         else:
             await handler(scope, receive, send)
 
-    def _start_images(self) -> None:
-        rt, s = self.rt, self.rt.settings
-        assert rt.limiter is not None
+    def _start_images(self, front: FrontEnd) -> None:
+        rt = self.rt
         routes = image_routes(
+            front,
             rt.pool,
-            rt.admission,
-            rt.limiter,
-            rt.tenants,
-            rt.metrics,
-            s,
+            rt.settings,
             job_submitter(rt.jobs),
             keep_files=any(m.backend == "comfyui" for m in rt.models.models),
         )
@@ -132,10 +131,11 @@ class RunnerApp:
     async def startup(self) -> None:
         rt = self.rt
         s = rt.settings
+        rt.pool.attach(rt.admission)
         await rt.admission.start()
         await rt.loads.start()
         await rt.jobs.start()
-        await rt.pool.start()
+        await rt.preload()
         await rt.refresher.start()
         await rt.watch.start()
         store_errors = rt.metrics.ratelimit_store_errors
@@ -148,28 +148,16 @@ class RunnerApp:
         rt.metrics.watch_queue(lambda: rt.admission.stats().depth_by_priority)
         if s.enable_metrics and s.metrics_port and s.metrics_port != s.port:
             rt.metrics.serve_separately(s.metrics_port, s.host)
-        self.data = DataPath(
-            rt.pool.engines,
-            rt.admission,
-            rt.limiter,
-            rt.tenants,
-            rt.metrics,
-            s.max_body_bytes,
-            multi_tenant=s.enable_multi_tenant,
-            route_missing=rt.pool.route_missing_for(speech=False),
-        )
+        front = rt.front = rt.front_end(rt.limiter)
+        self.chat = ChatPath(front, rt.pool.engines, rt.metrics, s.max_body_bytes)
         self.audio = AudioPath(
+            front,
             rt.pool.speech,
-            rt.admission,
-            rt.limiter,
-            rt.tenants,
             rt.metrics,
             FormLimits(max_file_bytes=s.audio_max_bytes),
-            multi_tenant=s.enable_multi_tenant,
-            route_missing=rt.pool.route_missing_for(speech=True),
             submit_job=job_submitter(rt.jobs),
         )
-        self._start_images()
+        self._start_images(front)
         gc.collect()
         gc.freeze()  # start-up objects never need scanning again: shorter GC pauses later
         rt.life = Life.READY

@@ -22,9 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from adapters.features import combined, model_features
 from runner import __version__
 from runner.engine_watch import EngineLoad
-from runner.health import Life
-from runner.pool.slot import ModelSlot
-from runner.pool.states import ModelState
+from runner.pool.record import EngineRecord
+from runner.scheduler.models import ModelState, ModelView
 from runner.snapshot import ResourceSnapshot
 from runner.tasks import LoadTask
 
@@ -48,8 +47,9 @@ def kv_utilization(loads: Sequence[EngineLoad]) -> float:
 
 def capabilities(
     runner_id: str,
-    life: Life,
-    models: Sequence[ModelSlot],
+    health: str,
+    models: Mapping[str, ModelView],
+    engines_of: Mapping[str, EngineRecord],
     queue: dict[str, int],
     multi_tenant: bool,
     prefix_caching: bool,
@@ -60,54 +60,58 @@ def capabilities(
     engines: Mapping[str, EngineLoad] | None = None,
     versions: Mapping[str, str] | None = None,
 ) -> dict[str, object]:
-    """The document (pure): models from the pool's states and the load tasks' progress,
-    resources from the latest snapshot (`runner/snapshot.py`, refreshed off the hot path)
-    and the engines' own figures (`engines`, by model); `prefix_caching` is
-    VLLM_ENABLE_PREFIX_CACHING; `versions` the engine versions by backend."""
+    """The document (pure): models from the scheduler's view of them (`models`: the one
+    state), their engine facts from the pool (`engines_of`: spec, load parameters, when
+    it became ready) and the load tasks' progress; resources from the latest snapshot
+    (`runner/snapshot.py`, refreshed off the hot path) and the engines' own figures
+    (`engines`, by model); `health` as `/health` says it (`runner/health.py`);
+    `prefix_caching` is VLLM_ENABLE_PREFIX_CACHING; `versions` the engine versions by
+    backend."""
     loading = loading or {}
     res = resources or ResourceSnapshot()
-    loaded = [m for m in models if m.state in (ModelState.READY, ModelState.DRAINING)]
+    known = [(m, engines_of[m.model]) for m in models.values() if m.model in engines_of]
+    loaded = [(m, e) for m, e in known if m.serving]
     engines = engines or {}
-    loads = [engines[m.spec.id] for m in loaded if m.spec.id in engines]
+    loads = [engines[m.model] for m, _ in loaded if m.model in engines]
     caches = loads + [  # engines that report no KV figures of their own: the snapshot's
         EngineLoad(m.kv_mb, m.kv_utilization) for m in res.models if m.model not in engines
     ]
     features = combined(
         model_features(
-            m.spec.backend,
-            attached=m.spec.attached,
-            isolated=multi_tenant and m.spec.isolate_tenants,
+            e.spec.backend,
+            attached=e.spec.attached,
+            isolated=multi_tenant and e.spec.isolate_tenants,
             vllm_prefix_caching=prefix_caching,
         )
-        for m in loaded
+        for _, e in loaded
     ).to_json()
     return {
-        "runnerType": runner_type((m.spec.backend for m in models), versions or {}),
+        "runnerType": runner_type((e.spec.backend for e in engines_of.values()), versions or {}),
         "runnerId": runner_id,
         "models": {
             "loaded": [
                 {
-                    "id": m.spec.id,
-                    "quantization": m.params.quantization or m.spec.quantization,
-                    "contextLength": m.params.max_context_length or m.spec.context_length,
-                    "loadedAt": m.loaded_at,
+                    "id": m.model,
+                    "quantization": e.params.quantization or e.spec.quantization,
+                    "contextLength": e.params.max_context_length or e.spec.context_length,
+                    "loadedAt": e.loaded_at,
                     "gpuMemoryMB": m.mem_mb,
                 }
-                for m in loaded
+                for m, e in loaded
             ],
             "loading": [
                 {
-                    "id": m.spec.id,
-                    "progress": loading[m.spec.id].progress if m.spec.id in loading else 0.0,
-                    "eta": loading[m.spec.id].eta if m.spec.id in loading else None,
+                    "id": m.model,
+                    "progress": loading[m.model].progress if m.model in loading else 0.0,
+                    "eta": loading[m.model].eta if m.model in loading else None,
                 }
-                for m in models
+                for m, _ in known
                 if m.state is ModelState.LOADING
             ],
-            "available": list(available) or sorted(m.spec.id for m in models),
+            "available": list(available) or sorted(engines_of),
             "failed": [
-                {"id": m.spec.id, "error": m.error, "exitCode": m.exit_code}
-                for m in models
+                {"id": m.model, "error": m.reason, "exitCode": m.exit_code}
+                for m, _ in known
                 if m.state is ModelState.FAILED
             ],
         },
@@ -134,5 +138,5 @@ def capabilities(
             "audioInput": features["audioInput"],
             "functionCalling": features["functionCalling"],
         },
-        "health": "healthy" if life is Life.READY else life.value,
+        "health": health,
     }

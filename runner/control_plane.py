@@ -6,8 +6,6 @@ one envelope (runner/errors.py), unknown paths and wrong methods included.
 
 from __future__ import annotations
 
-import time
-
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -25,10 +23,10 @@ from runner.errors import (
     route_error,
 )
 from runner.headers import parse_request_headers
-from runner.health import Life, health
+from runner.health import Life
 from runner.jobs.http import JOBS_PATH, delete_job, get_job
-from runner.pool.states import ModelState
 from runner.runtime import Runtime
+from runner.scheduler import ModelState
 from tenants.identity import resolve_tenant
 
 
@@ -75,29 +73,20 @@ def control_plane(rt: Runtime) -> FastAPI:
 
     @app.get("/health")
     async def get_health() -> Response:
-        states = [slot.state for slot in rt.pool.slots.values()]
-        report = health(
-            rt.life,
-            time.monotonic() - rt.started_at,
-            states.count(ModelState.READY),
-            states.count(ModelState.FAILED),
-            rt.admission.queue_depth(),
-            rt.settings.max_queue_depth,
-            gpu_out_of_memory=rt.refresher.current.source == "nvml"
-            and rt.refresher.current.out_of_memory(),
-        )
+        report = rt.health()
         return json_response(report.status_code, report.body)
 
     @app.get("/v1/capabilities")
     async def get_capabilities() -> Response:
         doc = capabilities(
             rt.settings.runner_id,
-            rt.life,
-            list(rt.pool.slots.values()),
+            str(rt.health().body["status"]),
+            rt.admission.models(),
+            rt.pool.records,
             rt.admission.stats().capabilities(),
             rt.settings.enable_multi_tenant,
             rt.settings.vllm_enable_prefix_caching,
-            loading=rt.loads.progress,
+            loading=rt.loads.progress(),
             available=rt.refresher.current.available,
             resources=rt.refresher.current,
             engines=rt.watch.loads,
@@ -115,7 +104,7 @@ def control_plane(rt: Runtime) -> FastAPI:
     @app.post("/v1/cache/flush")
     async def cache_flush(request: Request) -> Response:
         body = await bounded_body(request, rt.settings.max_body_bytes)
-        return json_response(200, await rt.lifecycle.flush(body, request.headers.get("x-op-token")))
+        return json_response(200, await rt.governed.flush(body, request.headers.get("x-op-token")))
 
     @app.post("/v1/models/load")
     async def load_model(request: Request) -> Response:
@@ -160,10 +149,11 @@ def control_plane(rt: Runtime) -> FastAPI:
 
     @app.get("/v1/models")
     async def list_models() -> Response:
+        records = rt.pool.records
         data = [
-            {"id": m.spec.id, "object": "model", "created": m.loaded_at, "owned_by": "quorum"}
-            for m in rt.pool.slots.values()
-            if m.state is ModelState.READY
+            {"id": m, "object": "model", "created": records[m].loaded_at, "owned_by": "quorum"}
+            for m, view in rt.admission.models().items()
+            if view.state is ModelState.READY and m in records
         ]
         return json_response(200, {"object": "list", "data": data})
 

@@ -4,13 +4,15 @@ huggingface_hub reports a snapshot's progress only through a tqdm class it is gi
 (`snapshot_download(tqdm_class=...)`, read in huggingface_hub 2.x `_snapshot_download.py`):
 it makes byte bars (`unit="B"`) whose `total` grows by each file's size as the file
 starts and whose `update(n)` counts the bytes written, from the download's worker threads.
-`ByteMeter.bar_class()` is such a class, drawing nothing; the load task reads
-`ByteMeter.fraction()` every half second (`runner/loads.py`).
+`ByteMeter.bar_class()` is such a class, drawing nothing; each update calls the meter's
+`on_bytes` (from the download's thread), and the load task reads `ByteMeter.fraction()`
+then (`runner/loads.py`).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +35,15 @@ _DISCARD = _Discard()
 class ByteMeter:
     """Bytes done and expected of one download, fed by its threads, read by the task."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_bytes: Callable[[], None] = lambda: None) -> None:
         self._lock = threading.Lock()
         self._bars: dict[int, tuple[float, float]] = {}  # bar id -> (n, total)
+        self.on_bytes = on_bytes  # called from the download's threads after each update
 
     def record(self, bar: int, n: float, total: float | None) -> None:
         with self._lock:
             self._bars[bar] = (n, total or 0.0)
+        self.on_bytes()
 
     def expected_mb(self) -> float:
         """The size of what is being fetched, as far as the download has told (0 before)."""

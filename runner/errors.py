@@ -11,12 +11,15 @@ Exception tree (the runner's rows; the generic ones come from `faults`)::
 
     QuorumError (faults)
     ├── BadRequest (faults)          400  invalid_request
-    │   └── InvalidHeader            400  invalid_header: a request header's value (names it)
+    │   ├── InvalidHeader            400  invalid_header: a request header's value (names it)
+    │   └── WrongEndpoint            400  unsupported_model: a model another path serves
     ├── Forbidden (faults)           403  forbidden: not for this tenant (engine logs)
     ├── NotFound (faults)            404  not_found
     │   ├── ModelNotFound            404  model_not_found: no such model (lists the models)
     │   └── RouteNotFound            404  not_found: no such endpoint
     ├── MethodNotAllowed             405  method_not_allowed (Allow header)
+    ├── MissingOpToken               401  missing_op_token: a lifecycle call without a token
+    ├── ModelDownloadFailed          502  model_download_failed: the Hub download failed
     ├── HttpError                    4xx  http_error: another refusal of the framework's
     ├── PayloadTooLarge (faults)     413  payload_too_large: body above MAX_BODY_BYTES
     ├── ServiceUnavailable (faults)  503  service_unavailable: starting, stopping
@@ -49,12 +52,15 @@ __all__ = [
     "HttpError",
     "InvalidHeader",
     "MethodNotAllowed",
+    "MissingOpToken",
+    "ModelDownloadFailed",
     "ModelNotFound",
     "NotFound",
     "PayloadTooLarge",
     "QuorumError",
     "RouteNotFound",
     "ServiceUnavailable",
+    "WrongEndpoint",
     "error_body",
     "error_headers",
     "error_status",
@@ -62,6 +68,10 @@ __all__ = [
 ]
 
 InvalidHeader = BadRequest.row("InvalidHeader", "invalid_header")
+WrongEndpoint = BadRequest.row(
+    "WrongEndpoint", "unsupported_model", None, "model {model!r} is {kind}: use {where}",
+    extra=("model",),
+)  # fmt: skip
 ModelNotFound = NotFound.row(
     "ModelNotFound", "model_not_found", None,
     "Model {model!r} does not exist on this runner; models: {models}", extra=("model",),
@@ -72,6 +82,11 @@ MethodNotAllowed = QuorumError.row(
     headers={"Allow": "{allow}"},
 )  # fmt: skip
 HttpError = QuorumError.row("HttpError", "http_error", 400)
+MissingOpToken = QuorumError.row(
+    "MissingOpToken", "missing_op_token", 401,
+    "a verifiedOpToken (body) or X-Op-Token (header) is required",
+)  # fmt: skip
+ModelDownloadFailed = QuorumError.row("ModelDownloadFailed", "model_download_failed", 502)
 
 HTTP_ERRORS: tuple[type[Exception], ...] = (QuorumError,)
 """What request handlers catch to answer in the envelope (everything else is a 500)."""

@@ -8,16 +8,22 @@
     POST   /v1/models/unload          → governed: drain, stop, {modelId, gpuMemoryFreedMB,
                                         kvCacheFlushed} with memory measured
 
-Every lifecycle call goes the way of `runner/lifecycle.py`: strict body parsing and
+Every lifecycle call goes the way of `runner/governed.py`: strict body parsing and
 checks (400/404) before governance, so nothing is spent on a call that cannot run; then
-`Lifecycle.approve`; then the work. A load of a model already loading joins its task.
+`GovernedOps.approve`; then the work. A load of a model already loading joins its task.
 
-The load itself (`_run`), in the background:
-    1. download the repository into HF_HOME when it is not on disk (status downloading);
-    2. ask the scheduler for the model: it makes room by its eviction policy (`evictModel`
-       first; victims drain before they stop) and then has the pool start the engine;
-    3. while the engine starts: status loading, progress and eta from the measured speed;
-    4. completed with the measured memory and load time, or failed with the reason.
+A load, in the background (`_run`), follows the scheduler's notices for its model; it
+polls nothing:
+    1. download the repository into HF_HOME when it is not on disk (status downloading;
+       progress written as huggingface_hub reports bytes, at most every PROGRESS_EVERY_S);
+    2. ask the scheduler for the model (`request_load`): it makes room by its eviction
+       policy (`evictModel` first; victims drain before they stop) and has the pool start
+       the engine;
+    3. the notice that it is loading: status loading, with the predicted load time as eta
+       (progress then advances with time when read: `LoadTask.as_of`);
+    4. the notice that it is ready: completed with the measured memory and load time; that
+       it failed, or can never fit: failed with the reason; that it was called off:
+       cancelled.
 """
 
 from __future__ import annotations
@@ -26,30 +32,22 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from faults import QuorumError
 from runner.catalog import Roots, resolve
 from runner.downloads import ByteMeter, fetch_snapshot
-from runner.errors import BadRequest
-from runner.lifecycle import Lifecycle, governed_request, parse_body
+from runner.errors import BadRequest, ModelDownloadFailed
+from runner.governed import GovernedOps, governed_request, parse_body
 from runner.models_config import Backend, ModelSpec
 from runner.pool.launch import LoadParams
 from runner.pool.pool import ModelPool
+from runner.pool.record import UnloadResult
 from runner.pool.sizing import model_size_mb
-from runner.pool.slot import UnloadResult
-from runner.pool.states import ModelState
-from runner.tasks import (
-    LoadTask,
-    TaskNotFound,
-    TaskStatus,
-    TaskStore,
-    download_progress,
-    eta_remaining,
-    synthetic_progress,
-)
+from runner.scheduler import ModelNotice, ModelState, SchedulerAdmission
+from runner.tasks import LoadTask, TaskNotFound, TaskStatus, TaskStore, download_progress
 
 log = logging.getLogger("quorum.loads")
 
@@ -115,7 +113,8 @@ class LoadManager:
     def __init__(
         self,
         pool: ModelPool,
-        lifecycle: Lifecycle,
+        scheduler: SchedulerAdmission,
+        governed: GovernedOps,
         store: TaskStore,
         roots: Roots,
         backend: Backend,
@@ -124,7 +123,8 @@ class LoadManager:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.pool = pool
-        self.lifecycle = lifecycle
+        self.scheduler = scheduler
+        self.governed = governed
         self.store = store
         self.roots = roots
         self.backend = backend
@@ -133,20 +133,30 @@ class LoadManager:
         self.on_finished: Callable[[str], None] = lambda _outcome: None  # metrics
         self.clock = clock
         self._running: dict[str, asyncio.Task[None]] = {}
-        self.progress: dict[str, LoadTask] = {}  # model -> its active task (capabilities)
+        self._active: dict[str, LoadTask] = {}  # model -> its active task, as last written
+        self._notices: dict[str, list[asyncio.Queue[ModelNotice]]] = {}
+        self._unlisten: Callable[[], None] = lambda: None
 
     async def start(self) -> None:
-        """Tasks this runner left unfinished when it stopped read `failed` with that reason."""
+        """Follow the scheduler's notices; tasks this runner left unfinished when it
+        stopped read `failed` with that reason."""
+        self._unlisten = self.scheduler.listen(self._notice)
         count = await self.store.mark_interrupted(self.runner_id, now=self.clock())
         if count:
             log.warning("%d load task(s) interrupted by the restart marked failed", count)
 
     async def aclose(self) -> None:
+        self._unlisten()
         for task in list(self._running.values()):
             task.cancel()
         for task in list(self._running.values()):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+    def progress(self) -> dict[str, LoadTask]:
+        """Each model's active task as of now (capabilities' `loading`)."""
+        now = self.clock()
+        return {model: task.as_of(now) for model, task in self._active.items()}
 
     # -- HTTP operations -------------------------------------------------------------
 
@@ -154,15 +164,14 @@ class LoadManager:
         doc = parse_body(body)  # 1
         request = parse_load(doc)
         spec, download = resolve(
-            request.model_id, self._specs(), self.roots, self.backend, request.quantization
+            request.model_id, self.pool.specs(), self.roots, self.backend, request.quantization
         )
         if request.evict_model is not None and self.pool.spec(request.evict_model) is None:
             raise BadRequest(f"evictModel {request.evict_model!r} is not a model of this runner")
         governed = governed_request(doc, header_token)  # 2
-        await self.lifecycle.approve("model-load", governed)  # 3
+        await self.governed.approve("model-load", governed)  # 3
         now = self.clock()
-        size_mb = model_size_mb(spec)
-        eta = round(self.estimator.predict(spec.backend, size_mb), 1)
+        eta = round(self.estimator.predict(spec.backend, model_size_mb(spec)), 1)
         task = LoadTask.new(
             spec.id,
             self.runner_id,
@@ -176,17 +185,17 @@ class LoadManager:
         stored, created = await self.store.create_or_join(task)
         if created:  # 4
             self.pool.register(spec)
-            self.progress[spec.id] = stored
+            self._active[spec.id] = stored
             self._running[stored.task_id] = asyncio.get_running_loop().create_task(
                 self._run(stored, spec, request, download), name=f"load-{spec.id}"
             )
-        return stored
+        return stored.as_of(now)
 
     async def get(self, task_id: str) -> LoadTask:
         task = await self.store.get(task_id)
         if task is None:
             raise TaskNotFound(taskId=task_id)
-        return task
+        return task.as_of(self.clock())
 
     async def cancel(self, task_id: str, body: bytes, header_token: str | None) -> LoadTask:
         task = await self.get(task_id)
@@ -196,7 +205,7 @@ class LoadManager:
             raise BadRequest(f"unknown field(s) in cancel request: {', '.join(sorted(unknown))}")
         doc = {**doc, "taskId": task_id}
         governed = governed_request({**doc, "modelId": task.model_id}, header_token)
-        await self.lifecycle.approve("task-cancel", governed)
+        await self.governed.approve("task-cancel", governed)
         cancelled = await self.store.put(task.cancel(now=self.clock()))
         running = self._running.get(task_id)
         if running is not None:
@@ -204,7 +213,14 @@ class LoadManager:
         return cancelled
 
     async def unload(self, body: bytes, header_token: str | None) -> UnloadResult:
-        doc = parse_body(body)
+        """Drain and stop a model (or put it to sleep); the memory freed, measured.
+
+        1. Parse; what cannot be unloaded is refused before governance (404/400:
+           `models.unload_refusal`, the scheduler's state).
+        2. Approve; ask the scheduler; wait for its notice that the model is gone or
+           asleep (the pool measured what that freed).
+        """
+        doc = parse_body(body)  # 1
         unknown = set(doc) - _UNLOAD_FIELDS
         if unknown:
             raise BadRequest(f"unknown field(s) in unload request: {', '.join(sorted(unknown))}")
@@ -214,18 +230,55 @@ class LoadManager:
         mode = doc.get("mode", "stop")
         if mode not in ("stop", "sleep"):
             raise BadRequest("mode must be 'stop' or 'sleep'")
-        self.pool.check_unloadable(model_id, mode)
-        await self.lifecycle.approve("model-unload", governed_request(doc, header_token))
-        return await self.pool.unload(model_id, mode)
+        self.scheduler.check_unload(model_id, mode)
+        await self.governed.approve("model-unload", governed_request(doc, header_token))  # 2
+        done = (ModelState.ABSENT, ModelState.SLEEPING)
+        with self._follow(model_id) as notices:
+            self.scheduler.request_unload(model_id, sleep=mode == "sleep")
+            while True:
+                notice = await notices.get()
+                if notice.view.state in done and notice.freed_mb is not None:
+                    break
+        freed = notice.freed_mb or 0
+        slept = notice.view.state is ModelState.SLEEPING
+        return UnloadResult(model_id, freed, True, "sleep" if slept else "stop")
+
+    async def preload(self, spec: ModelSpec) -> ModelNotice:
+        """Load `spec` (the operator's own models file: no token, no task) through the
+        scheduler; the notice it ended with (ready, failed, or refused)."""
+        model = spec.id
+        with self._follow(model) as notices:
+            self.scheduler.request_load(model, self.pool.policy(spec))
+            while True:
+                notice = await notices.get()
+                view = notice.view
+                if notice.refused is not None or view.state is ModelState.FAILED:
+                    return notice
+                if view.state is ModelState.READY and not view.unloading:
+                    return notice
 
     # -- the load, in the background ---------------------------------------------------
 
-    def _specs(self) -> dict[str, ModelSpec]:
-        return {m: slot.spec for m, slot in self.pool.slots.items()}
+    @contextlib.contextmanager
+    def _follow(self, model: str) -> Iterator[asyncio.Queue[ModelNotice]]:
+        """The scheduler's notices about `model`, as a queue, while in the block."""
+        queue: asyncio.Queue[ModelNotice] = asyncio.Queue()
+        self._notices.setdefault(model, []).append(queue)
+        try:
+            yield queue
+        finally:
+            queues = self._notices[model]
+            queues.remove(queue)
+            if not queues:
+                del self._notices[model]
+
+    def _notice(self, notice: ModelNotice) -> None:
+        for queue in self._notices.get(notice.view.model, ()):
+            queue.put_nowait(notice)
 
     async def _write(self, task: LoadTask) -> LoadTask:
         stored = await self.store.put(task)
-        self.progress[task.model_id] = stored
+        self._active[task.model_id] = stored
         if stored.status.terminal:
             self.on_finished(stored.status.value)
         return stored
@@ -241,41 +294,19 @@ class LoadManager:
                 spec, task = await self._download(task, spec, download)
                 if task.status.terminal:  # cancelled through another replica meanwhile
                     return
-                self.pool.register(spec, replace=True)
-            size_mb = model_size_mb(spec)
-            predicted = self.estimator.predict(spec.backend, size_mb)
             params = LoadParams(
                 request.max_context_length, request.quantization, request.gpu_memory_budget_mb
             )
-            ready = self.pool.want(model, params, request.evict_model)  # 2
-            loading_since: float | None = None
-            base = task.progress  # what the download showed: the load fills the rest
-            while not ready.done():  # 3
-                await asyncio.wait({ready}, timeout=PROGRESS_EVERY_S)
-                if ready.done():
-                    break
-                now = self.clock()
-                if loading_since is None:
-                    if self.pool.state(model) is not ModelState.LOADING:
-                        continue  # the scheduler is still making room (victims drain)
-                    loading_since = now
-                    task = await self._write(task.start_loading(eta=round(predicted, 1), now=now))
-                    continue
-                elapsed = now - loading_since
-                progress = synthetic_progress(elapsed, predicted)
-                eta = eta_remaining(predicted, elapsed, progress)
-                task = await self._write(
-                    task.progress_to(base + (1.0 - base) * progress, eta=eta, now=now)
-                )
-                if task.status.terminal:  # cancelled through another replica
-                    self.pool.cancel_load(model)
-            result = ready.result()
-            if task.status is not TaskStatus.LOADING:  # ready before the first progress write
-                task = await self._write(task.start_loading(eta=0, now=self.clock()))
-            load_ms = round(1000 * (self.clock() - started))
-            await self._write(task.complete(result.gpu_memory_mb, load_ms, now=self.clock()))  # 4
+            self.pool.register(spec, params)
+            predicted = round(self.estimator.predict(spec.backend, model_size_mb(spec)), 1)
+            policy = self.pool.policy(spec, request.gpu_memory_budget_mb)
+            with self._follow(model) as notices:
+                self.scheduler.request_load(model, policy, request.evict_model)  # 2
+                while not task.status.terminal:
+                    notice = await notices.get()
+                    task = await self._advance(task, notice, predicted, started)  # 3, 4
         except asyncio.CancelledError:
-            self.pool.cancel_load(model)
+            self.scheduler.cancel_load(model)
             with contextlib.suppress(QuorumError):
                 current = await self.store.get(task.task_id)
                 if current is not None and not current.status.terminal:
@@ -287,34 +318,67 @@ class LoadManager:
             await self._write(task.fail(f"internal error: {type(exc).__name__}", now=self.clock()))
         finally:
             self._running.pop(task.task_id, None)
-            self.progress.pop(model, None)
+            if self._active.get(model) is task or task.status.terminal:
+                self._active.pop(model, None)
+
+    async def _advance(
+        self, task: LoadTask, notice: ModelNotice, predicted: float, started: float
+    ) -> LoadTask:
+        """Steps 3-4: one notice about the task's model, the task written accordingly."""
+        view, now = notice.view, self.clock()
+        if notice.refused is not None:
+            return await self._write(task.fail(notice.refused, now=now))
+        if view.state is ModelState.LOADING:
+            return await self._write(task.start_loading(eta=predicted, now=now))
+        if view.state is ModelState.READY and not view.unloading:
+            if task.status is not TaskStatus.LOADING:
+                task = task.start_loading(eta=0, now=now)
+            load_ms = round(1000 * (now - started))
+            return await self._write(task.complete(view.mem_mb, load_ms, now=now))
+        if view.state is ModelState.FAILED:
+            return await self._write(task.fail(view.reason or "the load failed", now=now))
+        if view.state is ModelState.ABSENT and task.status is TaskStatus.LOADING:
+            return await self._write(task.cancel(now=now, reason="the load was called off"))
+        return task
 
     async def _download(
         self, task: LoadTask, spec: ModelSpec, repo_id: str
     ) -> tuple[ModelSpec, LoadTask]:
         """Fetch `repo_id` into HF_HOME (huggingface_hub), writing the task's progress and
-        eta from the bytes done every `PROGRESS_EVERY_S` (`download_progress`); offline or
-        not found: a clear reason. The task as last written comes back with the model."""
+        eta from the bytes done as the download reports them, at most every
+        `PROGRESS_EVERY_S` (`download_progress`); offline or not found: a clear reason. The
+        task as last written comes back with the model."""
         if self.roots.hf_home is None:
             raise ModelDownloadFailed(f"{repo_id}: not on disk and HF_HOME is not set")
         cache = self.roots.hf_home / "hub"
         patterns = ["*.gguf"] if spec.backend == "llama-server" else None
-        meter = ByteMeter()
+        loop = asyncio.get_running_loop()
+        moved = asyncio.Event()
+
+        def bytes_moved() -> None:  # in the download's thread
+            loop.call_soon_threadsafe(moved.set)
+
+        meter = ByteMeter(on_bytes=bytes_moved)
         fetch = asyncio.ensure_future(
             asyncio.to_thread(fetch_snapshot, repo_id, cache, patterns, meter)
         )
         # A cancelled task stops waiting; the thread still ends, and its outcome is nobody's.
         fetch.add_done_callback(lambda f: f.cancelled() or f.exception())
-        started = self.clock()
+        started = written = self.clock()
         while not fetch.done():
-            await asyncio.wait({fetch}, timeout=PROGRESS_EVERY_S)
-            if fetch.done():
-                break
+            waiter = asyncio.ensure_future(moved.wait())
+            await asyncio.wait({fetch, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            moved.clear()
+            now = self.clock()
+            if fetch.done() or now - written < PROGRESS_EVERY_S:
+                continue
             load_s = self.estimator.predict(spec.backend, meter.expected_mb())
-            progress, eta = download_progress(meter.fraction(), self.clock() - started, load_s)
+            progress, eta = download_progress(meter.fraction(), now - started, load_s)
             task = await self._write(
-                task.progress_to(progress, eta=task.eta if eta is None else eta, now=self.clock())
+                task.progress_to(progress, eta=task.eta if eta is None else eta, now=now)
             )
+            written = now
             if task.status.terminal:  # the thread finishes the file; nothing will use it
                 return spec, task
         try:
@@ -325,9 +389,3 @@ class LoadManager:
             ) from None
         resolved, _ = resolve(local, {}, self.roots, spec.backend, spec.quantization)
         return resolved.model_copy(update={"id": spec.id}), task
-
-
-class ModelDownloadFailed(QuorumError):
-    status = 502
-    code = "model_download_failed"
-    type = "server_error"

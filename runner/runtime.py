@@ -6,6 +6,7 @@ refresher, wired to each other. Handlers read it; only start-up and shutdown
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from dataclasses import dataclass, field
@@ -17,10 +18,11 @@ from fastapi import Request
 from governance.verifier import Verifier
 from runner.catalog import Roots, available
 from runner.engine_watch import EngineWatch
+from runner.frontend import FrontEnd, path_kind
+from runner.governed import GovernedOps
 from runner.headers import parse_request_headers
-from runner.health import Life
+from runner.health import HealthReport, Life, health
 from runner.jobs import JobManager, JobStore, MemoryJobStore, RedisJobStore, WebhookSender
-from runner.lifecycle import Lifecycle
 from runner.loads import LoadManager
 from runner.memory.factory import telemetry_from_settings
 from runner.memory.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore
@@ -28,13 +30,15 @@ from runner.memory.proc import tree_resident_mb
 from runner.metrics import Metrics, SchedulerMetrics
 from runner.models_config import ModelsFile, ModelSpec
 from runner.pool.pool import ModelPool
-from runner.scheduler import SchedulerAdmission, SchedulerConfig
+from runner.scheduler import ModelState, SchedulerAdmission, SchedulerConfig
 from runner.settings import Settings
 from runner.snapshot import Refresher, SnapshotCollector
 from runner.tasks import MemoryTaskStore, RedisTaskStore, TaskStore
 from tenants.config import TenantsConfig
 from tenants.identity import DEFAULT_TENANT, resolve_tenant
 from tenants.ratelimit import RateLimiter
+
+log = logging.getLogger("quorum.runtime")
 
 
 def scheduler_config(
@@ -49,7 +53,7 @@ def scheduler_config(
     return SchedulerConfig(
         max_queue_depth=settings.max_queue_depth,
         queue_timeout_s=settings.queue_timeout_ms / 1000,
-        models={m: pool.policy(slot.spec) for m, slot in pool.slots.items()},
+        models={m: pool.policy(spec) for m, spec in pool.specs().items()},
         unlisted_ready=False,
         drain_timeout_s=settings.unload_drain_timeout_s,
         tenant_weights={t: p.weight for t, p in policies.items()},
@@ -70,6 +74,7 @@ class Runtime:
     metrics: Metrics = field(default_factory=Metrics)
     pool: ModelPool = field(init=False)
     loads: LoadManager = field(init=False)
+    front: FrontEnd = field(init=False)
     refresher: Refresher = field(init=False)
     roots: Roots = field(init=False)
     life: Life = Life.STARTING
@@ -77,7 +82,7 @@ class Runtime:
     verifier: Verifier | None = None
     admission: SchedulerAdmission = field(init=False)
     limiter: RateLimiter | None = None
-    lifecycle: Lifecycle = field(init=False)
+    governed: GovernedOps = field(init=False)
     watch: EngineWatch = field(init=False)
     webhook_client: httpx.AsyncClient | None = None
 
@@ -100,8 +105,8 @@ class Runtime:
             multi_tenant=s.enable_multi_tenant,
             leases=leases,
             vllm_metrics=self.metrics.vllm,
-            on_restart=self._restarted,
         )
+        self.pool.on_restart = self._restarted
         self.watch = EngineWatch(self.pool.engines, s.engine_stats_interval_s, self.metrics.vllm)
         self.admission = SchedulerAdmission(
             scheduler_config(s, self.pool, self.tenants),
@@ -109,7 +114,7 @@ class Runtime:
             models=self.pool,
         )
         self.pool.attach(self.admission)
-        self.lifecycle = Lifecycle(self.verifier, self.pool.engines, self.metrics)
+        self.governed = GovernedOps(self.verifier, self.pool.engines, self.metrics)
         store: TaskStore = (
             RedisTaskStore.from_url(s.redis_url) if s.redis_url else MemoryTaskStore(time.time)
         )
@@ -120,17 +125,68 @@ class Runtime:
         )
         self.roots = roots
         self.loads = LoadManager(
-            self.pool, self.lifecycle, store, roots, self.models.default_backend, s.runner_id
+            self.pool,
+            self.admission,
+            self.governed,
+            store,
+            roots,
+            self.models.default_backend,
+            s.runner_id,
         )
         self.loads.on_finished = self.metrics.count_load
         self.pool.on_loaded = self.metrics.observe_load
         self.refresher = Refresher(
             self.pool,
             self.telemetry,
-            catalog=lambda: available([slot.spec for slot in self.pool.slots.values()], roots),
+            catalog=lambda: available(list(self.pool.specs().values()), roots),
         )
         self.metrics.registry.register(SnapshotCollector(lambda: self.refresher.current))
         self._jobs_init()
+
+    def health(self) -> HealthReport:
+        """The runner's health, derived once from the scheduler's models (`runner/health.py`):
+        what `/health`, capabilities' `health` and readiness all say."""
+        views = self.admission.models().values()
+        snap = self.refresher.current
+        return health(
+            self.life,
+            time.monotonic() - self.started_at,
+            sum(1 for v in views if v.state is ModelState.READY),
+            sum(1 for v in views if v.state is ModelState.FAILED),
+            self.admission.queue_depth(),
+            self.settings.max_queue_depth,
+            gpu_out_of_memory=snap.source == "nvml" and snap.out_of_memory(),
+        )
+
+    def front_end(self, limiter: RateLimiter) -> FrontEnd:
+        """The request front-end every inference path shares (runner/frontend.py)."""
+        specs = self.pool.specs
+
+        def path_of(model: str) -> str | None:
+            spec = specs().get(model)
+            return path_kind(spec.backend) if spec is not None else None
+
+        return FrontEnd(
+            self.admission,
+            limiter,
+            self.tenants,
+            self.metrics,
+            multi_tenant=self.settings.enable_multi_tenant,
+            models=self.admission,
+            path_of=path_of,
+        )
+
+    async def preload(self) -> None:
+        """Attach URL engines and load `preload` models, one after another, through the
+        scheduler's memory policy; a failure is recorded (the model reads failed), not
+        fatal."""
+        for spec in list(self.pool.specs().values()):
+            if not (spec.attached or spec.preload):
+                continue
+            notice = await self.loads.preload(spec)
+            if notice.refused is not None or notice.view.state is not ModelState.READY:
+                why = notice.refused or notice.view.reason
+                log.error("preload of %s failed: %s", spec.id, why)
 
     def _restarted(self, spec: ModelSpec) -> None:
         if spec.backend == "faster-whisper":
@@ -157,7 +213,7 @@ class Runtime:
         self.jobs = JobManager(self.job_store, sender, s.runner_id, time.time)
 
     def request_tenant(self, request: Request) -> str:
-        """The tenant of a job request, identified as for inference."""
+        """The tenant of a control-plane request (jobs, logs), identified as for inference."""
         meta = parse_request_headers(list(request.scope["headers"]))
         if not self.settings.enable_multi_tenant:
             return DEFAULT_TENANT

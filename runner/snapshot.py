@@ -27,7 +27,6 @@ from runner.memory.telemetry import GpuInfo, Telemetry
 from runner.periodic import Periodic
 from runner.pool.pool import ModelPool
 from runner.pool.sizing import model_size_mb
-from runner.pool.states import ModelState
 
 log = logging.getLogger("quorum.snapshot")
 
@@ -111,7 +110,7 @@ class Refresher:
             gpus, source = snap.gpus, snap.source
         except QuorumError as exc:
             gpus, source, error = (), "unavailable", str(exc)
-        models = [await self._model(m) for m, s in self.pool.slots.items() if _holds(s.state)]
+        models = [await self._model(m) for m in self.pool.serving()]
         try:
             await self.pool.hold_leases()
         except QuorumError as exc:  # the store is down: keep serving, say so in the log
@@ -123,27 +122,23 @@ class Refresher:
         return self.current
 
     async def _model(self, model: str) -> ModelMemory | None:
-        slot = self.pool.slots[model]
-        if slot.launched is None or slot.spec.attached:
+        record = self.pool.records[model]
+        if record.launched is None or record.spec.attached:
             return None
-        total = slot.mem_mb
-        process = slot.process
+        total = record.mem_mb
+        process = record.process
         if process is not None and process.pid is not None:
             with contextlib.suppress(QuorumError):
                 total = await asyncio.to_thread(self.telemetry.process_used_mb, [process.pid])
-                slot.mem_mb = total
-        weights = min(total, round(model_size_mb(slot.spec)))
+                record.mem_mb = total
+        weights = min(total, round(model_size_mb(record.spec)))
         utilization = 0.0
-        engine = slot.launched.engine
+        engine = record.launched.engine
         if isinstance(engine, LlamaServerEngine):
             engine.kv_mb = max(0, total - weights)
             with contextlib.suppress(Exception):
                 utilization = await engine.kv_utilization()
         return ModelMemory(model, total, weights, max(0, total - weights), utilization)
-
-
-def _holds(state: ModelState) -> bool:
-    return state in (ModelState.READY, ModelState.DRAINING)
 
 
 class SnapshotCollector(Collector):

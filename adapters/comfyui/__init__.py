@@ -8,7 +8,13 @@ load, unload, flush, status), `images` (the generation itself), `store` (images 
 """
 
 from adapters.comfyui.client import ComfyUIClient
-from adapters.comfyui.engine import NO_KV_CACHE, ComfyUIEngine, LoadReport, ModelState, UnloadReport
+from adapters.comfyui.engine import (
+    NO_KV_CACHE,
+    ComfyModelState,
+    ComfyUIEngine,
+    LoadReport,
+    UnloadReport,
+)
 from adapters.comfyui.follow import FollowTiming
 from adapters.comfyui.images import ImageGenerator, ImageRequest, parse_image_request
 from adapters.comfyui.server import ComfyUIServer, Memory, ServerStatus, command_line
@@ -28,6 +34,7 @@ __all__ = [
     "MODEL_FREE_TEST",
     "NO_KV_CACHE",
     "TXT2IMG",
+    "ComfyModelState",
     "ComfyUIClient",
     "ComfyUIEngine",
     "ComfyUIServer",
@@ -37,7 +44,6 @@ __all__ = [
     "ImageStore",
     "LoadReport",
     "Memory",
-    "ModelState",
     "Param",
     "ServerStatus",
     "UnloadReport",

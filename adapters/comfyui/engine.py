@@ -54,7 +54,7 @@ CheckpointFetcher = Callable[[str, Path], Awaitable[None]]
 """`fetch(checkpoint_name, checkpoints_dir)`: put the file there (e.g. from Hugging Face)."""
 
 
-class ModelState(enum.Enum):
+class ComfyModelState(enum.Enum):
     UNLOADED = "unloaded"
     LOADING = "loading"
     LOADED = "loaded"
@@ -62,12 +62,12 @@ class ModelState(enum.Enum):
     FAILED = "failed"
 
 
-_ALLOWED: dict[ModelState, frozenset[ModelState]] = {
-    ModelState.UNLOADED: frozenset({ModelState.LOADING}),
-    ModelState.LOADING: frozenset({ModelState.LOADED, ModelState.FAILED}),
-    ModelState.LOADED: frozenset({ModelState.UNLOADING}),
-    ModelState.UNLOADING: frozenset({ModelState.UNLOADED, ModelState.FAILED}),
-    ModelState.FAILED: frozenset({ModelState.LOADING}),
+_ALLOWED: dict[ComfyModelState, frozenset[ComfyModelState]] = {
+    ComfyModelState.UNLOADED: frozenset({ComfyModelState.LOADING}),
+    ComfyModelState.LOADING: frozenset({ComfyModelState.LOADED, ComfyModelState.FAILED}),
+    ComfyModelState.LOADED: frozenset({ComfyModelState.UNLOADING}),
+    ComfyModelState.UNLOADING: frozenset({ComfyModelState.UNLOADED, ComfyModelState.FAILED}),
+    ComfyModelState.FAILED: frozenset({ComfyModelState.LOADING}),
 }
 
 
@@ -115,7 +115,7 @@ class ComfyUIEngine(NoPlacement):
     fetch: CheckpointFetcher | None = None
     timing: FollowTiming = field(default_factory=FollowTiming)
     clock: Callable[[], float] = time.monotonic
-    state: ModelState = field(default=ModelState.UNLOADED, init=False)
+    state: ComfyModelState = field(default=ComfyModelState.UNLOADED, init=False)
 
     def __post_init__(self) -> None:
         self.http = EngineConnections(self.server.url, 5.0, 60.0)
@@ -138,7 +138,7 @@ class ComfyUIEngine(NoPlacement):
         self._failure = value
 
     def ensure_ready(self) -> None:
-        if self.state is not ModelState.LOADED:
+        if self.state is not ComfyModelState.LOADED:
             raise ComfyUINotReady(f"model {self.model_id!r} is {self.state.value}")
         failure = self.server.failure
         if failure is not None:
@@ -146,7 +146,7 @@ class ComfyUIEngine(NoPlacement):
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def _move(self, to: ModelState) -> None:
+    def _move(self, to: ComfyModelState) -> None:
         if to not in _ALLOWED[self.state]:
             raise IllegalEngineTransition(
                 f"model {self.model_id!r}: {self.state.value} -> {to.value} is not allowed"
@@ -161,7 +161,7 @@ class ComfyUIEngine(NoPlacement):
         3. A warm-up prompt succeeded. 4. LOADED, with the memory ComfyUI reports.
         Any failure: FAILED, and the error goes to the caller.
         """
-        self._move(ModelState.LOADING)  # 1
+        self._move(ComfyModelState.LOADING)  # 1
         try:
             await self.server.start()
             fetched = await self._ensure_checkpoint()  # 2
@@ -170,9 +170,9 @@ class ComfyUIEngine(NoPlacement):
             warmup_ms = round((self.clock() - started) * 1000)
             memory = Memory.of(await self.client.system_stats())
         except BaseException:
-            self._move(ModelState.FAILED)
+            self._move(ComfyModelState.FAILED)
             raise
-        self._move(ModelState.LOADED)  # 4
+        self._move(ComfyModelState.LOADED)  # 4
         log.info("model %s loaded on ComfyUI (warm-up %d ms)", self.model_id, warmup_ms)
         return LoadReport(self.checkpoint, fetched, warmup_ms, memory)
 
@@ -221,7 +221,7 @@ class ComfyUIEngine(NoPlacement):
            passed (ComfyUI does not say when it is done); the last reading is the report.
         4. UNLOADED (FAILED if ComfyUI could not be asked).
         """
-        self._move(ModelState.UNLOADING)  # 1
+        self._move(ComfyModelState.UNLOADING)  # 1
         try:
             before = Memory.of(await self.client.system_stats())
             await self.client.free(unload_models=True, free_memory=True)  # 2
@@ -231,9 +231,9 @@ class ComfyUIEngine(NoPlacement):
                 await sleep(poll_s)
                 after = Memory.of(await self.client.system_stats())
         except BaseException:
-            self._move(ModelState.FAILED)
+            self._move(ComfyModelState.FAILED)
             raise
-        self._move(ModelState.UNLOADED)  # 4
+        self._move(ComfyModelState.UNLOADED)  # 4
         report = UnloadReport(before, after)
         log.info(
             "model %s unloaded: ComfyUI free memory %d -> %d MiB",

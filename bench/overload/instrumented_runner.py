@@ -13,7 +13,7 @@ Same environment variables as `python -m runner`, plus:
   they are never walked again. (The runner itself freezes once it is ready since 346c24f;
   this flag stays for measuring commits before that.)
 - `OVERLOAD_TIMING_OUT=<file>`: time every inference request inside the runner, from the
-  moment uvicorn calls the data path (`runner.proxy.DataPath.__call__`) to the moment it
+  moment uvicorn calls the data path (`runner.chat.ChatPath.__call__`) to the moment it
   returns (the last byte handed to uvicorn), and write `[[wall start, status, seconds],
   ...]` to the file when the process exits (after SIGTERM). Costs a closure and two clock
   reads per request. It separates the runner's own code from what uvicorn, the kernel and
@@ -31,20 +31,20 @@ import time
 from typing import Any
 
 import runner.app
-import runner.proxy
+import runner.chat
 import runner.server
 import tenants.config
 from runner.asgi import Message, Receive, Scope, Send
+from runner.chat import ChatPath
 from runner.cli import main
-from runner.proxy import DataPath
 
 _records: list[tuple[float, int, float]] = []
 
 
 def _install_timing(out: str) -> None:
-    original = DataPath.__call__
+    original = ChatPath.__call__
 
-    async def timed(self: DataPath, scope: Scope, receive: Receive, send: Send) -> None:
+    async def timed(self: ChatPath, scope: Scope, receive: Receive, send: Send) -> None:
         status = [0]
 
         async def send_and_note(message: Message) -> None:
@@ -60,12 +60,12 @@ def _install_timing(out: str) -> None:
         with open(out, "w") as f:
             json.dump(_records, f)
 
-    setattr(DataPath, "__call__", timed)  # noqa: B010 - an experiment, not the runner
+    setattr(ChatPath, "__call__", timed)  # noqa: B010 - an experiment, not the runner
     atexit.register(dump)
 
 
 def run() -> Any:
-    assert runner.app and runner.server and tenants.config and runner.proxy
+    assert runner.app and runner.server and tenants.config and runner.chat
     out = os.environ.get("OVERLOAD_TIMING_OUT")
     if out:
         _install_timing(out)

@@ -10,7 +10,7 @@ it is told and reports back.
 `Ours` is the runner's policy: the real `runner.scheduler.core.Scheduler` with
 its eviction policy, fed the machine's events with their simulated times; its
 `Effects` are the machine (grant = start serving, start_load = queue a load,
-stop_models = stop, free_memory_mb = capacity minus what is loaded).
+stop_model = stop, free_memory_mb = capacity minus what is loaded).
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.swap.trace import Request, Trace
+from faults import QuorumError
 from runner.admission import AdmissionRequest
 from runner.scheduler.config import ModelPolicy, SchedulerConfig
 from runner.scheduler.core import Scheduler
-from runner.scheduler.errors import SchedulerError
+from runner.scheduler.effects import ModelNotice
 from runner.scheduler.events import (
     ModelReady,
     ModelStopped,
@@ -202,20 +203,20 @@ class Ours(Policy):
 
     def on_arrival(self, req: Request) -> None:
         request = AdmissionRequest(str(req.rid), req.model, req.tenant, req.band, 100, 100)
-        self.core.on_request(RequestArrived(req.rid, request, self.m.now))
+        self.core.handle(RequestArrived(req.rid, request, self.m.now))
 
     def on_done(self, req: Request) -> None:
-        self.core.on_serve_done(ServeDone(req.rid, None, self.m.now))
+        self.core.handle(ServeDone(req.rid, None, self.m.now))
 
     def on_ready(self, model: str) -> None:
         spec = self.m.trace.models[model]
-        self.core.on_model_ready(ModelReady(model, spec.concurrency, spec.mem_mb, self.m.now))
+        self.core.handle(ModelReady(model, spec.concurrency, spec.mem_mb, self.m.now))
 
     def on_stopped(self, model: str) -> None:
-        self.core.on_model_stopped(ModelStopped(model, self.m.now))
+        self.core.handle(ModelStopped(model, self.m.now))
 
     def on_tick(self) -> None:
-        self.core.on_tick(Tick(self.m.now))
+        self.core.handle(Tick(self.m.now))
 
 
 class _MachineEffects:
@@ -228,17 +229,17 @@ class _MachineEffects:
         self.m.serve(ticket.ticket_id)
         return True
 
-    def reject(self, ticket: Ticket, error: SchedulerError) -> None:
+    def reject(self, ticket: Ticket, error: QuorumError) -> None:
         self.m.outcome.rejected[ticket.ticket_id] = error.code
 
     def start_load(self, model: str, policy: ModelPolicy) -> None:
         self.m.load(model)
 
-    def stop_models(self, models: Sequence[str]) -> None:
-        self.m.stop(models)
+    def stop_model(self, model: str, sleep: bool) -> None:
+        self.m.stop([model])
 
-    def load_refused(self, model: str, reason: str) -> None:
-        return None  # its waiters are rejected by the scheduler: counted there
+    def notify(self, notice: ModelNotice) -> None:
+        return None  # refused loads: their waiters are rejected by the scheduler, counted there
 
     def free_memory_mb(self) -> int:
         return self.m.free_mb()

@@ -1,8 +1,8 @@
 """Transcriptions as async jobs (`Prefer: respond-async`): the work a job runs, its result.
 
-The handler stores nothing itself: it hands `job_work(...)` to a `JobSubmitter` (the
-same protocol as the image path's, `runner.images.handler.job_submitter(manager)`
-builds one on `runner.jobs.JobManager`), which answers 202 with the job. The work then
+The handler stores nothing itself: it hands `job_work(...)` to a `JobSubmitter`
+(`runner.jobs.http`; `job_submitter(manager)` builds one on `runner.jobs.JobManager`),
+which answers 202 with the job. The work then
 waits for admission inside the job (no HTTP timeout applies), reports progress as audio
 seconds done of the total, and deletes the uploaded file when it ends, however it ends.
 
@@ -13,9 +13,6 @@ vtt `{"format": "srt", "content": "1\\n00:00:00,000 --> ..."}`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Protocol
-
 import orjson
 
 from runner.audio.formats import Transcript, render, verbose_json
@@ -23,18 +20,10 @@ from runner.audio.multipart import AudioUpload
 from runner.audio.probe import AudioInfo
 from runner.audio.request import SpeechRequest
 from runner.audio.service import Caller, SpeechService
+from runner.jobs.manager import Work
 from runner.jobs.progress import ProgressReporter
 
 JOB_KINDS = {"transcribe": "transcription", "translate": "translation"}
-Work = Callable[[ProgressReporter], Awaitable[object]]
-
-
-class JobSubmitter(Protocol):
-    """Takes `work` as a job; answers (status, body, headers): 202 with the job."""
-
-    async def __call__(
-        self, kind: str, tenant: str, model: str, work: Work, webhook: str | None
-    ) -> tuple[int, Mapping[str, object], Mapping[str, str]]: ...
 
 
 def job_work(

@@ -29,15 +29,12 @@ from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import parse_options_header
 
 from runner.audio.errors import AudioTooLarge, InvalidForm
+from runner.frontend import ClientGone
 
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 
 OPENAI_MAX_FILE_BYTES = 26_214_400
 _SAFE_SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,8}")
-
-
-class ClientGone(Exception):
-    """The client disconnected before its body was read."""
 
 
 @dataclass(frozen=True, slots=True)

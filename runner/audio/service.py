@@ -4,9 +4,10 @@
     audio = await service.probe(upload.path)                   # 400s before any queue
     result = await service.transcribe(request, audio, caller, progress=reporter.report)
 
-A run is: route to the model's engine, wait for admission (the scheduler's queue, fair
-share, priorities), send the file to the worker, collect its segments (calling
-`on_segment` and `progress(seconds_done, total)` for each), give the slot back.
+A run is: wait for admission (the scheduler's queue, fair share, priorities: the request
+path's admission scope, `runner.frontend.Admitted`, or a plain `Hold` for a job), send
+the file to the model's worker, collect its segments (calling `on_segment` and
+`progress(seconds_done, total)` for each), give the slot back with the audio done.
 
 **Cost.** The scheduler weighs requests in tokens; a transcription's cost is its audio
 duration at `COST_UNITS_PER_AUDIO_SECOND` (10) units per second, as input tokens: one
@@ -20,8 +21,8 @@ withdraws a queued request, or tells the worker to stop at its next segment.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
@@ -29,12 +30,13 @@ from adapters.errors import EngineCrashed
 from adapters.whisper.engine import WhisperEngine
 from adapters.whisper.errors import InvalidAudio, UnsupportedLanguage
 from adapters.whisper.messages import Info, Segment
-from runner.admission import Admission, AdmissionRequest, Grant, Usage
+from runner.admission import Admission, AdmissionRequest, Admit, Hold, Holding, Usage
 from runner.audio.formats import Transcript
 from runner.audio.metrics import SpeechMetrics
 from runner.audio.probe import AudioInfo, probe_audio
 from runner.audio.request import SpeechRequest
-from runner.errors import ModelNotFound, ServiceUnavailable
+from runner.errors import ServiceUnavailable
+from runner.frontend import ClientGone
 
 COST_UNITS_PER_AUDIO_SECOND = 10
 
@@ -66,28 +68,17 @@ class SpeechResult:
 
 
 class SpeechService:
-    """Routes speech requests to engines through admission; see the module docstring.
-
-    `route_missing(model)` is asked about a model with no ready engine, as the data
-    path asks it: it raises the 404, or returns when the request may wait for a load.
-    """
+    """Runs speech requests on the workers through admission; see the module docstring."""
 
     def __init__(
         self,
         engines: Mapping[str, WhisperEngine],
         admission: Admission,
         metrics: SpeechMetrics,
-        route_missing: Callable[[str], None] | None = None,
     ) -> None:
         self.engines = engines
         self.admission = admission
         self.metrics = metrics
-        self.route_missing = route_missing or self._not_loaded
-
-    def check_model(self, model: str) -> None:
-        """Raise the 404 now if `model` has no engine and cannot get one."""
-        if model not in self.engines:
-            self.route_missing(model)
 
     async def probe(self, path: str) -> AudioInfo:
         """`probe_audio` in a thread: 400 for undecodable or too-short audio."""
@@ -102,14 +93,12 @@ class SpeechService:
         progress: Progress | None = None,
         on_segment: OnSegment | None = None,
     ) -> SpeechResult:
-        """Run one transcription to its end; raises its error (4xx/5xx QuorumError)."""
+        """Run one transcription to its end in a plain admission scope (a job's: no
+        client to watch); raises its error (4xx/5xx)."""
         run = SpeechRun(self, request, audio, caller, progress=progress, on_segment=on_segment)
-        transcript = await run.execute()
+        held = functools.partial(Hold, self.admission, metrics=self.metrics)
+        transcript = await run.execute(held)
         return SpeechResult(transcript, run.engine_ms, run.queue_wait_ms)
-
-    def _not_loaded(self, model: str) -> None:
-        loaded = ", ".join(sorted(self.engines)) or "none"
-        raise ModelNotFound(f"model {model!r} is not loaded; loaded models: {loaded}")
 
 
 class SpeechRun:
@@ -133,7 +122,7 @@ class SpeechRun:
         self.on_start = on_start
         self.on_segment = on_segment
         self.progress = progress
-        self.grant: Grant | None = None
+        self.held: Holding | None = None
         self.info: Info | None = None
         self.segments: list[Segment] = []
         self.seconds_done = 0.0
@@ -142,31 +131,37 @@ class SpeechRun:
 
     @property
     def queue_wait_ms(self) -> int:
-        return self.grant.queue_wait_ms if self.grant is not None else 0
+        grant = self.held.grant if self.held is not None else None
+        return grant.queue_wait_ms if grant is not None else 0
 
-    async def execute(self) -> Transcript:
-        """1. route, 2. admission, 3. engine (again: it may have loaded while queued),
-        4. transcribe, segment by segment, 5. release the slot with the audio done and
-        report the outcome (also on failure and cancellation)."""
-        svc, req = self.service, self.request
-        engine = svc.engines.get(req.model)
-        if engine is None:  # 1
-            svc.route_missing(req.model)
+    def ticket(self) -> AdmissionRequest:
+        """What admission weighs this run as: its audio seconds (`admission_cost`)."""
         cost = admission_cost(self.audio.duration_s)
-        ticket = AdmissionRequest(
-            self.caller.request_id, req.model, self.caller.tenant, self.caller.priority, cost, 0
+        caller = self.caller
+        return AdmissionRequest(
+            caller.request_id, self.request.model, caller.tenant, caller.priority, cost, 0
         )
-        self.grant = await svc.admission.acquire(ticket)  # 2
-        started = time.perf_counter()
-        svc.metrics.begin_request(req.model)
+
+    async def execute(self, admit: Admit) -> Transcript:
+        """1. admission, in the scope `admit` gives (the request's, or a job's), 2. the
+        model's worker (granted: it is ready, unless it died just now), 3. transcribe,
+        segment by segment, 4. the slot given back with the audio done, and the outcome
+        reported (also on failure and cancellation)."""
+        svc, req = self.service, self.request
         try:
-            engine = svc.engines.get(req.model)  # 3
-            if engine is None:
-                raise ServiceUnavailable(f"model {req.model!r} is no longer loaded")
-            transcript = await self._transcribe(engine)  # 4
+            async with admit(self.ticket()) as held:  # 1
+                self.held = held
+                engine = svc.engines.get(req.model)  # 2
+                if engine is None:
+                    raise ServiceUnavailable(f"model {req.model!r} is not ready; retry shortly")
+                try:
+                    transcript = await self._transcribe(engine)  # 3
+                finally:  # 4
+                    if self.seconds_done:
+                        held.usage = Usage(admission_cost(self.seconds_done), 0)
             self.outcome = "ok"
             return transcript
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, ClientGone):  # a job deleted, a client gone
             self.outcome = "cancelled"
             raise
         except (InvalidAudio, UnsupportedLanguage):
@@ -175,11 +170,7 @@ class SpeechRun:
         except EngineCrashed:
             self.outcome = "engine_crashed"
             raise
-        finally:  # 5
-            elapsed = time.perf_counter() - started
-            svc.metrics.end_request(req.model, elapsed)
-            usage = Usage(admission_cost(self.seconds_done), 0) if self.seconds_done else None
-            svc.admission.release(self.grant, usage)
+        finally:
             rtf = None
             if self.outcome == "ok" and self.info is not None and self.info.duration > 0:
                 rtf = (self.engine_ms / 1000) / self.info.duration

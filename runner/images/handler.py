@@ -1,30 +1,26 @@
-"""ASGI handlers: `POST /v1/images/generations` and `GET /v1/images/files/{token}.png`.
+"""The image routes: `POST /v1/images/generations` and `GET /v1/images/files/{token}.png`.
 
-`ImagesPath` follows the data path's order (runner/proxy.py):
+`ImagesPath` goes through the one front-end (runner/frontend.py), like chat and audio:
 
-    1. the runner's headers; the tenant                 -> 400 naming the header, 401/403
-    2. the body, bounded                                 -> 413
-    3. parse it; the OpenAI fields; route by "model"     -> 400 / 404
-    4. rate limit (tenants/)                             -> 429
-    5a. `Prefer: respond-async` and a job submitter: the work (admission, then generation)
-        becomes a job                                    -> 202 + Location
-    5b. otherwise admission (the scheduler's fair queue: ComfyUI's own queue is FIFO, so
-        the runner hands it no more than the model's slots at a time) -> 429 / 503
-    6. generate; answer 200 with X-Queue-Wait-Ms, X-GPU-Time-Ms (ComfyUI's time from
+    1. the runner's headers; the tenant; the rate limit   (front-end) -> 400/401/403/429
+    2. the body, bounded                                               -> 413
+    3. parse it; the OpenAI fields; the model (`check_model`)          -> 400 / 404 / 503
+    4a. `Prefer: respond-async` and a job submitter: the work (admission, then
+        generation) becomes a job, after the same checks as the synchronous request
+                                                                       -> 202 + Location
+    4b. otherwise admission (the scheduler's fair queue: ComfyUI's own queue is FIFO, so
+        the runner hands it no more than the model's slots at a time)  -> 503
+    5. generate; answer 200 with X-Queue-Wait-Ms, X-GPU-Time-Ms (ComfyUI's time from
        submit to end), X-Request-Id, X-Cache-Hit: false, RateLimit-*
 
-Errors answer in the runner's envelope (`runner.asgi.send_error`). A client that goes
-away while queued is withdrawn; while its prompt runs, the prompt is interrupted (or
-removed from ComfyUI's queue) - `follow.run` does that on cancellation.
+A client that goes away while queued is withdrawn; while its prompt runs, the prompt is
+interrupted (or removed from ComfyUI's queue): `follow.run` does that on cancellation.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
 
 import orjson
 
@@ -32,55 +28,18 @@ from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.errors import ImageNotFound, InvalidImageRequest
 from adapters.comfyui.images import Generated, ImageGenerator, ImageRequest, parse_image_request
 from adapters.comfyui.store import FILES_PATH, TOKEN_RE, ImageStore, file_path
-from faults import BadRequest, PayloadTooLarge, ServiceUnavailable
-from runner.admission import Admission, AdmissionRequest, Grant
-from runner.asgi import DisconnectWatch, Receive, Scope, Send, send_error
-from runner.errors import HTTP_ERRORS, MethodNotAllowed, ModelNotFound, error_status
-from runner.headers import RequestMeta, new_request_id, parse_request_headers
-from runner.jobs.http import wants_async
+from faults import BadRequest, ServiceUnavailable
+from runner.admission import AdmissionRequest, Hold
+from runner.asgi import Receive, Scope, Send, send_error
+from runner.errors import MethodNotAllowed
+from runner.frontend import Call, FrontEnd, Headers
+from runner.headers import new_request_id
+from runner.jobs.http import JobSubmitter, wants_async
+from runner.jobs.manager import Work
 from runner.jobs.progress import ProgressReporter
-from runner.metrics import Metrics
-from tenants.config import TenantsConfig
-from tenants.errors import RateLimitExceeded
-from tenants.identity import DEFAULT_TENANT, resolve_tenant
-from tenants.ratelimit import RateLimiter
-
-log = logging.getLogger("quorum.comfyui")
 
 IMAGES_PATH = "/v1/images/generations"
 JOB_KIND = "image_generation"
-Work = Callable[[ProgressReporter], Awaitable[object]]
-
-
-class JobSubmitter(Protocol):
-    """Takes `work` as a job; answers (status, body, headers) - 202 with the job."""
-
-    async def __call__(
-        self, kind: str, tenant: str, model: str, work: Work, webhook: str | None
-    ) -> tuple[int, Mapping[str, object], Mapping[str, str]]: ...
-
-
-def job_submitter(manager: Any) -> JobSubmitter:
-    """A `JobSubmitter` on the runner's `runner.jobs.JobManager`."""
-    from runner.jobs.http import accepted_response
-
-    async def submit(
-        kind: str, tenant: str, model: str, work: Work, webhook: str | None
-    ) -> tuple[int, Mapping[str, object], Mapping[str, str]]:
-        job = await manager.submit(kind, tenant, model, work, webhook)
-        answer = accepted_response(job)
-        return answer.status, answer.body, answer.headers
-
-    return submit
-
-
-class _ClientGone(Exception):
-    pass
-
-
-def not_loaded(model: str) -> None:
-    """The default `route_missing`: a model that is not here is not loaded."""
-    raise ModelNotFound(f"model {model!r} is not loaded")
 
 
 class ImagesPath:
@@ -88,188 +47,108 @@ class ImagesPath:
 
     def __init__(
         self,
+        front: FrontEnd,
         models: Mapping[str, ComfyUIEngine],
         generator: ImageGenerator,
-        admission: Admission,
-        limiter: RateLimiter,
-        tenants: TenantsConfig,
-        metrics: Metrics,
         max_body_bytes: int,
         *,
-        multi_tenant: bool = True,
-        route_missing: Callable[[str], None] = not_loaded,
         submit_job: JobSubmitter | None = None,
         public_url: str | None = None,
     ) -> None:
         """`public_url` (e.g. `https://images.example.com`) prefixes the URLs of
         `response_format: url` answers; without it they use the request's Host header."""
+        self.front = front
         self.models = models
         self.generator = generator
-        self.admission = admission
-        self.limiter = limiter
-        self.tenants = tenants
-        self.metrics = metrics
         self.max_body = max_body_bytes
-        self.multi_tenant = multi_tenant
-        self.route_missing = route_missing
         self.submit_job = submit_job
         self.public_url = public_url.rstrip("/") if public_url else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        meta: RequestMeta | None = None
-        model, tenant = "_none", "_invalid"
-        limits: list[tuple[bytes, bytes]] = []
-        try:
-            if scope["method"] != "POST":
-                raise MethodNotAllowed(path=IMAGES_PATH, allow="POST")
-            meta = parse_request_headers(scope["headers"])  # 1
-            tenant = DEFAULT_TENANT
-            if self.multi_tenant:
-                tenant = resolve_tenant(meta.authorization, meta.tenant_header, self.tenants)
-            body = await _read_body(receive, meta, self.max_body)  # 2
-            request = self._parse(body)  # 3
-            model = request.model
-            try:  # 4
-                decision = await self.limiter.check(tenant)
-            except RateLimitExceeded:
-                self.metrics.count_rejection("rate_limited", tenant)
-                raise
-            limits = self.limiter.headers(decision)
-            url_for = self._url_for(scope)
-            prefer = _header(scope, b"prefer")
-            if self.submit_job is not None and wants_async(prefer):  # 5a
-                work = self.job_work(request, tenant, meta, url_for)
-                status, doc, headers = await self.submit_job(
-                    JOB_KIND, tenant, model, work, request.webhook
-                )
-                extra = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
-                await _send_json(send, status, doc, _headers(meta, 0, 0, limits) + extra)
-            else:
-                if request.webhook is not None:
-                    raise InvalidImageRequest("webhook needs 'Prefer: respond-async'")
-                status = await self._serve(
-                    receive, send, meta, tenant, limits, request, url_for
-                )  # 5b
-        except _ClientGone:
-            status = 499
-        except HTTP_ERRORS as exc:
-            status = error_status(exc)
-            await send_error(send, exc, meta.request_id if meta else new_request_id(), 0, limits)
-        self.metrics.count_request(model, tenant, status)
+        if scope["method"] != "POST":
+            await send_error(
+                send, MethodNotAllowed(path=IMAGES_PATH, allow="POST"), new_request_id()
+            )
+            return
+        await self.front(scope, receive, send, self._serve)
 
-    def _parse(self, body: bytes) -> ImageRequest:
-        try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            raise BadRequest("request body must be a JSON object") from None
-        if not isinstance(obj, dict):
-            raise BadRequest("request body must be a JSON object")
-        request = parse_image_request(obj)
-        if request.model not in self.models:
-            self.route_missing(request.model)
-        return request
+    async def _serve(self, call: Call) -> int:
+        body = await self.front.read_body(call, self.max_body)  # 2
+        request = _parse(body)  # 3
+        self.front.check_model(call, request.model, "images")
+        url_for = self._url_for(call)
+        if self.submit_job is not None and wants_async(call.header(b"prefer")):  # 4a
+            work = self.job_work(request, call, url_for)
+            status, doc, location = await self.submit_job(
+                JOB_KIND, call.tenant, request.model, work, request.webhook
+            )
+            extra = [(k.lower().encode(), v.encode()) for k, v in location.items()]
+            await _send_json(call.send, status, doc, _headers(call, 0, 0) + extra)
+            return status
+        if request.webhook is not None:
+            raise InvalidImageRequest("webhook needs 'Prefer: respond-async'")
+        ticket = _ticket(call.request_id, call, request)
+        async with self.front.admitted(call, ticket) as admitted:  # 4b
+            generated = await self.generator.generate(
+                self._model(request.model), request, url_for=url_for
+            )  # 5
+            admitted.disarm()
+            headers = _headers(call, call.queue_wait_ms, generated.engine_ms)
+            await _send_json(call.send, 200, generated.body, headers)
+        return 200
 
     def _model(self, model_id: str) -> ComfyUIEngine:
         model = self.models.get(model_id)
         if model is None:
-            raise ServiceUnavailable(f"model {model_id!r} is no longer loaded")
+            raise ServiceUnavailable(f"model {model_id!r} is not ready; retry shortly")
         return model
 
-    def _admission_request(
-        self, request_id: str, tenant: str, meta: RequestMeta, request: ImageRequest
-    ) -> AdmissionRequest:
-        return AdmissionRequest(
-            request_id,
-            request.model,
-            tenant,
-            meta.priority,
-            max(1, len(request.prompt) // 4),
-            request.cost,
-        )
-
-    async def _serve(
-        self,
-        receive: Receive,
-        send: Send,
-        meta: RequestMeta,
-        tenant: str,
-        limits: list[tuple[bytes, bytes]],
-        request: ImageRequest,
-        url_for: Callable[[str], str],
-    ) -> int:
-        """5b-6, with a watcher that cancels this task if the client goes away."""
-        task = asyncio.current_task()
-        assert task is not None
-        watch = DisconnectWatch(task)
-        watcher = asyncio.get_running_loop().create_task(watch.run(receive))
-        grant: Grant | None = None
-        started = time.perf_counter()
-        try:
-            grant = await self.admission.acquire(
-                self._admission_request(meta.request_id, tenant, meta, request)
-            )
-            self.metrics.begin_request(request.model)
-            generated = await self.generator.generate(
-                self._model(request.model), request, url_for=url_for
-            )
-            watch.disarm()
-            headers = _headers(meta, grant.queue_wait_ms, generated.engine_ms, limits)
-            await _send_json(send, 200, generated.body, headers)
-            return 200
-        except asyncio.CancelledError:
-            if not watch.gone:
-                raise
-            task.uncancel()
-            raise _ClientGone from None
-        except HTTP_ERRORS as exc:
-            if grant is None:
-                raise
-            watch.disarm()
-            await send_error(send, exc, meta.request_id, grant.queue_wait_ms, limits)
-            return error_status(exc)
-        finally:
-            watch.disarm()
-            watcher.cancel()
-            if grant is not None:
-                self.metrics.end_request(request.model, time.perf_counter() - started)
-                self.admission.release(grant, None)
-
-    def _url_for(self, scope: Scope) -> Callable[[str], str]:
+    def _url_for(self, call: Call) -> Callable[[str], str]:
         """Absolute image URLs: `public_url`, else the scheme and Host of the request."""
         base = self.public_url
         if base is None:
-            host = _header(scope, b"host")
-            base = f"{scope.get('scheme', 'http')}://{host}" if host else ""
+            host = call.header(b"host")
+            base = f"{call.scope.get('scheme', 'http')}://{host}" if host else ""
         return lambda token: base + file_path(token)
 
     def job_work(
-        self,
-        request: ImageRequest,
-        tenant: str,
-        meta: RequestMeta,
-        url_for: Callable[[str], str] = file_path,
+        self, request: ImageRequest, call: Call, url_for: Callable[[str], str] = file_path
     ) -> Work:
         """The job's work: wait for a slot in the fair queue, then generate.
 
         The queue wait happens inside the job, so no HTTP timeout applies to it; the job
         turns RUNNING once it holds a slot.
         """
+        ticket = _ticket(f"{call.request_id}-job", call, request)
+        admission, metrics = self.front.admission, self.front.metrics
 
         async def work(progress: ProgressReporter) -> object:
-            job_request_id = f"{meta.request_id}-job"
-            grant = await self.admission.acquire(
-                self._admission_request(job_request_id, tenant, meta, request)
-            )
-            try:
+            async with Hold(admission, ticket, metrics=metrics):
                 await progress.running()
                 generated: Generated = await self.generator.generate(
                     self._model(request.model), request, progress.report, url_for
                 )
                 return generated.body
-            finally:
-                self.admission.release(grant, None)
 
         return work
+
+
+def _parse(body: bytes) -> ImageRequest:
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise BadRequest("request body must be a JSON object") from None
+    if not isinstance(obj, dict):
+        raise BadRequest("request body must be a JSON object")
+    return parse_image_request(obj)
+
+
+def _ticket(request_id: str, call: Call, request: ImageRequest) -> AdmissionRequest:
+    prompt_tokens = max(1, len(request.prompt) // 4)
+    meta = call.meta
+    return AdmissionRequest(
+        request_id, request.model, call.tenant, meta.priority, prompt_tokens, request.cost
+    )
 
 
 class ImageFiles:
@@ -303,46 +182,19 @@ class ImageFiles:
         )
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    values = [v for k, v in scope["headers"] if k == name]
-    return ", ".join(v.decode("latin-1") for v in values) if values else None
-
-
-async def _read_body(receive: Receive, meta: RequestMeta, limit: int) -> bytes:
-    if meta.content_length is not None and meta.content_length > limit:
-        raise PayloadTooLarge(f"request body is larger than {limit} bytes")
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _ClientGone
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
-        parts.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(parts)
-
-
-def _headers(
-    meta: RequestMeta, queue_wait_ms: int, engine_ms: int, limits: list[tuple[bytes, bytes]]
-) -> list[tuple[bytes, bytes]]:
+def _headers(call: Call, queue_wait_ms: int, engine_ms: int) -> Headers:
     return [
         (b"content-type", b"application/json"),
         (b"x-cache-hit", b"false"),
         (b"x-cache-tokens-reused", b"0"),
         (b"x-queue-wait-ms", b"%d" % queue_wait_ms),
         (b"x-gpu-time-ms", b"%d" % engine_ms),
-        (b"x-request-id", meta.request_id.encode()),
-        *limits,
+        (b"x-request-id", call.request_id.encode()),
+        *call.limits,
     ]
 
 
-async def _send_json(
-    send: Send, status: int, doc: Mapping[str, object], headers: list[tuple[bytes, bytes]]
-) -> None:
+async def _send_json(send: Send, status: int, doc: Mapping[str, object], headers: Headers) -> None:
     body = orjson.dumps(doc)
     headers = [*headers, (b"content-length", b"%d" % len(body))]
     await send({"type": "http.response.start", "status": status, "headers": headers})

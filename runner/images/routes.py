@@ -1,13 +1,10 @@
 """The image routes on the runner: `POST /v1/images/generations` and the image files.
 
-The handlers are in `runner/images/handler.py` (`ImagesPath`,
-`ImageFiles`); this builds them on the runner's pool, scheduler, limiter and jobs.
-
-`ImagesPath` routes `POST /v1/images/generations` by `model`
-among `ImageModels(pool.engines)`: a live view, kept current by the pool like the data
-path's engine map. A model of another backend is a 400 (it does not generate images); a
-ComfyUI model that is not ready answers as the data path would (`ModelPool.route_missing`:
-404 not loaded, 503 failed, or a wait in the queue while it loads).
+The handlers are in `runner/images/handler.py` (`ImagesPath`, `ImageFiles`); this builds
+them on the runner's front-end, pool and jobs. `ImagesPath` routes by `model` among
+`ImageModels(pool.engines)`: a live view, kept current by the pool like the chat path's
+engine map. What a request for a model that is not ready meets is the front-end's and the
+scheduler's answer (a model of another backend is 400, one that is not loaded 404, ...).
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,14 +20,11 @@ from adapters.base import Engine
 from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.store import ImageStore
-from runner.admission import Admission
-from runner.errors import BadRequest
-from runner.images.handler import ImageFiles, ImagesPath, JobSubmitter
-from runner.metrics import Metrics
+from runner.frontend import FrontEnd
+from runner.images.handler import ImageFiles, ImagesPath
+from runner.jobs.http import JobSubmitter
 from runner.pool.pool import ModelPool
 from runner.settings import Settings
-from tenants.config import TenantsConfig
-from tenants.ratelimit import RateLimiter
 
 log = logging.getLogger("quorum.images")
 
@@ -54,28 +48,6 @@ class ImageModels(Mapping[str, ComfyUIEngine]):
         return sum(1 for _ in self)
 
 
-def image_route_missing(pool: ModelPool) -> Callable[[str], None]:
-    """`route_missing` for the image path: 400 for a model that does not generate images,
-    else the pool's answer for a model with no ready engine."""
-
-    def route_missing(model: str) -> None:
-        spec = pool.spec(model)
-        if spec is not None and spec.backend != "comfyui":
-            raise BadRequest(
-                f"model {model!r} does not generate images (backend {spec.backend}); "
-                "image models on this runner: "
-                + (
-                    ", ".join(
-                        sorted(m for m, s in pool.slots.items() if s.spec.backend == "comfyui")
-                    )
-                    or "none"
-                )
-            )
-        pool.route_missing(model)
-
-    return route_missing
-
-
 @dataclass(frozen=True, slots=True)
 class ImageRoutes:
     images: ImagesPath
@@ -84,11 +56,8 @@ class ImageRoutes:
 
 
 def image_routes(
+    front: FrontEnd,
     pool: ModelPool,
-    admission: Admission,
-    limiter: RateLimiter,
-    tenants: TenantsConfig,
-    metrics: Metrics,
     settings: Settings,
     submit_job: JobSubmitter,
     *,
@@ -102,15 +71,10 @@ def image_routes(
         directory = s.images_dir or tempfile.mkdtemp(prefix="quorum-images-")
         store = ImageStore(Path(directory).expanduser(), s.images_url_ttl_s)
     images = ImagesPath(
+        front,
         ImageModels(pool.engines),
         ImageGenerator(store),
-        admission,
-        limiter,
-        tenants,
-        metrics,
         s.max_body_bytes,
-        multi_tenant=s.enable_multi_tenant,
-        route_missing=image_route_missing(pool),
         submit_job=submit_job,
         public_url=s.images_public_url,
     )

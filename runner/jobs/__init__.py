@@ -6,7 +6,7 @@ store.py, signed webhooks in webhooks.py, errors in errors.py.
 """
 
 from runner.jobs.errors import (
-    IllegalTransition,
+    IllegalJobTransition,
     InvalidWebhook,
     JobError,
     JobNotFound,
@@ -22,7 +22,7 @@ from runner.jobs.webhooks import RetryPolicy, WebhookSender, validate_webhook_ur
 __all__ = [
     "Delivery",
     "Failure",
-    "IllegalTransition",
+    "IllegalJobTransition",
     "InvalidWebhook",
     "Job",
     "JobError",

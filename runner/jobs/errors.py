@@ -11,7 +11,7 @@ Exception tree::
         ├── JobStoreUnavailable      503    job_store_unavailable: Redis refused or timed out
         │                                   (Retry-After: 1)
         ├── JobsStopped              503    shutting_down: the runner takes no new jobs
-        └── IllegalTransition        500    illegal_job_transition: a bug, a transition the
+        └── IllegalJobTransition        500    illegal_job_transition: a bug, a transition the
                                             state machine forbids (record.py)
 
 `redis_errors()` is the only place where redis-py's exceptions (and the socket
@@ -40,7 +40,7 @@ JobsStopped = JobError.row(
     "The runner is shutting down; submit the job to another replica",
     headers={"Retry-After": "1"},
 )  # fmt: skip
-IllegalTransition = JobError.row("IllegalTransition", "illegal_job_transition")
+IllegalJobTransition = JobError.row("IllegalJobTransition", "illegal_job_transition")
 
 
 @contextmanager

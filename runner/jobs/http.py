@@ -10,12 +10,34 @@ Errors (404 `job_not_found`, 503 `job_store_unavailable`, ...) are raised as
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import NamedTuple, Protocol
 
-from runner.jobs.manager import JobManager
+from runner.jobs.manager import JobManager, Work
 from runner.jobs.record import Job
 
 JOBS_PATH = "/v1/jobs/"
+
+
+class JobSubmitter(Protocol):
+    """Takes `work` as a job; answers (status, body, headers): 202 with the job."""
+
+    async def __call__(
+        self, kind: str, tenant: str, model: str, work: Work, webhook: str | None
+    ) -> tuple[int, Mapping[str, object], Mapping[str, str]]: ...
+
+
+def job_submitter(manager: JobManager) -> JobSubmitter:
+    """A `JobSubmitter` on the runner's job manager."""
+
+    async def submit(
+        kind: str, tenant: str, model: str, work: Work, webhook: str | None
+    ) -> tuple[int, Mapping[str, object], Mapping[str, str]]:
+        job = await manager.submit(kind, tenant, model, work, webhook)
+        answer = accepted_response(job)
+        return answer.status, answer.body, answer.headers
+
+    return submit
 
 
 class JobResponse(NamedTuple):

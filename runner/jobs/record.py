@@ -10,7 +10,7 @@ State machine (`ALLOWED` below is the same table)::
 
 SUCCEEDED, FAILED and CANCELLED are terminal: after them only webhook
 deliveries are appended (`add_delivery`). Every transition is a pure function
-`(job, ..., now) -> job`; a forbidden one raises `IllegalTransition`. Nothing
+`(job, ..., now) -> job`; a forbidden one raises `IllegalJobTransition`. Nothing
 here reads a clock or does I/O; the manager passes `now`.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from runner.jobs.errors import IllegalTransition
+from runner.jobs.errors import IllegalJobTransition
 
 JOB_ID_RE = re.compile(r"job_[A-Za-z0-9_-]{1,64}")
 
@@ -218,7 +218,7 @@ def _int_or_none(value: float | None) -> int | None:
 
 def _move(job: Job, to: JobStatus) -> None:
     if to not in ALLOWED[job.status]:
-        raise IllegalTransition(f"job {job.id}: {job.status.value} -> {to.value} is not allowed")
+        raise IllegalJobTransition(f"job {job.id}: {job.status.value} -> {to.value} is not allowed")
 
 
 # Transitions: each returns a new Job; the argument is never changed.
@@ -256,7 +256,7 @@ def start(job: Job, now: float) -> Job:
 def report(job: Job, progress: Progress, now: float) -> Job:
     """RUNNING -> RUNNING with new progress (a QUEUED job must `start` first)."""
     if job.status is not JobStatus.RUNNING:
-        raise IllegalTransition(f"job {job.id}: progress while {job.status.value}")
+        raise IllegalJobTransition(f"job {job.id}: progress while {job.status.value}")
     return replace(job, progress=progress, updated_at=now)
 
 
@@ -303,5 +303,5 @@ def cancel(job: Job, now: float, reason: str = "cancelled at the client's reques
 def add_delivery(job: Job, delivery: Delivery, now: float) -> Job:
     """A terminal job records one more webhook attempt; the status does not change."""
     if not job.terminal:
-        raise IllegalTransition(f"job {job.id}: webhook delivery while {job.status.value}")
+        raise IllegalJobTransition(f"job {job.id}: webhook delivery while {job.status.value}")
     return replace(job, deliveries=(*job.deliveries, delivery), updated_at=now)

@@ -12,7 +12,7 @@ Exception tree::
 
 Foreign errors are translated in one place each: `pynvml.NVMLError` in
 `runner/memory/nvml.py` (`_nvml_errors`), redis-py's errors in
-`runner/memory/leases.py` (`_redis_errors`). Placement that does not fit is
+`runner/memory/leases.py` (`_redis_errors`). A placement that does not fit is
 data (`placement.NoFit`), not an exception: the load task reports its reason.
 """
 

@@ -1,7 +1,7 @@
 """Where a model goes: one GPU when it fits, else a split across several. Pure.
 
 The input is each GPU's free memory as accounted (`accounting.free_gpus`), the
-output a `Placement` (GPU ids and MiB per GPU, the amounts to lease) or a
+output a `GpuPlacement` (GPU ids and MiB per GPU, the amounts to lease) or a
 `NoFit` whose reason names the need and the free figures.
 
 Why best fit, not most free: a model that fits one GPU goes to the GPU where it
@@ -32,7 +32,7 @@ class GpuFree:
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
+class GpuPlacement:
     """The GPUs a model uses, in index order, and the MiB it takes on each (the
     leases to acquire, margin excluded); `per_gpu_mb` sums to the need."""
 
@@ -60,7 +60,7 @@ def place(
     gpus: Sequence[GpuFree],
     margin_mb: int = DEFAULT_MARGIN_MB,
     policy: Policy = "best_fit",
-) -> Placement | NoFit:
+) -> GpuPlacement | NoFit:
     """Place a model needing `need_mb` MiB on `gpus`, keeping `margin_mb` free on each.
 
     1. Usable memory of each GPU = free - margin (never below 0).
@@ -84,7 +84,7 @@ def place(
             chosen = min(fitting, key=lambda i: (usable[i], i))
         else:
             chosen = min(fitting, key=lambda i: (-usable[i], i))
-        return Placement((chosen,), {chosen: need_mb})
+        return GpuPlacement((chosen,), {chosen: need_mb})
     # 3. a split over the fewest GPUs
     largest_first = sorted((i for i in usable if usable[i] > 0), key=lambda i: (-usable[i], i))
     picked: list[int] = []
@@ -92,7 +92,7 @@ def place(
         picked.append(index)
         if sum(usable[i] for i in picked) >= need_mb:
             shares = _proportional(need_mb, picked, usable)
-            return Placement(tuple(shares), shares)
+            return GpuPlacement(tuple(shares), shares)
     # 4. impossible
     return _no_fit(need_mb, usable, margin_mb)
 
@@ -123,11 +123,11 @@ def _no_fit(need_mb: int, usable: Mapping[int, int], margin_mb: int) -> NoFit:
     return NoFit(reason, need_mb, dict(usable), need_mb - total)
 
 
-def cuda_visible_devices(placement: Placement) -> str:
+def cuda_visible_devices(placement: GpuPlacement) -> str:
     """The engine's `CUDA_VISIBLE_DEVICES`: "0,1" (with `CUDA_DEVICE_ORDER=PCI_BUS_ID`)."""
     return ",".join(str(index) for index in placement.gpu_ids)
 
 
-def tensor_split(placement: Placement) -> str:
+def tensor_split(placement: GpuPlacement) -> str:
     """The shares in `gpu_ids` order, as llama-server's `--tensor-split` takes them."""
     return ",".join(str(placement.per_gpu_mb[index]) for index in placement.gpu_ids)

@@ -14,7 +14,7 @@ import logging
 from faults import QuorumError
 from runner.memory.accounting import account, free_gpus
 from runner.memory.leases import Lease, LeaseStore
-from runner.memory.placement import NoFit, Placement, cuda_visible_devices, place, tensor_split
+from runner.memory.placement import GpuPlacement, NoFit, cuda_visible_devices, place, tensor_split
 from runner.memory.telemetry import Telemetry
 from runner.models_config import ModelSpec
 from runner.scheduler.errors import ModelDoesNotFit
@@ -31,7 +31,7 @@ class GpuAccounting:
         self.leases = leases
         self.settings = settings
         self.cached_leases: list[Lease] = []  # every holder's, as of the last refresh
-        self._placements: dict[str, Placement] = {}
+        self._placements: dict[str, GpuPlacement] = {}
 
     def holder(self, model: str) -> str:
         return f"{self.settings.runner_id}/{model}"

@@ -43,15 +43,21 @@ def policy_for(
     budget_mb: int | None,
     gpu_total_mb: int | None,
     vllm_gpu_memory_utilization: float,
+    *,
+    sleep_enabled: bool = False,
+    on_gpu: bool = True,
 ) -> ModelPolicy:
     """How the scheduler treats `spec`: memory estimate, slots, pin, priority, ...
 
     1. An engine attached by URL is not our process: never evicted, holds none of our memory.
     2. A vLLM takes its `--gpu-memory-utilization` share of the GPU (`gpu_total_mb`, when
        known) whatever its weights weigh, so that share is its estimate when no budget is given.
+    3. Whether an unload may put it to sleep (`sleep_refusal`: why not).
     """
     if spec.attached:  # 1
-        return ModelPolicy(mem_mb=0, concurrency=spec.slots, pinned=True)
+        return ModelPolicy(
+            mem_mb=0, concurrency=spec.slots, pinned=True, sleep_refusal=_CANNOT_SLEEP
+        )
     if spec.backend == "vllm" and budget_mb is None and gpu_total_mb is not None:  # 2
         budget_mb = round(gpu_total_mb * vllm_gpu_memory_utilization)
     return ModelPolicy(
@@ -62,4 +68,22 @@ def policy_for(
         autoload=spec.autoload,
         keep_alive_s=spec.keep_alive_s,
         restart=spec.restart,
+        sleep_refusal=sleep_refusal(spec, sleep_enabled, on_gpu),  # 3
     )
+
+
+_CANNOT_SLEEP = "mode 'sleep' needs a vLLM model the runner started"
+
+
+def sleep_refusal(spec: ModelSpec, sleep_enabled: bool, on_gpu: bool) -> str | None:
+    """Why an unload of `spec` may not put it to sleep; None when it may."""
+    if spec.backend != "vllm" or spec.attached:
+        return _CANNOT_SLEEP
+    if not sleep_enabled:
+        return "mode 'sleep' needs VLLM_ENABLE_SLEEP_MODE=true"
+    if not on_gpu:
+        return (
+            "mode 'sleep' frees nothing without a GPU (vLLM's sleep mode does nothing on "
+            "a CPU); unload it with mode 'stop'"
+        )
+    return None

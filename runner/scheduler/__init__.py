@@ -2,10 +2,11 @@
 
 from runner.scheduler.config import ModelPolicy, SchedulerConfig
 from runner.scheduler.core import Scheduler
-from runner.scheduler.effects import Effects, ModelEffects
+from runner.scheduler.effects import Effects, ModelEffects, ModelNotice
 from runner.scheduler.errors import (
     ModelDoesNotFit,
     ModelEngineCrashed,
+    ModelFailed,
     ModelLoadFailed,
     ModelNotLoaded,
     ModelUnloading,
@@ -16,7 +17,7 @@ from runner.scheduler.errors import (
     TenantQueueFull,
 )
 from runner.scheduler.loop import SchedulerAdmission, SchedulerObserver
-from runner.scheduler.residency import Residency
+from runner.scheduler.models import ModelState, ModelView
 from runner.scheduler.stats import QueueStats
 
 __all__ = [
@@ -24,14 +25,17 @@ __all__ = [
     "ModelDoesNotFit",
     "ModelEffects",
     "ModelEngineCrashed",
+    "ModelFailed",
     "ModelLoadFailed",
     "ModelNotLoaded",
+    "ModelNotice",
     "ModelPolicy",
+    "ModelState",
     "ModelUnloading",
+    "ModelView",
     "QueueFull",
     "QueueStats",
     "QueueTimeout",
-    "Residency",
     "Scheduler",
     "SchedulerAdmission",
     "SchedulerConfig",

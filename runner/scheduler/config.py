@@ -22,9 +22,11 @@ class ModelPolicy:
       operator's own configuration); otherwise such a request gets 404
       `model_not_loaded` until a governed load.
     - `keep_alive_s`: a ready model idle this long is unloaded; `None` keeps it.
-    - `restart`: after a crash the pool restarts it, and its waiters keep waiting.
+    - `restart`: after a crash it is started again (after a backoff), and its waiters
+      keep waiting.
     - `drain_timeout_s`: longest wait for in-flight requests before it is
       stopped anyway; `None` takes the scheduler's `drain_timeout_s`.
+    - `sleep_refusal`: why an unload may not put it to sleep (None: it may).
     """
 
     mem_mb: int
@@ -35,6 +37,7 @@ class ModelPolicy:
     keep_alive_s: float | None = None
     restart: bool = False
     drain_timeout_s: float | None = None
+    sleep_refusal: str | None = "it cannot sleep"
 
     def __post_init__(self) -> None:
         if self.mem_mb < 0:
@@ -77,6 +80,12 @@ class SchedulerConfig:
       load took (see `lifecycle.py`).
     - `drain_timeout_s`: how long an unloading or evicted model's in-flight
       requests may run before it is stopped anyway (the pool cancels the rest).
+    - `restart_backoff_s`: a `restart` model's engine that crashed is started again
+      after these delays (the n-th crash in a row waits the n-th, the last repeats).
+    - `max_restarts`: crashes in a row after which it stays failed (a crash loop);
+      a model ready for `restart_window_s` starts counting again.
+    - `failed_retry_after_s`: `Retry-After` of a request refused because its model
+      failed and will not come back by itself.
     """
 
     max_queue_depth: int = 16
@@ -94,8 +103,14 @@ class SchedulerConfig:
     stats_window_s: float = 60.0
     swap_max_wait_s: float = 30.0
     drain_timeout_s: float = 60.0
+    restart_backoff_s: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+    max_restarts: int = 5
+    restart_window_s: float = 300.0
+    failed_retry_after_s: int = 30
 
     def __post_init__(self) -> None:
+        if not self.restart_backoff_s or min(self.restart_backoff_s) < 0:
+            raise ValueError("restart_backoff_s must be non-empty and >= 0")
         if self.max_queue_depth < 0:
             raise ValueError("max_queue_depth must be >= 0")
         if self.default_concurrency < 1 or any(c < 1 for c in self.model_concurrency.values()):

@@ -1,9 +1,16 @@
-"""The scheduler: a pure state machine over requests waiting for engine slots.
+"""The scheduler: one pure state machine over requests and the models they need.
 
 One `Scheduler` owns all scheduling state. It is fed events one at a time
-(`handle`, or the `on_*` methods directly), decides, and acts only through
-`Effects`. It reads no clock (every event carries its time), does no I/O,
-and needs no lock: `loop.py` calls it from a single asyncio task.
+(`handle`), decides, and acts only through `Effects`. It reads no clock (every
+event carries its time), does no I/O, and needs no lock: `loop.py` calls it from
+the event loop's one thread.
+
+It is one class by composition: this file holds the request half (waiting room,
+fair-share counters, in-flight counts, wait statistics) and the request events;
+`models.ModelTable` holds each model's record and `models.admission` decides what a
+request for it meets; `lifecycle.ModelLifecycle` handles the model events and
+`swaps.Swaps` plans loads, swaps, drains, keep-alive and restarts. Both reach the
+request half only through the `swaps.Requests` methods below.
 
 Order of service when a model's slot frees:
 1. priority band: high, then normal, then low (a low request waiting longer
@@ -11,17 +18,16 @@ Order of service when a model's slot frees:
 2. within a band, fair share across tenants by weighted service (VTC, see
    `tenants/fairness.py`); with `fair=False`, plain arrival order;
 3. FIFO within a tenant.
-
-Models are either always ready (attached engines: `model_concurrency`) or
-managed: loaded, evicted and unloaded by the pool on the scheduler's word
-(`lifecycle.py` holds that half: `Lifecycle`, which this class extends).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
+from faults import QuorumError
+from runner.scheduler.config import SchedulerConfig
+from runner.scheduler.effects import Effects
 from runner.scheduler.errors import (
-    ModelNotLoaded,
-    ModelUnloading,
     QueueFull,
     QueueTimeout,
     SchedulerError,
@@ -31,32 +37,49 @@ from runner.scheduler.errors import (
 from runner.scheduler.events import (
     Band,
     Event,
+    LoadCancelled,
     LoadFailed,
     LoadRequested,
     ModelCrashed,
     ModelReady,
+    ModelSlept,
     ModelStopped,
     RequestArrived,
     RequestCancelled,
+    RunnerStopping,
     ServeDone,
-    Shutdown,
     Tick,
     Ticket,
     UnloadRequested,
 )
-from runner.scheduler.eviction import Phase
-from runner.scheduler.lifecycle import Lifecycle
-from runner.scheduler.residency import Gate, Residency
-from runner.scheduler.stats import QueueStats, retry_after_s
-from tenants.fairness import service_cost
+from runner.scheduler.lifecycle import ModelLifecycle
+from runner.scheduler.models import Gate, ModelState, ModelTable, ModelView, admission
+from runner.scheduler.stats import DrainMeter, QueueStats, WaitWindow, retry_after_s
+from runner.scheduler.swaps import Swaps
+from runner.scheduler.waiting import WaitingRoom
+from tenants.fairness import VirtualTokenCounter, service_cost
 
 
-class Scheduler(Lifecycle):
-    """The whole state machine: `Lifecycle`'s state and model events, and the request events."""
+class Scheduler:
+    """The whole state machine; see the module docstring."""
+
+    def __init__(self, config: SchedulerConfig, effects: Effects, *, started_at: float) -> None:
+        self.config = config
+        self._effects = effects
+        self._waiting = WaitingRoom()
+        self._vtc = VirtualTokenCounter(config.tenant_weights, config.default_weight)
+        self._in_flight: Counter[str] = Counter()
+        self._serving: dict[int, Ticket] = {}
+        self._waits = WaitWindow(config.stats_window_s)
+        self._drain = DrainMeter(config.stats_window_s, started_at)
+        self.table = ModelTable(config)
+        self.swaps = Swaps(config, self.table, self, effects)
+        self.lifecycle = ModelLifecycle(config, self.table, self.swaps, self, effects)
 
     # -- events ------------------------------------------------------------------
 
     def handle(self, event: Event) -> None:
+        self._catch_up(event.at)
         match event:
             case RequestArrived():
                 self.on_request(event)
@@ -66,33 +89,35 @@ class Scheduler(Lifecycle):
                 self.on_serve_done(event)
             case Tick():
                 self.on_tick(event)
-            case LoadRequested():
-                self.on_load_requested(event)
-            case ModelReady():
-                self.on_model_ready(event)
-            case LoadFailed():
-                self.on_load_failed(event)
-            case UnloadRequested():
-                self.on_unload_requested(event)
-            case ModelStopped():
-                self.on_model_stopped(event)
-            case ModelCrashed():
-                self.on_model_crashed(event)
-            case Shutdown():
+            case RunnerStopping():
                 self.on_shutdown(event)
+            case LoadRequested():
+                self.lifecycle.on_load_requested(event)
+            case LoadCancelled():
+                self.lifecycle.on_load_cancelled(event)
+            case ModelReady():
+                self.lifecycle.on_model_ready(event)
+            case LoadFailed():
+                self.lifecycle.on_load_failed(event)
+            case UnloadRequested():
+                self.lifecycle.on_unload_requested(event)
+            case ModelStopped():
+                self.lifecycle.on_model_stopped(event)
+            case ModelSlept():
+                self.lifecycle.on_model_slept(event)
+            case ModelCrashed():
+                self.lifecycle.on_model_crashed(event)
 
     def on_request(self, event: RequestArrived) -> None:
         """Grant, queue or refuse one arriving request.
 
-        1. Bring the queue up to the event's time (timeouts, aging).
-        2. After shutdown, refuse.
-        3. By the model's state: not loaded (and not `autoload`): refuse with
-           `ModelNotLoaded`; being unloaded: refuse with `ModelUnloading`; ready
-           with a free slot (so nobody waits for it): grant at once. Otherwise
-           (full, loading, being swapped in or out) it may wait.
-        4. The tenant at its queue cap: refuse with `TenantQueueFull`.
-        5. The queue at `max_queue_depth`: refuse with `QueueFull`.
-        6. Otherwise wait; a tenant joining the backlog gets its counter lifted.
+        1. After shutdown, refuse.
+        2. By its model (`models.admission`): refused (unknown, not loaded, unloading,
+           failed); open with a free slot (so nobody waits for it): granted at once.
+           Otherwise (full, loading, wanted, restarting, coming back) it may wait.
+        3. The tenant at its queue cap: refuse with `TenantQueueFull`.
+        4. The queue at `max_queue_depth`: refuse with `QueueFull`.
+        5. Otherwise wait; a tenant joining the backlog gets its counter lifted.
            An `autoload` model that is not resident is now wanted: plan its load.
         """
         now = event.at
@@ -105,61 +130,41 @@ class Scheduler(Lifecycle):
             arrived_at=now,
         )
         model = ticket.model
-        # 1
-        self._catch_up(now)
-        # 2
-        if self._stopped:
+        if self.swaps.stopped:  # 1
             self._effects.reject(ticket, SchedulerStopped(retry_after=1))
             return
-        # 3
-        gate = self._gate(model)
-        if gate is Gate.ABSENT:
-            self._effects.reject(ticket, ModelNotLoaded(model=model))
-            return
-        if gate is Gate.UNLOADING:
-            self._effects.reject(ticket, ModelUnloading(model=model, reason="it is being unloaded"))
+        gate = self.gate(model)  # 2
+        if not isinstance(gate, Gate):
+            self._effects.reject(ticket, gate)
             return
         if gate is Gate.OPEN and self._in_flight[model] < self._concurrency(model):
             self._vtc.on_backlogged(ticket.tenant, self._waiting.tenants())
             self._grant(ticket, now)
             return
-        # 4
-        cap = self.config.tenant_queue_cap(ticket.tenant)
+        cap = self.config.tenant_queue_cap(ticket.tenant)  # 3
         mine = self._waiting.tenant_depth(ticket.tenant)
         if cap is not None and mine >= cap:
-            retry = self._retry_after(now, mine + 1)
-            self._effects.reject(
-                ticket,
-                TenantQueueFull(
-                    tenant=ticket.tenant,
-                    tenantQueueDepth=mine,
-                    tenantMaxDepth=cap,
-                    retry_after=retry,
-                ),
-            )
+            error: SchedulerError = TenantQueueFull(
+                tenant=ticket.tenant, tenantQueueDepth=mine, tenantMaxDepth=cap,
+                retry_after=self._retry_after(now, mine + 1),
+            )  # fmt: skip
+            self._effects.reject(ticket, error)
             return
-        # 5
-        depth = len(self._waiting)
+        depth = len(self._waiting)  # 4
         if depth >= self.config.max_queue_depth:
-            retry = self._retry_after(now, depth + 1)
-            avg = self._waits.avg_ms(now)
-            self._effects.reject(
-                ticket,
-                QueueFull(
-                    queueDepth=depth,
-                    maxDepth=self.config.max_queue_depth,
-                    avgWaitMs=avg,
-                    retry_after=retry,
-                ),
-            )
+            error = QueueFull(
+                queueDepth=depth, maxDepth=self.config.max_queue_depth,
+                avgWaitMs=self._waits.avg_ms(now), retry_after=self._retry_after(now, depth + 1),
+            )  # fmt: skip
+            self._effects.reject(ticket, error)
             return
-        # 6
-        self._vtc.on_backlogged(ticket.tenant, self._waiting.tenants())
+        self._vtc.on_backlogged(ticket.tenant, self._waiting.tenants())  # 5
         self._waiting.add(ticket)
         if gate is Gate.AUTOLOAD:
-            self._want(model, self._policies[model], None, now, governed=False)
+            record = self.table.records[model]
+            self.swaps.want(model, record.policy, None, now, governed=False)
         if gate is not Gate.OPEN:
-            self._advance(now)
+            self.swaps.advance(now)
 
     def on_cancel(self, event: RequestCancelled) -> None:
         """Withdraw a caller that went away.
@@ -168,7 +173,6 @@ class Scheduler(Lifecycle):
         2. Otherwise (in flight, already ended, unknown): nothing; a request in
            flight ends with its `ServeDone`.
         """
-        self._catch_up(event.at)
         ticket = self._waiting.remove(event.ticket_id)
         if ticket is not None:
             self._left_queue(ticket)
@@ -183,50 +187,64 @@ class Scheduler(Lifecycle):
         5. Move model lifecycles on (a draining model may now be stopped).
         """
         now = event.at
-        self._catch_up(now)
-        # 1
-        ticket = self._serving.pop(event.ticket_id, None)
+        ticket = self._serving.pop(event.ticket_id, None)  # 1
         if ticket is None:
             return
-        # 2
-        model = ticket.model
+        model = ticket.model  # 2
         self._in_flight[model] -= 1
         if self._in_flight[model] <= 0:
             del self._in_flight[model]
         self._drain.record(now)
         self._touch(model, now)
-        # 3
-        if event.usage is not None:
+        if event.usage is not None:  # 3
             actual = service_cost(event.usage.input_tokens, event.usage.output_tokens)
             self._vtc.correct(ticket.tenant, ticket.cost, actual)
-        # 4
-        self._dispatch(model, now)
-        # 5
-        self._advance(now)
+        self.dispatch(model, now)  # 4
+        self.swaps.advance(now)  # 5
 
     def on_tick(self, event: Tick) -> None:
-        """Time passed: time out and promote waiters, expire keep-alives, move lifecycles on."""
-        self._catch_up(event.at)
-        self._keep_alive(event.at)
-        self._advance(event.at)
+        """Time passed: time out and promote waiters (done on every event), expire
+        keep-alives, start due restarts, move lifecycles on."""
+        self.swaps.keep_alive(event.at)
+        self.swaps.advance(event.at)
 
-    def on_shutdown(self, event: Shutdown) -> None:
+    def on_shutdown(self, event: RunnerStopping) -> None:
         """Refuse every waiter and every later arrival; in-flight requests run out.
 
         Wanted loads are dropped; the pool tears the engines down itself.
         """
-        self._stopped = True
-        self._wants.clear()
+        self.swaps.stopped = True
+        for model, want in list(self.table.wants.items()):
+            del self.table.wants[model]
+            if want.governed:
+                record = self.table.records[model]
+                self.swaps.notify(model, record, refused="the runner is shutting down")
         for ticket in self._waiting:
             self._drop(ticket, SchedulerStopped(retry_after=1))
 
     # -- queries (read-only; safe to call between events) --------------------------
+
+    def gate(self, model: str) -> Gate | QuorumError:
+        """What a request for `model` meets now (`models.admission`)."""
+        return admission(
+            model,
+            self.table.get(model),
+            model in self.table.wants,
+            self.table.records.keys(),
+            self.config.failed_retry_after_s,
+        )
 
     def queue_depth(self) -> int:
         return len(self._waiting)
 
     def in_flight(self, model: str) -> int:
         return self._in_flight[model]
+
+    def waiting(self, model: str) -> int:
+        return self._waiting.model_depth(model)
+
+    def top_band(self, model: str) -> Band | None:
+        return self._waiting.top_band(model)
 
     def is_waiting(self, ticket_id: int) -> bool:
         return ticket_id in self._waiting
@@ -254,84 +272,39 @@ class Scheduler(Lifecycle):
         """What a refusal would say right now, for a request joining the back of the queue."""
         return self._retry_after(now, len(self._waiting) + 1)
 
-    def resident(self) -> dict[str, Residency]:
-        """Every managed model holding memory (loading, ready, draining, stopping)."""
+    def models(self) -> dict[str, ModelView]:
+        """Every model the scheduler knows, as the rest of the runner reads it."""
         return {
-            model: slot.view(model, self._in_flight[model], self._waiting.model_depth(model))
-            for model, slot in self._slots.items()
+            model: record.view(model, self._in_flight[model], self._waiting.model_depth(model))
+            for model, record in self.table.records.items()
         }
 
+    def resident(self) -> dict[str, ModelView]:
+        """The models holding memory (loading, ready, draining, stopping, asleep)."""
+        return {m: v for m, v in self.models().items() if v.state.holds_memory}
+
     def loading(self) -> list[str]:
-        return [m for m, slot in self._slots.items() if slot.phase is Phase.LOADING]
+        return [m for m, r in self.table.records.items() if r.state is ModelState.LOADING]
 
     def wanted(self) -> dict[str, tuple[str, ...]]:
-        """Models waiting for memory to load, with the victims chosen for each (in plan order)."""
-        return {w.model: w.victims for w in self._ordered_wants()}
+        """Models waiting for memory to load, with the victims chosen for each."""
+        return {model: want.victims for model, want in self.table.wants.items()}
 
     def status(self, model: str) -> str:
-        """`ready` | `loading` | `draining` | `stopping` | `queued` (wanted) | `absent`."""
-        slot = self._slots.get(model)
-        if slot is not None:
-            return slot.phase.value
-        if model in self._wants:
+        """The model's state (`models.ModelState`); `queued` while it holds nothing and a
+        load of it waits for memory."""
+        record = self.table.get(model)
+        if record is not None and record.state.holds_memory:
+            return record.state.value
+        if model in self.table.wants:
             return "queued"
-        return "ready" if self._always_ready(model) else "absent"
+        return record.state.value if record is not None else ModelState.ABSENT.value
 
-    # -- decisions ---------------------------------------------------------------
+    # -- the request half, also used by the model half (`swaps.Requests`) ------------
 
-    def _catch_up(self, now: float) -> None:
-        """Bring the queue up to `now`.
-
-        1. Waiters older than the queue timeout are refused with `QueueTimeout`.
-        2. Low waiters older than the aging age move to normal.
-        """
-        # 1
-        timeout = self.config.queue_timeout_s
-        if timeout is not None:
-            for ticket in self._waiting.overdue(now, timeout):
-                waited_ms = round(1000 * (now - ticket.arrived_at))
-                retry = self._retry_after(now, len(self._waiting))
-                self._drop(
-                    ticket,
-                    QueueTimeout(
-                        queueWaitMs=waited_ms,
-                        queueTimeoutMs=round(1000 * timeout),
-                        retry_after=retry,
-                    ),
-                )
-        # 2
-        if self.config.low_aging_s is not None and self._waiting.band_depth(Band.LOW):
-            self._waiting.promote_low(now, self.config.low_aging_s)
-
-    def _gate(self, model: str) -> Gate:
-        slot = self._slots.get(model)
-        if slot is None:
-            if model in self._wants:
-                return Gate.QUEUE
-            if self._always_ready(model):
-                return Gate.OPEN
-            policy = self._policies.get(model)
-            return Gate.AUTOLOAD if policy is not None and policy.autoload else Gate.ABSENT
-        if slot.unloading:
-            return Gate.UNLOADING
-        if slot.phase is Phase.READY:
-            return Gate.OPEN
-        if slot.phase is Phase.LOADING or slot.policy.autoload or model in self._wants:
-            return Gate.QUEUE
-        return Gate.UNLOADING  # evicted, and it does not come back on demand
-
-    def _concurrency(self, model: str) -> int:
-        slot = self._slots.get(model)
-        return self.config.concurrency(model) if slot is None else slot.concurrency
-
-    def _touch(self, model: str, now: float) -> None:
-        slot = self._slots.get(model)
-        if slot is not None:
-            slot.last_used = now
-
-    def _dispatch(self, model: str, now: float) -> None:
+    def dispatch(self, model: str, now: float) -> None:
         """Fill an open model's free slots from its waiters, in service order."""
-        if self._gate(model) is not Gate.OPEN:
+        if self.gate(model) is not Gate.OPEN:
             return
         while self._in_flight[model] < self._concurrency(model):
             ticket = self._waiting.take(model, self._choose)
@@ -339,6 +312,39 @@ class Scheduler(Lifecycle):
                 return
             self._left_queue(ticket)
             self._grant(ticket, now)
+
+    def reject_waiters(self, model: str, error: SchedulerError) -> None:
+        for ticket in self._waiting.for_model(model):
+            self._drop(ticket, error)
+
+    # -- decisions ---------------------------------------------------------------
+
+    def _catch_up(self, now: float) -> None:
+        """Bring the queue up to `now` (every event does, first).
+
+        1. Waiters older than the queue timeout are refused with `QueueTimeout`.
+        2. Low waiters older than the aging age move to normal.
+        """
+        timeout = self.config.queue_timeout_s  # 1
+        if timeout is not None:
+            for ticket in self._waiting.overdue(now, timeout):
+                waited_ms = round(1000 * (now - ticket.arrived_at))
+                retry = self._retry_after(now, len(self._waiting))
+                error = QueueTimeout(
+                    queueWaitMs=waited_ms, queueTimeoutMs=round(1000 * timeout), retry_after=retry
+                )
+                self._drop(ticket, error)
+        if self.config.low_aging_s is not None and self._waiting.band_depth(Band.LOW):  # 2
+            self._waiting.promote_low(now, self.config.low_aging_s)
+
+    def _concurrency(self, model: str) -> int:
+        record = self.table.get(model)
+        return self.config.concurrency(model) if record is None else record.concurrency
+
+    def _touch(self, model: str, now: float) -> None:
+        record = self.table.records.get(model)
+        if record is not None:
+            record.last_used = now
 
     def _choose(self, heads: list[Ticket]) -> Ticket:
         """Among tenants' heads (oldest first): least served tenant, or the oldest if not fair."""
@@ -358,7 +364,7 @@ class Scheduler(Lifecycle):
         self._waits.record(now, wait_s)
         self._touch(ticket.model, now)
 
-    def _drop(self, ticket: Ticket, error: SchedulerError) -> None:
+    def _drop(self, ticket: Ticket, error: QuorumError) -> None:
         self._waiting.remove(ticket.ticket_id)
         self._left_queue(ticket)
         self._effects.reject(ticket, error)

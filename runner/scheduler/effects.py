@@ -1,20 +1,22 @@
 """The scheduler's only window onto the world.
 
 The scheduler decides; whoever implements `Effects` acts. `loop.py` implements
-the request half with asyncio futures and hands the model half to the model
-pool (`ModelEffects`); tests and `bench/swap` implement both with recorders
-and simulators. No method may call back into the scheduler: results come back
-later as events (`ModelReady`, `LoadFailed`, `ModelStopped`, `ServeDone`).
+the request half with asyncio futures, hands the model half to the model pool
+(`ModelEffects`) and passes `notify` on to whoever listens (load tasks, unloads,
+metrics); tests and `bench/` implement all of it with recorders and simulators.
+No method may call back into the scheduler: results come back later as events
+(`ModelReady`, `LoadFailed`, `ModelStopped`, `ModelSlept`, `ServeDone`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
+from faults import QuorumError
 from runner.scheduler.config import ModelPolicy
-from runner.scheduler.errors import SchedulerError
 from runner.scheduler.events import Ticket
+from runner.scheduler.models import ModelView
 
 
 class RequestEffects(Protocol):
@@ -26,7 +28,7 @@ class RequestEffects(Protocol):
         """
         ...
 
-    def reject(self, ticket: Ticket, error: SchedulerError) -> None:
+    def reject(self, ticket: Ticket, error: QuorumError) -> None:
         """Refuse the caller with `error` (queue full, timeout, shutdown, model errors)."""
         ...
 
@@ -35,22 +37,15 @@ class ModelEffects(Protocol):
     """What the model pool does for the scheduler, and the one thing it measures for it."""
 
     def start_load(self, model: str, policy: ModelPolicy) -> None:
-        """Begin loading `model`; answer later with `ModelReady` or `LoadFailed`.
-
-        The scheduler reserves `policy.mem_mb` in its own accounting from this call
-        until `ModelReady` (then the measured size) or `LoadFailed`.
+        """Begin loading `model` (or waking it up); answer later with `ModelReady` or
+        `LoadFailed`. The scheduler reserves `policy.mem_mb` in its own accounting from
+        this call until `ModelReady` (then the measured size) or `LoadFailed`.
         """
         ...
 
-    def stop_models(self, models: Sequence[str]) -> None:
-        """Stop these engines (drained, or past their drain timeout: cancel what is left).
-
-        Answer each with `ModelStopped`.
-        """
-        ...
-
-    def load_refused(self, model: str, reason: str) -> None:
-        """A wanted load can never fit; a governed load task fails with `reason`."""
+    def stop_model(self, model: str, sleep: bool) -> None:
+        """Stop this engine (drained, or past its drain timeout: cancel what is left), or
+        put it to sleep; answer with `ModelStopped` or `ModelSlept`."""
         ...
 
     def free_memory_mb(self) -> int:
@@ -66,5 +61,24 @@ class ModelEffects(Protocol):
         ...
 
 
-class Effects(RequestEffects, ModelEffects, Protocol):
+@dataclass(frozen=True, slots=True)
+class ModelNotice:
+    """What the scheduler tells listeners about one model, each time it changes.
+
+    `view` is the model now; `refused` says why a wanted load can never happen (it
+    does not fit, the runner stops); `freed_mb` what a stop or a sleep freed.
+    """
+
+    view: ModelView
+    refused: str | None = None
+    freed_mb: int | None = None
+
+
+class NoticeEffects(Protocol):
+    def notify(self, notice: ModelNotice) -> None:
+        """A model changed state (or a load was refused): tell whoever listens."""
+        ...
+
+
+class Effects(RequestEffects, ModelEffects, NoticeEffects, Protocol):
     """Everything the scheduler core calls."""

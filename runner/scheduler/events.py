@@ -7,9 +7,9 @@ scheduler never reads a clock itself.
 
 Requests: `RequestArrived`, `RequestCancelled`, `ServeDone`. Time: `Tick`.
 Model lifecycle, from the API and the model pool: `LoadRequested`,
-`UnloadRequested` (asked for), `ModelReady`, `LoadFailed`, `ModelStopped`,
-`ModelCrashed` (reported by the pool, which acts on `Effects.start_load` and
-`Effects.stop_models`). `Shutdown` ends it all.
+`LoadCancelled`, `UnloadRequested` (asked for), `ModelReady`, `LoadFailed`, `ModelStopped`,
+`ModelSlept`, `ModelCrashed` (reported by the pool, which acts on
+`Effects.start_load` and `Effects.stop_model`). `RunnerStopping` ends it all.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class Tick:
 
 
 @dataclass(frozen=True, slots=True)
-class Shutdown:
+class RunnerStopping:
     """The runner stops: every waiting request is refused."""
 
     at: float
@@ -118,6 +118,14 @@ class LoadRequested:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadCancelled:
+    """A governed load is called off: forget the want, or stop the start in progress."""
+
+    model: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class ModelReady:
     """The pool finished loading `model`: `mem_mb` is measured, `concurrency` its slots."""
 
@@ -129,39 +137,66 @@ class ModelReady:
 
 @dataclass(frozen=True, slots=True)
 class LoadFailed:
-    """The pool could not load `model` (download, start, health); `reason` says why."""
+    """The pool could not load `model` (start, health); `reason` says why in words fit
+    for any tenant (never engine log lines), `exit_code` the engine's if it exited.
+    `cancelled`: the load was called off (it ends absent, not failed)."""
 
     model: str
     reason: str
     at: float
+    exit_code: int | None = None
+    cancelled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class UnloadRequested:
-    """Stop admitting requests for `model`, drain the ones in flight, then stop it."""
+    """Stop admitting requests for `model`, drain the ones in flight, then stop it
+    (`sleep`: put it to sleep instead, vLLM's warm standby)."""
 
     model: str
     at: float
+    sleep: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class ModelStopped:
-    """The pool stopped `model`'s engine (asked to, or it exited): its memory is free."""
+    """The pool stopped `model`'s engine (asked to, or it exited): its memory is free;
+    `freed_mb` is what the pool measured it held."""
 
     model: str
+    at: float
+    freed_mb: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSlept:
+    """The pool put `model`'s engine to sleep: it still holds `mem_mb`; `freed_mb` left."""
+
+    model: str
+    mem_mb: int
+    freed_mb: int
     at: float
 
 
 @dataclass(frozen=True, slots=True)
 class ModelCrashed:
-    """`model`'s engine died unasked; the pool restarts it if the policy says `restart`."""
+    """`model`'s engine died unasked (`reason` in words fit for any tenant, `exit_code`
+    negative for a signal); the scheduler decides whether it is started again."""
 
     model: str
     reason: str
     at: float
+    exit_code: int | None = None
 
 
-LifecycleEvent = (
-    LoadRequested | ModelReady | LoadFailed | UnloadRequested | ModelStopped | ModelCrashed
+ModelEvent = (
+    LoadRequested
+    | LoadCancelled
+    | ModelReady
+    | LoadFailed
+    | UnloadRequested
+    | ModelStopped
+    | ModelSlept
+    | ModelCrashed
 )
-Event = RequestArrived | RequestCancelled | ServeDone | Tick | Shutdown | LifecycleEvent
+Event = RequestArrived | RequestCancelled | ServeDone | Tick | RunnerStopping | ModelEvent

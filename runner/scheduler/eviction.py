@@ -14,16 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
-
-class Phase(StrEnum):
-    """Where a model is in its life: loading → ready → draining → stopping → gone."""
-
-    LOADING = "loading"  # start_load was called; memory is reserved
-    READY = "ready"  # serving
-    DRAINING = "draining"  # no new requests; waits for in-flight ones to finish
-    STOPPING = "stopping"  # stop_models was called; waits for ModelStopped
+from runner.scheduler.models import LEAVING, ModelState
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +32,7 @@ class Resident:
     """A model holding memory: its state, policy and use."""
 
     model: str
-    state: Phase
+    state: ModelState
     mem_mb: int
     pinned: bool = False
     priority: int = 0
@@ -84,6 +76,7 @@ class Impossible:
 
 
 Plan = Fits | Evict | Wait | Impossible
+_EVICTABLE = (ModelState.READY, ModelState.SLEEPING)
 
 
 def plan(
@@ -99,7 +92,7 @@ def plan(
        Otherwise, if `target` fits in `free_mb`: `Fits`.
     2. Sort the others' memory: leaving (draining or stopping: on its way back),
        loading (never a victim; evictable once ready unless pinned), pinned
-       (never a victim), evictable (ready and not pinned).
+       (never a victim), evictable (ready or asleep, and not pinned).
     3. Even free + leaving + evictable + unpinned loading falls short: `Impossible`,
        naming need, free, evictable, pinned, loading and leaving MB.
     4. What is leaving (and `evict_first`) covers the shortfall: evict just
@@ -117,16 +110,16 @@ def plan(
     others = [r for r in resident if r.model != target.model]
     # 1
     first = next(
-        (r for r in others if r.model == evict_first and r.state is Phase.READY and not r.pinned),
+        (r for r in others if r.model == evict_first and r.state in _EVICTABLE and not r.pinned),
         None,
     )
     if first is None and need <= free_mb:
         return Fits(free_mb)
     # 2
-    leaving = sum(r.mem_mb for r in others if r.state in (Phase.DRAINING, Phase.STOPPING))
-    loading = sum(r.mem_mb for r in others if r.state is Phase.LOADING and not r.pinned)
+    leaving = sum(r.mem_mb for r in others if r.state in LEAVING)
+    loading = sum(r.mem_mb for r in others if r.state is ModelState.LOADING and not r.pinned)
     pinned = sum(r.mem_mb for r in others if r.pinned)
-    evictable = [r for r in others if r.state is Phase.READY and not r.pinned]
+    evictable = [r for r in others if r.state in _EVICTABLE and not r.pinned]
     evictable_mb = sum(r.mem_mb for r in evictable)
     # 3
     if need > free_mb + leaving + evictable_mb + loading:
@@ -143,7 +136,7 @@ def plan(
             return Evict((first.model,), max(short, 0), freed)
         return Wait(f"{leaving} MB being freed covers the {need - free_mb} MB short")
     # 5
-    still_loading = [r.model for r in others if r.state is Phase.LOADING]
+    still_loading = [r.model for r in others if r.state is ModelState.LOADING]
     if still_loading:
         return Wait(f"{short} MB short; evicting once {', '.join(still_loading)} has loaded")
     # 6

@@ -19,8 +19,10 @@ re-entered.
 
 The model pool plugs in as the `ModelEffects` (`models=` or `attach_models`)
 and reports back with `model_ready`, `load_failed`, `model_stopped`,
-`model_crashed`; the API asks with `request_load` / `request_unload`. Each
-stamps the event with the injected clock.
+`model_slept`, `model_crashed`; the API asks with `request_load` /
+`request_unload`. Each stamps the event with the injected clock. Whoever wants to
+follow the models (load tasks, unloads, metrics) subscribes to the scheduler's
+`ModelNotice`s with `listen`: each is delivered at once, on the loop's thread.
 """
 
 from __future__ import annotations
@@ -31,32 +33,35 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from faults import QuorumError
 from runner.admission import AdmissionRequest, Grant, Usage
 from runner.scheduler.config import ModelPolicy, SchedulerConfig
 from runner.scheduler.core import Scheduler
-from runner.scheduler.effects import ModelEffects
+from runner.scheduler.effects import ModelEffects, ModelNotice
 from runner.scheduler.errors import SchedulerError, SchedulerStopped
 from runner.scheduler.events import (
     Band,
     Event,
+    LoadCancelled,
     LoadFailed,
     LoadRequested,
     ModelCrashed,
     ModelReady,
+    ModelSlept,
     ModelStopped,
     RequestArrived,
     RequestCancelled,
+    RunnerStopping,
     ServeDone,
-    Shutdown,
     Tick,
     Ticket,
     UnloadRequested,
 )
-from runner.scheduler.residency import Residency
+from runner.scheduler.models import Gate, ModelView, unload_refusal
 from runner.scheduler.stats import QueueStats
 
 log = logging.getLogger("quorum.scheduler")
@@ -91,23 +96,17 @@ class ScheduledGrant(Grant):
 
 
 class NoModels:
-    """`ModelEffects` while no model pool is attached: no memory, so loads are refused.
+    """`ModelEffects` while no model pool is attached: no memory, so nothing loads.
 
     Only reached if the config names managed models (`SchedulerConfig.models`)
     or something posts a load without a pool; attached engines never need it.
     """
 
-    def __init__(self) -> None:
-        self.refusals: deque[str] = deque(maxlen=16)
-
     def start_load(self, model: str, policy: ModelPolicy) -> None:
         log.error("no model pool attached: cannot load %s", model)
 
-    def stop_models(self, models: Sequence[str]) -> None:
-        log.error("no model pool attached: cannot stop %s", ", ".join(models))
-
-    def load_refused(self, model: str, reason: str) -> None:
-        self.refusals.append(model)
+    def stop_model(self, model: str, sleep: bool) -> None:
+        log.error("no model pool attached: cannot stop %s", model)
 
     def free_memory_mb(self) -> int:
         return 0
@@ -116,12 +115,16 @@ class NoModels:
         log.info("%s", text)
 
 
+Listener = Callable[[ModelNotice], None]
+
+
 class _FutureEffects:
     """`Effects` over the callers' futures, keyed by ticket id; models go to the pool."""
 
     def __init__(self, observer: SchedulerObserver, models: ModelEffects) -> None:
         self.waiters: dict[int, asyncio.Future[ScheduledGrant]] = {}
         self.models = models
+        self.listeners: list[Listener] = []
         self._observer = observer
 
     def grant(self, ticket: Ticket, queue_wait_ms: int) -> bool:
@@ -132,7 +135,7 @@ class _FutureEffects:
         self._observer.on_granted(ticket.tenant, ticket.band.label, queue_wait_ms / 1000)
         return True
 
-    def reject(self, ticket: Ticket, error: SchedulerError) -> None:
+    def reject(self, ticket: Ticket, error: QuorumError) -> None:
         future = self.waiters.get(ticket.ticket_id)
         if future is not None and not future.done():
             future.set_exception(error)
@@ -141,17 +144,21 @@ class _FutureEffects:
     def start_load(self, model: str, policy: ModelPolicy) -> None:
         self.models.start_load(model, policy)
 
-    def stop_models(self, models: Sequence[str]) -> None:
-        self.models.stop_models(models)
-
-    def load_refused(self, model: str, reason: str) -> None:
-        self.models.load_refused(model, reason)
+    def stop_model(self, model: str, sleep: bool) -> None:
+        self.models.stop_model(model, sleep)
 
     def free_memory_mb(self) -> int:
         return self.models.free_memory_mb()
 
     def log_decision(self, text: str) -> None:
         self.models.log_decision(text)
+
+    def notify(self, notice: ModelNotice) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(notice)
+            except Exception:  # one listener's bug must not stop scheduling
+                log.exception("model listener failed on %r", notice)
 
 
 class SchedulerAdmission:
@@ -192,7 +199,7 @@ class SchedulerAdmission:
         """Refuse every waiter and every later request; stop the ticks."""
         if self._ticker is None:
             return
-        self._post(Shutdown(self._clock()))
+        self._post(RunnerStopping(self._clock()))
         self._ticker.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._ticker
@@ -206,7 +213,7 @@ class SchedulerAdmission:
         Before `start()` or after `stop()` it raises `SchedulerStopped` at once.
         """
         if self._ticker is None:
-            raise SchedulerStopped()
+            raise SchedulerStopped(retry_after=1)
         ticket_id = next(self._ids)
         future: asyncio.Future[ScheduledGrant] = asyncio.get_running_loop().create_future()
         self._effects.waiters[ticket_id] = future
@@ -240,34 +247,59 @@ class SchedulerAdmission:
 
     # -- model lifecycle: asked by the API, answered by the pool -----------------------
 
-    def request_load(self, model: str, policy: ModelPolicy, evict_first: str | None = None) -> str:
-        """Ask for `model`; return its status right after (`Scheduler.status`).
+    def listen(self, listener: Listener) -> Callable[[], None]:
+        """Call `listener` with every `ModelNotice` from now on; returns the unsubscribe."""
+        self._effects.listeners.append(listener)
+        return lambda: self._effects.listeners.remove(listener)
 
-        `loading`: `start_load` was called; `queued`: it waits for memory (victims
-        drain first); `ready`: nothing to do; `absent`: refused (`load_refused`
-        was called with the reason).
-        """
+    def check(self, model: str) -> None:
+        """Raise now what a request for `model` would be refused with (`Scheduler.gate`);
+        return when it would be granted or wait. Request paths ask before work that
+        costs (probing an upload, accepting a job); admission decides again."""
+        gate = self.core.gate(model)
+        if not isinstance(gate, Gate):
+            raise gate
+
+    def check_unload(self, model: str, mode: str) -> None:
+        """Raise why `model` cannot be unloaded (`mode` stop or sleep) now
+        (`models.unload_refusal`); return when it can."""
+        refusal = unload_refusal(model, self.core.table.get(model), mode)
+        if refusal is not None:
+            raise refusal
+
+    def cancel_load(self, model: str) -> None:
+        """Call off `model`'s load: its want is forgotten, or its start is stopped."""
+        self._post(LoadCancelled(model, self._clock()))
+
+    def request_load(self, model: str, policy: ModelPolicy, evict_first: str | None = None) -> None:
+        """Ask for `model`; listeners hear how it goes (`ModelNotice`)."""
         self._post(LoadRequested(model, policy, evict_first, self._clock()))
-        return self.core.status(model)
 
-    def request_unload(self, model: str) -> str:
-        """Drain and stop `model`; return its status right after (`draining`, `stopping`...)."""
-        self._post(UnloadRequested(model, self._clock()))
-        return self.core.status(model)
+    def request_unload(self, model: str, sleep: bool = False) -> None:
+        """Drain and stop `model` (or put it to sleep); listeners hear it go."""
+        self._post(UnloadRequested(model, self._clock(), sleep))
 
     def model_ready(self, model: str, concurrency: int, mem_mb: int) -> None:
         self._post(ModelReady(model, concurrency, mem_mb, self._clock()))
 
-    def load_failed(self, model: str, reason: str) -> None:
-        self._post(LoadFailed(model, reason, self._clock()))
+    def load_failed(
+        self, model: str, reason: str, exit_code: int | None = None, cancelled: bool = False
+    ) -> None:
+        self._post(LoadFailed(model, reason, self._clock(), exit_code, cancelled))
 
-    def model_stopped(self, model: str) -> None:
-        self._post(ModelStopped(model, self._clock()))
+    def model_stopped(self, model: str, freed_mb: int = 0) -> None:
+        self._post(ModelStopped(model, self._clock(), freed_mb))
 
-    def model_crashed(self, model: str, reason: str) -> None:
-        self._post(ModelCrashed(model, reason, self._clock()))
+    def model_slept(self, model: str, mem_mb: int, freed_mb: int) -> None:
+        self._post(ModelSlept(model, mem_mb, freed_mb, self._clock()))
 
-    def resident(self) -> dict[str, Residency]:
+    def model_crashed(self, model: str, reason: str, exit_code: int | None = None) -> None:
+        self._post(ModelCrashed(model, reason, self._clock(), exit_code))
+
+    def models(self) -> dict[str, ModelView]:
+        return self.core.models()
+
+    def resident(self) -> dict[str, ModelView]:
         return self.core.resident()
 
     def loading(self) -> list[str]:

@@ -7,7 +7,7 @@ replicas), `eta.py` (load-time prediction), `errors.py` (the exception tree).
 """
 
 from runner.tasks.errors import (
-    IllegalTransition,
+    IllegalTaskTransition,
     TaskError,
     TaskNotCancellable,
     TaskNotFound,
@@ -29,7 +29,7 @@ from runner.tasks.store import MemoryTaskStore, TaskStore
 
 __all__ = [
     "EtaEstimator",
-    "IllegalTransition",
+    "IllegalTaskTransition",
     "LoadSample",
     "LoadSpeed",
     "LoadTask",

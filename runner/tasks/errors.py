@@ -3,15 +3,15 @@
 Exception tree::
 
     QuorumError (faults)
-    └── TaskError                  500    task_error (base)
-        ├── TaskNotFound           404    task_not_found: no such task id (or it expired)
-        ├── IllegalTransition      500    internal: code asked for a move the state machine forbids
-        │   └── TaskNotCancellable 409    task_not_cancellable: the task already finished
-        └── TaskStoreUnavailable   503    task_store_unavailable: Redis did not answer
+    └── TaskError                   500  task_error (base)
+        ├── TaskNotFound            404  task_not_found: no such task id (or it expired)
+        ├── IllegalTaskTransition   500  internal: a move the state machine forbids
+        │   └── TaskNotCancellable  409  task_not_cancellable: the task already finished
+        └── TaskStoreUnavailable    503  task_store_unavailable: Redis did not answer
 
 `TaskNotCancellable` is the one forbidden move a client can cause (DELETE of a finished
-task), so it answers 409; every `IllegalTransition` is a bug in the caller and stays a 500
-whose message is logged, never shown. Redis exceptions become `TaskStoreUnavailable` in
+task), so it answers 409; every `IllegalTaskTransition` is a bug in the caller and stays
+a 500 whose message is logged, never shown. Redis exceptions become `TaskStoreUnavailable` in
 exactly one place, `runner/tasks/redis_store.py::_translated`.
 """
 
@@ -23,11 +23,11 @@ TaskError = QuorumError.row("TaskError", "task_error", 500)
 TaskNotFound = TaskError.row(
     "TaskNotFound", "task_not_found", 404, "No load task {taskId!r}", extra=("taskId",)
 )
-IllegalTransition = TaskError.row(
-    "IllegalTransition", "illegal_task_transition", None,
+IllegalTaskTransition = TaskError.row(
+    "IllegalTaskTransition", "illegal_task_transition", None,
     "Load task {taskId!r} cannot go from {current!r} to {target!r}",
 )  # fmt: skip
-TaskNotCancellable = IllegalTransition.row(
+TaskNotCancellable = IllegalTaskTransition.row(
     "TaskNotCancellable", "task_not_cancellable", 409,
     "Load task {taskId!r} is already {status}; there is nothing to cancel",
     extra=("taskId", "status"),

@@ -18,7 +18,8 @@ import secrets
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from runner.tasks.errors import IllegalTransition
+from runner.tasks.errors import IllegalTaskTransition
+from runner.tasks.eta import eta_remaining, synthetic_progress
 from runner.tasks.state import TaskStatus, assert_transition
 
 TASK_ID_PREFIX = "load-"
@@ -112,13 +113,13 @@ class LoadTask:
     def progress_to(self, progress: float, *, eta: float | None, now: float) -> LoadTask:
         """The same status with new progress and ETA.
 
-        1. A finished task takes no progress -> `IllegalTransition`.
+        1. A finished task takes no progress -> `IllegalTaskTransition`.
         2. `progress` must be a finite number; it is clamped to 0..1.
         3. Progress never goes backwards: the larger of the old and new value is kept,
            so a polling client sees a monotone bar even across phases or late reports.
         """
         if self.status.terminal:  # 1
-            raise IllegalTransition(
+            raise IllegalTaskTransition(
                 taskId=self.task_id, current=self.status.value, target=self.status.value
             )
         if not math.isfinite(progress):  # 2
@@ -152,6 +153,21 @@ class LoadTask:
     def elapsed(self, now: float) -> float:
         """Seconds spent in the current status (never negative, even if clocks disagree)."""
         return max(0.0, now - self.phase_started_at)
+
+    def as_of(self, now: float) -> LoadTask:
+        """The task as a client sees it at `now`.
+
+        While the engine starts, nothing is written: the record holds when loading began
+        (`phase_started_at`), the progress reached before (the download's share) and the
+        predicted load time (`eta`), and progress and eta advance with the time since
+        (`synthetic_progress`, `eta_remaining`). Any other status reads as stored.
+        """
+        if self.status is not TaskStatus.LOADING or self.eta is None:
+            return self
+        elapsed = max(0.0, now - self.phase_started_at)
+        share = synthetic_progress(elapsed, self.eta)
+        progress = self.progress + (1.0 - self.progress) * share
+        return replace(self, progress=progress, eta=eta_remaining(self.eta, elapsed, share))
 
     def to_json(self) -> dict[str, object]:
         """The body of `GET /v1/models/load/{taskId}` in the seed's shape.

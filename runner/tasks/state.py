@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 
-from runner.tasks.errors import IllegalTransition, TaskNotCancellable
+from runner.tasks.errors import IllegalTaskTransition, TaskNotCancellable
 
 
 class TaskStatus(StrEnum):
@@ -72,13 +72,13 @@ def assert_transition(task_id: str, current: TaskStatus, target: TaskStatus) -> 
     1. Allowed by `TRANSITIONS` -> return.
     2. A cancel of a task that already finished -> `TaskNotCancellable` (409, the
        client's DELETE came too late).
-    3. Anything else -> `IllegalTransition` (500, a bug in the caller).
+    3. Anything else -> `IllegalTaskTransition` (500, a bug in the caller).
     """
     if can_transition(current, target):  # 1
         return
     if target is TaskStatus.CANCELLED and current.terminal:  # 2
         raise TaskNotCancellable(taskId=task_id, status=current.value)
-    raise IllegalTransition(taskId=task_id, current=current.value, target=target.value)  # 3
+    raise IllegalTaskTransition(taskId=task_id, current=current.value, target=target.value)  # 3
 
 
 def _reachable(start: TaskStatus) -> frozenset[TaskStatus]:

@@ -11,12 +11,14 @@ pytestmark = pytest.mark.timeout(10)
 
 
 def test_fields_are_spliced_in_front_without_reserializing() -> None:
+    """The runner's fields go in front of the client's body bytes, which are kept as sent."""
     body = b'{"model": "m",   "stream": true}'
     out = with_fields(body, orjson.loads(body), {"id_slot": 1, "return_progress": True})
     assert out == b'{"id_slot":1,"return_progress":true,"model": "m",   "stream": true}'
 
 
 def test_no_fields_is_the_body_itself_and_an_empty_object_is_reserialized() -> None:
+    """No fields: the body object itself; an empty object gets the fields as JSON."""
     body = b'{"model": "m"}'
     assert with_fields(body, orjson.loads(body), {}) is body
     assert orjson.loads(with_fields(b"{}", {}, {"id_slot": 0})) == {"id_slot": 0}

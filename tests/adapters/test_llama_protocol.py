@@ -38,6 +38,8 @@ def _flag(argv: list[str], name: str) -> str:
 
 
 def test_command_line_closes_the_shared_caches_and_binds_loopback_with_a_key() -> None:
+    """llama-server starts with no shared RAM cache nor similarity slot choice, on
+    loopback, with an API key."""
     argv = command_line(OPTS)
     assert argv[:3] == ["/bin/llama-server", "-m", "/m/gemma.gguf"]
     assert _flag(argv, "--cache-ram") == "0"  # no host prompt cache shared by every request
@@ -53,6 +55,7 @@ def test_command_line_closes_the_shared_caches_and_binds_loopback_with_a_key() -
 
 
 def test_command_line_gives_each_slot_the_models_context_and_only_asked_flags() -> None:
+    """Each slot gets the model's whole context; optional flags appear only when asked for."""
     plain = command_line(OPTS)
     for absent in ("--ctx-size", "--n-gpu-layers", "--flash-attn", "--embeddings", "--pooling"):
         assert absent not in plain
@@ -79,12 +82,14 @@ def test_command_line_gives_each_slot_the_models_context_and_only_asked_flags() 
 
 
 def test_api_keys_are_random_hex_never_read_as_a_flag() -> None:
+    """API keys are random hex that cannot start with a dash."""
     keys = {new_api_key() for _ in range(20)}
     assert len(keys) == 20
     assert all(len(k) == 48 and int(k, 16) >= 0 and not k.startswith("-") for k in keys)
 
 
 def test_client_cache_fields_are_removed_and_n_above_one_refused() -> None:
+    """Client-sent slot and cache fields are removed; n above 1 is refused."""
     body = {"id_slot": 1, "slot_id": 0, "cache_prompt": True, "n_cache_reuse": 8, "n": 1}
     assert strip_client_cache_fields(body) is True
     assert body == {"n": 1}
@@ -101,6 +106,7 @@ PROGRESS = {"choices": [{"delta": {"role": "assistant", "content": None}}]}
 
 
 def test_first_chunk_reports_the_cached_prompt_tokens() -> None:
+    """A stream's first chunk gives the prompt tokens served from the cache."""
     hit = _event({**PROGRESS, "prompt_progress": {"total": 300, "cache": 280, "time_ms": 0}})
     assert report_from_progress(hit + b"\n\n") == CacheReport(True, 280, 0)
     miss = _event({**PROGRESS, "prompt_progress": {"total": 300, "cache": 0, "time_ms": 12.4}})
@@ -110,6 +116,7 @@ def test_first_chunk_reports_the_cached_prompt_tokens() -> None:
 
 
 def test_progress_events_are_taken_out_and_everything_else_kept_byte_for_byte() -> None:
+    """Progress events are removed from a stream; every other byte is kept."""
     progress = _event({**PROGRESS, "prompt_progress": {"cache": 3}})
     content = _event({"choices": [{"delta": {"content": "Hi"}}]})
     chunk = progress + b"\n\n" + content + b"\n\n"
@@ -118,6 +125,7 @@ def test_progress_events_are_taken_out_and_everything_else_kept_byte_for_byte() 
 
 
 def test_prompt_prefix_is_the_prompt_start_as_text_capped() -> None:
+    """The prompt prefix used for slot choice is the prompt's start as text, capped."""
     chat = {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]}
     assert prompt_prefix(chat) == "system\x00S\x01user\x00U\x01"
     parts = {"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}]}

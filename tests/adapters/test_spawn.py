@@ -39,6 +39,7 @@ async def _run(argv: list[str]) -> tuple[bytes, int]:
 
 @pytest.mark.parametrize("loop", LOOPS)
 def test_output_and_exit_code_are_seen(loop: str) -> None:
+    """The child's stdout and stderr arrive on one pipe and its exit code is read."""
     script = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"
     out, code = LOOPS[loop](_run([sys.executable, "-c", script]))
     assert sorted(out.decode().split()) == ["err", "out"]  # stderr shares the pipe
@@ -47,6 +48,8 @@ def test_output_and_exit_code_are_seen(loop: str) -> None:
 
 @pytest.mark.parametrize("loop", LOOPS)
 def test_killed_child_reads_as_negative_signal(loop: str) -> None:
+    """A child killed by SIGKILL reads exit code -9."""
+
     async def kill() -> int:
         child = await spawn([sys.executable, "-c", "import time; time.sleep(60)"], os.environ)
         os.killpg(child.pid, signal.SIGKILL)  # its own process group
@@ -72,6 +75,7 @@ def test_exit_is_seen_without_pidfd(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_child_gets_sigkill_as_parent_death_signal(
     with_setpriv: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The child is spawned with SIGKILL as its parent-death signal."""
     if with_setpriv and spawn_mod.SETPRIV is None:
         pytest.skip("util-linux setpriv is not installed")
     if not with_setpriv:
@@ -102,6 +106,7 @@ def test_unstartable_command_exits_127_with_the_reason_through_setpriv() -> None
 def test_unstartable_command_raises_oserror_without_setpriv(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Without setpriv, a command that cannot start raises OSError at spawn."""
     monkeypatch.setattr(spawn_mod, "SETPRIV", None)
     with pytest.raises(OSError):
         uvloop.run(_run(["/nonexistent/engine"]))

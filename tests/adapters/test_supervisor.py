@@ -64,14 +64,16 @@ async def test_supervisor_healthy_engine_becomes_ready_and_stops() -> None:
 
 
 async def test_supervisor_exit_at_start_fails_with_code_and_log() -> None:
-    """An engine that exits while starting fails at once with its exit code and last lines."""
+    """An engine that exits while starting fails at once with its exit code; its last lines
+    ride in the error's `log` field, never in its message."""
     proc, _ = _engine("fake_crashes_on_start", "--exit-code", "3")
     with pytest.raises(EngineStartFailed) as err:
         await proc.start()
     assert proc.state is EngineState.FAILED
     assert err.value.exit_code == 3
     assert "exit code 3" in str(err.value)
-    assert "exiting due to model loading error" in str(err.value)
+    assert "exiting due to model loading error" not in str(err.value)
+    assert any("exiting due to model loading error" in line for line in err.value.log)
 
 
 async def test_supervisor_never_healthy_fails_after_timeout_with_log() -> None:
@@ -125,8 +127,9 @@ async def test_supervisor_flooding_logs_stay_bounded() -> None:
         log_lines=100,
     )
     await proc.start()
-    while proc.ring.total_lines < 2000:
-        await asyncio.sleep(0.05)
+    async with asyncio.timeout(15):
+        while proc.ring.total_lines < 2000:
+            await asyncio.sleep(0.05)
     lines = proc.logs()
     assert len(lines) == 100
     assert max(len(line) for line in lines) <= 4096

@@ -1,5 +1,5 @@
-"""The `/v1/capabilities` document as a pure function of the pool, the queue and the
-engines' last figures (runner/capabilities.py)."""
+"""The `/v1/capabilities` document as a pure function of the scheduler's models, the
+pool's engine facts, the queue and the engines' last figures (runner/capabilities.py)."""
 
 from __future__ import annotations
 
@@ -8,29 +8,36 @@ from typing import Any
 from adapters.llama_server import LLAMA_SERVER_VERSION
 from runner.capabilities import capabilities, kv_utilization, runner_type
 from runner.engine_watch import EngineLoad
-from runner.health import Life
 from runner.models_config import ModelSpec
-from runner.pool.slot import ModelSlot
-from runner.pool.states import ModelState
+from runner.pool.record import EngineRecord
+from runner.scheduler.models import ModelState, ModelView
 
 QUEUE = {"depth": 2, "maxDepth": 16, "avgWaitMs": 10, "p95WaitMs": 20}
 
 
-def _slot(model: str, backend: Any, state: ModelState, **spec: Any) -> ModelSlot:
+Slot = tuple[ModelView, EngineRecord]
+
+
+def _slot(model: str, backend: Any, state: ModelState, **spec: Any) -> Slot:
+    """A model as the scheduler sees it (its state) with its engine facts (the pool's)."""
     if backend == "comfyui":
         spec.setdefault("checkpoint", "x.safetensors")
-    return ModelSlot(ModelSpec(id=model, backend=backend, **spec), state=state)
+    view = ModelView(model, state, 0, 1, 0, 0, 0.0, 0.0, False, 0, None, None, None)
+    return view, EngineRecord(ModelSpec(id=model, backend=backend, **spec))
 
 
-def _doc(slots: list[ModelSlot], **kw: Any) -> dict[str, Any]:
-    return capabilities("r1", Life.READY, slots, dict(QUEUE), True, kw.pop("caching", True), **kw)
+def _doc(slots: list[Slot], **kw: Any) -> dict[str, Any]:
+    views = {view.model: view for view, _ in slots}
+    records = {view.model: record for view, record in slots}
+    caching = kw.pop("caching", True)
+    return capabilities("r1", "healthy", views, records, dict(QUEUE), True, caching, **kw)
 
 
 def test_capabilities_no_model_loaded_claims_no_engine_feature() -> None:
     """Configured but not loaded (or asleep): every engine flag is false; multiTenant is
     the runner's own and stays."""
     slots = [
-        _slot("a", "llama-server", ModelState.UNLOADED, path="/m.gguf"),
+        _slot("a", "llama-server", ModelState.ABSENT, path="/m.gguf"),
         _slot("b", "vllm", ModelState.SLEEPING, hf="org/b"),
     ]
     flags = _doc(slots)["capabilities"]
@@ -59,7 +66,7 @@ def test_capabilities_flags_are_those_of_the_loaded_engines() -> None:
 def test_capabilities_runner_type_names_engines_and_versions() -> None:
     """`<engine>-<version>` per configured engine kind; unknown versions: the name alone."""
     slots = [
-        _slot("a", "llama-server", ModelState.UNLOADED, path="/m.gguf"),
+        _slot("a", "llama-server", ModelState.ABSENT, path="/m.gguf"),
         _slot("b", "vllm", ModelState.READY, hf="org/b"),
     ]
     versions = {"llama-server": LLAMA_SERVER_VERSION}
@@ -76,7 +83,7 @@ def test_capabilities_kv_and_queue_add_the_engines_figures() -> None:
     slots = [
         _slot("a", "vllm", ModelState.READY, hf="org/a"),
         _slot("b", "vllm", ModelState.READY, hf="org/b"),
-        _slot("c", "vllm", ModelState.UNLOADED, hf="org/c"),
+        _slot("c", "vllm", ModelState.ABSENT, hf="org/c"),
     ]
     engines = {
         "a": EngineLoad(1000, 0.5, waiting=2, running=3),

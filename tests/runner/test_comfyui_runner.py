@@ -213,7 +213,8 @@ def test_comfyui_spawned_server_death_fails_its_model_and_a_load_respawns(
         assert failed[0]["id"] == "sd" and failed[0]["exitCode"] == -9
         body = {"model": "sd", "prompt": "a kite", "size": "64x64"}
         r = httpx.post(runner.url + "/v1/images/generations", json=body)
-        assert r.status_code == 503 and "failed" in r.json()["error"]["message"]
+        assert r.status_code == 503 and r.json()["error"]["code"] == "model_unavailable"
+        assert "SIGKILL" in r.json()["error"]["reason"]
         assert load_and_wait(runner.url, "sd")["status"] == "completed"
         [(again, _)] = processes_with(str(folder / "main.py"), parent=runner.proc.pid)
         assert again != pid

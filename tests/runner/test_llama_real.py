@@ -257,8 +257,9 @@ def test_llama_attached_by_url_isolated_unless_shared_cache(
 def test_llama_kill_9_midstream(restart: bool) -> None:
     """kill -9 of the real engine mid-stream: the client gets an error event naming the
     crash, the model reads failed with its exit code, /health and the other model answer.
-    Restart off: the queued request gets a clear error. Restart on: the model comes back
-    and the queued request is served by the restarted engine."""
+    Restart off: the queued request gets 503 model_unavailable naming the signal.
+    Restart on: the model comes back and the queued request is served by the restarted
+    engine."""
     _require_engine()
     with start_fake("fake_openai", "--latency-ms", "1") as other:
         extra = f"    restart: {str(restart).lower()}\n"
@@ -301,10 +302,11 @@ def test_llama_kill_9_midstream(restart: bool) -> None:
             if restart:
                 assert answer.status_code == 200  # served by the restarted engine
                 assert _chat(r.url, "hi", "t").status_code == 200
-            else:
-                assert answer.status_code == 502
-                assert answer.json()["error"]["code"] == "engine_crashed"
-                assert MODEL in answer.json()["error"]["message"]
+            else:  # queued, not in flight: 503 with the reason, and when to retry
+                assert answer.status_code == 503
+                assert answer.json()["error"]["code"] == "model_unavailable"
+                assert "SIGKILL" in answer.json()["error"]["reason"]
+                assert int(answer.headers["Retry-After"]) > 0
 
 
 def _engine_pid(runner_pid: int) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 
 from runner.capabilities import capabilities
-from runner.health import Life
 from runner.memory.telemetry import GpuInfo
 from runner.snapshot import ModelMemory, ResourceSnapshot, SnapshotCollector
 
@@ -39,7 +38,7 @@ def test_snapshot_out_of_memory_only_when_every_device_is_full() -> None:
 
 def test_capabilities_resources_come_from_the_snapshot() -> None:
     """The capabilities document carries the snapshot's device and KV figures."""
-    doc = capabilities("r", Life.READY, [], {"depth": 0}, True, True, resources=SNAP)
+    doc = capabilities("r", "healthy", {}, {}, {"depth": 0}, True, True, resources=SNAP)
     res = doc["resources"]
     assert isinstance(res, dict)
     assert res["gpuIds"] == [0, 1]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from adapters.base import FlushScope
-from adapters.comfyui.engine import NO_KV_CACHE, ComfyUIEngine, ModelState
+from adapters.comfyui.engine import NO_KV_CACHE, ComfyModelState, ComfyUIEngine
 from adapters.comfyui.errors import ComfyUINotReady
 from adapters.comfyui.follow import run
 from adapters.comfyui.server import ComfyUIServer, command_line
@@ -29,7 +29,7 @@ runpy.run_module("tests.fixtures.fake_comfyui", run_name="__main__")
 """
 
 
-def state(engine: ComfyUIEngine) -> ModelState:
+def state(engine: ComfyUIEngine) -> ComfyModelState:
     """The engine's state, read afresh (not narrowed by an earlier assert)."""
     return engine.state
 
@@ -72,14 +72,14 @@ async def test_engine_spawns_loads_reports_and_unloads(tmp_path: Path) -> None:
     engine = ComfyUIEngine("sd", server, TXT2IMG, CHECKPOINT, timing=FAST)
     try:
         report = await engine.load()
-        assert state(engine) is ModelState.LOADED
+        assert state(engine) is ComfyModelState.LOADED
         assert server.process is not None and server.process.pid is not None
         assert (report.checkpoint, report.fetched) == (CHECKPOINT, False)
         assert report.memory.total_mb - report.memory.free_mb == 2048  # the warm-up loaded it
         status = await engine.status()
         assert status.to_json()["queueDepth"] == 0
         unload = await engine.unload()
-        assert state(engine) is ModelState.UNLOADED
+        assert state(engine) is ComfyModelState.UNLOADED
         assert (unload.before.free_mb, unload.after.free_mb) == (6144, 8192)
         assert unload.freed_mb == 2048
         assert unload.to_json()["memoryFreedMB"] == 2048
@@ -95,7 +95,7 @@ async def test_engine_spawn_failure_fails_the_load(tmp_path: Path) -> None:
     engine = ComfyUIEngine("sd", server, TXT2IMG, CHECKPOINT, timing=FAST)
     with pytest.raises(EngineStartFailed, match="exited while starting"):
         await engine.load()
-    assert state(engine) is ModelState.FAILED
+    assert state(engine) is ComfyModelState.FAILED
     await server.stop()
 
 
@@ -125,10 +125,10 @@ async def test_engine_without_fetch_refuses_a_missing_checkpoint(
         engine = ComfyUIEngine("gone", server, TXT2IMG, "gone.safetensors", timing=FAST)
         with pytest.raises(ComfyUINotReady, match=r"gone\.safetensors"):
             await engine.load()
-        assert state(engine) is ModelState.FAILED
+        assert state(engine) is ComfyModelState.FAILED
         (comfy_dir / "models" / "checkpoints" / "gone.safetensors").write_bytes(b"w")
         await engine.load()
-        assert state(engine) is ModelState.LOADED
+        assert state(engine) is ComfyModelState.LOADED
 
 
 async def test_engine_status_shows_queue_depth_and_the_running_prompt(

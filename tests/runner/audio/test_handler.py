@@ -21,8 +21,9 @@ from runner.audio.handler import AudioPath
 from runner.audio.multipart import FormLimits
 from runner.audio.request import SpeechRequest
 from runner.audio.service import Caller
-from runner.images.handler import job_submitter
+from runner.frontend import FrontEnd
 from runner.jobs import JobManager, JobNotFound, JobStatus, MemoryJobStore
+from runner.jobs.http import job_submitter
 from runner.scheduler.config import SchedulerConfig
 from runner.scheduler.loop import SchedulerAdmission
 from tenants.config import build_config
@@ -93,16 +94,16 @@ async def api(whisper_model: str, tmp_path_factory: pytest.TempPathFactory) -> A
     """The audio path over one real engine (2 slots), the scheduler and a rate limiter."""
     engine = WhisperEngine(MODEL, whisper_model, parallel=2, cpu_threads=1, load_timeout_s=60)
     await engine.start()
-    admission = SchedulerAdmission(SchedulerConfig(model_concurrency={MODEL: 2}))
+    config = SchedulerConfig(model_concurrency={MODEL: 2}, unlisted_ready=False)
+    admission = SchedulerAdmission(config)
     await admission.start()
     tenants = build_config({"TENANT_RATE_LIMIT_slow": "1req/hour"})
     limiter = RateLimiter(tenants)
     metrics = RecordingMetrics()
     temp_dir = tmp_path_factory.mktemp("uploads")
     engines = {MODEL: engine}
-    app = AudioPath(
-        engines, admission, limiter, tenants, metrics, FormLimits(temp_dir=str(temp_dir))
-    )
+    front = FrontEnd(admission, limiter, tenants, metrics, models=admission)
+    app = AudioPath(front, engines, metrics, FormLimits(temp_dir=str(temp_dir)))
     yield Api(app, engines, metrics, temp_dir, whisper_model)
     await admission.stop()
     for e in engines.values():

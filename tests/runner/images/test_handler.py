@@ -23,7 +23,8 @@ from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.store import FILES_PATH, ImageStore
 from adapters.comfyui.workflows import TXT2IMG, Param, WorkflowTemplate
 from runner.asgi import Message, Receive, Scope, Send
-from runner.images.handler import ImageFiles, ImagesPath, job_submitter
+from runner.frontend import FrontEnd
+from runner.images.handler import ImageFiles, ImagesPath
 from runner.jobs import (
     JobManager,
     JobNotFound,
@@ -32,6 +33,7 @@ from runner.jobs import (
     RetryPolicy,
     WebhookSender,
 )
+from runner.jobs.http import job_submitter
 from runner.metrics import Metrics
 from runner.scheduler import SchedulerAdmission, SchedulerConfig
 from tenants.config import TenantsConfig
@@ -66,7 +68,8 @@ async def runner(comfy: FakeEngine, comfy_dir: Path, tmp_path: Path) -> AsyncIte
     loose = ComfyUIEngine("loose", server, LOOSE, CHECKPOINT, timing=FAST)
     await engine.load()
     await loose.load()
-    admission = SchedulerAdmission(SchedulerConfig(model_concurrency={"sd": 1, "loose": 1}))
+    config = SchedulerConfig(model_concurrency={"sd": 1, "loose": 1}, unlisted_ready=False)
+    admission = SchedulerAdmission(config)
     await admission.start()
     hooks: list[httpx.Request] = []
 
@@ -79,13 +82,11 @@ async def runner(comfy: FakeEngine, comfy_dir: Path, tmp_path: Path) -> AsyncIte
     manager = JobManager(MemoryJobStore(time.time), sender, "runner-1", time.time)
     store = ImageStore(tmp_path / "images")
     tenants = TenantsConfig()
+    front = FrontEnd(admission, RateLimiter(tenants), tenants, Metrics(), models=admission)
     images = ImagesPath(
+        front,
         {"sd": engine, "loose": loose},
         ImageGenerator(store, timing=FAST),
-        admission,
-        RateLimiter(tenants),
-        tenants,
-        Metrics(),
         1 << 20,
         submit_job=job_submitter(manager),
     )

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runner.jobs import record
-from runner.jobs.errors import IllegalTransition
+from runner.jobs.errors import IllegalJobTransition
 from runner.jobs.record import ALLOWED, Delivery, Failure, Job, JobStatus, Progress
 from tests.runner.jobs.support import NOW, queued, running
 
@@ -57,7 +57,7 @@ def test_record_result_that_is_not_json_raises_type_error() -> None:
 
 def test_record_progress_needs_running() -> None:
     """Progress on a queued job is refused: the job must start first."""
-    with pytest.raises(IllegalTransition):
+    with pytest.raises(IllegalJobTransition):
         record.report(queued(), Progress(1.0), NOW)
 
 
@@ -77,13 +77,13 @@ def test_record_terminal_states_are_final() -> None:
     ]
     for job in ends:
         for move in moves:
-            with pytest.raises(IllegalTransition):
+            with pytest.raises(IllegalJobTransition):
                 move(job)
 
 
 def test_record_deliveries_only_once_finished() -> None:
     """Webhook attempts are appended to finished jobs only; the status stays."""
-    with pytest.raises(IllegalTransition):
+    with pytest.raises(IllegalJobTransition):
         record.add_delivery(running(), Delivery(1, NOW, 200), NOW)
     done = record.fail(running(), Failure("engine_error", "boom"), NOW)
     done = record.add_delivery(done, Delivery(1, NOW, error="ConnectError"), NOW + 1)
@@ -102,7 +102,7 @@ TRANSITIONS: dict[JobStatus, Callable[[Job], Job]] = {
 
 @given(st.lists(st.sampled_from(sorted(TRANSITIONS)), max_size=8))
 def test_record_every_move_follows_the_table(moves: list[JobStatus]) -> None:
-    """Any sequence of moves: each one either follows ALLOWED or raises IllegalTransition."""
+    """Any sequence of moves: each one either follows ALLOWED or raises IllegalJobTransition."""
     job = queued()
     for target in moves:
         before = job
@@ -110,7 +110,7 @@ def test_record_every_move_follows_the_table(moves: list[JobStatus]) -> None:
             job = TRANSITIONS[target](job)
             assert job.status is target
         else:
-            with pytest.raises(IllegalTransition):
+            with pytest.raises(IllegalJobTransition):
                 TRANSITIONS[target](job)
             assert job == before
 

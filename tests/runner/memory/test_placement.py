@@ -1,4 +1,4 @@
-"""Placement on a fake 2-GPU machine: one GPU, a proportional split, or a reason."""
+"""GpuPlacement on a fake 2-GPU machine: one GPU, a proportional split, or a reason."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 
 from runner.memory import (
     GpuFree,
+    GpuPlacement,
     Lease,
     NoFit,
-    Placement,
     account,
     cuda_visible_devices,
     free_gpus,
@@ -29,7 +29,7 @@ def test_placement_fits_one_gpu_best_fit() -> None:
     """A model that fits one GPU goes where it leaves the least room."""
     fake = FakeTelemetry([GPU_MB, GPU_MB]).use(0, 4000).use(1, 14000)
     result = place(8000, _free(fake))
-    assert result == Placement((1,), {1: 8000})
+    assert result == GpuPlacement((1,), {1: 8000})
     assert not result.split
     assert cuda_visible_devices(result) == "1"
 
@@ -37,7 +37,7 @@ def test_placement_fits_one_gpu_best_fit() -> None:
 def test_placement_most_free_policy_spreads() -> None:
     """policy="most_free" picks the GPU with the most room instead."""
     fake = FakeTelemetry([GPU_MB, GPU_MB]).use(0, 4000).use(1, 14000)
-    assert place(8000, _free(fake), policy="most_free") == Placement((0,), {0: 8000})
+    assert place(8000, _free(fake), policy="most_free") == GpuPlacement((0,), {0: 8000})
 
 
 def test_placement_ties_go_to_the_lower_index() -> None:
@@ -49,7 +49,7 @@ def test_placement_ties_go_to_the_lower_index() -> None:
 
 def test_placement_keeps_the_margin_on_one_gpu() -> None:
     """Free memory equal to need + 512 fits; one MB less does not fit that GPU alone."""
-    assert place(1000, [GpuFree(0, 1512)]) == Placement((0,), {0: 1000})
+    assert place(1000, [GpuFree(0, 1512)]) == GpuPlacement((0,), {0: 1000})
     assert isinstance(place(1000, [GpuFree(0, 1511)]), NoFit)
 
 
@@ -57,7 +57,7 @@ def test_placement_splits_in_proportion_to_free_memory() -> None:
     """Too big for either GPU: split in proportion to free memory, 512 MB left on each."""
     fake = FakeTelemetry([GPU_MB, GPU_MB]).use(0, 4576).use(1, 14576)  # 20000 and 10000 free
     result = place(24000, _free(fake))
-    assert isinstance(result, Placement)
+    assert isinstance(result, GpuPlacement)
     assert result.gpu_ids == (0, 1)
     assert result.split
     assert sum(result.per_gpu_mb.values()) == 24000
@@ -72,7 +72,7 @@ def test_placement_split_uses_the_fewest_gpus() -> None:
     """A split takes the largest GPUs first and no more of them than needed."""
     gpus = [GpuFree(0, 6000), GpuFree(1, 20000), GpuFree(2, 12000)]
     result = place(25000, gpus)
-    assert isinstance(result, Placement)
+    assert isinstance(result, GpuPlacement)
     assert result.gpu_ids == (1, 2)
 
 
@@ -101,7 +101,7 @@ def test_placement_counts_other_holders_leases() -> None:
     fake = FakeTelemetry([GPU_MB, GPU_MB]).use(1, 8000)
     training = Lease("training-job-7", {0: 20000}, 60.0)
     result = place(10000, _free(fake, [training]))
-    assert result == Placement((1,), {1: 10000})
+    assert result == GpuPlacement((1,), {1: 10000})
 
 
 @given(

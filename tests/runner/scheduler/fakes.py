@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from faults import QuorumError
 from runner.admission import AdmissionRequest, Usage
 from runner.scheduler.config import ModelPolicy, SchedulerConfig
 from runner.scheduler.core import Scheduler
-from runner.scheduler.errors import SchedulerError
+from runner.scheduler.effects import ModelNotice
 from runner.scheduler.events import (
+    LoadCancelled,
     LoadFailed,
     LoadRequested,
     ModelCrashed,
     ModelReady,
+    ModelSlept,
     ModelStopped,
     RequestArrived,
     RequestCancelled,
@@ -34,12 +36,14 @@ class FakeEffects:
     """
 
     granted: list[tuple[int, int]] = field(default_factory=list)  # (ticket id, wait ms)
-    rejected: list[tuple[int, SchedulerError]] = field(default_factory=list)
+    rejected: list[tuple[int, QuorumError]] = field(default_factory=list)
     refused_grants: list[int] = field(default_factory=list)
     gone: set[int] = field(default_factory=set)
     started: list[str] = field(default_factory=list)
-    stops: list[list[str]] = field(default_factory=list)
+    stops: list[list[str]] = field(default_factory=list)  # one model a call
+    slept: list[str] = field(default_factory=list)
     refused_loads: list[tuple[str, str]] = field(default_factory=list)
+    notices: list[ModelNotice] = field(default_factory=list)
     decisions: list[str] = field(default_factory=list)
     capacity_mb: int = 0
     resident_mb: dict[str, int] = field(default_factory=dict)
@@ -51,17 +55,21 @@ class FakeEffects:
         self.granted.append((ticket.ticket_id, queue_wait_ms))
         return True
 
-    def reject(self, ticket: Ticket, error: SchedulerError) -> None:
+    def reject(self, ticket: Ticket, error: QuorumError) -> None:
         self.rejected.append((ticket.ticket_id, error))
 
     def start_load(self, model: str, policy: ModelPolicy) -> None:
         self.started.append(model)
 
-    def stop_models(self, models: Sequence[str]) -> None:
-        self.stops.append(list(models))
+    def stop_model(self, model: str, sleep: bool) -> None:
+        self.stops.append([model])
+        if sleep:
+            self.slept.append(model)
 
-    def load_refused(self, model: str, reason: str) -> None:
-        self.refused_loads.append((model, reason))
+    def notify(self, notice: ModelNotice) -> None:
+        self.notices.append(notice)
+        if notice.refused is not None:
+            self.refused_loads.append((notice.view.model, notice.refused))
 
     def free_memory_mb(self) -> int:
         return self.capacity_mb - sum(self.resident_mb.values())
@@ -75,10 +83,10 @@ class FakeEffects:
 
     @property
     def stopped(self) -> list[str]:
-        """Every model `stop_models` named, in order."""
+        """Every model `stop_model` named, in order."""
         return [model for call in self.stops for model in call]
 
-    def rejection(self, ticket_id: int) -> SchedulerError:
+    def rejection(self, ticket_id: int) -> QuorumError:
         return next(err for tid, err in self.rejected if tid == ticket_id)
 
 
@@ -108,41 +116,51 @@ class Driver:
             est_input_tokens=tokens[0],
             est_output_tokens=tokens[1],
         )
-        self.core.on_request(RequestArrived(self._next_id, request, self.now))
+        self.core.handle(RequestArrived(self._next_id, request, self.now))
         return self._next_id
 
     def done(self, ticket_id: int, usage: tuple[int, int] | None = None) -> None:
         real = Usage(*usage) if usage is not None else None
-        self.core.on_serve_done(ServeDone(ticket_id, real, self.now))
+        self.core.handle(ServeDone(ticket_id, real, self.now))
 
     def cancel(self, ticket_id: int) -> None:
-        self.core.on_cancel(RequestCancelled(ticket_id, self.now))
+        self.core.handle(RequestCancelled(ticket_id, self.now))
 
     def tick(self, advance_s: float = 0.0) -> None:
         self.now += advance_s
-        self.core.on_tick(Tick(self.now))
+        self.core.handle(Tick(self.now))
 
     # -- model lifecycle, as the API and the pool would post it ---------------------
 
     def load(self, model: str, policy: ModelPolicy, evict_first: str | None = None) -> None:
-        self.core.on_load_requested(LoadRequested(model, policy, evict_first, self.now))
+        self.core.handle(LoadRequested(model, policy, evict_first, self.now))
+
+    def cancel_load(self, model: str) -> None:
+        self.core.handle(LoadCancelled(model, self.now))
 
     def ready(self, model: str, mem_mb: int, concurrency: int = 1) -> None:
         """The pool finished loading `model`: it now holds `mem_mb`."""
         self.effects.resident_mb[model] = mem_mb
-        self.core.on_model_ready(ModelReady(model, concurrency, mem_mb, self.now))
+        self.core.handle(ModelReady(model, concurrency, mem_mb, self.now))
 
-    def failed(self, model: str, reason: str = "no such file") -> None:
-        self.core.on_load_failed(LoadFailed(model, reason, self.now))
+    def failed(
+        self, model: str, reason: str = "no such file", exit_code: int | None = None
+    ) -> None:
+        self.core.handle(LoadFailed(model, reason, self.now, exit_code))
 
-    def unload(self, model: str) -> None:
-        self.core.on_unload_requested(UnloadRequested(model, self.now))
+    def unload(self, model: str, sleep: bool = False) -> None:
+        self.core.handle(UnloadRequested(model, self.now, sleep))
 
-    def stopped(self, model: str) -> None:
+    def stopped(self, model: str, freed_mb: int = 0) -> None:
         """The pool stopped `model`: its memory is free."""
         self.effects.resident_mb.pop(model, None)
-        self.core.on_model_stopped(ModelStopped(model, self.now))
+        self.core.handle(ModelStopped(model, self.now, freed_mb))
 
-    def crashed(self, model: str, reason: str = "exit code 139") -> None:
+    def slept(self, model: str, mem_mb: int) -> None:
+        """The pool put `model` to sleep: it holds `mem_mb` still."""
+        self.effects.resident_mb[model] = mem_mb
+        self.core.handle(ModelSlept(model, mem_mb, 0, self.now))
+
+    def crashed(self, model: str, reason: str = "exit code 139", exit_code: int = 139) -> None:
         self.effects.resident_mb.pop(model, None)
-        self.core.on_model_crashed(ModelCrashed(model, reason, self.now))
+        self.core.handle(ModelCrashed(model, reason, self.now, exit_code))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from runner.scheduler.config import SchedulerConfig
 from runner.scheduler.errors import QueueFull, QueueTimeout, SchedulerStopped, TenantQueueFull
-from runner.scheduler.events import Shutdown
+from runner.scheduler.events import RunnerStopping
 from tests.runner.scheduler.fakes import Driver
 
 
@@ -250,7 +250,7 @@ def test_scheduler_shutdown_refuses_waiters_and_arrivals() -> None:
     d = Driver(one_slot())
     d.arrive()
     waiter = d.arrive()
-    d.core.handle(Shutdown(d.now))
+    d.core.handle(RunnerStopping(d.now))
     after = d.arrive()
     assert isinstance(d.effects.rejection(waiter), SchedulerStopped)
     assert isinstance(d.effects.rejection(after), SchedulerStopped)

@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from runner.scheduler.config import ModelPolicy, SchedulerConfig
 from runner.scheduler.errors import QueueTimeout
-from runner.scheduler.eviction import Phase
+from runner.scheduler.models import ModelState
 from tests.runner.scheduler.fakes import Driver
 
 POLICIES = {
@@ -64,7 +64,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def undecided(self) -> list[int]:
         return [t for t in self.model_of if not self.endings(t)]
 
-    def in_phase(self, phase: Phase) -> list[str]:
+    def in_phase(self, phase: ModelState) -> list[str]:
         return sorted(m for m, view in self.d.core.resident().items() if view.state is phase)
 
     def concurrency(self, model: str) -> int:
@@ -124,19 +124,19 @@ class SchedulerMachine(RuleBasedStateMachine):
     def unload(self, model: str) -> None:
         self.d.unload(model)
 
-    @precondition(lambda self: bool(self.in_phase(Phase.LOADING)))
+    @precondition(lambda self: bool(self.in_phase(ModelState.LOADING)))
     @rule(data=st.data(), fails=st.booleans())
     def pool_answers_load(self, data: st.DataObject, fails: bool) -> None:
-        model = data.draw(st.sampled_from(self.in_phase(Phase.LOADING)))
+        model = data.draw(st.sampled_from(self.in_phase(ModelState.LOADING)))
         if fails:
             self.d.failed(model)
         else:
             self.d.ready(model, POLICIES[model].mem_mb, POLICIES[model].concurrency)
 
-    @precondition(lambda self: bool(self.in_phase(Phase.STOPPING)))
+    @precondition(lambda self: bool(self.in_phase(ModelState.STOPPING)))
     @rule(data=st.data())
     def pool_stops(self, data: st.DataObject) -> None:
-        self.d.stopped(data.draw(st.sampled_from(self.in_phase(Phase.STOPPING))))
+        self.d.stopped(data.draw(st.sampled_from(self.in_phase(ModelState.STOPPING))))
 
     @precondition(lambda self: bool(self.d.core.resident()))
     @rule(data=st.data())
@@ -190,13 +190,17 @@ class SchedulerMachine(RuleBasedStateMachine):
             for ticket_id in sorted(self.serving()):
                 self.done_ids.add(ticket_id)
                 self.d.done(ticket_id)
-            for model in self.in_phase(Phase.LOADING):
+            for model in self.in_phase(ModelState.LOADING):
                 self.d.ready(model, POLICIES[model].mem_mb, POLICIES[model].concurrency)
-            for model in self.in_phase(Phase.STOPPING):
+            for model in self.in_phase(ModelState.STOPPING):
                 self.d.stopped(model)
             self.d.tick(1.0)
             after = (len(self.d.effects.granted), len(self.d.effects.rejected))
-            busy = self.serving() or self.in_phase(Phase.LOADING) or self.in_phase(Phase.STOPPING)
+            busy = (
+                self.serving()
+                or self.in_phase(ModelState.LOADING)
+                or self.in_phase(ModelState.STOPPING)
+            )
             if after == before and not busy:
                 return
 

@@ -10,15 +10,15 @@ from runner.scheduler.eviction import (
     Evict,
     Fits,
     Impossible,
-    Phase,
     Resident,
     Wait,
     plan,
 )
+from runner.scheduler.models import ModelState
 
 
 def ready(model: str, mem: int, **kwargs: object) -> Resident:
-    return Resident(model, Phase.READY, mem, **kwargs)  # type: ignore[arg-type]
+    return Resident(model, ModelState.READY, mem, **kwargs)  # type: ignore[arg-type]
 
 
 def test_eviction_fits_in_free_memory() -> None:
@@ -87,20 +87,20 @@ def test_eviction_evict_first_pinned_is_ignored() -> None:
 
 def test_eviction_loading_model_is_never_a_victim() -> None:
     """Memory held by a model still loading is waited for, never evicted."""
-    residents = [Resident("l", Phase.LOADING, 8000), ready("b", 2000)]
+    residents = [Resident("l", ModelState.LOADING, 8000), ready("b", 2000)]
     assert isinstance(plan(Candidate("c", 8000), residents, 0), Wait)
 
 
 def test_eviction_waits_while_another_model_loads() -> None:
     """No victims are chosen while a load is in progress, even if the ready ones would do."""
-    residents = [Resident("l", Phase.LOADING, 2000), ready("b", 8000)]
+    residents = [Resident("l", ModelState.LOADING, 2000), ready("b", 8000)]
     decision = plan(Candidate("c", 8000), residents, 0)
     assert decision == Wait("8000 MB short; evicting once l has loaded")
 
 
 def test_eviction_waits_for_memory_already_leaving() -> None:
     """A model draining or stopping frees its memory soon: wait rather than evict more."""
-    residents = [Resident("d", Phase.DRAINING, 8000), ready("b", 8000)]
+    residents = [Resident("d", ModelState.DRAINING, 8000), ready("b", 8000)]
     assert isinstance(plan(Candidate("c", 8000), residents, 0), Wait)
 
 
@@ -120,7 +120,7 @@ residents_strategy = st.lists(
     st.builds(
         Resident,
         model=st.sampled_from([f"m{i}" for i in range(8)]),
-        state=st.sampled_from(list(Phase)),
+        state=st.sampled_from([s for s in ModelState if s.holds_memory]),
         mem_mb=st.integers(0, 20000),
         pinned=st.booleans(),
         priority=st.integers(0, 3),
@@ -147,9 +147,12 @@ def test_eviction_victims_are_ready_unpinned_and_enough(
     if isinstance(decision, Evict):
         by_name = {r.model: r for r in residents}
         victims = [by_name[v] for v in decision.victims]
-        assert all(v.state is Phase.READY and not v.pinned for v in victims)
+        assert all(v.state in (ModelState.READY, ModelState.SLEEPING) for v in victims)
+        assert not any(v.pinned for v in victims)
         assert len(set(decision.victims)) == len(victims)
-        leaving = sum(r.mem_mb for r in residents if r.state in (Phase.DRAINING, Phase.STOPPING))
+        leaving = sum(
+            r.mem_mb for r in residents if r.state in (ModelState.DRAINING, ModelState.STOPPING)
+        )
         assert free + leaving + sum(v.mem_mb for v in victims) >= need
     elif isinstance(decision, Fits):
         assert need <= free

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -17,6 +17,7 @@ from runner.scheduler import (
     SchedulerStopped,
 )
 from runner.scheduler.config import ModelPolicy
+from runner.scheduler.effects import ModelNotice
 
 
 class FakeClock:
@@ -191,7 +192,6 @@ class FakePool:
     resident: dict[str, int] = field(default_factory=dict)
     started: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
-    refused: list[tuple[str, str]] = field(default_factory=list)
     decisions: list[str] = field(default_factory=list)
     answer_at_once: bool = False
 
@@ -201,11 +201,11 @@ class FakePool:
             self.resident[model] = policy.mem_mb
             self.admission.model_ready(model, policy.concurrency, policy.mem_mb)
 
-    def stop_models(self, models: Sequence[str]) -> None:
-        self.stopped.extend(models)
-
-    def load_refused(self, model: str, reason: str) -> None:
-        self.refused.append((model, reason))
+    def stop_model(self, model: str, sleep: bool) -> None:
+        self.stopped.append(model)
+        if self.answer_at_once and self.admission is not None:
+            self.resident.pop(model, None)
+            self.admission.model_stopped(model)
 
     def free_memory_mb(self) -> int:
         return self.capacity_mb - sum(self.resident.values())
@@ -247,16 +247,22 @@ async def test_admission_pool_answering_inside_start_load_is_not_re_entered(
     pool = FakePool(answer_at_once=True)
     adm = managed(clock, pool)
     await adm.start()
-    assert adm.request_load("other", ModelPolicy(1000)) == "ready"
+    adm.request_load("other", ModelPolicy(1000))
+    assert adm.core.status("other") == "ready"
     grant = await adm.acquire(AdmissionRequest("r", "auto", "t", "normal", 1, 1))
     assert grant.queue_wait_ms == 0 and pool.started == ["other", "auto"]
-    assert adm.request_unload("other") == "stopping" and pool.stopped == ["other"]
+    adm.request_unload("other")
+    assert adm.core.status("other") == "absent" and pool.stopped == ["other"]
     await adm.stop()
 
 
 async def test_admission_without_a_pool_refuses_managed_loads(clock: FakeClock) -> None:
     """With no pool attached a governed load is refused at once, and nothing is left pending."""
     adm = SchedulerAdmission(SchedulerConfig(unlisted_ready=False), clock=clock)
+    notices: list[ModelNotice] = []
+    adm.listen(notices.append)
     await adm.start()
-    assert adm.request_load("x", ModelPolicy(1000)) == "absent"
+    adm.request_load("x", ModelPolicy(1000))
+    assert adm.core.status("x") == "absent" and adm.core.wanted() == {}
+    assert notices[-1].refused is not None and "does not fit" in notices[-1].refused
     await adm.stop()

@@ -7,7 +7,7 @@ import orjson
 from faults import QuorumError
 from runner.errors import HTTP_ERRORS, error_body, error_headers, error_status
 from runner.tasks.errors import (
-    IllegalTransition,
+    IllegalTaskTransition,
     TaskError,
     TaskNotCancellable,
     TaskNotFound,
@@ -17,10 +17,10 @@ from runner.tasks.errors import (
 
 def test_errors_tree_roots_in_runner_error() -> None:
     """Every task error is a QuorumError, so request handlers already catch it."""
-    for cls in (TaskNotFound, IllegalTransition, TaskNotCancellable, TaskStoreUnavailable):
+    for cls in (TaskNotFound, IllegalTaskTransition, TaskNotCancellable, TaskStoreUnavailable):
         assert issubclass(cls, TaskError)
         assert issubclass(cls, QuorumError)
-    assert issubclass(TaskNotCancellable, IllegalTransition)
+    assert issubclass(TaskNotCancellable, IllegalTaskTransition)
     assert isinstance(TaskNotFound("load-1"), HTTP_ERRORS)
 
 
@@ -53,8 +53,8 @@ def test_errors_store_unavailable_is_503_with_retry_after() -> None:
 
 
 def test_errors_illegal_transition_stays_internal() -> None:
-    """An IllegalTransition is a bug: 500 with the generic message, internals not shown."""
-    exc = IllegalTransition(taskId="load-abc", current="completed", target="loading")
+    """An IllegalTaskTransition is a bug: 500 with the generic message, internals not shown."""
+    exc = IllegalTaskTransition(taskId="load-abc", current="completed", target="loading")
     assert error_status(exc) == 500
     body = orjson.loads(error_body(exc))["error"]
     assert body == {"code": "internal_error", "message": "internal error", "type": "server_error"}

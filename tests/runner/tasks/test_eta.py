@@ -187,6 +187,7 @@ def test_download_progress_extrapolates_the_pace_and_adds_the_engine_start() -> 
 
 
 def test_download_progress_done_download_waits_for_the_engine_and_stays_capped() -> None:
+    """A finished download reads capped progress and a nonzero eta until the engine is up."""
     progress, eta = download_progress(1.0, 100.0, 0.0)
     assert eta == 0.1  # never 0 before the task completes
     assert progress == SYNTHETIC_PROGRESS_CAP

@@ -11,7 +11,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from runner.tasks.errors import IllegalTransition, TaskNotCancellable
+from runner.tasks.errors import IllegalTaskTransition, TaskNotCancellable
 from runner.tasks.record import LoadTask, new_task_id
 from runner.tasks.state import TaskStatus
 
@@ -178,8 +178,8 @@ def test_record_rejects_bad_eta() -> None:
 
 
 def test_record_complete_from_queued_is_illegal() -> None:
-    """A task cannot complete without loading first: IllegalTransition."""
-    with pytest.raises(IllegalTransition):
+    """A task cannot complete without loading first: IllegalTaskTransition."""
+    with pytest.raises(IllegalTaskTransition):
         fresh().complete(100, 100, now=NOW)
 
 
@@ -193,7 +193,7 @@ def test_record_cancel_finished_is_not_cancellable() -> None:
 def test_record_progress_on_finished_is_illegal() -> None:
     """A finished task takes no progress update."""
     failed = fresh().fail("x", now=NOW)
-    with pytest.raises(IllegalTransition):
+    with pytest.raises(IllegalTaskTransition):
         failed.progress_to(0.5, eta=1, now=NOW)
 
 
@@ -235,7 +235,7 @@ class LoadTaskMachine(RuleBasedStateMachine):
         before = self.task
         try:
             self.task = call()  # type: ignore[operator]
-        except IllegalTransition:
+        except IllegalTaskTransition:
             assert target not in _NEXT[before.status]
             assert self.task is before
             return
@@ -274,7 +274,7 @@ class LoadTaskMachine(RuleBasedStateMachine):
         status = self.task.status
         try:
             self.task = self.task.progress_to(p, eta=3, now=self._tick())
-        except IllegalTransition:
+        except IllegalTaskTransition:
             assert status.terminal
             return
         assert self.task.status is status

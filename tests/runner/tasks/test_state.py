@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.tasks.errors import IllegalTransition, TaskNotCancellable
+from runner.tasks.errors import IllegalTaskTransition, TaskNotCancellable
 from runner.tasks.state import (
     ACTIVE,
     TERMINAL,
@@ -59,8 +59,8 @@ def test_state_terminal_and_active_partition_the_statuses() -> None:
 @pytest.mark.parametrize("current", [C, F, X])
 @pytest.mark.parametrize("target", [Q, D, L, C, F])
 def test_state_terminal_never_moves(current: TaskStatus, target: TaskStatus) -> None:
-    """A terminal task refuses every move with IllegalTransition (internal, 500)."""
-    with pytest.raises(IllegalTransition) as info:
+    """A terminal task refuses every move with IllegalTaskTransition (internal, 500)."""
+    with pytest.raises(IllegalTaskTransition) as info:
         assert_transition("load-x", current, target)
     assert info.value.status == 500
     assert not isinstance(info.value, TaskNotCancellable)
@@ -77,7 +77,7 @@ def test_state_cancel_of_finished_task_is_not_cancellable(current: TaskStatus) -
 
 def test_state_backwards_move_is_illegal() -> None:
     """loading -> downloading is refused; the message names both statuses."""
-    with pytest.raises(IllegalTransition, match="'loading' to 'downloading'"):
+    with pytest.raises(IllegalTaskTransition, match="'loading' to 'downloading'"):
         assert_transition("load-x", L, D)
 
 

@@ -10,10 +10,9 @@ import pytest
 from runner.memory.fake import FakeTelemetry
 from runner.memory.leases import MemoryLeaseStore
 from runner.models_config import ModelsFile, ModelSpec
-from runner.pool.launch import LoadParams
 from runner.pool.pool import ModelPool
-from runner.scheduler.errors import ModelDoesNotFit
 from runner.settings import load_settings
+from tests.runner.pool.support import load
 from tests.support.runner_proc import fixture_bin
 
 
@@ -44,8 +43,8 @@ async def test_pool_splits_a_model_larger_than_one_gpu() -> None:
     """15 GB on two 10 GB GPUs: both listed in CUDA_VISIBLE_DEVICES, --tensor-split set."""
     telemetry = FakeTelemetry([10_000, 10_000]).use(0, 2_000)
     pool = _pool(telemetry, 15_000)
-    await pool.load("big", LoadParams())
-    process = pool.slots["big"].process
+    assert (await load(pool, "big"))[0] == "ready"
+    process = pool.records["big"].process
     assert process is not None
     assert process.env["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert process.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
@@ -59,18 +58,18 @@ async def test_pool_fits_one_gpu_without_split() -> None:
     """A model that fits one GPU goes on one (best fit), no --tensor-split."""
     telemetry = FakeTelemetry([10_000, 24_000]).use(1, 4_000)
     pool = _pool(telemetry, 8_000)
-    await pool.load("big", LoadParams())
-    process = pool.slots["big"].process
+    assert (await load(pool, "big"))[0] == "ready"
+    process = pool.records["big"].process
     assert process is not None and process.env["CUDA_VISIBLE_DEVICES"] == "0"
     assert "--tensor-split" not in process.argv
     await pool.close()
 
 
 async def test_pool_no_fit_names_the_figures() -> None:
-    """More than both GPUs can hold: refused with the need and the free figures."""
+    """More than both GPUs can hold: the load fails naming the need and the free figures."""
     pool = _pool(FakeTelemetry([10_000, 10_000]), 30_000)
-    with pytest.raises(ModelDoesNotFit, match="30000"):
-        await pool.load("big", LoadParams())
+    outcome = await load(pool, "big")
+    assert outcome[:2] == ("failed", "big") and "30000" in outcome[2]
 
 
 async def test_pool_leases_count_other_holders() -> None:
@@ -80,9 +79,9 @@ async def test_pool_leases_count_other_holders() -> None:
     await pool.leases.acquire("training-job", {0: 6_000}, 60)
     await pool.hold_leases()
     assert pool.free_memory_mb() == 4_000
-    await pool.load("big", LoadParams())
-    telemetry.process_mb[pool.slots["big"].process.pid] = 1_000  # type: ignore[union-attr]
-    pool.slots["big"].mem_mb = 1_000
+    assert (await load(pool, "big"))[0] == "ready"
+    telemetry.process_mb[pool.records["big"].process.pid] = 1_000  # type: ignore[union-attr]
+    pool.records["big"].mem_mb = 1_000
     await pool.hold_leases()
     holders = {lease.holder: dict(lease.gpu_mb) for lease in await pool.leases.all()}
     assert holders["r1/big"] == {0: 1_000} and holders["training-job"] == {0: 6_000}

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from runner.settings import default_llama_server_bin
+from tests.support.engines import processes_with
 from tests.support.redis_server import RedisServer
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
 from tests.support.tokens import DEV_REGISTRY, dev_token
@@ -70,6 +71,23 @@ def poll_model_load_task(url: str, task_id: str, interval_s: float = 5.0) -> dic
 def _caps(url: str) -> dict[str, Any]:
     doc: dict[str, Any] = httpx.get(url + "/v1/capabilities").json()
     return doc
+
+
+def _until(check: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "the state never came"
+        time.sleep(0.05)
+
+
+def _ids(models: dict[str, Any], kind: str) -> list[str]:
+    return [m["id"] for m in models[kind]]
+
+
+def _chat_code(url: str, model: str) -> tuple[int, str]:
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+    r = httpx.post(url + "/v1/chat/completions", json=body, timeout=30)
+    return r.status_code, r.json()["error"]["code"]
 
 
 def _wait_task(url: str, task_id: str, timeout: float = 90) -> dict[str, Any]:
@@ -157,8 +175,9 @@ def test_cancel_load_stops_it(slow_runner: RunnerProcess) -> None:
     )
     assert r.status_code == 200, r.text
     assert _wait_task(slow_runner.url, task)["status"] == "cancelled"
-    time.sleep(0.5)
-    assert "slow" not in [m["id"] for m in _caps(slow_runner.url)["models"]["loaded"]]
+    _until(lambda: "slow" not in _ids(_caps(slow_runner.url)["models"], "loading"))
+    assert "slow" not in _ids(_caps(slow_runner.url)["models"], "loaded")
+    assert _chat_code(slow_runner.url, "slow") == (404, "model_not_loaded")
 
 
 def test_autoload_model_loads_on_first_request() -> None:
@@ -265,27 +284,24 @@ def test_pinned_model_never_evicted_load_fails_with_reason() -> None:
 
 
 def test_runner_sigterm_mid_load_stops_engine() -> None:
-    """A runner stopped while an engine loads leaves no engine behind."""
+    """A runner stopped (SIGTERM) while its engine loads stops that engine too."""
     models = "models:\n" + _entry("slow", "llama-server-slow")
     with start_runner(models_file=models, env=ENV) as r:
         _load(r.url, "slow")
-        time.sleep(0.5)
+        _until(lambda: bool(processes_with("--load-ms", parent=r.proc.pid)))
+        [(pid, _)] = processes_with("--load-ms", parent=r.proc.pid)
         r.proc.send_signal(signal.SIGTERM)
         assert r.proc.wait(30) == 0
-    time.sleep(0.5)
-    leftovers = [
-        p
-        for p in Path("/proc").iterdir()
-        if p.name.isdigit() and _cmd(p).find("fake_openai --load-ms") >= 0
-    ]
-    assert leftovers == []
+    _until(lambda: not _alive(pid), timeout=5)
 
 
-def _cmd(p: Path) -> str:
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie waiting to be reaped."""
     try:
-        return (p / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
-        return ""
+        return False
+    return "\nState:\tZ" not in status
 
 
 def test_load_of_repo_not_on_disk_offline_fails_with_reason(tmp_path: Path) -> None:

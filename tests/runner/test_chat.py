@@ -232,7 +232,7 @@ def test_metrics_count_requests_by_tenant_and_status(fleet: Fleet) -> None:
     )
     text = fleet.client.get("/metrics").text
     assert 'quorum_requests_total{model="echo",status="200",tenant="metered"} 3.0' in text
-    assert 'quorum_requests_total{model="_none",status="404",tenant="metered"} 1.0' in text
+    assert 'quorum_requests_total{model="_unknown",status="404",tenant="metered"} 1.0' in text
     assert "quorum_inference_duration_seconds_bucket" in text
     assert "quorum_requests_in_flight" in text
 

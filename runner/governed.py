@@ -1,16 +1,18 @@
 """Governed lifecycle operations: parse the request, have governance approve it, run it.
 
-Every lifecycle call goes the same way (`governed`):
+Every lifecycle call goes the same way:
 
     1. parse the body strictly (duplicate keys, NaN, floats -> 400) and check its fields (400);
        check what it names exists (404) - nothing is spent on a request that cannot run;
-    2. find the token: body field `verifiedOpToken`, else header `X-Op-Token` (401 if none);
-    3. `Verifier.authorize(token, operation, modelId, params)`, where params are the body's
-       other fields exactly as sent; governance decides 400/401/403/409/413/503 and audits;
+    2. find the token (`governed_request`): body field `verifiedOpToken`, else header
+       `X-Op-Token` (401 if none);
+    3. `GovernedOps.approve` → `Verifier.authorize(token, operation, modelId, params)`,
+       where params are the body's other fields exactly as sent; governance decides
+       400/401/403/409/413/503 and audits;
     4. only then execute what was approved.
 
-`POST /v1/cache/flush` is the first such operation; model load/unload and task cancel
-reuse `governed` with their own parsing and execution.
+`POST /v1/cache/flush` is here (`GovernedOps.flush`); model load, unload and task cancel
+(runner/loads.py) go the same way with their own parsing and execution.
 """
 
 from __future__ import annotations
@@ -21,21 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.base import Engine, FlushResult, FlushScope
-from faults import QuorumError
 from governance.encoding import loads_strict
 from governance.verifier import Approval, Verifier
-from runner.errors import BadRequest, ModelNotFound, ServiceUnavailable
+from runner.errors import BadRequest, MissingOpToken, ModelNotFound, ServiceUnavailable
 from runner.metrics import Metrics
 
 _TENANT = re.compile(r"[A-Za-z0-9._-]{1,64}")
 FLUSH_SCOPES = ("all", "model", "tenant", "tag")
 _FLUSH_FIELDS = frozenset({"scope", "modelId", "tenantId", "tag", "verifiedOpToken"})
-
-
-class MissingOpToken(QuorumError):
-    status = 401
-    code = "missing_op_token"
-    type = "authentication_error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +62,7 @@ def governed_request(doc: dict[str, Any], header_token: str | None) -> GovernedR
     if token is None:
         token = header_token
     if token is None:
-        raise MissingOpToken("a verifiedOpToken (body) or X-Op-Token (header) is required")
+        raise MissingOpToken()
     params = {k: v for k, v in doc.items() if k not in ("modelId", "verifiedOpToken")}
     return GovernedRequest(model_id, params, token)
 
@@ -116,8 +111,8 @@ def merge_flushes(results: list[FlushResult]) -> dict[str, object]:
     return body
 
 
-class Lifecycle:
-    """The governed operations of one runner."""
+class GovernedOps:
+    """The governed operations of one runner: approve any of them; flush the cache."""
 
     def __init__(
         self, verifier: Verifier | None, engines: Mapping[str, Engine], metrics: Metrics

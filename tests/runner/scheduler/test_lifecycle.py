@@ -5,13 +5,13 @@ from __future__ import annotations
 from runner.scheduler.config import ModelPolicy, SchedulerConfig
 from runner.scheduler.errors import (
     ModelDoesNotFit,
-    ModelEngineCrashed,
+    ModelFailed,
     ModelLoadFailed,
     ModelNotLoaded,
     ModelUnloading,
     QueueTimeout,
 )
-from runner.scheduler.eviction import Phase
+from runner.scheduler.models import ModelState
 from tests.runner.scheduler.fakes import Driver
 
 GB = 1000
@@ -54,7 +54,12 @@ def test_lifecycle_load_with_free_memory_starts_at_once() -> None:
     d.now = 4.0
     d.ready("a", 7500, concurrency=2)
     view = d.core.resident()["a"]
-    assert (view.state, view.mem_mb, view.concurrency, view.since) == (Phase.READY, 7500, 2, 4.0)
+    assert (view.state, view.mem_mb, view.concurrency, view.since) == (
+        ModelState.READY,
+        7500,
+        2,
+        4.0,
+    )
 
 
 def test_lifecycle_load_reserves_memory_while_loading() -> None:
@@ -83,14 +88,20 @@ def test_lifecycle_request_for_a_model_not_loaded_is_404() -> None:
     assert isinstance(error, ModelNotLoaded)
     assert (error.status, error.code) == (404, "model_not_loaded")
     unknown = d.effects.rejection(d.arrive(model="nobody-knows"))
-    assert isinstance(unknown, ModelNotLoaded)
+    assert (unknown.status, unknown.code) == (404, "model_not_found")
+    assert "models: g" in str(unknown)
 
 
 def test_lifecycle_attached_models_stay_ready() -> None:
     """Models in model_concurrency are always ready and never loaded or evicted."""
     d = Driver(SchedulerConfig(model_concurrency={"attached": 1}, unlisted_ready=False))
     assert d.effects.granted_ids == [] and d.arrive(model="attached") in d.effects.granted_ids
-    assert d.core.status("attached") == "ready" and d.core.resident() == {}
+    assert d.core.status("attached") == "ready"
+    d.load("attached", policy(4))
+    d.unload("attached")
+    assert (
+        d.effects.started == [] and d.effects.stops == [] and d.core.status("attached") == "ready"
+    )
 
 
 def test_lifecycle_evicts_the_least_recently_used_idle_model() -> None:
@@ -159,7 +170,7 @@ def test_lifecycle_impossible_load_is_refused_with_the_reason() -> None:
         "needs 15000 MB; 10000 MB free, 0 MB evictable, 10000 MB pinned, "
         "0 MB loading, 0 MB being freed"
     )
-    assert d.effects.refused_loads == [("big", reason)]
+    assert d.effects.refused_loads == [("big", f"does not fit: {reason}")]
     error = d.effects.rejection(waiter)
     assert isinstance(error, ModelDoesNotFit)
     assert (error.status, error.code, error.extra["reason"]) == (503, "model_does_not_fit", reason)
@@ -292,30 +303,65 @@ def test_lifecycle_unload_drain_is_bounded() -> None:
     assert d.effects.decisions[-1] == "stop a: drain timeout, 1 still in flight"
 
 
-def test_lifecycle_crash_rejects_the_waiters() -> None:
-    """An engine crash refuses the requests waiting for it with engine_crashed and the reason."""
+def test_lifecycle_crash_refuses_the_waiters_with_503_and_retry_after() -> None:
+    """An engine crash (no restart) fails the model with its reason and exit code, and
+    refuses the requests waiting for it with 503 model_unavailable and Retry-After."""
     d = driver()
     resident_with(d, "a", 8)
     d.arrive(model="a")
     waiter = d.arrive(model="a")
-    d.crashed("a", "signal 9")
+    d.crashed("a", "engine exited (killed by SIGKILL)", exit_code=-9)
     error = d.effects.rejection(waiter)
-    assert isinstance(error, ModelEngineCrashed)
-    assert (error.status, error.code, error.extra["reason"]) == (502, "engine_crashed", "signal 9")
-    assert d.core.status("a") == "absent"
+    assert isinstance(error, ModelFailed)
+    assert (error.status, error.code) == (503, "model_unavailable")
+    assert error.extra["reason"] == "engine exited (killed by SIGKILL)"
+    assert error.headers["Retry-After"] == "30"
+    view = d.core.models()["a"]
+    assert (view.state, view.reason, view.exit_code) == (
+        ModelState.FAILED,
+        "engine exited (killed by SIGKILL)",
+        -9,
+    )
+    assert isinstance(d.effects.rejection(d.arrive(model="a")), ModelFailed)
 
 
 def test_lifecycle_restart_policy_keeps_waiters_waiting() -> None:
-    """With restart, a crash keeps the waiters queued; the restarted engine serves them."""
+    """With restart, a crash keeps the waiters queued; after the backoff the engine is
+    started again and serves them."""
     d = driver(a=policy(8, restart=True))
     resident_with(d, "a", 8)
     running = d.arrive(model="a")
     waiter = d.arrive(model="a")
     d.crashed("a")
-    assert d.core.is_waiting(waiter) and d.core.status("a") == "loading"
+    assert d.core.is_waiting(waiter) and d.core.status("a") == "failed"
+    assert d.effects.started == ["a"]  # not yet: the first restart waits 1 s
+    d.tick(1.0)
+    assert d.core.status("a") == "loading" and d.effects.started == ["a", "a"]
     d.done(running)  # the request the crash cut short ends
     d.ready("a", 8 * GB)
     assert d.effects.granted_ids[-1] == waiter
+
+
+def test_lifecycle_crash_loop_ends_failed_with_the_reason() -> None:
+    """A model that crashes `max_restarts` times in a row, each soon after it came back,
+    stays failed, saying so; its waiters are refused."""
+    d = driver(a=policy(8, restart=True))
+    resident_with(d, "a", 8)
+    for attempt, backoff in enumerate((1.0, 2.0, 4.0, 8.0, 16.0)):
+        d.crashed("a", "engine exited (exit code 1)")
+        assert d.core.status("a") == "failed", attempt
+        d.tick(backoff)
+        assert d.core.status("a") == "loading", attempt
+        d.ready("a", 8 * GB)
+    d.arrive(model="a")  # in flight
+    waiter = d.arrive(model="a")
+    d.crashed("a", "engine exited (exit code 1)")
+    view = d.core.models()["a"]
+    assert view.state is ModelState.FAILED and view.restart_at is None
+    assert view.reason == "engine exited (exit code 1); not restarted after 6 crashes in a row"
+    assert isinstance(d.effects.rejection(waiter), ModelFailed)
+    d.tick(60.0)
+    assert d.core.status("a") == "failed"
 
 
 def test_lifecycle_load_failure_rejects_the_waiters() -> None:
@@ -339,14 +385,17 @@ def test_lifecycle_load_of_a_loading_model_joins_it() -> None:
 
 
 def test_lifecycle_unexpected_stop_rejects_waiters() -> None:
-    """An engine that stops unasked is gone: its waiters are refused, nothing restarts it."""
+    """An engine that stops unasked fails the model: its waiters are refused, nothing
+    restarts it."""
     d = driver(a=policy(8, restart=True))
     resident_with(d, "a", 8)
     d.arrive(model="a")
     waiter = d.arrive(model="a")
     d.stopped("a")
-    assert isinstance(d.effects.rejection(waiter), ModelEngineCrashed)
-    assert d.core.status("a") == "absent"
+    assert isinstance(d.effects.rejection(waiter), ModelFailed)
+    assert d.core.status("a") == "failed"
+    d.tick(60.0)
+    assert d.core.status("a") == "failed" and d.effects.started == ["a"]
 
 
 def test_lifecycle_high_band_load_is_planned_first() -> None:

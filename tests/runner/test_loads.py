@@ -1,0 +1,184 @@
+"""Load tasks follow the scheduler's notices (runner/loads.py): no polling loop, so a
+task is completed by the very event that makes its model ready, on a clock that never
+moves; progress while loading is computed when read, not written."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+import pytest
+
+from runner.catalog import Roots
+from runner.governed import GovernedRequest
+from runner.loads import LoadManager
+from runner.models_config import ModelSpec
+from runner.pool.launch import LoadParams
+from runner.pool.sizing import policy_for
+from runner.scheduler import ModelPolicy, SchedulerAdmission, SchedulerConfig
+from runner.tasks import LoadTask, MemoryTaskStore, TaskStatus
+from runner.tasks.eta import EtaEstimator, LoadSpeed
+
+pytestmark = pytest.mark.timeout(10)
+
+GGUF_MB = 10
+
+
+@dataclass
+class FakePool:
+    """The pool as the load tasks and the scheduler see it: it starts what it is told
+    (recording it) and answers nothing by itself; the test reports for it."""
+
+    specs_: dict[str, ModelSpec]
+    started: list[str] = field(default_factory=list)
+    estimator: EtaEstimator = field(
+        default_factory=lambda: EtaEstimator(defaults={"llama-server": LoadSpeed(2.0, 10.0)})
+    )
+
+    def specs(self) -> dict[str, ModelSpec]:
+        return self.specs_
+
+    def spec(self, model: str) -> ModelSpec | None:
+        return self.specs_.get(model)
+
+    def register(self, spec: ModelSpec, params: LoadParams | None = None) -> None:
+        self.specs_[spec.id] = spec
+
+    def policy(self, spec: ModelSpec, budget_mb: int | None = None) -> ModelPolicy:
+        return policy_for(spec, budget_mb, None, 0.9)
+
+    # ModelEffects
+    def start_load(self, model: str, policy: ModelPolicy) -> None:
+        self.started.append(model)
+
+    def stop_model(self, model: str, sleep: bool) -> None:
+        return None
+
+    def free_memory_mb(self) -> int:
+        return 10_000
+
+    def log_decision(self, text: str) -> None:
+        return None
+
+
+class Approve:
+    async def approve(self, operation: str, request: GovernedRequest) -> None:
+        return None
+
+
+class CountingStore(MemoryTaskStore):
+    """The memory store, counting what is written."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda: 1000.0)
+        self.writes: list[LoadTask] = []
+
+    async def put(self, task: LoadTask) -> LoadTask:
+        self.writes.append(task)
+        return await super().put(task)
+
+
+@dataclass
+class Setup:
+    loads: LoadManager
+    admission: SchedulerAdmission
+    pool: FakePool
+    store: CountingStore
+    clock: list[float]
+
+
+@pytest.fixture
+async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
+    gguf = tmp_path / "g.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * (GGUF_MB * 2**20))
+    spec = ModelSpec(id="g", backend="llama-server", path=str(gguf))
+    pool = FakePool({"g": spec})
+    clock = [1000.0]
+    admission = SchedulerAdmission(
+        SchedulerConfig(unlisted_ready=False), clock=lambda: clock[0], tick_interval_s=3600
+    )
+    admission.attach_models(pool)
+    store = CountingStore()
+    roots = Roots(tmp_path, None, (tmp_path,))
+    loads = LoadManager(
+        pool,  # type: ignore[arg-type]
+        admission,
+        Approve(),  # type: ignore[arg-type]
+        store,
+        roots,
+        "llama-server",
+        "r1",
+        clock=lambda: clock[0],
+    )
+    await admission.start()
+    await loads.start()
+    yield Setup(loads, admission, pool, store, clock)
+    await loads.aclose()
+    await admission.stop()
+
+
+def _body(model: str = "g") -> bytes:
+    return orjson.dumps({"modelId": model, "verifiedOpToken": "t"})
+
+
+async def _settled() -> None:
+    """Let the tasks that are runnable now run (no time passes: the clock is fake)."""
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+async def test_loads_task_completes_on_the_ready_event(setup: Setup) -> None:
+    """The engine's ready report completes the task at once: written loading when the
+    load starts, completed when ready, nothing in between, no time passing."""
+    task = await setup.loads.submit(_body(), None)
+    await _settled()
+    assert setup.pool.started == ["g"]
+    assert [t.status for t in setup.store.writes] == [TaskStatus.LOADING]
+    setup.admission.model_ready("g", 1, 123)
+    await _settled()
+    done = await setup.loads.get(task.task_id)
+    assert done.status is TaskStatus.COMPLETED and done.gpu_memory_used_mb == 123
+    assert [t.status for t in setup.store.writes] == [TaskStatus.LOADING, TaskStatus.COMPLETED]
+
+
+async def test_loads_progress_advances_with_time_when_read(setup: Setup) -> None:
+    """While loading, progress and eta move with the clock on every read, with no writes;
+    the predicted load time (3 s here) is the first eta."""
+    task = await setup.loads.submit(_body(), None)
+    await _settled()
+    first = await setup.loads.get(task.task_id)
+    assert (first.progress, first.eta) == (0.0, 3.0)
+    setup.clock[0] += 1.5
+    later = await setup.loads.get(task.task_id)
+    assert 0.4 < later.progress < 0.6 and later.eta is not None and later.eta < 3.0
+    assert setup.loads.progress()["g"].progress == later.progress
+    assert len(setup.store.writes) == 1
+
+
+async def test_loads_failure_and_refusal_end_the_task(setup: Setup) -> None:
+    """A failed start fails the task with the reason; a load that can never fit fails at
+    once saying so."""
+    task = await setup.loads.submit(_body(), None)
+    await _settled()
+    setup.admission.load_failed("g", "engine exited while starting (exit code 1)", 1)
+    await _settled()
+    failed = await setup.loads.get(task.task_id)
+    assert failed.status is TaskStatus.FAILED and "exit code 1" in (failed.error or "")
+    setup.pool.free_memory_mb = lambda: 0  # type: ignore[method-assign]
+    task = await setup.loads.submit(_body(), None)
+    await _settled()
+    refused = await setup.loads.get(task.task_id)
+    assert refused.status is TaskStatus.FAILED and "does not fit" in (refused.error or "")
+
+
+async def test_loads_cancel_calls_the_load_off(setup: Setup) -> None:
+    """Cancelling a task stops waiting at once and calls the load off at the scheduler."""
+    task = await setup.loads.submit(_body(), None)
+    await _settled()
+    cancelled = await setup.loads.cancel(task.task_id, b"", "token")
+    await _settled()
+    assert cancelled.status is TaskStatus.CANCELLED
+    assert setup.admission.core.status("g") == "stopping"

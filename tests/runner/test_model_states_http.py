@@ -1,0 +1,177 @@
+"""What a request for a model gets in each of the model's states, over HTTP on a real
+runner process, as docs/api.md ("What a request for a model meets") and the scheduler's
+one decision (`runner/scheduler/models.admission`) say.
+
+Stand-in llama-servers (tests/fixtures/bin/): `paced` streams 30 chunks 100 ms apart, so
+a request stays in flight long enough to watch a model drain; `slow` takes 3 s to load;
+`exits-at-start` never comes up.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
+from tests.support.tokens import DEV_REGISTRY, dev_token
+
+pytestmark = pytest.mark.timeout(180)
+
+ENV = {"GOVERNANCE_REGISTRY": str(DEV_REGISTRY)}
+
+
+def _entry(model: str, binary: str, **extra: object) -> str:
+    lines = [f"  - id: {model}", "    backend: llama-server", "    path: /dev/null"]
+    lines += [f"    bin: {fixture_bin(binary)}", "    vram_mb: 64"]
+    lines += [f"    {k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in extra.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _governed(url: str, op: str, model: str, **fields: Any) -> httpx.Response:
+    path = {"model-load": "/v1/models/load", "model-unload": "/v1/models/unload"}[op]
+    token = dev_token(op, model, fields)
+    body = {"modelId": model, **fields, "verifiedOpToken": token}
+    return httpx.post(url + path, json=body, timeout=60)
+
+
+def _chat(url: str, model: str, stream: bool = False) -> httpx.Response:
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": stream}
+    return httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
+
+
+def _until(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "the state never came"
+        time.sleep(0.05)
+
+
+def _state(url: str, model: str) -> str:
+    caps = httpx.get(url + "/v1/capabilities").json()["models"]
+    for kind in ("loaded", "loading", "failed"):
+        if any(m["id"] == model for m in caps[kind]):
+            return kind
+    return "available"
+
+
+def _error(r: httpx.Response) -> tuple[int, str]:
+    return r.status_code, r.json()["error"]["code"]
+
+
+class Streaming:
+    """A streamed chat in a thread: `started` once its first chunk came, `body` at the end."""
+
+    def __init__(self, url: str, model: str) -> None:
+        self.started = threading.Event()
+        self.body = b""
+        self.thread = threading.Thread(target=self._run, args=(url, model))
+        self.thread.start()
+        assert self.started.wait(30), "the stream never started"
+
+    def _run(self, url: str, model: str) -> None:
+        body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as r:
+            for chunk in r.iter_bytes():
+                self.started.set()
+                self.body += chunk
+
+    def finish(self) -> bytes:
+        self.thread.join(60)
+        return self.body
+
+
+@pytest.fixture(scope="module")
+def runner() -> Iterator[RunnerProcess]:
+    models = "models:\n" + "".join(
+        [
+            _entry("p", "llama-server-paced"),
+            _entry("slow", "llama-server-slow"),
+            _entry("broken", "llama-server-exits-at-start"),
+            _entry("e1", "llama-server-paced"),
+            _entry("e2", "llama-server-ok"),
+            _entry("a1", "llama-server-paced", autoload=True),
+            _entry("a2", "llama-server-ok"),
+        ]
+    )
+    with start_runner(models_file=models, env=ENV) as r:
+        yield r
+
+
+def test_model_states_unknown_and_not_loaded_are_404(runner: RunnerProcess) -> None:
+    """Not a model of this runner: 404 model_not_found naming the models; a model of the
+    catalog that is not loaded (and not autoload): 404 model_not_loaded."""
+    r = _chat(runner.url, "nope")
+    assert _error(r) == (404, "model_not_found") and "slow" in r.json()["error"]["message"]
+    assert _error(_chat(runner.url, "p")) == (404, "model_not_loaded")
+
+
+def test_model_states_failed_is_503_with_the_reason(runner: RunnerProcess) -> None:
+    """A model whose engine failed: 503 model_unavailable with the reason and Retry-After."""
+    assert _governed(runner.url, "model-load", "broken").status_code == 202
+    _until(lambda: _state(runner.url, "broken") == "failed")
+    r = _chat(runner.url, "broken")
+    assert _error(r) == (503, "model_unavailable")
+    assert "exited while starting" in r.json()["error"]["reason"]
+    assert int(r.headers["Retry-After"]) > 0
+
+
+def test_model_states_loading_waits_then_ready_serves(runner: RunnerProcess) -> None:
+    """A request for a loading model waits in the queue and is served once it is ready;
+    a ready model serves at once."""
+    assert _governed(runner.url, "model-load", "slow").status_code == 202
+    assert _state(runner.url, "slow") == "loading"
+    r = _chat(runner.url, "slow")
+    assert r.status_code == 200 and int(r.headers["X-Queue-Wait-Ms"]) > 0
+    r = _chat(runner.url, "slow")
+    assert r.status_code == 200 and r.headers["X-Queue-Wait-Ms"] == "0"
+
+
+def test_model_states_draining_for_unload_is_503_unloading(runner: RunnerProcess) -> None:
+    """While a model drains for a governed unload, new requests get 503 model_unloading;
+    the one in flight finishes; then it is not loaded (404)."""
+    assert _governed(runner.url, "model-load", "p").status_code == 202
+    _until(lambda: _state(runner.url, "p") == "loaded")
+    stream = Streaming(runner.url, "p")
+    unload: list[httpx.Response] = []
+    worker = threading.Thread(
+        target=lambda: unload.append(_governed(runner.url, "model-unload", "p"))
+    )
+    worker.start()
+    _until(lambda: _error(_chat(runner.url, "p")) == (503, "model_unloading"))
+    assert stream.finish().rstrip().endswith(b"data: [DONE]")
+    worker.join(60)
+    assert unload and unload[0].status_code == 200
+    assert _error(_chat(runner.url, "p")) == (404, "model_not_loaded")
+
+
+def test_model_states_evicted_model_is_503_unloading(runner: RunnerProcess) -> None:
+    """A model evicted for another (`evictModel`) drains: new requests for it get 503
+    model_unloading (it does not come back by itself); the model it made room for loads."""
+    assert _governed(runner.url, "model-load", "e1").status_code == 202
+    _until(lambda: _state(runner.url, "e1") == "loaded")
+    stream = Streaming(runner.url, "e1")
+    assert _governed(runner.url, "model-load", "e2", evictModel="e1").status_code == 202
+    _until(lambda: _error(_chat(runner.url, "e1")) == (503, "model_unloading"))
+    assert stream.finish().rstrip().endswith(b"data: [DONE]")
+    _until(lambda: _state(runner.url, "e2") == "loaded")
+    assert _error(_chat(runner.url, "e1")) == (404, "model_not_loaded")
+
+
+def test_model_states_evicted_autoload_model_waits_and_comes_back(runner: RunnerProcess) -> None:
+    """An `autoload` model evicted for another drains: a request for it waits, and is
+    served once it is loaded again after the other."""
+    assert _governed(runner.url, "model-load", "a1").status_code == 202
+    _until(lambda: _state(runner.url, "a1") == "loaded")
+    stream = Streaming(runner.url, "a1")
+    assert _governed(runner.url, "model-load", "a2", evictModel="a1").status_code == 202
+    _until(lambda: "evict a1" in runner.log(), timeout_s=60)
+    waiting = _chat(runner.url, "a1")  # waits through the drain, the stop and the reload
+    assert waiting.status_code == 200 and int(waiting.headers["X-Queue-Wait-Ms"]) > 0
+    assert stream.finish().rstrip().endswith(b"data: [DONE]")
+    _until(lambda: _state(runner.url, "a2") == "loaded")
+    assert _state(runner.url, "a1") == "loaded"
