@@ -89,6 +89,7 @@ class Settings(BaseSettings):
     comfyui_path: str | None = None
     comfyui_python: str | None = None
     comfyui_cpu: bool = False
+    comfyui_image_metadata: bool = False  # keep ComfyUI's workflow text chunks in the PNGs
     images_dir: str | None = None
     images_url_ttl_s: float = Field(default=3600.0, gt=0)
     images_public_url: str | None = None

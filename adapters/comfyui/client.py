@@ -104,6 +104,7 @@ class SystemStats:
     ram_free: int
     comfyui_version: str
     devices: tuple[Device, ...]
+    argv: tuple[str, ...] = ()  # ComfyUI's command line (its folders are in it)
 
     @property
     def primary(self) -> Device | None:
@@ -285,11 +286,13 @@ class ComfyUIClient:
             for d in data.get("devices") or ()
             if isinstance(d, dict)
         )
+        argv = system.get("argv")
         return SystemStats(
             _int(system.get("ram_total")),
             _int(system.get("ram_free")),
             str(system.get("comfyui_version", "unknown")),
             devices,
+            tuple(str(a) for a in argv) if isinstance(argv, list) else (),
         )
 
     async def view(self, image: ImageRef) -> bytes:

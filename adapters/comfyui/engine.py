@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -41,7 +42,13 @@ from adapters.base import CacheReport, FlushResult, FlushScope, NoPlacement
 from adapters.comfyui.client import ComfyUIClient
 from adapters.comfyui.errors import ComfyUINotReady, ExecutionFailed
 from adapters.comfyui.follow import FollowTiming, run
-from adapters.comfyui.server import ComfyUIServer, Memory, ServerStatus
+from adapters.comfyui.server import (
+    JOBS_FOLDER,
+    ComfyUIServer,
+    Memory,
+    ServerStatus,
+    job_folders,
+)
 from adapters.comfyui.workflows import WorkflowTemplate
 from adapters.errors import EngineError, IllegalEngineTransition, UnsupportedRequest
 from adapters.http_client import EngineConnections
@@ -198,8 +205,14 @@ class ComfyUIEngine(NoPlacement):
         return True
 
     async def _warm_up(self) -> None:
-        graph = self.template.render(warmup_values(self.template, self.checkpoint))
-        finished = await run(self.client, graph, timing=self.timing)
+        token = secrets.token_hex(8)
+        prefix = f"{JOBS_FOLDER}/{token}/warmup"
+        graph = self.template.render(warmup_values(self.template, self.checkpoint, prefix))
+        try:
+            finished = await run(self.client, graph, timing=self.timing)
+        finally:
+            for folder in job_folders(graph, token):
+                await self.server.discard(folder)
         with contextlib.suppress(EngineError):
             await self.client.delete_history([finished.prompt_id])
         if finished.outcome.verdict != "success":
@@ -260,15 +273,27 @@ class ComfyUIEngine(NoPlacement):
     async def diagnose(self) -> str | None:
         return self.failure
 
+    # -- what image generation needs besides the client (images.ImageModel) --------------
+
+    async def died_within(self, seconds: float) -> str | None:
+        """How ComfyUI died, if its process ends within `seconds`; None if it lives on."""
+        return await self.server.died_within(seconds)
+
+    async def discard_outputs(self, folder: str) -> bool:
+        """Remove a job's output folder from ComfyUI's output folder."""
+        return await self.server.discard(folder)
+
     async def flush(self, scope: FlushScope) -> FlushResult:
         return FlushResult(False, reason=NO_KV_CACHE)
 
 
-def warmup_values(template: WorkflowTemplate, checkpoint: str | None) -> dict[str, Any]:
+def warmup_values(
+    template: WorkflowTemplate, checkpoint: str | None, prefix: str
+) -> dict[str, Any]:
     """The cheapest values the template accepts: smallest size near 64 px, one image, one
-    step, a fixed seed, a warm-up prefix (pure)."""
+    step, a fixed seed, the warm-up's own `prefix` (pure)."""
     params = template.params
-    values: dict[str, Any] = {"filename_prefix": "quorum/warmup"}
+    values: dict[str, Any] = {"filename_prefix": prefix}
     for name in ("width", "height"):
         p = params.get(name)
         if p is not None:

@@ -18,6 +18,7 @@ Exception tree::
     │   ├── EngineUnavailable            502  connection refused / reset (from httpx)
     │   ├── EngineTimeout                504  no answer in time (from httpx)
     │   ├── EngineBadResponse            502  not the JSON/PNG ComfyUI's API promises
+    │   ├── EngineCrashed                502  engine_crashed: ComfyUI's process died under it
     │   ├── ExecutionFailed              502  comfyui_execution_error: a node raised
     │   │                                      (`execution_error`: node, type, message)
     │   ├── ExecutionInterrupted         502  comfyui_interrupted: interrupted by someone else

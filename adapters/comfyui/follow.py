@@ -106,7 +106,10 @@ async def follow(
                 await asyncio.sleep(timing.fallback_poll_s)
                 continue
             try:
-                message = await asyncio.wait_for(socket.recv(), max(0.0, next_check - loop.time()))
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a
+                # cancellation that lands as recv() completes, and the job runs on.
+                async with asyncio.timeout(max(0.0, next_check - loop.time())):
+                    message = await socket.recv()
             except TimeoutError:
                 next_check = loop.time() + timing.safety_poll_s
                 outcome = await settled(client, prompt_id)
@@ -163,12 +166,14 @@ async def run(
     graph: dict[str, object],
     on_view: OnView = _ignore,
     timing: FollowTiming = FollowTiming(),
+    prompt_id: str | None = None,
 ) -> Finished:
     """Submit `graph` and follow it to its end.
 
     1. Open the event websocket first (a fresh `clientId`), so no early event is missed;
        a websocket that cannot be opened leaves `/history` to do the following.
-    2. Submit under a prompt id chosen here (ComfyUI's refusals raise from `submit`).
+    2. Submit under `prompt_id`, or one chosen here (ComfyUI's refusals raise from
+       `submit`; on a 409 it retries once under another id, which `Finished` carries).
     3. Follow it (`follow`).
     4. Cancelled at any point after 2 (client gone, job cancelled): the prompt is removed
        from ComfyUI's queue or interrupted (`ComfyUIClient.cancel`), in a task of its own
@@ -177,7 +182,7 @@ async def run(
     loop = asyncio.get_running_loop()
     client_id = new_client_id()
     socket = await client.open_socket(client_id)  # 1
-    prompt_id = new_prompt_id()
+    prompt_id = prompt_id or new_prompt_id()
     started = loop.time()
     try:
         submitted = await client.submit(graph, client_id, prompt_id)  # 2

@@ -17,6 +17,12 @@ async form hands `job_work(...)` to the job manager (`runner/jobs`), whose progr
 callback (`Report`) then receives progress in workflow nodes (`JobView.progress`).
 Cancelling it (client gone, `DELETE /v1/jobs/{id}`) removes the prompt from ComfyUI's queue
 or interrupts it (`follow.run`).
+
+Nothing of a job stays behind at ComfyUI: its images are saved in a folder of the job's
+own and removed once read (or, for a job that failed or was cancelled, once ComfyUI no
+longer runs it), and its history entry is deleted. The images handed out carry no text
+chunks (ComfyUI puts the whole graph, prompt included, in each PNG) unless the operator
+keeps them (`keep_metadata`).
 """
 
 from __future__ import annotations
@@ -27,22 +33,24 @@ import contextlib
 import logging
 import re
 import secrets
+import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from adapters.comfyui.client import ComfyUIClient
+from adapters.comfyui.client import ComfyUIClient, new_prompt_id
 from adapters.comfyui.errors import (
     ExecutionFailed,
     ExecutionInterrupted,
     InvalidImageRequest,
 )
-from adapters.comfyui.events import JobView
+from adapters.comfyui.events import ImageRef, JobView
 from adapters.comfyui.follow import Finished, FollowTiming, run
+from adapters.comfyui.server import JOBS_FOLDER, job_folders
 from adapters.comfyui.store import ImageStore, file_path
 from adapters.comfyui.workflows import MAX_SEED, Value, WorkflowTemplate
-from adapters.errors import EngineBadResponse, EngineError
+from adapters.errors import EngineBadResponse, EngineCrashed, EngineError, EngineUnavailable
 
 log = logging.getLogger("quorum.comfyui")
 
@@ -166,6 +174,14 @@ class ImageModel(Protocol):
         """Raise unless the model is loaded."""
         ...
 
+    async def died_within(self, seconds: float) -> str | None:
+        """How ComfyUI died if its process ends within `seconds`, else None."""
+        ...
+
+    async def discard_outputs(self, folder: str) -> bool:
+        """Remove one job's folder from ComfyUI's output folder."""
+        ...
+
 
 def workflow_values(
     model: ImageModel, request: ImageRequest, seed: int, prefix: str
@@ -207,6 +223,11 @@ class Generated:
     engine_ms: int
 
 
+CRASH_GRACE_S = 2.0
+"""How long a lost connection waits for ComfyUI's process to be seen exiting."""
+TEXT_CHUNKS = frozenset({b"tEXt", b"zTXt", b"iTXt"})
+
+
 class ImageGenerator:
     """Runs image requests on ComfyUI models; one per runner."""
 
@@ -216,11 +237,18 @@ class ImageGenerator:
         timing: FollowTiming | None = None,
         clock: Callable[[], float] = time.time,
         seeds: Callable[[], int] = lambda: secrets.randbits(63),
+        keep_metadata: bool = False,
+        settle_poll_s: float = 1.0,
+        settle_limit_s: float = 600.0,
     ) -> None:
         self.store = store
         self.timing = timing or FollowTiming()
+        self.keep_metadata = keep_metadata
+        self.settle_poll_s = settle_poll_s
+        self.settle_limit_s = settle_limit_s
         self._clock = clock
         self._seeds = seeds
+        self._cleanups: set[asyncio.Task[None]] = set()
 
     async def generate(
         self,
@@ -232,42 +260,126 @@ class ImageGenerator:
         """Render, submit, follow, fetch; the OpenAI answer.
 
         1. The model must be loaded; `url` needs an image store.
-        2. Render the template (400 on a bad parameter) with a per-job `filename_prefix`.
+        2. Render the template (400 on a bad parameter); the job saves into an output
+           folder of its own (`quorum/<job>/`).
         3. Run it (`follow.run`); progress goes to `progress` as it comes.
         4. The verdict: an execution error or an interrupt by someone else fail (502);
            success without a saved image is a bad response.
-        5. Fetch every image with `/view`; base64, or kept in the store for `url`.
-        6. Forget the prompt in ComfyUI's history (best effort).
+        5. Fetch every image with `/view`, its text chunks dropped unless `keep_metadata`;
+           base64, or kept in the store for `url` (and removed there after the TTL).
+        6. Remove ComfyUI's copies: the job's output folder and the prompt's history
+           entry; for a job that did not end normally, in the background once ComfyUI no
+           longer runs its prompt.
+        7. ComfyUI unreachable because its process died: `EngineCrashed` with its exit
+           code or signal, not a connection error.
         """
         model.ensure_ready()  # 1
         if request.response_format == "url" and self.store is None:
             raise InvalidImageRequest("response_format 'url' is not enabled on this runner")
         seed = request.seed if request.seed is not None else self._seeds()
-        prefix = f"quorum/{secrets.token_hex(8)}"
+        token = secrets.token_hex(8)
+        prefix = f"{JOBS_FOLDER}/{token}/img"
         graph = model.template.render(workflow_values(model, request, seed, prefix))  # 2
         total = model.template.node_count
+        prompt_id = new_prompt_id()
+        ended = False
 
         async def on_view(view: JobView) -> None:
             if progress is not None and view.started:
                 await progress(*view.progress(total))
 
-        finished = await run(model.client, graph, on_view, self.timing)  # 3
-        images = _verdict(model.model_id, finished)  # 4
-        data = []
-        for ref in images:  # 5
-            content = await model.client.view(ref)
-            if not content:
-                raise EngineBadResponse(f"ComfyUI returned an empty image {ref.filename!r}")
-            if request.response_format == "b64_json":
-                data.append({"b64_json": base64.b64encode(content).decode("ascii")})
-            else:
-                assert self.store is not None
-                token = await asyncio.to_thread(self.store.put, content)
-                data.append({"url": url_for(token)})
-        with contextlib.suppress(EngineError):  # 6
-            await model.client.delete_history([finished.prompt_id])
+        try:
+            finished = await run(model.client, graph, on_view, self.timing, prompt_id)  # 3
+            ended, prompt_id = True, finished.prompt_id
+            images = _verdict(model.model_id, finished)  # 4
+            data = [await self._answer(model, ref, request, url_for) for ref in images]  # 5
+        except BaseException as exc:
+            self._clean_up_later(model, graph, token, prompt_id, ended)  # 6
+            if isinstance(exc, EngineUnavailable):  # 7
+                how = await model.died_within(CRASH_GRACE_S)
+                if how is not None:
+                    raise EngineCrashed(
+                        f"{how} during the generation for model {model.model_id!r}"
+                    ) from None
+            raise
+        await self._clean_up(model, graph, token, prompt_id)  # 6
         body = {"created": int(self._clock()), "data": data}
-        return Generated(body, finished.prompt_id, finished.engine_ms)
+        return Generated(body, prompt_id, finished.engine_ms)
+
+    async def _answer(
+        self, model: ImageModel, ref: ImageRef, request: ImageRequest, url_for: Callable[[str], str]
+    ) -> dict[str, str]:
+        content = await model.client.view(ref)
+        if not content:
+            raise EngineBadResponse(f"ComfyUI returned an empty image {ref.filename!r}")
+        if not self.keep_metadata:
+            content = without_text_chunks(content)
+        if request.response_format == "b64_json":
+            return {"b64_json": base64.b64encode(content).decode("ascii")}
+        assert self.store is not None
+        return {"url": url_for(await self.store.keep(content))}
+
+    async def _clean_up(
+        self, model: ImageModel, graph: Mapping[str, Any], token: str, prompt_id: str
+    ) -> None:
+        for folder in sorted(job_folders(graph, token)):
+            await model.discard_outputs(folder)
+        with contextlib.suppress(EngineError):
+            await model.client.delete_history([prompt_id])
+
+    def _clean_up_later(
+        self,
+        model: ImageModel,
+        graph: Mapping[str, Any],
+        token: str,
+        prompt_id: str,
+        ended: bool,
+    ) -> None:
+        task = asyncio.create_task(self._settle_then_clean(model, graph, token, prompt_id, ended))
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+
+    async def _settle_then_clean(
+        self,
+        model: ImageModel,
+        graph: Mapping[str, Any],
+        token: str,
+        prompt_id: str,
+        ended: bool,
+    ) -> None:
+        """Wait until ComfyUI no longer runs or queues the prompt (it may still write its
+        images), at most `settle_limit_s`; ComfyUI unreachable ends the wait. Then clean."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settle_limit_s
+        while not ended and loop.time() < deadline:
+            try:
+                queue = await model.client.queue()
+            except EngineError:
+                break
+            if prompt_id not in queue.running and prompt_id not in queue.pending:
+                break
+            await asyncio.sleep(self.settle_poll_s)
+        try:
+            await self._clean_up(model, graph, token, prompt_id)
+        except Exception as exc:
+            log.warning("prompt %s: its outputs could not be removed: %s", prompt_id, exc)
+
+
+def without_text_chunks(data: bytes) -> bytes:
+    """The PNG without its tEXt, zTXt and iTXt chunks (ComfyUI's `prompt`, `workflow`, ...);
+    anything that is not a well-formed PNG comes back unchanged (pure)."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        return data
+    out, i = [data[:8]], 8
+    while i + 12 <= len(data):
+        (length,) = struct.unpack(">I", data[i : i + 4])
+        end = i + 12 + length
+        if end > len(data):
+            return data
+        if data[i + 4 : i + 8] not in TEXT_CHUNKS:
+            out.append(data[i:end])
+        i = end
+    return b"".join(out) if i == len(data) else data
 
 
 def _verdict(model_id: str, finished: Finished) -> tuple[Any, ...]:

@@ -4,19 +4,24 @@ OpenAI's image URLs expire (after an hour); these do too. A URL is a capability:
 holds it can read the image, as with OpenAI's. The runner serves them at
 `GET /v1/images/files/{token}.png` (`http.ImageFiles`). Files live in one directory;
 which token expires when is kept in memory, so a restart forgets them and `sweep`
-(called at start-up and now and then) removes files nobody can reach any more.
-File I/O here is blocking: callers run it in a thread.
+(called at start-up and now and then) removes files nobody can reach any more. `keep`
+also removes its file when the TTL has passed, so an image is not on disk longer than it
+can be fetched. File I/O here is blocking except in `keep`: callers run it in a thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import re
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger("quorum.comfyui")
 
 FILES_PATH = "/v1/images/files/"
 TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{32}")
@@ -47,6 +52,19 @@ class ImageStore:
         tmp.replace(path)
         self._items[token] = Stored(path, self._clock() + self.ttl_s)
         return token
+
+    async def keep(self, data: bytes, suffix: str = ".png") -> str:
+        """`put` in a thread, and the file removed `ttl_s` seconds later (on this loop)."""
+        token = await asyncio.to_thread(self.put, data, suffix)
+        loop = asyncio.get_running_loop()
+        loop.call_later(self.ttl_s, lambda: loop.run_in_executor(None, self._expire, token))
+        return token
+
+    def _expire(self, token: str) -> None:
+        try:
+            self._drop(token)
+        except OSError as exc:
+            log.warning("image store: could not remove an expired image: %s", exc)
 
     def get(self, token: str) -> bytes | None:
         """The image, or None when the token is unknown, malformed or expired."""

@@ -73,7 +73,7 @@ def image_routes(
     images = ImagesPath(
         front,
         ImageModels(pool.engines),
-        ImageGenerator(store),
+        ImageGenerator(store, keep_metadata=s.comfyui_image_metadata),
         s.max_body_bytes,
         submit_job=submit_job,
         public_url=s.images_public_url,

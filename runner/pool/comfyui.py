@@ -67,6 +67,7 @@ class ComfyUIServers:
                 cpu=s.comfyui_cpu,
                 load_timeout_s=spec.load_timeout_s or s.engine_load_timeout_s,
                 request_timeout_s=s.engine_read_timeout_s,
+                metadata=s.comfyui_image_metadata,
             )
         return self._spawned
 

@@ -99,6 +99,17 @@ def test_comfyui_image_generation_end_to_end(setup: Setup) -> None:
     assert after["ws_connects"] > before["ws_connects"]
 
 
+def test_comfyui_leaves_no_files_and_no_workflow_in_the_images(setup: Setup) -> None:
+    """Once answered, nothing of the request stays in ComfyUI's output folder, and the PNGs
+    carry no text chunk (ComfyUI writes the whole graph, prompt included, into each)."""
+    r = setup.post({"prompt": "a secret green kite", "n": 2})
+    assert r.status_code == 200, r.text
+    for item in r.json()["data"]:
+        png = _png(item)
+        assert b"tEXt" not in png and b"secret green kite" not in png
+    assert list((setup.folder / "output").rglob("*.png")) == []
+
+
 def test_comfyui_image_generation_as_an_async_job(setup: Setup) -> None:
     """`Prefer: respond-async`: 202 with the job and its Location; the job runs in the
     background to `succeeded` with the same answer; another tenant cannot read it."""
@@ -207,7 +218,7 @@ def test_comfyui_spawned_server_death_fails_its_model_and_a_load_respawns(
     with start_runner(models_file=models, env=env, ready_timeout=60) as runner:
         [(pid, argv)] = processes_with(str(folder / "main.py"), parent=runner.proc.pid)
         flags = ["--listen", "127.0.0.1", "--port", argv[5], "--disable-auto-launch", "--cpu"]
-        assert argv[2:] == flags
+        assert argv[2:] == [*flags, "--disable-metadata"]
         os.kill(pid, signal.SIGKILL)
         failed = eventually(lambda: caps(runner.url)["models"]["failed"], 10, "failed")
         assert failed[0]["id"] == "sd" and failed[0]["exitCode"] == -9

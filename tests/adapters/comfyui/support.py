@@ -12,6 +12,7 @@ import httpx
 
 from adapters.comfyui.follow import FollowTiming
 from adapters.comfyui.workflows import MODEL_FREE_TEST, TXT2IMG
+from tests.fixtures.launch import REPO_ROOT
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 CHECKPOINT = "sd15.safetensors"
@@ -24,6 +25,22 @@ def comfy_base(root: Path) -> Path:
     checkpoints = root / "models" / "checkpoints"
     checkpoints.mkdir(parents=True, exist_ok=True)
     (checkpoints / CHECKPOINT).write_bytes(b"fake weights")
+    return root
+
+
+STUB_MAIN = f"""
+import os, runpy, sys
+sys.path.insert(0, {str(REPO_ROOT)!r})
+if "--base-directory" not in sys.argv:
+    sys.argv += ["--base-directory", os.path.dirname(os.path.abspath(__file__))]
+runpy.run_module("tests.fixtures.fake_comfyui", run_name="__main__")
+"""
+
+
+def stub_comfyui(root: Path) -> Path:
+    """A COMFYUI_PATH whose main.py starts the fake ComfyUI with ComfyUI's own flags."""
+    comfy_base(root)
+    (root / "main.py").write_text(STUB_MAIN)
     return root
 
 

@@ -17,28 +17,19 @@ from adapters.comfyui.follow import run
 from adapters.comfyui.server import ComfyUIServer, command_line
 from adapters.comfyui.workflows import MODEL_FREE_TEST, TXT2IMG
 from adapters.errors import EngineStartFailed, IllegalEngineTransition, UnsupportedRequest
-from tests.adapters.comfyui.support import CHECKPOINT, FAST, comfy_base, eventually, txt2img
-from tests.fixtures.launch import REPO_ROOT, FakeEngine
-
-STUB_MAIN = f"""
-import os, runpy, sys
-sys.path.insert(0, {str(REPO_ROOT)!r})
-if "--base-directory" not in sys.argv:
-    sys.argv += ["--base-directory", os.path.dirname(os.path.abspath(__file__))]
-runpy.run_module("tests.fixtures.fake_comfyui", run_name="__main__")
-"""
+from tests.adapters.comfyui.support import (
+    CHECKPOINT,
+    FAST,
+    eventually,
+    stub_comfyui,
+    txt2img,
+)
+from tests.fixtures.launch import FakeEngine
 
 
 def state(engine: ComfyUIEngine) -> ComfyModelState:
     """The engine's state, read afresh (not narrowed by an earlier assert)."""
     return engine.state
-
-
-def stub_comfyui(root: Path) -> Path:
-    """A COMFYUI_PATH whose main.py starts the fake ComfyUI with ComfyUI's own flags."""
-    comfy_base(root)
-    (root / "main.py").write_text(STUB_MAIN)
-    return root
 
 
 @contextlib.asynccontextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -61,18 +62,21 @@ async def test_generate_returns_b64_pngs_of_the_requested_size(model: ComfyUIEng
     assert generated.engine_ms >= 0
 
 
-async def test_generate_uses_a_fresh_prefix_and_forgets_the_history(
-    model: ComfyUIEngine, comfy_dir: Path
+async def test_generate_uses_a_fresh_folder_and_leaves_nothing_at_comfyui(
+    model: ComfyUIEngine, comfy: FakeEngine, comfy_dir: Path
 ) -> None:
-    """Each job saves under its own prefix; its ComfyUI history entry is deleted after."""
+    """Each job saves into its own `quorum/<job>/` folder; once answered, its files and its
+    ComfyUI history entry are gone."""
     generator = ImageGenerator(timing=FAST)
     first = await generator.generate(model, _request(x_seed=5))
     second = await generator.generate(model, _request(x_seed=5))
     assert first.prompt_id != second.prompt_id
     assert await model.client.history(first.prompt_id) is None
-    saved = sorted(p.name for p in (comfy_dir / "output" / "quorum").iterdir())
-    prefixes = {name.rsplit("_", 2)[0] for name in saved}
-    assert len(prefixes) >= 2
+    bodies = [r["body"] for r in comfy.stats()["recent"] if r["path"] == "/prompt"]
+    prefixes = [b["prompt"]["9"]["inputs"]["filename_prefix"] for b in bodies[-2:]]
+    assert len(set(prefixes)) == 2
+    assert all(re.fullmatch(r"quorum/[0-9a-f]{16}/img", p) for p in prefixes)
+    assert list((comfy_dir / "output").rglob("*.png")) == []
 
 
 async def test_generate_url_form_keeps_the_image(model: ComfyUIEngine, tmp_path: Path) -> None:
