@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     print(
         "| trace | policy | admitted on return | over-wait p50 | over-wait p90"
-        " | Retry-After p50 (s) |\n|---|---|---:|---:|---:|---:|"
+        " | over-wait in line p50 | Retry-After p50 (s) |\n|---|---|---:|---:|---:|---:|---:|"
     )
     for kind, results in out.items():
         for res in results:
@@ -162,6 +162,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"| {_spread([r['admitted_on_return'] for r in runs])} "
                 f"| {_spread([r['over_wait']['p50'] for r in runs])} "
                 f"| {_spread([r['over_wait']['p90'] for r in runs])} "
+                f"| {_spread([r['over_wait_in_line_queue_full']['p50'] for r in runs])} "
                 f"| {statistics.median(given) if given else '-'} |"
             )
 
