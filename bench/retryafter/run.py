@@ -160,6 +160,17 @@ def _fmt(x: float, pct: bool = False) -> str:
     return f"{100 * x:.0f}%" if pct else f"{x:.2f}"
 
 
+def _range(v: dict[str, Any], get: Any, pct: bool = False) -> str:
+    """Median over repetitions, with (min-max) when there are several."""
+    values = [x for x in (get(r) for r in v["runs"]) if x == x]
+    if not values:
+        return "-"
+    text = _fmt(statistics.median(values), pct)
+    if len(values) > 1:
+        text += f" ({_fmt(min(values), pct)}-{_fmt(max(values), pct)})"
+    return text
+
+
 def _med_runs(v: dict[str, Any], key: str, q: str) -> float:
     values = [r[key][q] for r in v["runs"] if r[key][q] == r[key][q]]
     return statistics.median(values) if values else float("nan")
@@ -185,12 +196,12 @@ def _given(v: dict[str, Any]) -> str:
 
 
 ROWS: list[tuple[str, Any]] = [
-    ("answers (all attempts)", lambda v: _counts(v["runs"], "codes")),
-    ("refusals that came back", lambda v: _counts(v["runs"], "refusals")),
-    ("**admitted on return**", lambda v: _fmt(v["summary"]["admitted_on_return"], pct=True)),
+    ("answers (all attempts, all repetitions)", lambda v: _counts(v["runs"], "codes")),
+    ("refusals that came back (all repetitions)", lambda v: _counts(v["runs"], "refusals")),
+    ("**admitted on return**", lambda v: _range(v, lambda r: r["admitted_on_return"], pct=True)),
     ("admitted on return, by code", _by_code),
-    ("**over-wait p50**", lambda v: _fmt(v["summary"]["over_wait_p50"])),
-    ("over-wait p90", lambda v: _fmt(v["summary"]["over_wait_p90"])),
+    ("**over-wait p50**", lambda v: _range(v, lambda r: r["over_wait"]["p50"])),
+    ("over-wait p90", lambda v: _range(v, lambda r: r["over_wait"]["p90"])),
     (
         "over-wait in line p50 / p90 (`queue_full`)",
         lambda v: (
@@ -200,7 +211,7 @@ ROWS: list[tuple[str, Any]] = [
         ),
     ),
     (
-        "needed (whole s) p50",
+        "needed (whole s) p50, median",
         lambda v: _fmt(statistics.median(r["needed_whole_s"]["p50"] for r in v["runs"])),
     ),
     ("Retry-After given (s: count)", _given),

@@ -2,6 +2,7 @@
 clock, once per `Retry-After` policy (`policies.py`), to compare them in seconds of CPU.
 
     .venv/bin/python -m bench.retryafter.sim [--traces spikes,bursts] [--cycles 8] [--seeds 5]
+        [--headrooms 1.3,1.67]
 
 The engine is simulated like the HTTP bench's fake: `--parallel` slots, each request
 takes `--latency-ms`. A client refused with `queue_full` comes back after exactly its
@@ -13,6 +14,7 @@ with main's defaults (`MAX_QUEUE_DEPTH` 16, `QUEUE_TIMEOUT_MS` 30000), its
 from __future__ import annotations
 
 import argparse
+import functools
 import heapq
 import json
 import math
@@ -105,14 +107,21 @@ class Replay:
 
 
 def run_policy(
-    name: str, kind: str, cycles: int, seeds: int, parallel: int, latency_s: float
+    name: str,
+    kind: str,
+    cycles: int,
+    seeds: int,
+    parallel: int,
+    latency_s: float,
+    policy: Callable[[policies.Known], int] | None = None,
 ) -> dict[str, Any]:
     capacity = parallel / latency_s
     end_s = trace.duration_s(kind, cycles)
     results = []
     for seed in range(1, seeds + 1):
         arrivals = trace.TRACES[kind](capacity, cycles, seed)
-        log = Replay(policies.POLICIES[name], parallel, latency_s).run(arrivals, end_s)
+        chosen = policy or policies.POLICIES[name]
+        log = Replay(chosen, parallel, latency_s).run(arrivals, end_s)
         results.append(analysis.analyse(log, 16, end_s))
     return {"policy": name, "runs": results}
 
@@ -131,12 +140,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--parallel", type=int, default=1)
     p.add_argument("--latency-ms", type=float, default=270.0)
+    p.add_argument(
+        "--headrooms", default="", help="also `spread` with these headrooms (e.g. 1.3,1.67)"
+    )
     p.add_argument("--json", action="store_true", help="print every run's analysis as JSON")
     args = p.parse_args(argv)
+    candidates: dict[str, Callable[[policies.Known], int]] = dict(policies.POLICIES)
+    for h in filter(None, args.headrooms.split(",")):
+        candidates[f"spread h={h}"] = functools.partial(policies.spread, headroom=float(h))
+    latency_s = args.latency_ms / 1e3
     out = {
         kind: [
-            run_policy(name, kind, args.cycles, args.seeds, args.parallel, args.latency_ms / 1e3)
-            for name in policies.POLICIES
+            run_policy(name, kind, args.cycles, args.seeds, args.parallel, latency_s, policy)
+            for name, policy in candidates.items()
         ]
         for kind in args.traces.split(",")
     }
