@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import platform
 import sys
 import time
@@ -73,10 +74,10 @@ def fairness(name: str, arrivals: list[workloads.Arrival], duration: float) -> d
     fcfs = runs["fcfs"]
     for label in ("vtc", "vtc_est512"):
         run = runs[label]
-        run["window_max_ratio"] = run["window_diff"]["max"] / fcfs["window_diff"]["max"]
-        run["interval_ratio"] = run["interval_diff"] / fcfs["interval_diff"]
-        run["demand_max_ratio"] = run["demand_diff"]["max"] / fcfs["demand_diff"]["max"]
-        run["throughput_ratio"] = run["throughput"] / fcfs["throughput"]
+        run["window_max_ratio"] = _div(run["window_diff"]["max"], fcfs["window_diff"]["max"])
+        run["interval_ratio"] = _div(run["interval_diff"], fcfs["interval_diff"])
+        run["demand_max_ratio"] = _div(run["demand_diff"]["max"], fcfs["demand_diff"]["max"])
+        run["throughput_ratio"] = _div(run["throughput"], fcfs["throughput"])
         run["meets_target"] = (
             run["window_max_ratio"] <= TARGET_DIFF_RATIO
             and run["interval_ratio"] <= TARGET_DIFF_RATIO
@@ -98,6 +99,11 @@ WORKLOADS = (
     ("on_off_overload", workloads.on_off_overload, 600),
     ("poisson_short_long", workloads.poisson_short_long, 600),
 )
+
+
+def _div(a: float, b: float) -> float:
+    """a / b; nan when FCFS itself shows no difference (possible in `--quick` runs)."""
+    return a / b if b else math.nan
 
 
 def _fields(config: SchedulerConfig) -> dict[str, Any]:
