@@ -46,9 +46,12 @@ RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends tini libgomp1 \
     && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 10001 quorum \
-    && useradd --system --uid 10001 --gid 10001 --home-dir /home/quorum --create-home quorum
-COPY --from=builder --chown=10001:10001 /app /app
-COPY --from=builder --chown=10001:10001 /home/quorum/.cache/quorum /home/quorum/.cache/quorum
+    && useradd --system --uid 10001 --gid 10001 --home-dir /home/quorum --create-home quorum \
+    && install -d -o quorum -g quorum /home/quorum/.cache
+# The code, the engine and the model stay root's (read-only to the runner); the runner's own
+# writes go to HOME (e.g. ~/.cache/huggingface) and the temporary directory.
+COPY --from=builder /app /app
+COPY --from=builder /home/quorum/.cache/quorum /home/quorum/.cache/quorum
 ENV HOME=/home/quorum \
     PATH=/app/.venv/bin:${PATH} \
     PYTHONUNBUFFERED=1
