@@ -76,6 +76,12 @@ def control_plane(rt: Runtime) -> FastAPI:
         report = rt.health()
         return json_response(report.status_code, report.body)
 
+    @app.get("/health/live")
+    async def get_live() -> Response:
+        # Liveness (deploy/k8s): the process answers. It reads no engine, queue or store, so
+        # a slow engine, a full queue or Redis down never gets a runner restarted.
+        return json_response(200, {"status": "alive"})
+
     @app.get("/v1/capabilities")
     async def get_capabilities() -> Response:
         doc = capabilities(

@@ -1,0 +1,92 @@
+"""compose.yaml, read by a real Compose Specification parser (PyPI compose-spec, the Rust
+compose_spec crate; no Docker engine runs here), with its Prometheus config checked by
+promtool and its Grafana provisioning pointing at what it mounts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from compose_spec import PyCompose
+
+from runner.settings import Settings
+from tests.deploy.tools import ROOT, promtool
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    return doc
+
+
+def _runners(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {n: s for n, s in compose["services"].items() if n.startswith("runner")}
+
+
+def _mounts(service: dict[str, Any]) -> dict[str, Path]:
+    """Container path -> host path of a service's bind mounts."""
+    mounts = {}
+    for volume in service.get("volumes", []):
+        host, container = volume.split(":")[:2]
+        mounts[container] = ROOT / host
+    return mounts
+
+
+def test_compose_parses_as_the_compose_specification(compose: dict[str, Any]) -> None:
+    """The file is valid Compose (YAML anchors and merge keys expanded first, as Compose
+    does: the parser itself reads YAML 1.2 without merge keys)."""
+    parsed = PyCompose.from_yaml(yaml.safe_dump(compose))
+    assert set(parsed.service_names()) == {"redis", "runner-1", "runner-2", "prometheus", "grafana"}
+
+
+def test_compose_parser_rejects_a_misspelt_key(compose: dict[str, Any]) -> None:
+    """A misspelt service key is refused (the parse above is not vacuous)."""
+    broken = yaml.safe_dump(compose).replace("stop_grace_period", "stop_grace_perod")
+    with pytest.raises(ValueError, match="stop_grace_perod"):
+        PyCompose.from_yaml(broken)
+
+
+def test_compose_runners_serve_the_images_default_models(compose: dict[str, Any]) -> None:
+    """Two runners built from the Dockerfile on its embedded models.yaml: no models file or
+    engine URL from the host, distinct runner ids, known settings only, one Redis."""
+    runners = _runners(compose)
+    assert len(runners) == 2
+    known = {name.upper() for name in Settings.model_fields}
+    ids = set()
+    for service in runners.values():
+        assert service["build"]["context"] == "." and service["build"]["dockerfile"] == "Dockerfile"
+        env = service["environment"]
+        assert set(env) <= known, set(env) - known
+        assert "MODELS_CONFIG" not in env and not service.get("volumes")
+        assert env["REDIS_URL"].startswith("redis://redis:")
+        ids.add(env["RUNNER_ID"])
+    assert len(ids) == 2
+
+
+def test_compose_prometheus_config_passes_promtool(compose: dict[str, Any]) -> None:
+    """The mounted Prometheus config passes `promtool check config` and scrapes each runner
+    on its METRICS_PORT."""
+    config = _mounts(compose["services"]["prometheus"])["/etc/prometheus/prometheus.yml"]
+    checked = promtool("check", "config", str(config))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    scrape = yaml.safe_load(config.read_text())["scrape_configs"]
+    targets = {t for job in scrape for sc in job["static_configs"] for t in sc["targets"]}
+    want = {f"{name}:{s['environment']['METRICS_PORT']}" for name, s in _runners(compose).items()}
+    assert targets == want
+
+
+def test_compose_grafana_provisions_prometheus_and_the_dashboard(compose: dict[str, Any]) -> None:
+    """Grafana's provisioning names the compose Prometheus and a dashboard folder that holds
+    deploy/grafana/dashboards/quorum.json."""
+    mounts = _mounts(compose["services"]["grafana"])
+    provisioning = mounts["/etc/grafana/provisioning"]
+    sources = yaml.safe_load((provisioning / "datasources" / "prometheus.yaml").read_text())
+    (source,) = sources["datasources"]
+    assert source["type"] == "prometheus" and source["url"] == "http://prometheus:9090"
+    assert "prometheus" in compose["services"]
+    providers = yaml.safe_load((provisioning / "dashboards" / "quorum.yaml").read_text())
+    (provider,) = providers["providers"]
+    folder = mounts[provider["options"]["path"]]
+    assert (folder / "quorum.json").is_file()
