@@ -35,6 +35,7 @@ COPY runner runner
 COPY governance governance
 COPY tenants tenants
 COPY adapters adapters
+COPY faults faults
 # The runner into /app/.venv (editable, as CI has it: models.yaml is found beside the
 # packages) and the default model into ~/.cache/quorum/models, where models.yaml points.
 RUN scripts/install
