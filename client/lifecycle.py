@@ -42,7 +42,8 @@ class LoadProgress:
     url: str
     task_id: str
     model_id: str
-    status: str  # queued | downloading | loading | completed | failed | cancelled
+    status: str  # accepted (the 202) | queued | downloading | loading | completed | failed
+    #              | cancelled
     progress: float  # 0..1
     eta: float | None  # seconds, as the runner estimates it
     error: str | None = None
@@ -104,7 +105,8 @@ def load_flow(
     reply = yield from expect(
         Call("POST", f"{url}/v1/models/load", json=token.body()), 202, epoch()
     )
-    seen = LoadProgress.of(url, model_id, reply.json() or {})  # 2
+    accepted = {**(reply.json() or {}), "status": "accepted"}  # the 202 says "loading" always
+    seen = LoadProgress.of(url, model_id, accepted)  # 2
     if progress is not None:
         progress(seen)
     failures = 0

@@ -281,7 +281,7 @@ def test_load_reports_progress_and_returns_the_result() -> None:
     result = runner.load(TOKEN, model="m", progress=seen.append, interval_s=0.5)
     assert posted == [{"modelId": "m", "maxContextLength": 512, "verifiedOpToken": TOKEN.raw}]
     assert [(p.status, p.progress, p.eta) for p in seen] == [
-        ("loading", 0.0, 9.0),
+        ("accepted", 0.0, 9.0),
         ("queued", 0.0, 9.0),
         ("loading", 0.5, 4.0),
         ("completed", 1.0, 0.0),
