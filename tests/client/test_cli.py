@@ -15,7 +15,7 @@ from typing import Any
 import pexpect
 import pytest
 
-from tests.client.real import caps, runner, wait_for
+from tests.support.fleet import Model, caps, runner, wait_for
 from tests.support.runner_proc import REPO_ROOT, RunnerProcess
 from tests.support.tokens import dev_token
 
@@ -25,9 +25,9 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 QUORUM = str(Path(sys.executable).parent / "quorum")
 RID = "cli-runner"
 MODELS = {
-    "ok": ("llama-server-ok", True),
-    "slow": ("llama-server-slow", False),
-    "broken": ("llama-server-exits-at-start", False),
+    "ok": Model("llama-server-ok", preload=True),
+    "slow": Model("llama-server-slow"),
+    "broken": Model("llama-server-exits-at-start"),
 }
 
 

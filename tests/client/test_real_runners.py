@@ -15,7 +15,7 @@ from client import (
     RunnerPool,
     parse_token,
 )
-from tests.client.real import full_queue, load_token, loaded, loading, runner, wait_for
+from tests.support.fleet import full_queue, load_token, loaded, loading, runner, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -1,4 +1,4 @@
-"""Real runner processes in the states the client's tests need.
+"""Real runner processes in the states the client's and the status page's tests need.
 
 Every runner is `python -m runner` (tests/support/runner_proc.py) with a models file whose
 engine is one of the stand-in llama-servers of tests/fixtures/bin/, started and supervised
@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -18,10 +19,8 @@ import httpx
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
 from tests.support.tokens import DEV_REGISTRY, dev_token
 
-CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
-
-def entry(model: str, binary: str, *, preload: bool = False) -> str:
+def entry(model: str, binary: str, *, preload: bool = False, restart: bool = False) -> str:
     """One model of a models file, served by the stand-in engine `binary`, one slot."""
     return (
         f"  - id: {model}\n"
@@ -31,7 +30,17 @@ def entry(model: str, binary: str, *, preload: bool = False) -> str:
         "    vram_mb: 64\n"
         "    parallel: 1\n"
         f"    preload: {str(preload).lower()}\n"
+        f"    restart: {str(restart).lower()}\n"
     )
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model of a test runner: its stand-in engine, preloaded or not, restarted or not."""
+
+    binary: str
+    preload: bool = False
+    restart: bool = False
 
 
 @contextmanager
@@ -41,16 +50,18 @@ def runner(
     *,
     preload: bool = False,
     env: dict[str, str] | None = None,
-    models: dict[str, tuple[str, bool]] | None = None,
+    models: dict[str, Model] | None = None,
 ) -> Iterator[RunnerProcess]:
     """A runner named `runner_id` serving model `m` with the stand-in engine `binary`
-    (or `models`: id -> (engine, preload)); returns once the preloaded models are loaded."""
-    models = models or {"m": (binary, preload)}
-    text = "models:\n" + "".join(entry(m, b, preload=p) for m, (b, p) in models.items())
+    (or `models`); returns once the preloaded models are loaded."""
+    models = models or {"m": Model(binary, preload)}
+    text = "models:\n" + "".join(
+        entry(m, x.binary, preload=x.preload, restart=x.restart) for m, x in models.items()
+    )
     full_env = {"GOVERNANCE_REGISTRY": str(DEV_REGISTRY), "RUNNER_ID": runner_id, **(env or {})}
     with start_runner(models_file=text, env=full_env) as r:
-        for model, (_, pre) in models.items():
-            if pre:
+        for model, spec in models.items():
+            if spec.preload:
                 wait_for(lambda m=model: m in loaded(r), timeout=30)
         yield r
 
@@ -83,10 +94,19 @@ def load_token(runner_id: str, model: str = "m", **params: object) -> dict[str, 
 
 
 @contextmanager
-def full_queue(r: RunnerProcess, waiting: int) -> Iterator[list[Future[httpx.Response]]]:
-    """Hold the model's only slot with a long stream and queue `waiting` requests behind it,
-    until the block ends (then the stream hangs up and the queued requests are served)."""
-    body = {**CHAT, "stream": True}
+def full_queue(
+    r: RunnerProcess,
+    waiting: int,
+    *,
+    model: str = "m",
+    headers: dict[str, str] | None = None,
+    prompt: str = "hi",
+) -> Iterator[list[Future[httpx.Response]]]:
+    """Hold `model`'s only slot with a long stream and queue `waiting` requests (with
+    `headers`, asking `prompt`) behind it, until the block ends (then the stream hangs up
+    and the queued requests are served)."""
+    chat = {"model": model, "messages": [{"role": "user", "content": prompt}]}
+    body = {**chat, "stream": True}
     with ExitStack() as stack:
         client = stack.enter_context(httpx.Client(timeout=60))
         pool = stack.enter_context(ThreadPoolExecutor(waiting))
@@ -97,7 +117,13 @@ def full_queue(r: RunnerProcess, waiting: int) -> Iterator[list[Future[httpx.Res
         chunks = stream.iter_raw()  # keep a reference: dropping it would hang up at once
         next(chunks)
         queued = [
-            pool.submit(httpx.post, r.url + "/v1/chat/completions", json=CHAT, timeout=60)
+            pool.submit(
+                httpx.post,
+                r.url + "/v1/chat/completions",
+                json=chat,
+                headers=headers or {},
+                timeout=60,
+            )
             for _ in range(waiting)
         ]
         wait_for(lambda: caps(r)["queue"]["depth"] == waiting)
