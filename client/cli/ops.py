@@ -194,6 +194,9 @@ def tasks(args: argparse.Namespace) -> int:
         if args.json:
             print_json({"tasks": rows})
             return OK
+        if not rows:
+            out().print("no load is running (name a task id to see a finished one)")
+            return OK
         table = Table(title="Load tasks", title_justify="left")
         for column in ("task", "model", "status", "progress", "eta", "error"):
             table.add_column(column)

@@ -95,7 +95,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def runners_table(reports: list[RunnerReport]) -> Table:
     table = Table(title="Runners", title_justify="left")
-    table.add_column("runner", overflow="fold")
+    widest = max((len(r.url) for r in reports), default=10)
+    table.add_column("runner", overflow="fold", min_width=min(widest, 40))
     for column in ("health", "memory", "KV cache", "queue", "high/normal/low", "p95 wait"):
         table.add_column(column)
     for report in reports:

@@ -151,9 +151,8 @@ def test_status_table_on_a_terminal_and_json(r: RunnerProcess) -> None:
     child = pty("status", r.url, dead)
     screen = plain(child)
     assert child.exitstatus == 1
-    assert re.search(
-        rf"│ {RID} │ healthy │ \d+/\d+ MB │ 0% of \d+ MB │ 0/16 │ 0/0/0 │ 0 ms │", screen
-    )
+    assert re.search(rf"│ {RID} │ healthy │ \d+/\d+ MB", screen)  # cells may wrap below
+    assert re.search(r"│ 0% of \d+ MB │ 0/16 │ 0/0/0 │ 0 ms │", screen)
     assert "│ http://127.0.0.1:9 │ unreachable │" in screen and "refused" in screen
     assert re.search(rf"│ {RID} │ ok │ loaded │ \d+ MB │", screen)
     assert f"│ {RID} │ slow │ available │" in screen
