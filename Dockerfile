@@ -5,6 +5,7 @@ COPY runner runner
 COPY governance governance
 COPY tenants tenants
 COPY adapters adapters
+COPY client client
 RUN pip install --no-cache-dir .
 EXPOSE 8080
 STOPSIGNAL SIGTERM
