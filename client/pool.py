@@ -7,8 +7,10 @@
 
 `RunnerPool` blocks (httpx.Client); `AsyncRunnerPool` (client/async_pool.py) has the same
 methods to await (httpx.AsyncClient). Capabilities are polled lazily, before a choice, and
-never more often than each runner's cache allows (Cache-Control max-age, 5 s): call `refresh()` to
-poll now regardless of age, or `states()` to read what is known (with `age(now)`).
+never more often than each runner's cache allows (Cache-Control max-age, 5 s): call
+`refresh(force=True)` to poll now regardless of age, or `states()` to read what is known
+(with `age(now)`). A pool's states are not locked: share one pool per thread, or use the
+async pool from one event loop.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from client.lifecycle import LoadResult, ProgressCallback, load_flow
 from client.pick import Choice
 from client.runner import DEFAULT_TIMEOUT_S, identity_headers
 from client.state import RunnerState
-from client.steps import NoReply, Reply
+from client.steps import Flow, NoReply, Reply
 from client.tokens import OpToken
 from client.transport import drive_sync
 
@@ -62,7 +64,7 @@ class PoolBase(PoolCore):
         deadline_s: float | None,
         cache_mode: str | None = None,
         cache_tag: str | None = None,
-    ) -> Any:
+    ) -> Flow[Answer]:
         priority = priority or self.priority
         headers = request_headers(tenant, priority, cache_mode, cache_tag)
         request = Request(request.path, request.json, request.files, request.data, headers)

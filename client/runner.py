@@ -89,7 +89,8 @@ class _Flows:
 
     def _logs(self, model: str) -> Flow[list[str]]:
         path = f"/v1/models/{quote(model, safe='/')}/logs"
-        reply = yield from expect(Call("GET", self.url + path, headers=self.headers), 200, 0.0)
+        call = Call("GET", self.url + path, headers=self.headers)
+        reply = yield from expect(call, 200, self.epoch())
         doc = reply.json()
         lines = doc.get("lines") if isinstance(doc, dict) else None
         if not isinstance(lines, list):

@@ -6,6 +6,7 @@ shapes); tests/client/test_real_runners.py runs the same paths against real runn
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +15,7 @@ import httpx
 import pytest
 
 from client import (
+    AsyncRunner,
     AsyncRunnerPool,
     DeadlineExceeded,
     LoadCancelled,
@@ -339,4 +341,24 @@ async def test_async_pool_polls_concurrently_and_falls_over() -> None:
             "a /v1/capabilities",
             "b /v1/capabilities",
         }
+    await client.aclose()
+
+
+async def test_async_load_stops_following_when_cancelled() -> None:
+    """Cancelling the awaiting task stops the polling at once (the load goes on at the
+    runner: stopping it is a governed cancel of its own)."""
+    calls: list[str] = []
+    routes = load_routes([task("loading", 0.1, 5)] * 1000)
+    client = httpx.AsyncClient(transport=runners(routes, calls))
+    seen: list[LoadProgress] = []
+    async with AsyncRunner("http://a", client=client) as runner:
+        following = asyncio.ensure_future(runner.load(TOKEN, progress=seen.append, interval_s=0.01))
+        while len(seen) < 3:
+            await asyncio.sleep(0.01)
+        following.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await following
+        polls = len(calls)
+        await asyncio.sleep(0.1)
+        assert len(calls) == polls and calls[0] == "a /v1/models/load"
     await client.aclose()

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from client import (
+    LoadCancelled,
     LoadFailed,
     LoadProgress,
     Reach,
@@ -16,6 +17,7 @@ from client import (
     parse_token,
 )
 from tests.support.fleet import full_queue, load_token, loaded, loading, runner, wait_for
+from tests.support.tokens import dev_token
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -140,3 +142,23 @@ def test_openai_sdk_and_helpers_through_the_pool() -> None:
         assert pool.completions("m", "The sky is", max_tokens=4).json()["choices"]
         assert len(pool.embeddings("m", "text").json()["data"][0]["embedding"]) == 8
         assert "m" in loaded(a)
+
+
+def test_cancel_load_with_a_token_for_its_task() -> None:
+    """A running load is stopped with a task-cancel token signed for the task id the first
+    progress report named; the load being followed then raises LoadCancelled."""
+    with runner("runner-b", "llama-server-slower") as b, Runner(b.url) as rb:
+        first: list[LoadProgress] = []
+        with ThreadPoolExecutor(1) as background:
+            following = background.submit(
+                rb.load, parse_token(load_token("runner-b")), progress=first.append, interval_s=0.2
+            )
+            wait_for(lambda: bool(first))
+            task = first[0].task_id
+            cancel = parse_token(dev_token("task-cancel", "m", {"taskId": task}, aud="runner-b"))
+            with Runner(b.url) as other:
+                assert other.cancel_load(task, cancel).status == "cancelled"
+            with pytest.raises(LoadCancelled) as raised:
+                following.result(30)
+        assert raised.value.task_id == task
+        assert "m" not in loaded(b)
