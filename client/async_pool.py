@@ -42,6 +42,7 @@ class AsyncRunnerPool(PoolBase):
         api_key: str | None = None,
         priority: str = "normal",
         deadline_s: float = DEFAULT_DEADLINE_S,
+        poll_timeout_s: float = POLL_TIMEOUT_S,
         client: httpx.AsyncClient | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
@@ -56,6 +57,7 @@ class AsyncRunnerPool(PoolBase):
             clock=clock,
             epoch=epoch,
         )
+        self.poll_timeout_s = poll_timeout_s
         self._own = client is None
         self.client = client or httpx.AsyncClient(timeout=timeout_s)
 
@@ -75,7 +77,7 @@ class AsyncRunnerPool(PoolBase):
 
         async def one(url: str, headers: Mapping[str, str]) -> Reply | NoReply:
             try:
-                response = await self.client.get(url, headers=headers, timeout=POLL_TIMEOUT_S)
+                response = await self.client.get(url, headers=headers, timeout=self.poll_timeout_s)
             except httpx.TransportError as exc:
                 return NoReply(url, f"{type(exc).__name__}: {exc}", sent=False)
             return Reply(

@@ -33,8 +33,9 @@ from client.tokens import OpToken
 from client.transport import drive_sync
 
 DEFAULT_DEADLINE_S = 30.0
-POLL_TIMEOUT_S = 2.0
-"""A runner that takes longer than this to answer capabilities counts as unreachable."""
+POLL_TIMEOUT_S = 5.0
+"""A runner that takes longer than this (`poll_timeout_s`) to answer capabilities counts as
+unreachable: as long as the contract's polling period, so a busy runner is not dropped."""
 
 
 class PoolBase(PoolCore):
@@ -131,6 +132,7 @@ class RunnerPool(PoolBase):
         api_key: str | None = None,
         priority: str = "normal",
         deadline_s: float = DEFAULT_DEADLINE_S,
+        poll_timeout_s: float = POLL_TIMEOUT_S,
         client: httpx.Client | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
@@ -146,6 +148,7 @@ class RunnerPool(PoolBase):
             clock=clock,
             epoch=epoch,
         )
+        self.poll_timeout_s = poll_timeout_s
         self._own = client is None
         self.client = client or httpx.Client(timeout=timeout_s)
         self._sleep = sleep
@@ -164,7 +167,9 @@ class RunnerPool(PoolBase):
         """Poll the runners whose cache expired (every runner with `force`), one by one."""
         for call in self.due(force):
             try:
-                response = self.client.get(call.url, headers=call.headers, timeout=POLL_TIMEOUT_S)
+                response = self.client.get(
+                    call.url, headers=call.headers, timeout=self.poll_timeout_s
+                )
                 outcome: Reply | NoReply = Reply(
                     call.url,
                     response.status_code,
