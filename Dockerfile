@@ -36,6 +36,7 @@ COPY governance governance
 COPY tenants tenants
 COPY adapters adapters
 COPY faults faults
+COPY client client
 # The runner into /app/.venv (editable, as CI has it: models.yaml is found beside the
 # packages) and the default model into ~/.cache/quorum/models, where models.yaml points.
 RUN scripts/install

@@ -1,4 +1,6 @@
-"""The `quorum` command: `quorum serve` starts the runner; other groups add tools."""
+"""The `quorum` command: `quorum serve` starts the runner; other groups add tools: the
+signers' `token` and `registry` (governance/cli.py), the operators' `status`, `load`,
+`unload`, `flush`, `cancel`, `tasks` and `logs` (client/cli/, over HTTP)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from client.cli import add_commands as add_operator_commands
 from governance.cli import add_commands
 
 
@@ -48,6 +51,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=None, help="override PORT")
     s.set_defaults(func=_serve)
     add_commands(sub)
+    add_operator_commands(sub)
     return p
 
 

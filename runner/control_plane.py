@@ -27,6 +27,7 @@ from runner.health import Life
 from runner.jobs.http import JOBS_PATH, delete_job, get_job
 from runner.runtime import Runtime
 from runner.scheduler import ModelState
+from runner.status_page import mount_status_page
 from tenants.identity import resolve_tenant
 
 
@@ -169,6 +170,7 @@ def control_plane(rt: Runtime) -> FastAPI:
         lines = rt.pool.logs(model_id)
         return json_response(200, {"modelId": model_id, "lines": lines})
 
+    mount_status_page(app, rt)  # GET /ui: the operators' status page (admins only)
     return app
 
 
