@@ -19,6 +19,7 @@ Exception tree (the runner's rows; the generic ones come from `faults`)::
     │   └── RouteNotFound            404  not_found: no such endpoint
     ├── MethodNotAllowed             405  method_not_allowed (Allow header)
     ├── MissingOpToken               401  missing_op_token: a lifecycle call without a token
+    ├── LoginRequired                401  login_required: the status page asks a browser to sign in
     ├── ModelDownloadFailed          502  model_download_failed: the Hub download failed
     ├── HttpError                    4xx  http_error: another refusal of the framework's
     ├── PayloadTooLarge (faults)     413  payload_too_large: body above MAX_BODY_BYTES
@@ -51,6 +52,7 @@ __all__ = [
     "Forbidden",
     "HttpError",
     "InvalidHeader",
+    "LoginRequired",
     "MethodNotAllowed",
     "MissingOpToken",
     "ModelDownloadFailed",
@@ -82,6 +84,12 @@ MethodNotAllowed = QuorumError.row(
     headers={"Allow": "{allow}"},
 )  # fmt: skip
 HttpError = QuorumError.row("HttpError", "http_error", 400)
+LoginRequired = QuorumError.row(
+    "LoginRequired", "login_required", 401,
+    "the status page is for ADMIN_TENANTS: sign in with the tenant id as user and its API "
+    "key as password",
+    headers={"WWW-Authenticate": 'Basic realm="quorum status", charset="UTF-8"'},
+)  # fmt: skip
 MissingOpToken = QuorumError.row(
     "MissingOpToken", "missing_op_token", 401,
     "a verifiedOpToken (body) or X-Op-Token (header) is required",

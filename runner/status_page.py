@@ -14,11 +14,12 @@ not served from here.
 
 What it reads of the runner (names kept in `gather`, so a refactor of the Runtime knows
 what the page depends on): settings.runner_id, settings.admins, life, started_at,
-pool.slots (spec.id, spec.backend, state, mem_mb, restarts, exit_code, error, loaded_at),
-refresher.current (total/used/free_mb, source, models: weights_mb, kv_mb, kv_utilization),
-loads.progress (LoadTask), admission.stats() (QueueStats), admission.core's waiting
-tickets (tenant, band, model: counts only), verifier.audit_sink (records in memory, or the
-tail of the JSON Lines file), tenants (identity).
+admission.models() (the scheduler's view of each model: state, memory, restarts, exit code,
+reason), pool.records (spec.backend, loaded_at), refresher.current (total/used/free_mb,
+source, models: weights_mb, kv_mb, kv_utilization), loads.progress() (LoadTask),
+admission.stats() (QueueStats), admission.core.waiting_tickets() (tenant, band, model: counts
+only), verifier.audit_sink (records in memory, or the tail of the JSON Lines file),
+tenants (identity).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import binascii
 import json
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -39,10 +40,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from governance.audit import FileAuditSink, MemoryAuditSink
-from runner.errors import Forbidden, RouteError, RunnerError
+from runner.errors import Forbidden, LoginRequired, RouteNotFound
 from runner.headers import parse_request_headers
 from runner.runtime import Runtime
-from runner.scheduler.events import Ticket
 from runner.status_view import MAX_AUDIT, LoadRow, ModelRow, PageInputs, Waiting, page_state
 from tenants.errors import MissingApiKey, UnknownApiKey
 from tenants.identity import resolve_tenant
@@ -60,21 +60,6 @@ SECURITY_HEADERS = {
         "img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
     ),
 }
-
-
-class LoginRequired(RunnerError):
-    """No identity at all: the browser is asked for one (HTTP Basic)."""
-
-    status = 401
-    code = "login_required"
-    type = "authentication_error"
-
-    def __init__(self) -> None:
-        super().__init__(
-            "the status page is for ADMIN_TENANTS: sign in with the tenant id as user and "
-            "its API key as password",
-            headers={"WWW-Authenticate": 'Basic realm="quorum status", charset="UTF-8"'},
-        )
 
 
 def mount_status_page(app: FastAPI, rt: Runtime) -> None:
@@ -95,7 +80,7 @@ def mount_status_page(app: FastAPI, rt: Runtime) -> None:
     async def static(name: str, request: Request) -> Response:
         page_admin(rt, request)
         if name not in STATIC:
-            raise RouteError(404, f"/ui/{name} does not exist")
+            raise RouteNotFound(f"/ui/{name} does not exist")
         return _file(name, STATIC[name])
 
 
@@ -148,6 +133,8 @@ async def gather(rt: Runtime) -> PageInputs:
     """Everything the page shows, read from the Runtime now (see the module docstring)."""
     snapshot = rt.refresher.current
     measured = {m.model: m for m in snapshot.models}
+    records = rt.pool.records
+    waiting = rt.admission.core.waiting_tickets()
     stats = rt.admission.stats()
     audit, source = await _audit(rt)
     return PageInputs(
@@ -161,40 +148,33 @@ async def gather(rt: Runtime) -> PageInputs:
         models=[
             ModelRow(
                 id=model,
-                backend=slot.spec.backend,
-                state=slot.state.value,
-                mem_mb=slot.mem_mb,
+                backend=records[model].spec.backend,
+                state=view.state.value,
+                mem_mb=view.mem_mb,
                 weights_mb=measured[model].weights_mb if model in measured else None,
                 kv_mb=measured[model].kv_mb if model in measured else None,
                 kv_utilization=measured[model].kv_utilization if model in measured else None,
-                restarts=slot.restarts,
-                exit_code=slot.exit_code,
-                error=slot.error,
-                loaded_at=slot.loaded_at,
+                restarts=view.restarts,
+                exit_code=view.exit_code,
+                error=view.reason,
+                loaded_at=records[model].loaded_at,
             )
-            for model, slot in rt.pool.slots.items()
+            for model, view in rt.admission.models().items()
+            if model in records
         ],
         loads=[
             LoadRow(t.task_id, t.model_id, t.status.value, t.progress, t.eta, t.created_at)
-            for t in rt.loads.progress.values()
+            for t in rt.loads.progress().values()
         ],
         queue_depth=stats.depth,
         queue_max_depth=stats.max_depth,
         avg_wait_ms=stats.avg_wait_ms,
         p95_wait_ms=stats.p95_wait_ms,
         in_flight=stats.in_flight,
-        waiting=[Waiting(t.tenant, t.band.label, t.model) for t in _waiting_tickets(rt)],
+        waiting=[Waiting(t.tenant, t.band.label, t.model) for t in waiting],
         audit=audit,
         audit_source=source,
     )
-
-
-def _waiting_tickets(rt: Runtime) -> Iterable[Ticket]:
-    """The requests waiting in the scheduler. The scheduler has no public reader of its
-    waiting room yet, so this reads `core._waiting` (a `WaitingRoom`, iterable): the one
-    place the page reaches inside; the lead's refactor is asked for `Scheduler.waiting()`."""
-    room: Iterable[Ticket] = getattr(rt.admission.core, "_waiting", ())
-    return list(room)
 
 
 async def _audit(rt: Runtime) -> tuple[list[Mapping[str, Any]], str]:

@@ -249,6 +249,10 @@ class Scheduler:
     def is_waiting(self, ticket_id: int) -> bool:
         return ticket_id in self._waiting
 
+    def waiting_tickets(self) -> list[Ticket]:
+        """Every request waiting now (who, which band, which model), oldest first."""
+        return sorted(self._waiting, key=lambda ticket: ticket.ticket_id)
+
     def waiting_tenants(self) -> set[str]:
         """Tenants with at least one request waiting (the backlog)."""
         return set(self._waiting.tenants())

@@ -116,6 +116,7 @@ class ModelRecord:
     reason: str | None = None  # FAILED: why, in words fit for any tenant
     exit_code: int | None = None  # FAILED by an engine exit: its code (-N: signal N)
     crashes: int = 0  # crashes since it was last ready for `restart_window_s`
+    restarts: int = 0  # restarts after a crash, all told
     restart_at: float | None = None  # FAILED: a restart is due then
 
     def move(self, model: str, to: ModelState, now: float) -> None:
@@ -156,6 +157,7 @@ class ModelRecord:
             reason=self.reason,
             exit_code=self.exit_code,
             restart_at=self.restart_at,
+            restarts=self.restarts,
         )
 
 
@@ -180,6 +182,7 @@ class ModelView:
     reason: str | None = None
     exit_code: int | None = None
     restart_at: float | None = None
+    restarts: int = 0
 
     @property
     def serving(self) -> bool:

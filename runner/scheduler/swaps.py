@@ -113,6 +113,7 @@ class Swaps:
             due = record.restart_at
             if record.state is ModelState.FAILED and due is not None and now >= due:
                 record.restart_at = None
+                record.restarts += 1
                 self.want(model, record.policy, None, now, governed=True)
         # 2
         if self.table.wants:

@@ -1,6 +1,6 @@
 """The status page end to end: a real runner, Debian's Chromium over the DevTools protocol.
 
-It renders for an admin, follows a governed load from `unloaded` through `loading` to
+It renders for an admin, follows a governed load from `absent` through `loading` to
 `ready`, shows a tenant's queued requests (counts, never prompts), the governance decision
 that approved the load (who signed) and an engine restart; a screenshot is kept as an
 artefact. Anyone else gets 401 (no identity) or 403 (not an admin).
@@ -81,7 +81,7 @@ def test_status_page_refuses_everyone_but_admins(r: RunnerProcess) -> None:
 
 
 def test_status_page_in_chromium_follows_a_governed_load(r: RunnerProcess) -> None:
-    """The page renders in Chromium, shows `slower` go from unloaded through loading (with
+    """The page renders in Chromium, shows `slower` go from absent through loading (with
     its progress) to ready after a governed load, the decision that approved it, queued
     requests per tenant and priority, and an engine restart; a screenshot is kept."""
     queued_as = {"X-Tenant-ID": "acme", "X-Priority": "low"}
@@ -92,7 +92,7 @@ def test_status_page_in_chromium_follows_a_governed_load(r: RunnerProcess) -> No
         page.navigate(r.url + "/ui")
         page.wait_for("document.body.dataset.ready === 'true'")
         assert page.evaluate("document.getElementById('runner-id').textContent") == RID
-        assert row_state(page, "ok") == "ready" and row_state(page, "slower") == "unloaded"
+        assert row_state(page, "ok") == "ready" and row_state(page, "slower") == "absent"
 
         token = load_token(RID, "slower")
         accepted = httpx.post(
