@@ -344,21 +344,35 @@ async def test_async_pool_polls_concurrently_and_falls_over() -> None:
     await client.aclose()
 
 
+@pytest.mark.timeout(10)
 async def test_async_load_stops_following_when_cancelled() -> None:
-    """Cancelling the awaiting task stops the polling at once (the load goes on at the
-    runner: stopping it is a governed cancel of its own)."""
+    """Cancelling the awaiting task stops the polling at once: no poll after the one it
+    was awaiting, and no task left behind that could poll (the load goes on at the runner:
+    stopping it is a governed cancel of its own)."""
     calls: list[str] = []
-    routes = load_routes([task("loading", 0.1, 5)] * 1000)
-    client = httpx.AsyncClient(transport=runners(routes, calls))
+    third_poll_sent = asyncio.Event()
+    never = asyncio.Event()
+    accepted = {"taskId": "load-1", "status": "loading", "progress": 0.0, "eta": 9}
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        key = f"{request.url.host} {request.url.path}"
+        calls.append(key)
+        if key == "a /v1/models/load":
+            return httpx.Response(202, json=accepted)
+        if calls.count(key) == 3:  # the third poll hangs until its caller is cancelled
+            third_poll_sent.set()
+            await never.wait()
+        return httpx.Response(200, json=task("loading", 0.1, 5))
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handle))
     seen: list[LoadProgress] = []
     async with AsyncRunner("http://a", client=client) as runner:
-        following = asyncio.ensure_future(runner.load(TOKEN, progress=seen.append, interval_s=0.01))
-        while len(seen) < 3:
-            await asyncio.sleep(0.01)
+        following = asyncio.ensure_future(runner.load(TOKEN, progress=seen.append, interval_s=0))
+        await asyncio.wait_for(third_poll_sent.wait(), 5)
         following.cancel()
         with pytest.raises(asyncio.CancelledError):
             await following
-        polls = len(calls)
-        await asyncio.sleep(0.1)
-        assert len(calls) == polls and calls[0] == "a /v1/models/load"
+        assert asyncio.all_tasks() == {asyncio.current_task()}  # nothing left to poll later
+        assert calls == ["a /v1/models/load"] + ["a /v1/models/load/load-1"] * 3
+        assert [s.status for s in seen] == ["accepted", "loading", "loading"]
     await client.aclose()

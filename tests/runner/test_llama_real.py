@@ -181,7 +181,7 @@ def test_llama_other_tenant_never_hits_a_tenants_prompt(runner: RunnerProcess) -
     assert _chat(runner.url, "What is the code?", "iso-a").status_code == 200
     for _ in range(2):
         assert _hit(_chat(runner.url, "What is the code?", "iso-a"))[0]  # A's own slot: hit
-    time.sleep(1)  # A's slot idle
+    _wait_slots_idle(runner.proc.pid)  # A's slot idle: the engine says so, not a sleep
     b = _chat(runner.url, "What is the code?", "iso-b")
     assert _hit(b) == (False, 0)
     # Both slots now hold A and B. C takes the least recently used one: A's, erased first.
@@ -307,6 +307,21 @@ def test_llama_kill_9_midstream(restart: bool) -> None:
                 assert answer.json()["error"]["code"] == "model_unavailable"
                 assert "SIGKILL" in answer.json()["error"]["reason"]
                 assert int(answer.headers["Retry-After"]) > 0
+
+
+def _wait_slots_idle(runner_pid: int, timeout: float = 30.0) -> None:
+    """Wait (bounded) until the runner's llama-server reports no slot processing (`/slots`)."""
+    argv = Path(f"/proc/{_engine_pid(runner_pid)}/cmdline").read_bytes().decode().split("\0")
+    url = f"http://127.0.0.1:{argv[argv.index('--port') + 1]}/slots"
+    headers = {"Authorization": f"Bearer {argv[argv.index('--api-key') + 1]}"}
+    deadline = time.monotonic() + timeout
+    slots: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        slots = httpx.get(url, headers=headers, timeout=5).json()
+        if slots and not any(slot["is_processing"] for slot in slots):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"the engine's slots stayed busy for {timeout} s: {slots}")
 
 
 def _engine_pid(runner_pid: int) -> int:
