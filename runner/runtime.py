@@ -103,6 +103,8 @@ class Runtime:
             self.models,
             self.telemetry,
             multi_tenant=s.enable_multi_tenant,
+            clock=time.time,  # `loadedAt`
+            monotonic=time.monotonic,  # load and wake times, the leases' expiry
             leases=leases,
             vllm_metrics=self.metrics.vllm,
         )

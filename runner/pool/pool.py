@@ -54,6 +54,7 @@ class ModelPool:
         *,
         multi_tenant: bool,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         leases: LeaseStore | None = None,
         vllm_metrics: VllmMetricsCollector | None = None,
     ) -> None:
@@ -62,7 +63,8 @@ class ModelPool:
         self.launcher = Launcher(
             settings, telemetry, multi_tenant=multi_tenant, vllm_metrics=vllm_metrics
         )
-        self.clock = clock
+        self.clock = clock  # wall clock: `loadedAt`
+        self.monotonic = monotonic  # durations (load, wake) and the default leases' expiry
         self.engines: dict[str, Engine] = {}  # ready HTTP engines: the data path's routes
         self.speech: dict[str, WhisperEngine] = {}  # ready speech workers: the audio path's
         self.records: dict[str, EngineRecord] = {m.id: EngineRecord(m) for m in models.models}
@@ -72,7 +74,7 @@ class ModelPool:
         # Load time by backend and size (the tasks' eta); until a first load is measured,
         # a guess: llama-server maps its GGUF and starts in about a second.
         self.estimator = EtaEstimator(defaults={"llama-server": LoadSpeed(1.0, 500.0)})
-        self.gpus = GpuAccounting(telemetry, leases or MemoryLeaseStore(time.monotonic), settings)
+        self.gpus = GpuAccounting(telemetry, leases or MemoryLeaseStore(monotonic), settings)
         self.leases = self.gpus.leases
         self.on_loaded: Callable[[str, float], None] = lambda _backend, _seconds: None
         self.on_restart: Callable[[ModelSpec], None] = lambda _spec: None
@@ -252,9 +254,9 @@ class ModelPool:
             await record.launched.close(grace_s=1.0)
             record.launched = None
             self.on_restart(spec)
-        started = time.monotonic()
+        started = self.monotonic()
         record.launched = await self._launch(spec, params)  # 2
-        seconds = time.monotonic() - started
+        seconds = self.monotonic() - started
         size_mb = model_size_mb(spec)
         if size_mb > 0:
             self.estimator.record(spec.backend, size_mb, seconds)
@@ -367,11 +369,11 @@ class ModelPool:
         """`/wake_up`: serving again, with the memory measured right after."""
         launched = record.launched
         assert launched is not None and isinstance(launched.engine, VllmEngine)
-        started = time.monotonic()
+        started = self.monotonic()
         report = await launched.engine.wake_up()
         mem = report.memory_mb if report.memory_mb is not None else await self._measure(record)
         self._ready(record, mem)
-        load_ms = round(1000 * (time.monotonic() - started))
+        load_ms = round(1000 * (self.monotonic() - started))
         log.info("model %s awake in %d ms, %d MB", record.spec.id, load_ms, mem)
         return mem
 
