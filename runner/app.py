@@ -6,9 +6,12 @@ image handler (runner/images/handler.py), all three through the one front-end
 (runner/frontend.py); the control plane (runner/control_plane.py: health, metrics,
 capabilities, model list, lifecycle, jobs) is a FastAPI app, where a little framework
 cost does not matter. What the runner holds while it lives is built in
-runner/runtime.py. The runner handles the ASGI lifespan itself: start-up attaches
-engines, starts the scheduler, the rate limiter and the job manager; shutdown stops them
-after uvicorn has drained in-flight requests.
+runner/runtime.py. The runner handles the ASGI lifespan itself: start-up starts the
+scheduler, the rate limiter, the job manager and the request paths, and completes at
+once, so uvicorn listens from the first second; the engines are attached and the
+`preload` models loaded in the background meanwhile (`/health` 503 `starting`,
+capabilities 503 with `Retry-After`), and the runner turns ready when they are done.
+Shutdown stops them after uvicorn has drained in-flight requests.
 """
 
 from __future__ import annotations
@@ -19,14 +22,13 @@ import gc
 import logging
 
 from adapters.comfyui import FILES_PATH
-from faults import QuorumError
 from governance.verifier import Verifier
 from runner.asgi import Receive, Scope, Send, send_error
 from runner.audio.handler import AUDIO_PATHS, AudioPath
 from runner.audio.multipart import FormLimits
 from runner.chat import CHAT_PATHS, ChatPath
 from runner.control_plane import control_plane
-from runner.errors import MethodNotAllowed, RouteNotFound, ServiceUnavailable
+from runner.errors import MethodNotAllowed, RouteNotFound
 from runner.frontend import FrontEnd
 from runner.headers import new_request_id
 from runner.health import Life
@@ -54,6 +56,7 @@ class RunnerApp:
         self.images: ImagesPath | None = None
         self.image_files: ImageFiles | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._preloading: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -82,18 +85,14 @@ class RunnerApp:
         elif handler is not None and self.rt.life is Life.READY:
             await handler(scope, receive, send)
         else:
-            error = ServiceUnavailable(f"runner is {self.rt.life.value}; retry on another runner")
-            await send_error(send, error, new_request_id())
+            await send_error(send, self.rt.unavailable(), new_request_id())
 
     async def _images(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The image routes: bare ASGI like the data path (runner/images/handler.py)."""
         files = scope["path"].startswith(FILES_PATH)
         handler = self.image_files if files else self.images
         if self.rt.life is not Life.READY or (handler is None and not files):
-            error: QuorumError = ServiceUnavailable(
-                f"runner is {self.rt.life.value}; retry on another runner"
-            )
-            await send_error(send, error, new_request_id())
+            await send_error(send, self.rt.unavailable(), new_request_id())
         elif handler is None:
             await send_error(send, RouteNotFound("no image is kept here"), new_request_id())
         else:
@@ -135,7 +134,6 @@ class RunnerApp:
         await rt.admission.start()
         await rt.loads.start()
         await rt.jobs.start()
-        await rt.preload()
         await rt.refresher.start()
         await rt.watch.start()
         store_errors = rt.metrics.ratelimit_store_errors
@@ -158,10 +156,25 @@ class RunnerApp:
             submit_job=job_submitter(rt.jobs),
         )
         self._start_images(front)
+        # Listen first: uvicorn binds once this returns, so /health and capabilities answer
+        # 503 "starting" (Retry-After: the preloads' eta) while the models preload.
+        self._preloading = asyncio.get_running_loop().create_task(self._preload())
+
+    async def _preload(self) -> None:
+        """Preload, then turn READY (unless a SIGTERM came first: it stays STOPPING). A
+        model that fails to preload reads failed, as before; an unexpected error is
+        logged and the runner still turns ready, its models as the scheduler has them."""
+        rt = self.rt
+        try:
+            await rt.preload()
+        except Exception:
+            log.exception("preload failed unexpectedly")
         gc.collect()
         gc.freeze()  # start-up objects never need scanning again: shorter GC pauses later
-        rt.life = Life.READY
-        log.info("runner %s ready with %d model(s)", s.runner_id, len(rt.pool.engines))
+        if rt.life is Life.STARTING:
+            rt.life = Life.READY
+            ready = len(rt.pool.engines)
+            log.info("runner %s ready with %d model(s)", rt.settings.runner_id, ready)
 
     def begin_shutdown(self) -> None:
         """Called when SIGTERM arrives: /health turns 503 at once, new inference is refused."""
@@ -169,6 +182,10 @@ class RunnerApp:
 
     async def shutdown(self) -> None:
         self.rt.life = Life.STOPPING
+        if self._preloading is not None:  # SIGTERM while preloading: the pool stops engines
+            self._preloading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._preloading
         await self.rt.loads.aclose()
         await self.rt.jobs.aclose()
         if self._sweeper is not None:

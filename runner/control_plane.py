@@ -75,7 +75,7 @@ def control_plane(rt: Runtime) -> FastAPI:
     @app.get("/health")
     async def get_health() -> Response:
         report = rt.health()
-        return json_response(report.status_code, report.body)
+        return json_response(report.status_code, report.body, starting_headers(rt))
 
     @app.get("/health/live")
     async def get_live() -> Response:
@@ -93,14 +93,14 @@ def control_plane(rt: Runtime) -> FastAPI:
             rt.admission.stats().capabilities(),
             rt.settings.enable_multi_tenant,
             rt.settings.vllm_enable_prefix_caching,
-            loading=rt.loads.progress(),
+            loading=rt.loading(),
             available=rt.refresher.current.available,
             resources=rt.refresher.current,
             engines=rt.watch.loads,
             versions=rt.watch.versions,
         )
         status = 200 if rt.life is Life.READY else 503
-        return json_response(status, doc, {"Cache-Control": "max-age=5"})
+        return json_response(status, doc, {"Cache-Control": "max-age=5", **starting_headers(rt)})
 
     @app.get("/metrics")
     async def get_metrics() -> Response:
@@ -172,6 +172,13 @@ def control_plane(rt: Runtime) -> FastAPI:
 
     mount_status_page(app, rt)  # GET /ui: the operators' status page (admins only)
     return app
+
+
+def starting_headers(rt: Runtime) -> dict[str, str]:
+    """While the runner starts: `Retry-After`, the preloads' time left (runner/startup.py)."""
+    if rt.life is not Life.STARTING:
+        return {}
+    return {"Retry-After": str(rt.preloads.retry_after_s())}
 
 
 def admin_only(rt: Runtime, request: Request) -> None:

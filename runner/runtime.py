@@ -18,6 +18,7 @@ from fastapi import Request
 from governance.verifier import Verifier
 from runner.catalog import Roots, available
 from runner.engine_watch import EngineWatch
+from runner.errors import QuorumError, ServiceUnavailable
 from runner.frontend import FrontEnd, path_kind
 from runner.governed import GovernedOps
 from runner.headers import parse_request_headers
@@ -30,10 +31,12 @@ from runner.memory.proc import tree_resident_mb
 from runner.metrics import Metrics, SchedulerMetrics
 from runner.models_config import ModelsFile, ModelSpec
 from runner.pool.pool import ModelPool
+from runner.pool.sizing import model_size_mb
 from runner.scheduler import ModelState, SchedulerAdmission, SchedulerConfig
 from runner.settings import Settings
 from runner.snapshot import Refresher, SnapshotCollector
-from runner.tasks import MemoryTaskStore, RedisTaskStore, TaskStore
+from runner.startup import Preloads
+from runner.tasks import LoadTask, MemoryTaskStore, RedisTaskStore, TaskStore
 from tenants.config import TenantsConfig
 from tenants.identity import DEFAULT_TENANT, resolve_tenant
 from tenants.ratelimit import RateLimiter
@@ -76,6 +79,7 @@ class Runtime:
     loads: LoadManager = field(init=False)
     front: FrontEnd = field(init=False)
     refresher: Refresher = field(init=False)
+    preloads: Preloads = field(init=False)
     roots: Roots = field(init=False)
     life: Life = Life.STARTING
     started_at: float = field(default_factory=time.monotonic)
@@ -137,6 +141,7 @@ class Runtime:
         )
         self.loads.on_finished = self.metrics.count_load
         self.pool.on_loaded = self.metrics.observe_load
+        self.preloads = Preloads(s.runner_id, time.time)
         self.refresher = Refresher(
             self.pool,
             self.telemetry,
@@ -178,14 +183,33 @@ class Runtime:
             path_of=path_of,
         )
 
+    def loading(self) -> dict[str, LoadTask]:
+        """Each loading model's progress: start-up's preload, governed load tasks."""
+        return {**self.preloads.loading(), **self.loads.progress()}
+
+    def unavailable(self) -> QuorumError:
+        """What a request the runner cannot serve in its life state gets: 503, and while it
+        starts a `Retry-After` of the preloads' time left (runner/startup.py)."""
+        error = ServiceUnavailable(f"runner is {self.life.value}; retry on another runner")
+        if self.life is Life.STARTING:
+            error.headers["Retry-After"] = str(self.preloads.retry_after_s())
+        return error
+
     async def preload(self) -> None:
         """Attach URL engines and load `preload` models, one after another, through the
         scheduler's memory policy; a failure is recorded (the model reads failed), not
-        fatal."""
-        for spec in list(self.pool.specs().values()):
-            if not (spec.attached or spec.preload):
-                continue
-            notice = await self.loads.preload(spec)
+        fatal. Runs while the runner already answers (503 `starting`): `preloads` says how
+        far it is."""
+        specs = [s for s in self.pool.specs().values() if s.attached or s.preload]
+        for spec in specs:
+            predicted = self.pool.estimator.predict(spec.backend, model_size_mb(spec))
+            self.preloads.plan(spec.id, predicted)
+        for spec in specs:
+            self.preloads.begin(spec.id)
+            try:
+                notice = await self.loads.preload(spec)
+            finally:
+                self.preloads.end()
             if notice.refused is not None or notice.view.state is not ModelState.READY:
                 why = notice.refused or notice.view.reason
                 log.error("preload of %s failed: %s", spec.id, why)
