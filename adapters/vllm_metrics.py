@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 PREFIX = "vllm:"
 
@@ -94,12 +95,29 @@ class VllmMetricsCollector:
     Register one for all vLLM engines (`registry.register(collector)`); `update` after each
     scrape, `forget` when an engine is unloaded. Families with the same name from several
     engines are merged (their samples differ by `model_name`). `describe()` is empty, so
-    registering does not collect and the names are not checked against other collectors
-    (none of the runner's own metrics start with `vllm:`).
+    registering does not collect and the names are not checked against other collectors:
+    the `vllm:*` names the runner aggregates itself (the endpoint picker's gauges) are
+    `shadow`ed here, so each name is yielded by one collector only.
     """
 
     def __init__(self) -> None:
         self._by_engine: dict[str, list[Metric]] = {}
+        self.shadowed: frozenset[str] = frozenset()  # names the runner serves itself
+
+    def shadow(self, names: Iterable[str]) -> None:
+        """Yield no family named in `names`: the runner exports its own aggregate under
+        those names (runner/picker_metrics.py), and one name must carry one value."""
+        self.shadowed = frozenset(names)
+
+    def samples(self, name: str) -> list[Sample]:
+        """Every engine's samples of the family `name` at its last scrape, shadowed or not."""
+        return [
+            s
+            for families in list(self._by_engine.values())
+            for family in families
+            if family.name == name
+            for s in family.samples
+        ]
 
     def update(self, engine_id: str, families: list[Metric]) -> None:
         self._by_engine[engine_id] = families
@@ -118,6 +136,8 @@ class VllmMetricsCollector:
         merged: dict[str, Metric] = {}
         for families in list(self._by_engine.values()):
             for family in families:
+                if family.name in self.shadowed:
+                    continue
                 into = merged.get(family.name)
                 if into is None:
                     into = Metric(family.name, family.documentation, family.type, family.unit)

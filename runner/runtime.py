@@ -30,6 +30,7 @@ from runner.memory.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore
 from runner.memory.proc import tree_resident_mb
 from runner.metrics import Metrics, SchedulerMetrics
 from runner.models_config import ModelsFile, ModelSpec
+from runner.picker_metrics import picker_collector
 from runner.pool.pool import ModelPool
 from runner.pool.sizing import model_size_mb
 from runner.scheduler import ModelState, SchedulerAdmission, SchedulerConfig
@@ -148,6 +149,11 @@ class Runtime:
             catalog=lambda: available(list(self.pool.specs().values()), roots),
         )
         self.metrics.registry.register(SnapshotCollector(lambda: self.refresher.current))
+        rt = self  # the endpoint picker's `vllm:*` gauges (runner/picker_metrics.py)
+        picker = picker_collector(
+            rt.admission, rt.pool, lambda: rt.refresher.current, rt.watch, rt.metrics.vllm
+        )
+        self.metrics.registry.register(picker)
         self._jobs_init()
 
     def health(self) -> HealthReport:

@@ -269,15 +269,20 @@ def _in_flight(runner: Runner) -> bool:
 
 
 def test_contract_metrics(runner: Runner) -> None:
-    """/metrics has the runner's own series for the model's requests, and for vLLM its
-    `vllm:*` families re-exposed with the model's name."""
+    """/metrics has the runner's own series for the model's requests, the endpoint picker's
+    `vllm:*` gauges as the runner's own (one sample each, whatever the engine), and for
+    vLLM its other `vllm:*` families re-exposed with the model's name."""
     runner.kind.check_answer(runner.send("m", "metered"))
     text = httpx.get(runner.url + "/metrics").text
     assert sample(text, "quorum_requests_total", model="m", tenant="metered", status="200") == 1
     assert 'quorum_inference_duration_seconds_count{model="m"}' in text
     assert "quorum_queue_depth" in text
+    assert sample(text, "vllm:num_requests_running") is not None
+    assert 'vllm:num_requests_running{engine="0",model_name="m"}' not in text
+    engine_own = [
+        line for line in text.splitlines() if line.startswith("vllm:") and "model_name=" in line
+    ]
     if runner.kind.backend == "vllm":
-        assert 'vllm:num_requests_running{engine="0",model_name="m"}' in text
         assert 'vllm:prefix_cache_queries_total{engine="0",model_name="m"}' in text
     else:
-        assert "vllm:" not in text
+        assert engine_own == []

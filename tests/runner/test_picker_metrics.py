@@ -1,0 +1,214 @@
+"""The endpoint picker's gauges (runner/picker_metrics.py): vLLM's names, one typed sample
+each, from the runner's own state; pure figures first, then real runners (a stand-in
+llama-server with two slots, and the fake vLLM whose own series they replace)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+
+import httpx
+import pytest
+from prometheus_client.core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from runner.engine_watch import EngineLoad
+from runner.models_config import ModelSpec
+from runner.picker_metrics import (
+    NAMES,
+    KvCache,
+    PickerView,
+    cache_config,
+    families,
+    kv_usage,
+    picker_view,
+)
+from runner.scheduler import ModelState
+from runner.scheduler.models import ModelView
+from runner.snapshot import ModelMemory, ResourceSnapshot
+from tests.fixtures.fake_vllm import BIN as VLLM_BIN
+from tests.fixtures.fake_vllm import process_env as vllm_env
+from tests.support.fleet import caps, wait_for
+from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
+
+pytestmark = pytest.mark.timeout(120)
+
+TWO_SLOTS = f"""models:
+  - id: m
+    backend: llama-server
+    path: /dev/null
+    bin: {fixture_bin("llama-server-paced-long")}
+    vram_mb: 64
+    parallel: 2
+    preload: true
+  - id: spare
+    backend: llama-server
+    path: /dev/null
+    bin: {fixture_bin("llama-server-ok")}
+    vram_mb: 64
+    autoload: true
+"""
+
+
+def _view(model: str, state: ModelState, in_flight: int = 0) -> ModelView:
+    return ModelView(model, state, 64, 1, in_flight, 0, 0.0, 0.0, False, 0, None, None, None)
+
+
+def _spec(model: str, backend: str, autoload: bool = False) -> ModelSpec:
+    return ModelSpec.model_validate(
+        {"id": model, "backend": backend, "path": "/dev/null", "autoload": autoload}
+    )
+
+
+def _info(block_size: str, blocks: str) -> Sample:
+    labels = {"engine": "0", "block_size": block_size, "num_gpu_blocks": blocks}
+    return Sample("vllm:cache_config_info", labels, 1.0)
+
+
+def test_kv_usage_weights_by_cache_size() -> None:
+    """Usages are weighted by cache size when every size is known, averaged otherwise, 0
+    with no KV cache, and kept within 0..1."""
+    assert kv_usage([]) == 0.0
+    assert kv_usage([KvCache(1.0, 300), KvCache(0.0, 100)]) == 0.75
+    assert kv_usage([KvCache(1.0, 300), KvCache(0.0, 0)]) == 0.5
+    assert kv_usage([KvCache(1.5, 10)]) == 1.0
+
+
+def test_cache_config_sums_blocks_of_one_block_size() -> None:
+    """Blocks are summed over engines sharing a block size; different block sizes or no
+    numbers (vLLM's "None" before profiling) give no figure."""
+    assert cache_config([_info("16", "100"), _info("16", "50")]) == (16, 150)
+    assert cache_config([_info("16", "100"), _info("32", "50")]) is None
+    assert cache_config([_info("16", "None")]) is None
+    assert cache_config([]) is None
+
+
+def test_picker_view_reads_queue_flight_models_and_caches() -> None:
+    """Waiting is the queue, running the requests in flight; ready models run, loading ones
+    wait; KV comes from vLLM's own figures and llama-server's snapshot, not from others."""
+    models = {
+        "a": _view("a", ModelState.READY, in_flight=2),
+        "b": _view("b", ModelState.LOADING),
+        "v": _view("v", ModelState.READY, in_flight=1),
+        "w": _view("w", ModelState.ABSENT),
+        "x": _view("x", ModelState.ABSENT),
+    }
+    specs = {
+        "a": _spec("a", "llama-server"),
+        "b": _spec("b", "llama-server"),
+        "v": _spec("v", "vllm"),
+        "w": _spec("w", "faster-whisper", autoload=True),
+        "x": _spec("x", "llama-server"),
+    }
+    snapshot = ResourceSnapshot(models=(ModelMemory("a", 400, 100, 300, 1.0),))
+    loads = {"v": EngineLoad(kv_cache_mb=100, kv_cache_utilization=0.0)}
+    view = picker_view(models, 6, specs, snapshot, loads, [_info("16", "64")])
+    assert view == PickerView(6, 3, 0.75, (16, 64), ("a", "v"), ("b",), 4)
+
+
+def test_families_are_typed_single_samples() -> None:
+    """Each name is one gauge sample; the LoRA info carries the model lists comma-separated
+    and the time it was read; cache config is left out when no engine says."""
+    view = PickerView(6, 2, 0.5, None, ("a", "b"), ("c",), 3)
+    by_name: dict[str, Metric] = {f.name: f for f in families(view, 1234.5)}
+    assert list(by_name) == list(NAMES)
+    assert all(f.type == "gauge" for f in by_name.values())
+    assert [s.value for s in by_name["vllm:num_requests_waiting"].samples] == [6]
+    assert by_name["vllm:cache_config_info"].samples == []
+    (lora,) = by_name["vllm:lora_requests_info"].samples
+    assert lora.value == 1234.5
+    assert lora.labels == {
+        "max_lora": "3",
+        "running_lora_adapters": "a,b",
+        "waiting_lora_adapters": "c",
+    }
+
+
+def gauges(r: RunnerProcess) -> dict[str, list[Sample]]:
+    """The samples of every family /metrics declares a gauge (`# TYPE ... gauge`)."""
+    text = httpx.get(r.url + "/metrics", timeout=5).text
+    return {f.name: f.samples for f in text_string_to_metric_families(text) if f.type == "gauge"}
+
+
+def _value(r: RunnerProcess, name: str) -> float:
+    (sample,) = gauges(r)[name]
+    return sample.value
+
+
+@pytest.fixture(scope="module")
+def two_slots() -> Iterator[RunnerProcess]:
+    with start_runner(models_file=TWO_SLOTS, env={"MAX_QUEUE_DEPTH": "16"}) as r:
+        wait_for(lambda: [m["id"] for m in caps(r)["models"]["loaded"]] == ["m"], timeout=30)
+        yield r
+
+
+def test_metrics_picker_gauges_with_two_slots_busy_and_six_queued(
+    two_slots: RunnerProcess,
+) -> None:
+    """With both slots of `m` streaming and 6 requests queued, /metrics says
+    `vllm:num_requests_running 2` and `vllm:num_requests_waiting 6` as typed gauges, and
+    `vllm:lora_requests_info` names `m` ready (max 2: `spare` loads on a request)."""
+    r = two_slots
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    with ExitStack() as stack:
+        client = stack.enter_context(httpx.Client(timeout=60))
+        pool = stack.enter_context(ThreadPoolExecutor(6))
+        stack.callback(r.proc.kill)  # first out: the queued requests end with the runner
+        held = []  # the streams' chunk iterators: dropping one would hang up at once
+        for _ in range(2):
+            stream = stack.enter_context(
+                client.stream("POST", r.url + "/v1/chat/completions", json={**chat, "stream": True})
+            )
+            assert stream.status_code == 200
+            held.append(stream.iter_raw())
+            next(held[-1])
+        for _ in range(6):
+            pool.submit(httpx.post, r.url + "/v1/chat/completions", json=chat, timeout=60)
+        wait_for(lambda: _value(r, "vllm:num_requests_waiting") == 6)
+        found = gauges(r)
+        assert [s.value for s in found["vllm:num_requests_running"]] == [2]
+        assert [s.value for s in found["vllm:num_requests_waiting"]] == [6]
+        (usage,) = found["vllm:kv_cache_usage_perc"]
+        assert 0.0 <= usage.value <= 1.0
+        (lora,) = found["vllm:lora_requests_info"]
+        assert lora.labels["running_lora_adapters"] == "m"
+        assert lora.labels["waiting_lora_adapters"] == ""
+        assert lora.labels["max_lora"] == "2"
+        assert lora.value > 1.7e9  # a Unix time: the picker keeps the newest
+        assert found["vllm:cache_config_info"] == []  # llama-server has no paged blocks
+
+
+VLLM_MODELS = f"""models:
+  - {{id: v, backend: vllm, hf: org/v, parallel: 1, preload: true, bin: '{VLLM_BIN}'}}
+"""
+
+
+def test_metrics_vllm_series_replaced_by_the_runners_aggregate() -> None:
+    """Fronting vLLM, each picker name carries one sample, the runner's (no `model_name`
+    label), while vLLM's other series stay; cache_config_info is the engine's paged cache."""
+    env = {
+        **vllm_env(),
+        "RUNNER_MEMORY_MB": "81920",
+        "VLLM_GPU_MEMORY_UTILIZATION": "0.3",
+        "ENGINE_STATS_INTERVAL_S": "0.2",
+    }
+    with start_runner(models_file=VLLM_MODELS, env=env, ready_timeout=60) as r:
+
+        def scraped() -> bool:
+            text = httpx.get(r.url + "/metrics", timeout=5).text
+            return "vllm:prefix_cache_queries_total" in text
+
+        wait_for(scraped, timeout=30)
+        wait_for(lambda: len(gauges(r)["vllm:cache_config_info"]) == 1)
+        text = httpx.get(r.url + "/metrics", timeout=5).text
+        found = {f.name: f for f in text_string_to_metric_families(text)}
+        for name in NAMES:
+            assert found[name].type == "gauge"
+            assert len(found[name].samples) == 1, (name, found[name].samples)
+            assert "model_name" not in found[name].samples[0].labels
+        (config,) = found["vllm:cache_config_info"].samples
+        assert config.labels == {"block_size": "16", "num_gpu_blocks": "2048"}
+        assert found["vllm:lora_requests_info"].samples[0].labels["running_lora_adapters"] == "v"
+        assert found["vllm:prefix_cache_queries"].samples[0].labels["model_name"] == "v"
