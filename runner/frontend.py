@@ -2,8 +2,8 @@
 
 Every inference request goes the same way, whatever its path:
 
-    1. identify: the runner's headers (400 naming the header), the tenant (API key or
-       X-Tenant-ID; 401/403)                                  `FrontEnd.__call__`
+    1. identify: the runner's headers (400 naming the header), the tenant (API key,
+       X-Tenant-ID or the gateway's fairness id; 401/403)     `FrontEnd.__call__`
     2. rate limit (tenants/)                       -> 429 + Retry-After, RateLimit-*
     3. the path's own work (`serve(call)`): a bounded body (`read_body`: 413), its
        fields, the model (`check_model`: 400 for a model another path serves, and what
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Protocol
@@ -36,7 +36,12 @@ from runner.errors import (
     WrongEndpoint,
     error_status,
 )
-from runner.headers import RequestMeta, new_request_id, parse_request_headers
+from runner.headers import (
+    DEFAULT_OBJECTIVES,
+    RequestMeta,
+    new_request_id,
+    parse_request_headers,
+)
 from tenants.config import TenantsConfig
 from tenants.errors import RateLimitExceeded
 from tenants.identity import DEFAULT_TENANT, resolve_tenant
@@ -131,9 +136,11 @@ class FrontEnd:
         multi_tenant: bool = True,
         models: ModelCheck | None = None,
         path_of: Callable[[str], str | None] = lambda _model: None,
+        objectives: Mapping[bytes, str] = DEFAULT_OBJECTIVES,
     ) -> None:
         """`path_of(model)` names the path kind that serves a model (`chat`, `audio`,
-        `images`; None: unknown here, the scheduler says so)."""
+        `images`; None: unknown here, the scheduler says so); `objectives` maps the
+        gateway's objective names to priorities (OBJECTIVE_PRIORITIES)."""
         self.admission = admission
         self.limiter = limiter
         self.tenants = tenants
@@ -141,17 +148,20 @@ class FrontEnd:
         self.multi_tenant = multi_tenant
         self.models = models
         self.path_of = path_of
+        self.objectives = objectives
 
     def identify(self, meta: RequestMeta) -> str:
         """The tenant a request belongs to (also for jobs and admin endpoints)."""
         if not self.multi_tenant:
             return DEFAULT_TENANT
-        return resolve_tenant(meta.authorization, meta.tenant_header, self.tenants)
+        return resolve_tenant(
+            meta.authorization, meta.tenant_header, self.tenants, meta.fairness_id
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send, serve: Serve) -> None:
         call: Call | None = None
         try:
-            meta = parse_request_headers(scope["headers"])  # 1
+            meta = parse_request_headers(scope["headers"], self.objectives)  # 1
             call = Call(scope, receive, send, meta, "_invalid")
             call.tenant = self.identify(meta)
             call.limits = await self._rate_limit(call.tenant)  # 2

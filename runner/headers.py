@@ -8,15 +8,30 @@
 | X-Cache-Tag   | at most 64 characters     | (none)    |
 | X-Request-Id  | 1-128 of [A-Za-z0-9._:-]  | generated |
 
+What a gateway in front (Kubernetes' Gateway API Inference Extension, llm-d's router)
+passes on, read where the runner's own header is absent:
+
+| header                          | read as     | values                                 |
+|---------------------------------|-------------|----------------------------------------|
+| x-llm-d-inference-fairness-id   | X-Tenant-ID | as X-Tenant-ID                         |
+| x-gateway-inference-fairness-id | X-Tenant-ID | (its older name)                       |
+| x-llm-d-inference-objective     | X-Priority  | an InferenceObjective's name, mapped   |
+|                                 |             | by OBJECTIVE_PRIORITIES (else normal)  |
+| x-gateway-inference-objective   | X-Priority  | (its older name)                       |
+
+The newer name wins over the older one; X-Tenant-ID and X-Priority win over both.
+
 A bad value raises InvalidHeader naming the header; nothing else happens.
 Which tenant a request belongs to is decided after this, by
-`tenants.identity.resolve_tenant` (API key or X-Tenant-ID, default `default`).
+`tenants.identity.resolve_tenant` (API key, else X-Tenant-ID, else the fairness id,
+else `default`).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import count
 
@@ -25,9 +40,34 @@ from runner.errors import InvalidHeader
 _TENANT = re.compile(rb"[A-Za-z0-9._-]{1,64}")
 _REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
 _PRIORITIES = {b"high": "high", b"normal": "normal", b"low": "low"}
+_PRIORITIES_S = frozenset(_PRIORITIES.values())
 _CACHE_MODES = {b"prefix": "prefix", b"none": "none", b"auto": "auto"}
 _BOOT = os.urandom(4).hex()
 _SEQ = count(1)
+
+DEFAULT_OBJECTIVE_PRIORITIES = (
+    "high=high,normal=normal,low=low,critical=high,standard=normal,sheddable=low"
+)
+"""OBJECTIVE_PRIORITIES' default: the InferenceObjectives of deploy/k8s/ (high, normal, low)
+and the Inference Extension's older criticality names (Critical, Standard, Sheddable)."""
+
+
+def parse_objective_priorities(text: str) -> dict[bytes, str]:
+    """`name=priority,...` (an InferenceObjective's name, one of high, normal, low) as the
+    table `parse_request_headers` reads; names are case-insensitive. ValueError names the
+    bad entry."""
+    table: dict[bytes, str] = {}
+    for entry in text.split(","):
+        if not entry.strip():
+            continue
+        name, sep, priority = (part.strip().lower() for part in entry.partition("="))
+        if not sep or not name or not name.isascii() or priority not in _PRIORITIES_S:
+            raise ValueError(f"{entry.strip()!r} is not <objective>=high|normal|low")
+        table[name.encode()] = priority
+    return table
+
+
+DEFAULT_OBJECTIVES = parse_objective_priorities(DEFAULT_OBJECTIVE_PRIORITIES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +79,7 @@ class RequestMeta:
     request_id: str
     authorization: bytes | None
     content_length: int | None
+    fairness_id: bytes | None = None  # the gateway's tenant, validated as X-Tenant-ID
 
 
 def new_request_id() -> str:
@@ -46,14 +87,18 @@ def new_request_id() -> str:
     return f"req-{_BOOT}-{next(_SEQ)}"
 
 
-def parse_request_headers(raw: list[tuple[bytes, bytes]]) -> RequestMeta:
+def parse_request_headers(
+    raw: list[tuple[bytes, bytes]], objectives: Mapping[bytes, str] = DEFAULT_OBJECTIVES
+) -> RequestMeta:
     """Read the runner's headers from ASGI raw headers (lower-case names).
 
     1. Collect the headers of interest in one pass; the last value of a repeated header wins.
-    2. Validate each present value; an invalid one raises InvalidHeader naming it.
+    2. Validate each present value; an invalid one raises InvalidHeader naming it. Without
+       X-Priority, the gateway's objective names the priority through `objectives`.
     3. Fill defaults for absent ones.
     """
     tenant = priority = mode = tag = rid = auth = length = None
+    fairness = old_fairness = objective = old_objective = None
     for name, value in raw:  # 1
         if not name.startswith(b"x-"):
             if name == b"content-length":
@@ -71,11 +116,29 @@ def parse_request_headers(raw: list[tuple[bytes, bytes]]) -> RequestMeta:
             tag = value
         elif name == b"x-request-id":
             rid = value
+        elif name == b"x-llm-d-inference-fairness-id":
+            fairness = value
+        elif name == b"x-gateway-inference-fairness-id":
+            old_fairness = value
+        elif name == b"x-llm-d-inference-objective":
+            objective = value
+        elif name == b"x-gateway-inference-objective":
+            old_objective = value
     # 2, 3
     if tenant is not None and not _TENANT.fullmatch(tenant):
         raise InvalidHeader("X-Tenant-ID must be 1-64 characters of A-Z a-z 0-9 . _ -")
+    if fairness is None and old_fairness is not None:
+        fairness = old_fairness
+        fairness_name = "x-gateway-inference-fairness-id"
+    else:
+        fairness_name = "x-llm-d-inference-fairness-id"
+    if fairness is not None and not _TENANT.fullmatch(fairness):
+        raise InvalidHeader(f"{fairness_name} must be 1-64 characters of A-Z a-z 0-9 . _ -")
     if priority is None:
+        objective = objective if objective is not None else old_objective
         priority_s = "normal"
+        if objective is not None:
+            priority_s = objectives.get(objective.strip().lower(), "normal")
     else:
         p = _PRIORITIES.get(priority.strip().lower())
         if p is None:
@@ -110,4 +173,5 @@ def parse_request_headers(raw: list[tuple[bytes, bytes]]) -> RequestMeta:
             raise InvalidHeader("Content-Length must be an integer") from None
         if length_i < 0:
             raise InvalidHeader("Content-Length must not be negative")
-    return RequestMeta(tenant, priority_s, mode_s, tag_s, rid_s, auth, length_i)
+    return RequestMeta(tenant, priority_s, mode_s, tag_s, rid_s, auth, length_i, fairness)
+

@@ -187,6 +187,7 @@ class Runtime:
             multi_tenant=self.settings.enable_multi_tenant,
             models=self.admission,
             path_of=path_of,
+            objectives=self.settings.objectives,
         )
 
     def loading(self) -> dict[str, LoadTask]:
@@ -249,4 +250,6 @@ class Runtime:
         meta = parse_request_headers(list(request.scope["headers"]))
         if not self.settings.enable_multi_tenant:
             return DEFAULT_TENANT
-        return resolve_tenant(meta.authorization, meta.tenant_header, self.tenants)
+        return resolve_tenant(
+            meta.authorization, meta.tenant_header, self.tenants, meta.fairness_id
+        )

@@ -19,6 +19,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from runner.errors import ConfigError
+from runner.headers import DEFAULT_OBJECTIVE_PRIORITIES, parse_objective_priorities
 
 
 def default_llama_server_bin() -> str:
@@ -72,6 +73,8 @@ class Settings(BaseSettings):
     tenants_file: str | None = None
     rate_limit_fail_open: bool = True
     queue_low_aging_ms: int = Field(default=10_000, ge=0)
+    # The gateway's x-llm-d-inference-objective names -> X-Priority (runner/headers.py).
+    objective_priorities: str = DEFAULT_OBJECTIVE_PRIORITIES
     # Engines the runner starts (docs/engines.md).
     llama_server_bin: str = Field(default_factory=lambda: default_llama_server_bin())
     engine_load_timeout_s: float = Field(default=300.0, gt=0)
@@ -127,6 +130,17 @@ class Settings(BaseSettings):
     @property
     def admins(self) -> frozenset[str]:
         return frozenset(t.strip() for t in self.admin_tenants.split(",") if t.strip())
+
+    @property
+    def objectives(self) -> dict[bytes, str]:
+        """OBJECTIVE_PRIORITIES as the table the request headers are read with."""
+        return parse_objective_priorities(self.objective_priorities)
+
+    @field_validator("objective_priorities")
+    @classmethod
+    def _objective_table(cls, value: str) -> str:
+        parse_objective_priorities(value)  # ValueError names the bad entry
+        return value
 
     @field_validator("log_level", "log_format", "whisper_device", mode="before")
     @classmethod

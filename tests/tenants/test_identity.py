@@ -73,3 +73,20 @@ def test_resolve_tenant_unknown_key_is_401() -> None:
         "authentication_error",
     )
     assert "sk-z" not in str(info.value)
+
+
+def test_resolve_tenant_fairness_id_without_header_is_the_tenant() -> None:
+    """With no keys and no X-Tenant-ID, the gateway's fairness id is the tenant."""
+    assert resolve_tenant(None, None, OPEN, b"t1") == "t1"
+
+
+def test_resolve_tenant_header_wins_over_fairness_id() -> None:
+    """X-Tenant-ID, when present, wins over the gateway's fairness id."""
+    assert resolve_tenant(None, b"community-x", OPEN, b"t1") == "community-x"
+
+
+def test_resolve_tenant_key_wins_over_fairness_id() -> None:
+    """With keys configured the key decides; a fairness id naming another tenant is no 403."""
+    assert resolve_tenant(b"Bearer sk-x", None, KEYED, b"community-y") == "community-x"
+    with pytest.raises(MissingApiKey):
+        resolve_tenant(None, None, KEYED, b"community-x")
