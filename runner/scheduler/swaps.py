@@ -189,7 +189,9 @@ class Swaps:
                     del self.table.wants[model]
                     self.effects.log_decision(f"refuse {model}: {reason}")
                     self.notify(model, record, refused=f"does not fit: {reason}")
-                    self.requests.reject_waiters(model, ModelDoesNotFit(model=model, reason=reason))
+                    retry_after = self.config.failed_retry_after_s  # docs/api.md: with Retry-After
+                    error = ModelDoesNotFit(model=model, reason=reason, retry_after=retry_after)
+                    self.requests.reject_waiters(model, error)
 
     def keep_alive(self, now: float) -> None:
         """Unload ready models idle (nothing in flight or waiting) past their keep-alive."""

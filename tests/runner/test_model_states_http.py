@@ -4,14 +4,19 @@ one decision (`runner/scheduler/models.admission`) say.
 
 Stand-in llama-servers (tests/fixtures/bin/): `paced` streams 30 chunks 100 ms apart, so
 a request stays in flight long enough to watch a model drain; `slow` takes 3 s to load;
-`exits-at-start` never comes up.
+`slow-paced` does both; `exits-at-start` never comes up. A crash is a real SIGKILL of the
+engine process the runner started.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,11 +28,12 @@ from tests.support.tokens import DEV_REGISTRY, dev_token
 pytestmark = pytest.mark.timeout(180)
 
 ENV = {"GOVERNANCE_REGISTRY": str(DEV_REGISTRY)}
+HUGE_MB = 1 << 40  # more memory than any machine has: no eviction makes room
 
 
-def _entry(model: str, binary: str, **extra: object) -> str:
+def _entry(model: str, binary: str, vram_mb: int = 64, **extra: object) -> str:
     lines = [f"  - id: {model}", "    backend: llama-server", "    path: /dev/null"]
-    lines += [f"    bin: {fixture_bin(binary)}", "    vram_mb: 64"]
+    lines += [f"    bin: {fixture_bin(binary)}", f"    vram_mb: {vram_mb}"]
     lines += [f"    {k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in extra.items()]
     return "\n".join(lines) + "\n"
 
@@ -85,6 +91,42 @@ class Streaming:
         return self.body
 
 
+class Waiting:
+    """A chat request in a thread (it may wait in the queue); `answer()` once it came."""
+
+    def __init__(self, url: str, model: str) -> None:
+        self.pool = ThreadPoolExecutor(1)
+        self.future = self.pool.submit(_chat, url, model)
+
+    def answer(self) -> httpx.Response:
+        try:
+            return self.future.result(60)
+        finally:
+            self.pool.shutdown()
+
+
+def _queue_depth(url: str) -> int:
+    depth: int = httpx.get(url + "/health").json()["queueDepth"]
+    return depth
+
+
+def _engine_pid(runner: RunnerProcess, model: str) -> int:
+    """The engine process the runner started for `model` (its child, `--alias model`)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
+        alias = argv[argv.index("--alias") + 1] if "--alias" in argv else None
+        if ppid == runner.proc.pid and alias == model:
+            return int(entry.name)
+    raise AssertionError(f"no engine process for {model}")
+
+
 @pytest.fixture(scope="module")
 def runner() -> Iterator[RunnerProcess]:
     models = "models:\n" + "".join(
@@ -96,6 +138,11 @@ def runner() -> Iterator[RunnerProcess]:
             _entry("e2", "llama-server-ok"),
             _entry("a1", "llama-server-paced", autoload=True),
             _entry("a2", "llama-server-ok"),
+            _entry("walk", "llama-server-slow-paced", parallel=1, restart=False),
+            _entry("walk-other", "llama-server-ok"),
+            _entry("phoenix", "llama-server-paced", parallel=1, restart=True),
+            _entry("dud", "llama-server-exits-at-start", autoload=True),
+            _entry("huge", "llama-server-ok", vram_mb=HUGE_MB, autoload=True),
         ]
     )
     with start_runner(models_file=models, env=ENV) as r:
@@ -175,3 +222,98 @@ def test_model_states_evicted_autoload_model_waits_and_comes_back(runner: Runner
     assert stream.finish().rstrip().endswith(b"data: [DONE]")
     _until(lambda: _state(runner.url, "a2") == "loaded")
     assert _state(runner.url, "a1") == "loaded"
+
+
+def _unavailable(r: httpx.Response) -> str:
+    """The reason of a 503 `model_unavailable` carrying `Retry-After: 30` (docs/api.md)."""
+    assert _error(r) == (503, "model_unavailable"), r.text
+    assert r.headers["Retry-After"] == "30"
+    reason: str = r.json()["error"]["reason"]
+    return reason
+
+
+def test_model_states_one_model_walks_every_state(runner: RunnerProcess) -> None:
+    """One model through every state in turn, with the exact answer docs/api.md gives in
+    each: not loaded 404 model_not_loaded; loading: waits, then 200; ready 200; draining
+    for an unload 503 model_unloading; not loaded 404; loaded again, then evicted for
+    another model 503 model_unloading, then 404; loaded again, then crashed without
+    restart: the request queued at the crash and new ones 503 model_unavailable with the
+    reason and Retry-After: 30."""
+    url, model = runner.url, "walk"
+    # not loaded
+    assert _error(_chat(url, model)) == (404, "model_not_loaded")
+    # loading (3 s): a request waits in the queue, then is served
+    assert _governed(url, "model-load", model).status_code == 202
+    assert _state(url, model) == "loading"
+    waited = _chat(url, model)
+    assert waited.status_code == 200 and int(waited.headers["X-Queue-Wait-Ms"]) > 0
+    # ready
+    served = _chat(url, model)
+    assert served.status_code == 200 and served.headers["X-Queue-Wait-Ms"] == "0"
+    # draining for a governed unload, then not loaded
+    stream = Streaming(url, model)
+    unload = ThreadPoolExecutor(1)
+    unloaded = unload.submit(_governed, url, "model-unload", model)
+    _until(lambda: _error(_chat(url, model)) == (503, "model_unloading"))
+    assert stream.finish().rstrip().endswith(b"data: [DONE]")
+    assert unloaded.result(60).status_code == 200
+    unload.shutdown()
+    assert _error(_chat(url, model)) == (404, "model_not_loaded")
+    # loaded again, then evicted for another model, then not loaded
+    assert _governed(url, "model-load", model).status_code == 202
+    _until(lambda: _state(url, model) == "loaded")
+    stream = Streaming(url, model)
+    assert _governed(url, "model-load", "walk-other", evictModel=model).status_code == 202
+    _until(lambda: _error(_chat(url, model)) == (503, "model_unloading"))
+    assert stream.finish().rstrip().endswith(b"data: [DONE]")
+    _until(lambda: _state(url, "walk-other") == "loaded")
+    assert _error(_chat(url, model)) == (404, "model_not_loaded")
+    # loaded again, then its engine crashes (no restart): failed
+    assert _governed(url, "model-load", model).status_code == 202
+    _until(lambda: _state(url, model) == "loaded")
+    stream = Streaming(url, model)  # holds the one slot
+    queued = Waiting(url, model)
+    _until(lambda: _queue_depth(url) >= 1)
+    os.kill(_engine_pid(runner, model), signal.SIGKILL)
+    assert "SIGKILL" in _unavailable(queued.answer())
+    assert b"engine_crashed" in stream.finish()
+    assert _state(url, model) == "failed"
+    assert "SIGKILL" in _unavailable(_chat(url, model))
+
+
+def test_model_states_crashed_with_restart_due_waits(runner: RunnerProcess) -> None:
+    """A `restart` model whose engine crashed: the request queued at the crash and one
+    sent while the restart is due wait in the queue, and the restarted engine serves
+    both (docs/api.md: failed, a restart due, waits)."""
+    url, model = runner.url, "phoenix"
+    assert _governed(url, "model-load", model).status_code == 202
+    _until(lambda: _state(url, model) == "loaded")
+    stream = Streaming(url, model)  # holds the one slot
+    queued = Waiting(url, model)
+    _until(lambda: _queue_depth(url) >= 1)
+    os.kill(_engine_pid(runner, model), signal.SIGKILL)
+    _until(lambda: f"restart {model} in" in runner.log())
+    later = _chat(url, model)
+    assert later.status_code == 200 and int(later.headers["X-Queue-Wait-Ms"]) > 0
+    answer = queued.answer()
+    assert answer.status_code == 200 and int(answer.headers["X-Queue-Wait-Ms"]) > 0
+    assert b"engine_crashed" in stream.finish()
+    assert _state(url, model) == "loaded"
+
+
+def test_model_states_queued_for_a_failed_load_is_503_load_failed(runner: RunnerProcess) -> None:
+    """A request waiting for a load (autoload) that fails is refused with 503
+    model_load_failed, the reason and Retry-After (docs/api.md)."""
+    r = _chat(runner.url, "dud")
+    assert _error(r) == (503, "model_load_failed"), r.text
+    assert "exited while starting" in r.json()["error"]["reason"]
+    assert r.headers["Retry-After"] == "30"
+
+
+def test_model_states_queued_for_a_load_that_cannot_fit_is_503(runner: RunnerProcess) -> None:
+    """A request waiting for a load (autoload) that no eviction can make room for is
+    refused with 503 model_does_not_fit, the reason and Retry-After (docs/api.md)."""
+    r = _chat(runner.url, "huge")
+    assert _error(r) == (503, "model_does_not_fit"), r.text
+    assert str(HUGE_MB) in r.json()["error"]["reason"]
+    assert int(r.headers["Retry-After"]) > 0

@@ -162,7 +162,8 @@ def test_lifecycle_evict_model_is_honoured() -> None:
 
 
 def test_lifecycle_impossible_load_is_refused_with_the_reason() -> None:
-    """A load that cannot fit even after evicting everything evictable is refused, saying why."""
+    """A load that cannot fit even after evicting everything evictable is refused, saying why
+    and when to retry (`Retry-After`: `failed_retry_after_s`)."""
     d = driver(pin=policy(10, pinned=True), big=policy(15, autoload=True))
     resident_with(d, "pin", 10)
     waiter = d.arrive(model="big")
@@ -174,6 +175,7 @@ def test_lifecycle_impossible_load_is_refused_with_the_reason() -> None:
     error = d.effects.rejection(waiter)
     assert isinstance(error, ModelDoesNotFit)
     assert (error.status, error.code, error.extra["reason"]) == (503, "model_does_not_fit", reason)
+    assert error.headers["Retry-After"] == str(d.core.config.failed_retry_after_s)
     assert d.effects.stops == []
 
 
