@@ -7,6 +7,9 @@
 merely absent do not make the runner unhealthy), and while the queue is
 saturated (MAX_QUEUE_DEPTH requests waiting), as the seed asks: use /health as
 a readiness probe (stop routing here for now), not as a liveness probe.
+
+`Runtime.health()` is the one call: `/health`, capabilities' `health` and `/metrics`'
+`quorum_health{status}` (runner/state_metrics.py) all read it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ class Life(enum.Enum):
     STARTING = "starting"
     READY = "ready"
     STOPPING = "stopping"
+
+
+STATUSES = ("healthy", "starting", "shutting_down", "unhealthy", "gpu_out_of_memory", "saturated")
+"""Every `status` `health` can answer (`quorum_health{status}` exports one series each)."""
 
 
 @dataclass(frozen=True, slots=True)

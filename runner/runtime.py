@@ -37,6 +37,7 @@ from runner.scheduler import ModelState, SchedulerAdmission, SchedulerConfig
 from runner.settings import Settings
 from runner.snapshot import Refresher, SnapshotCollector
 from runner.startup import Preloads
+from runner.state_metrics import HealthCollector
 from runner.tasks import LoadTask, MemoryTaskStore, RedisTaskStore, TaskStore
 from tenants.config import TenantsConfig
 from tenants.identity import DEFAULT_TENANT, resolve_tenant
@@ -149,6 +150,7 @@ class Runtime:
             catalog=lambda: available(list(self.pool.specs().values()), roots),
         )
         self.metrics.registry.register(SnapshotCollector(lambda: self.refresher.current))
+        self.metrics.registry.register(HealthCollector(lambda: str(self.health().body["status"])))
         rt = self  # the endpoint picker's `vllm:*` gauges (runner/picker_metrics.py)
         picker = picker_collector(
             rt.admission, rt.pool, lambda: rt.refresher.current, rt.watch, rt.metrics.vllm
@@ -158,7 +160,8 @@ class Runtime:
 
     def health(self) -> HealthReport:
         """The runner's health, derived once from the scheduler's models (`runner/health.py`):
-        what `/health`, capabilities' `health` and readiness all say."""
+        what `/health` (the readiness probe), capabilities' `health` and `/metrics`'
+        `quorum_health` all say."""
         views = self.admission.models().values()
         snap = self.refresher.current
         return health(
