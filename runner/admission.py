@@ -34,6 +34,7 @@ class AdmissionRequest:
     priority: str  # "high" | "normal" | "low"
     est_input_tokens: int
     est_output_tokens: int
+    deadline_ms: int | None = None  # how long the client waits for the first byte
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,8 +115,9 @@ class Call:
     def admission_request(self, cost_in: int, cost_out: int) -> AdmissionRequest:
         meta = self.meta
         return AdmissionRequest(
-            meta.request_id, self.model, self.tenant, meta.priority, cost_in, cost_out
-        )
+            meta.request_id, self.model, self.tenant, meta.priority, cost_in, cost_out,
+            meta.deadline_ms,
+        )  # fmt: skip
 
 
 Serve = Callable[[Call], Awaitable[int]]

@@ -7,6 +7,7 @@
 | X-Cache-Mode  | prefix, none, auto        | auto      |
 | X-Cache-Tag   | at most 64 characters     | (none)    |
 | X-Request-Id  | 1-128 of [A-Za-z0-9._:-]  | generated |
+| X-Request-Deadline-Ms | 1-3600000 (ms to the first byte) | (none) |
 
 What a gateway in front (Kubernetes' Gateway API Inference Extension, llm-d's router)
 passes on, read where the runner's own header is absent:
@@ -80,6 +81,7 @@ class RequestMeta:
     authorization: bytes | None
     content_length: int | None
     fairness_id: bytes | None = None  # the gateway's tenant, validated as X-Tenant-ID
+    deadline_ms: int | None = None  # X-Request-Deadline-Ms, else x-llm-d-slo-ttft-ms
 
 
 def new_request_id() -> str:
@@ -98,6 +100,7 @@ def parse_request_headers(
     3. Fill defaults for absent ones.
     """
     tenant = priority = mode = tag = rid = auth = length = None
+    deadline = slo = None
     fairness = old_fairness = objective = old_objective = None
     for name, value in raw:  # 1
         if not name.startswith(b"x-"):
@@ -116,6 +119,10 @@ def parse_request_headers(
             tag = value
         elif name == b"x-request-id":
             rid = value
+        elif name == b"x-request-deadline-ms":
+            deadline = value
+        elif name == b"x-llm-d-slo-ttft-ms":
+            slo = value
         elif name == b"x-llm-d-inference-fairness-id":
             fairness = value
         elif name == b"x-gateway-inference-fairness-id":
@@ -173,5 +180,29 @@ def parse_request_headers(
             raise InvalidHeader("Content-Length must be an integer") from None
         if length_i < 0:
             raise InvalidHeader("Content-Length must not be negative")
-    return RequestMeta(tenant, priority_s, mode_s, tag_s, rid_s, auth, length_i, fairness)
+    deadline_ms = parse_deadline(deadline, slo)
+    return RequestMeta(
+        tenant, priority_s, mode_s, tag_s, rid_s, auth, length_i, fairness, deadline_ms
+    )
 
+
+MAX_DEADLINE_MS = 3_600_000
+
+
+def parse_deadline(deadline: bytes | None, slo: bytes | None) -> int | None:
+    """Milliseconds the client waits for the first byte, if it says so.
+
+    1. X-Request-Deadline-Ms; without it, llm-d's x-llm-d-slo-ttft-ms (its TTFT objective).
+    2. An integer of 1..MAX_DEADLINE_MS (one hour); anything else raises InvalidHeader
+       naming the header.
+    """
+    if deadline is not None:  # 1
+        value, name = deadline, "X-Request-Deadline-Ms"
+    elif slo is not None:
+        value, name = slo, "x-llm-d-slo-ttft-ms"
+    else:
+        return None
+    text = value.strip()  # 2
+    if not text.isdigit() or len(text) > 7 or not 1 <= int(text) <= MAX_DEADLINE_MS:
+        raise InvalidHeader(f"{name} must be an integer of 1-{MAX_DEADLINE_MS} milliseconds")
+    return int(text)

@@ -26,6 +26,13 @@ from collections import Counter
 
 from faults import QuorumError
 from runner.scheduler.config import SchedulerConfig
+from runner.scheduler.deadlines import (
+    DeadlineBook,
+    Outlook,
+    ServiceTimes,
+    deadline_exceeded,
+    deadline_refusal,
+)
 from runner.scheduler.effects import Effects
 from runner.scheduler.errors import (
     QueueFull,
@@ -72,7 +79,12 @@ class Scheduler:
         self._serving: dict[int, Ticket] = {}
         self._waits = WaitWindow(config.stats_window_s)
         self._drain = DrainMeter(config.stats_window_s, started_at)
+        self._service = ServiceTimes()
+        self._deadlines = DeadlineBook()
         self.table = ModelTable(config)
+        self.outlook = Outlook(
+            self.table, self._waiting, self._vtc, self._service, fair=config.fair
+        )
         self.swaps = Swaps(config, self.table, self, effects)
         self.lifecycle = ModelLifecycle(config, self.table, self.swaps, self, effects)
 
@@ -117,8 +129,11 @@ class Scheduler:
            Otherwise (full, loading, wanted, restarting, coming back) it may wait.
         3. The tenant at its queue cap: refuse with `TenantQueueFull`.
         4. The queue at `max_queue_depth`: refuse with `QueueFull`.
-        5. Otherwise wait; a tenant joining the backlog gets its counter lifted.
-           An `autoload` model that is not resident is now wanted: plan its load.
+        5. A deadline the forecast wait exceeds (`deadlines.deadline_refusal`): refuse
+           with `DeadlineUnreachable`, the forecast and `Retry-After`.
+        6. Otherwise wait (until its deadline, if it has one); a tenant joining the
+           backlog gets its counter lifted. An `autoload` model that is not resident is
+           now wanted: plan its load.
         """
         now = event.at
         req = event.request
@@ -158,8 +173,15 @@ class Scheduler:
             )  # fmt: skip
             self._effects.reject(ticket, error)
             return
-        self._vtc.on_backlogged(ticket.tenant, self._waiting.tenants())  # 5
+        if req.deadline_ms is not None:  # 5
+            forecast = self.outlook.wait_s(model, ticket.band, ticket.tenant, now)
+            refusal = deadline_refusal(forecast, req.deadline_ms)
+            if refusal is not None:
+                self._effects.reject(ticket, refusal)
+                return
+        self._vtc.on_backlogged(ticket.tenant, self._waiting.tenants())  # 6
         self._waiting.add(ticket)
+        self._deadlines.add(ticket)
         if gate is Gate.AUTOLOAD:
             record = self.table.records[model]
             self.swaps.want(model, record.policy, None, now, governed=False)
@@ -195,6 +217,7 @@ class Scheduler:
         if self._in_flight[model] <= 0:
             del self._in_flight[model]
         self._drain.record(now)
+        self._service.finished(ticket, now)
         self._touch(model, now)
         if event.usage is not None:  # 3
             actual = service_cost(event.usage.input_tokens, event.usage.output_tokens)
@@ -326,10 +349,14 @@ class Scheduler:
     def _catch_up(self, now: float) -> None:
         """Bring the queue up to `now` (every event does, first).
 
-        1. Waiters older than the queue timeout are refused with `QueueTimeout`.
-        2. Low waiters older than the aging age move to normal.
+        1. Waiters whose deadline has come leave with `DeadlineExceeded` (504).
+        2. Waiters older than the queue timeout are refused with `QueueTimeout`.
+        3. Low waiters older than the aging age move to normal.
         """
-        timeout = self.config.queue_timeout_s  # 1
+        for late in self._deadlines.due(now):  # 1
+            if late.ticket_id in self._waiting:
+                self._drop(late, deadline_exceeded(late, now))
+        timeout = self.config.queue_timeout_s  # 2
         if timeout is not None:
             for ticket in self._waiting.overdue(now, timeout):
                 waited_ms = round(1000 * (now - ticket.arrived_at))
@@ -338,7 +365,7 @@ class Scheduler:
                     queueWaitMs=waited_ms, queueTimeoutMs=round(1000 * timeout), retry_after=retry
                 )
                 self._drop(ticket, error)
-        if self.config.low_aging_s is not None and self._waiting.band_depth(Band.LOW):  # 2
+        if self.config.low_aging_s is not None and self._waiting.band_depth(Band.LOW):  # 3
             self._waiting.promote_low(now, self.config.low_aging_s)
 
     def _concurrency(self, model: str) -> int:
@@ -364,6 +391,7 @@ class Scheduler:
             return
         self._in_flight[ticket.model] += 1
         self._serving[ticket.ticket_id] = ticket
+        self._service.started(ticket, now)
         self._vtc.charge(ticket.tenant, ticket.cost)
         self._waits.record(now, wait_s)
         self._touch(ticket.model, now)

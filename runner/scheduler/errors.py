@@ -8,6 +8,9 @@ Exception tree::
         ├── TenantQueueFull          503  tenant_queue_full: this tenant's queue cap is reached
         ├── QueueTimeout             503  queue_timeout: waited longer than QUEUE_TIMEOUT_MS
         ├── SchedulerStopped         503  shutting_down: the runner stopped while it waited
+        ├── DeadlineUnreachable      503  deadline_unreachable: the forecast wait exceeds the
+        │                                 request's deadline (refused on arrival)
+        ├── DeadlineExceeded         504  deadline_exceeded: the deadline passed while it waited
         ├── ModelNotLoaded           404  model_not_loaded: not resident, not loading, not autoload
         ├── ModelLoadFailed          503  model_load_failed: the load it waited for failed
         ├── ModelDoesNotFit          503  model_does_not_fit: no eviction can make room
@@ -17,7 +20,8 @@ Exception tree::
 
 Every refusal a client may retry carries `Retry-After` (the `retry_after` field, seconds:
 from the measured drain rate for the queue ones, from the model's state for the others);
-the model ones carry `model` (and `reason`) in the envelope. Which state gives which row
+the model ones carry `model` (and `reason`) in the envelope. `DeadlineExceeded` carries
+none: the client's own deadline has passed, so no retry can meet it. Which state gives which row
 is decided in one place: `models.refusal` (and `docs/api.md` lists it).
 """
 
@@ -48,6 +52,17 @@ QueueTimeout = SchedulerError.row(
     "Waited {queueWaitMs} ms in the queue (limit {queueTimeoutMs} ms), "
     "retry in {retry_after} seconds",
     extra=("queueWaitMs", "queueTimeoutMs"),
+)  # fmt: skip
+DeadlineUnreachable = SchedulerError.row(
+    "DeadlineUnreachable", "deadline_unreachable", None,
+    "The forecast wait of {forecastWaitMs} ms exceeds the deadline of {deadlineMs} ms, "
+    "retry in {retry_after} seconds or on another replica",
+    extra=("forecastWaitMs", "deadlineMs"),
+)  # fmt: skip
+DeadlineExceeded = SchedulerError.row(
+    "DeadlineExceeded", "deadline_exceeded", 504,
+    "The deadline of {deadlineMs} ms passed after {queueWaitMs} ms in the queue",
+    extra=("queueWaitMs", "deadlineMs"), retry_after=False,
 )  # fmt: skip
 SchedulerStopped = SchedulerError.row(
     "SchedulerStopped", "shutting_down", None,

@@ -63,6 +63,12 @@ class Ticket:
     def model(self) -> str:
         return self.request.model
 
+    @property
+    def deadline_at(self) -> float | None:
+        """When its client stops waiting (`deadline_ms` after arrival); `None`: never."""
+        ms = self.request.deadline_ms
+        return None if ms is None else self.arrived_at + ms / 1000
+
 
 @dataclass(frozen=True, slots=True)
 class RequestArrived:

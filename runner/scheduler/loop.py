@@ -215,10 +215,15 @@ class SchedulerAdmission:
         if self._ticker is None:
             raise SchedulerStopped(retry_after=1)
         ticket_id = next(self._ids)
-        future: asyncio.Future[ScheduledGrant] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[ScheduledGrant] = loop.create_future()
         self._effects.waiters[ticket_id] = future
+        timer: asyncio.TimerHandle | None = None
         try:
             self._post(RequestArrived(ticket_id, request, self._clock()))
+            if request.deadline_ms is not None and not future.done():
+                # a Tick when its deadline comes, so it leaves then, not at the next tick
+                timer = loop.call_later(request.deadline_ms / 1000 + 0.001, self._tick_now)
             return await future  # already resolved when granted or refused at once
         except asyncio.CancelledError:
             if future.done() and not future.cancelled() and future.exception() is None:
@@ -228,6 +233,8 @@ class SchedulerAdmission:
             raise
         finally:
             del self._effects.waiters[ticket_id]
+            if timer is not None:
+                timer.cancel()
 
     def release(self, grant: Grant, usage: Usage | None) -> None:
         """Give the slot back with the engine's usage; call once per grant."""
@@ -335,6 +342,9 @@ class SchedulerAdmission:
                 future = self._effects.waiters.get(event.ticket_id)
                 if future is not None and not future.done():
                     future.set_exception(SchedulerError("internal scheduling error"))
+
+    def _tick_now(self) -> None:
+        self._post(Tick(self._clock()))
 
     async def _tick(self) -> None:
         while True:

@@ -7,7 +7,7 @@ The room only stores and counts; the scheduler chooses which head goes next.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, KeysView
+from collections.abc import Callable, Iterator, KeysView, Mapping
 from typing import TypeVar
 
 from runner.scheduler.events import Band, Ticket
@@ -58,6 +58,10 @@ class WaitingRoom:
         if not self._per_model[model]:
             return []
         return [ticket for ticket, _ in self._where.values() if ticket.model == model]
+
+    def band(self, model: str, band: Band) -> Mapping[str, deque[Ticket]]:
+        """The tenants' FIFOs waiting for `model` in `band` (read-only: a view, not a copy)."""
+        return self._queues.get(model, {}).get(band, {})
 
     def tenants(self) -> KeysView[str]:
         """Tenants with at least one waiting request (the backlog)."""

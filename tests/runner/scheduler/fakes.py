@@ -106,6 +106,7 @@ class Driver:
         priority: str = "normal",
         model: str = "m",
         tokens: tuple[int, int] = (10, 10),
+        deadline_ms: int | None = None,
     ) -> int:
         self._next_id += 1
         request = AdmissionRequest(
@@ -115,6 +116,7 @@ class Driver:
             priority=priority,
             est_input_tokens=tokens[0],
             est_output_tokens=tokens[1],
+            deadline_ms=deadline_ms,
         )
         self.core.handle(RequestArrived(self._next_id, request, self.now))
         return self._next_id
