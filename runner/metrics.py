@@ -1,7 +1,9 @@
 """Prometheus metrics: one registry per runner app (so tests never share state).
 
-Names are `quorum_*`; docs/api.md maps them to the seed's `vllm_*` examples. vLLM's own
-metrics (`vllm:*`, scraped off the hot path) are re-exposed beside them unchanged.
+Names are `quorum_*`; the seed's own names for five of them (`vllm_requests_total`, ...)
+are derived from these at scrape time (runner/seed_metrics.py, METRICS_NAMES), the
+endpoint picker's `vllm:*` gauges come from runner/picker_metrics.py, and vLLM's own
+metrics (`vllm:*`, scraped off the hot path) are re-exposed beside them.
 Tenant label values are capped (MAX_TENANT_LABELS distinct ones, then
 "_other") so a client inventing tenant ids cannot blow up the series count.
 """
@@ -145,6 +147,7 @@ class Metrics:
         )
         self._tenants: set[str] = set()
         self._children: dict[tuple[object, ...], Any] = {}
+        self.hidden: frozenset[str] = frozenset()  # families left out of the exposition
 
     def tenant_label(self, tenant: str) -> str:
         if tenant in self._tenants:
@@ -188,7 +191,7 @@ class Metrics:
 
     def serve_separately(self, port: int, host: str) -> None:
         """Also expose /metrics on METRICS_PORT (a small thread of prometheus_client's)."""
-        start_http_server(port, host, registry=self.registry)
+        start_http_server(port, host, registry=self._exposed())
 
     def count_rejection(self, reason: str, tenant: str) -> None:
         self._child(self.rejections, reason, self.tenant_label(tenant)).inc()
@@ -222,8 +225,26 @@ class Metrics:
     def count_worker_restart(self, model: str) -> None:
         self._child(self.worker_restarts, model).inc()
 
+    def cache_hit_rates(self) -> dict[str, float]:
+        """Per model, answers served partly from the prefix cache over answered requests."""
+        return {m: self._hits.get(m, 0) / n for m, n in self._answered.items() if n}
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(self._exposed())
+
+    def _exposed(self) -> Collector:
+        """The registry, less the `hidden` families (METRICS_NAMES=seed hides the
+        `quorum_*` twins of the seed's names, runner/seed_metrics.py)."""
+        return _Without(self.registry, self.hidden) if self.hidden else self.registry
+
+
+class _Without(Collector):
+    def __init__(self, registry: CollectorRegistry, hidden: frozenset[str]) -> None:
+        self.registry = registry
+        self.hidden = hidden
+
+    def collect(self) -> Iterator[Metric]:
+        return (f for f in self.registry.collect() if f.name not in self.hidden)
 
 
 class _CacheHitRate(Collector):

@@ -34,6 +34,7 @@ from runner.picker_metrics import picker_collector
 from runner.pool.pool import ModelPool
 from runner.pool.sizing import model_size_mb
 from runner.scheduler import ModelState, SchedulerAdmission, SchedulerConfig
+from runner.seed_metrics import export_seed_names
 from runner.settings import Settings
 from runner.snapshot import Refresher, SnapshotCollector
 from runner.startup import Preloads
@@ -156,6 +157,9 @@ class Runtime:
             rt.admission, rt.pool, lambda: rt.refresher.current, rt.watch, rt.metrics.vllm
         )
         self.metrics.registry.register(picker)
+        export_seed_names(
+            rt.metrics, s.metrics_names, rt.admission.queue_depth, lambda: rt.refresher.current
+        )
         self._jobs_init()
 
     def health(self) -> HealthReport:

@@ -56,6 +56,7 @@ class Settings(BaseSettings):
     log_format: Literal["json", "text"] = "json"
     enable_metrics: bool = True
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    metrics_names: Literal["seed", "quorum", "both"] = "both"  # runner/seed_metrics.py
     max_queue_depth: int = Field(default=16, ge=1, le=1_000_000)
     queue_timeout_ms: int = Field(default=30_000, ge=1)
 

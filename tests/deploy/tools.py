@@ -43,10 +43,10 @@ _JSON_TYPE = (
 
 
 def _run(
-    cmd: list[str], cwd: Path | None = None, timeout: float = 60
+    cmd: list[str], cwd: Path | None = None, timeout: float = 60, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+        cmd, cwd=cwd, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
     )
 
 
@@ -69,8 +69,11 @@ def _render(directory: Path) -> str:
     return done.stdout
 
 
-def promtool(*args: str) -> subprocess.CompletedProcess[str]:
-    return _run([_tool(shutil.which("promtool"), "promtool (Debian prometheus)"), *args])
+def promtool(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`promtool ARGS`, fed `stdin` (`check metrics` reads the exposition there)."""
+    return _run(
+        [_tool(shutil.which("promtool"), "promtool (Debian prometheus)"), *args], stdin=stdin
+    )
 
 
 def validate_kubernetes(obj: dict[str, Any]) -> None:
