@@ -38,7 +38,7 @@ from adapters.llama_protocol import (
 )
 from adapters.llama_slots import SavedView, SlotView, choose_slot
 from adapters.reports import report_from_openai
-from adapters.supervisor import EngineProcess
+from adapters.supervisor import DEATH_GRACE_S, EngineProcess
 
 log = logging.getLogger("quorum.llama_server")
 
@@ -220,7 +220,7 @@ class LlamaServerEngine:
     async def diagnose(self) -> str | None:
         if self.process is None:
             return self.failure
-        return await self.process.died_within(0.5) or self.failure
+        return await self.process.died_within(DEATH_GRACE_S) or self.failure
 
     def first_chunk_report(self, chunk: bytes) -> CacheReport | None:
         return report_from_progress(chunk)

@@ -11,8 +11,9 @@ An `EngineProcess` owns one child (llama-server, vllm, a speech worker, ...):
 - `start()` polls the adapter's health check until it says ready, within the load timeout:
   a slow load is not a failure until the timeout, a process that exits first fails at once;
 - a process that exits on its own is a crash: the state turns FAILED with its exit code and
-  `on_exit` callbacks run at once (the pool fails queued requests; in-flight ones see their
-  connections reset and answer 502).
+  `on_exit` callbacks run at once (the pool reports the crash, the scheduler holds or
+  refuses the queued requests), before anyone awaiting the exit hears of it (in-flight
+  requests see their connections reset and answer 502 `engine_crashed`).
 
 States and their guarded transitions (an illegal one raises `IllegalEngineTransition`)::
 
@@ -48,6 +49,11 @@ HealthCheck = Callable[[], Awaitable[bool]]
 """Answers whether the engine is ready to serve; raising counts as "not yet"."""
 
 _MAX_LINE = 4096
+_DRAIN_S = 1.0  # how long the output of a process that ended is read for, at most
+# After a failed exchange, how long to wait to learn whether the engine process died: a
+# killed llama-server's sockets close before it is reaped, by over half a second on a busy
+# host; answering before that calls a crash "unreachable" (issue 17).
+DEATH_GRACE_S = 2.0
 
 
 class EngineState(enum.Enum):
@@ -314,7 +320,7 @@ class EngineProcess:
         """Wait (briefly) until the output reader has everything the process wrote."""
         if self._reader is not None:
             with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(self._reader), 1.0)
+                await asyncio.wait_for(asyncio.shield(self._reader), _DRAIN_S)
 
     async def _wait_exit(self) -> None:
         assert self._proc is not None
@@ -325,7 +331,6 @@ class EngineProcess:
             if self.state is EngineState.READY:
                 log.error("engine %s died: %s", self.name, self.exit.describe())
             self._move(EngineState.FAILED)
-        self._exited.set()
         await self._drain_output()
         self._proc.close()
         for callback in self._on_exit:
@@ -333,13 +338,24 @@ class EngineProcess:
                 callback(self)
             except Exception:
                 log.exception("engine %s: exit callback failed", self.name)
+        # Last: whoever waits on the exit (a request whose connection the crash cut) hears
+        # of it only after the callbacks reported the crash, so the scheduler knows the
+        # model failed before that request's end frees its slot for a queued one.
+        self._exited.set()
 
     async def died_within(self, seconds: float) -> str | None:
-        """ "exited (<how>)" if the process ends (or has ended) within `seconds`, else None."""
+        """ "exited (<how>)" if the process ends (or has ended) within `seconds`, else None.
+
+        A process already reaped whose exit callbacks are still to run (its output being
+        drained, at most `_DRAIN_S`) is waited for past `seconds`: the answer comes after
+        the crash was reported."""
         if self._proc is None:
             return None
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._exited.wait()), seconds)
+        if self.exit is not None and not self._exited.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._exited.wait()), _DRAIN_S + 1.0)
         if self.exit is None or self.exit.expected:
             return None
         return f"exited ({self.exit.describe()})"

@@ -47,7 +47,7 @@ from adapters.base import CacheReport, FlushResult, FlushScope, Placement
 from adapters.bodies import with_fields
 from adapters.errors import EngineControlFailed
 from adapters.http_client import EngineConnections
-from adapters.supervisor import EngineProcess
+from adapters.supervisor import DEATH_GRACE_S, EngineProcess
 from adapters.vllm_launch import (
     SEED_QUANTIZATION,
     VLLM_VERSION,
@@ -200,7 +200,7 @@ class VllmEngine:
         """After a failed exchange: how the engine process died, if it did."""
         if self.process is None:
             return self.failure
-        return await self.process.died_within(0.5) or self.failure
+        return await self.process.died_within(DEATH_GRACE_S) or self.failure
 
     # -- cache control -------------------------------------------------------------------
 

@@ -1,0 +1,124 @@
+"""The crash contract, one test shape for every engine kind the runner starts.
+
+`run_crash_contract(kind, restart, tmp)`: a runner serving one model (`parallel: 1`) of
+`kind`, one request in flight and two queued behind it; the engine process is killed with
+SIGKILL. What each request gets (docs/reliability.md):
+
+- the one in flight: 502 `engine_crashed` naming the signal (a stream: the SSE error
+  event with that code);
+- the two queued, `restart: true`: they keep waiting and the restarted engine serves them;
+- the two queued, `restart: false`: 503 `model_unavailable` naming the signal, with
+  `Retry-After`; never a generic 502.
+
+A `CrashKind` says how to configure, find and load one engine kind; adding one (the real
+vLLM, say) is one more `CrashKind` in the parametrization, nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from tests.support.engines import caps, eventually
+from tests.support.runner_proc import RunnerProcess, start_runner, wait_started
+
+
+@dataclass(frozen=True)
+class CrashKind:
+    """One engine kind as the crash contract drives it.
+
+    `models_file(tmp, restart)`: a models file with one model `model` (parallel 1,
+    preloaded, `restart` as given). `engine_pid(runner)`: the engine process serving it.
+    `busy(url)`: a request that keeps the engine busy for seconds (read whole, streams
+    too). `quick(url, tenant)`: a short request. `env(tmp)`: the runner's settings.
+    """
+
+    name: str
+    model: str
+    models_file: Callable[[Path, bool], str]
+    engine_pid: Callable[[RunnerProcess], int]
+    busy: Callable[[str], httpx.Response]
+    quick: Callable[[str, str], httpx.Response]
+    env: Callable[[Path], Mapping[str, str]] = lambda _tmp: {}
+    ready_timeout: float = 60.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a client got: the status (an SSE error event counts as 502), the error object
+    (None on success), and Retry-After."""
+
+    status: int
+    error: dict[str, Any] | None
+    retry_after: str | None
+
+
+def outcome(r: httpx.Response) -> Outcome:
+    """A whole answer, or a stream that ended with an error event, as an `Outcome`."""
+    retry = r.headers.get("retry-after")
+    if r.headers.get("content-type", "").startswith("text/event-stream"):
+        for line in r.content.split(b"\n"):
+            if line.startswith(b"data: {") and b'"error"' in line:
+                return Outcome(502, orjson.loads(line[6:])["error"], retry)
+        return Outcome(r.status_code, None, retry)
+    if r.status_code == 200:
+        return Outcome(200, None, retry)
+    return Outcome(r.status_code, r.json().get("error"), retry)
+
+
+def _metric(url: str, name: str, model: str) -> float:
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith(name + "{") and f'model="{model}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def _busy_and_two_queued(runner: RunnerProcess, kind: CrashKind) -> bool:
+    url = runner.url
+    in_flight = _metric(url, "quorum_requests_in_flight", kind.model)
+    depth = httpx.get(url + "/health", timeout=10).json()["queueDepth"]
+    return in_flight >= 1 and depth >= 2
+
+
+def run_crash_contract(kind: CrashKind, restart: bool, tmp: Path) -> None:
+    """SIGKILL of `kind`'s engine with one request in flight and two queued (module doc)."""
+    models = kind.models_file(tmp, restart)
+    with start_runner(
+        models_file=models, env=kind.env(tmp), wait_ready=False, ready_timeout=kind.ready_timeout
+    ) as runner:
+        wait_started(runner, kind.ready_timeout)
+        url, model = runner.url, kind.model
+        eventually(lambda: model in [m["id"] for m in caps(url)["models"]["loaded"]],
+                   kind.ready_timeout, f"{model} loaded")  # fmt: skip
+        pid = kind.engine_pid(runner)
+        with ThreadPoolExecutor(3) as pool:
+            busy = pool.submit(kind.busy, url)
+            eventually(lambda: _metric(url, "quorum_requests_in_flight", model) >= 1,
+                       30, "the busy request in flight")  # fmt: skip
+            queued: list[Future[httpx.Response]] = [
+                pool.submit(kind.quick, url, f"queued-{i}") for i in range(2)
+            ]
+            eventually(lambda: _busy_and_two_queued(runner, kind), 30, "two requests queued")
+            os.kill(pid, signal.SIGKILL)
+            crashed = outcome(busy.result(120))
+            answers = [outcome(f.result(120)) for f in queued]
+        log = runner.log()
+    assert crashed.status == 502, (kind.name, crashed, log[-3000:])
+    assert crashed.error is not None and crashed.error["code"] == "engine_crashed", crashed
+    assert "SIGKILL" in crashed.error["message"], crashed
+    for answer in answers:
+        if restart:  # served by the restarted engine
+            assert answer.status == 200, (kind.name, answer, log[-3000:])
+            continue
+        assert answer.status == 503, (kind.name, answer, log[-3000:])
+        assert answer.error is not None and answer.error["code"] == "model_unavailable", answer
+        assert "SIGKILL" in answer.error["reason"], answer
+        assert answer.retry_after is not None and int(answer.retry_after) > 0, answer
