@@ -155,20 +155,25 @@ def _parse_size(size: object) -> tuple[int, int] | None:
     return int(match.group(1)), int(match.group(2))
 
 
-class ImageModel(Protocol):
-    """What generation needs of a loaded ComfyUI model (`engine.ComfyUIEngine`)."""
+class ModelShape(Protocol):
+    """What checking a request needs of a ComfyUI model: its template and checkpoint (known
+    from the models file before the model is loaded)."""
 
     @property
     def model_id(self) -> str: ...
-
-    @property
-    def client(self) -> ComfyUIClient: ...
 
     @property
     def template(self) -> WorkflowTemplate: ...
 
     @property
     def checkpoint(self) -> str | None: ...
+
+
+class ImageModel(ModelShape, Protocol):
+    """What generation needs of a loaded ComfyUI model (`engine.ComfyUIEngine`)."""
+
+    @property
+    def client(self) -> ComfyUIClient: ...
 
     def ensure_ready(self) -> None:
         """Raise unless the model is loaded."""
@@ -184,7 +189,7 @@ class ImageModel(Protocol):
 
 
 def workflow_values(
-    model: ImageModel, request: ImageRequest, seed: int, prefix: str
+    model: ModelShape, request: ImageRequest, seed: int, prefix: str
 ) -> dict[str, Value]:
     """The template parameters for `request` (pure).
 
@@ -274,12 +279,9 @@ class ImageGenerator:
            code or signal, not a connection error.
         """
         model.ensure_ready()  # 1
-        if request.response_format == "url" and self.store is None:
-            raise InvalidImageRequest("response_format 'url' is not enabled on this runner")
         seed = request.seed if request.seed is not None else self._seeds()
         token = secrets.token_hex(8)
-        prefix = f"{JOBS_FOLDER}/{token}/img"
-        graph = model.template.render(workflow_values(model, request, seed, prefix))  # 2
+        graph = self._render(model, request, seed, f"{JOBS_FOLDER}/{token}/img")  # 2
         total = model.template.node_count
         prompt_id = new_prompt_id()
         ended = False
@@ -305,6 +307,19 @@ class ImageGenerator:
         await self._clean_up(model, graph, token, prompt_id)  # 6
         body = {"created": int(self._clock()), "data": data}
         return Generated(body, prompt_id, finished.engine_ms)
+
+    def check(self, model: ModelShape, request: ImageRequest) -> None:
+        """Everything `generate` would refuse with 400 before it reaches ComfyUI (pure): an
+        async request runs it before its 202, so it is refused as the synchronous one is."""
+        self._render(model, request, 0, f"{JOBS_FOLDER}/check/img")
+
+    def _render(
+        self, model: ModelShape, request: ImageRequest, seed: int, prefix: str
+    ) -> dict[str, Any]:
+        """The graph for `request` (400 on a parameter the model's workflow refuses)."""
+        if request.response_format == "url" and self.store is None:
+            raise InvalidImageRequest("response_format 'url' is not enabled on this runner")
+        return model.template.render(workflow_values(model, request, seed, prefix))
 
     async def _answer(
         self, model: ImageModel, ref: ImageRef, request: ImageRequest, url_for: Callable[[str], str]

@@ -4,7 +4,8 @@
 
     1. the runner's headers; the tenant; the rate limit   (front-end) -> 400/401/403/429
     2. the body, bounded                                               -> 413
-    3. parse it; the OpenAI fields; the model (`check_model`)          -> 400 / 404 / 503
+    3. parse it; the OpenAI fields; the model (`check_model`); the model's workflow
+       (`ImageGenerator.check`: size, batch size, `x_*` it declares)    -> 400 / 404 / 503
     4a. `Prefer: respond-async` and a job submitter: the work (admission, then
         generation) becomes a job, after the same checks as the synchronous request
                                                                        -> 202 + Location
@@ -26,7 +27,13 @@ import orjson
 
 from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.errors import ImageNotFound, InvalidImageRequest
-from adapters.comfyui.images import Generated, ImageGenerator, ImageRequest, parse_image_request
+from adapters.comfyui.images import (
+    Generated,
+    ImageGenerator,
+    ImageRequest,
+    ModelShape,
+    parse_image_request,
+)
 from adapters.comfyui.store import FILES_PATH, TOKEN_RE, ImageStore, file_path
 from faults import BadRequest, ServiceUnavailable
 from runner.admission import AdmissionRequest, Hold
@@ -54,15 +61,19 @@ class ImagesPath:
         *,
         submit_job: JobSubmitter | None = None,
         public_url: str | None = None,
+        shape_of: Callable[[str], ModelShape | None] | None = None,
     ) -> None:
         """`public_url` (e.g. `https://images.example.com`) prefixes the URLs of
-        `response_format: url` answers; without it they use the request's Host header."""
+        `response_format: url` answers; without it they use the request's Host header.
+        `shape_of(model)`: its workflow and checkpoint, loaded or not (default: the
+        loaded model's), what requests are checked against before they are queued."""
         self.front = front
         self.models = models
         self.generator = generator
         self.max_body = max_body_bytes
         self.submit_job = submit_job
         self.public_url = public_url.rstrip("/") if public_url else None
+        self.shape_of = shape_of or models.get
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -76,6 +87,9 @@ class ImagesPath:
         body = await self.front.read_body(call, self.max_body)  # 2
         request = _parse(body)  # 3
         self.front.check_model(call, request.model, "images")
+        shape = self.shape_of(request.model)
+        if shape is not None:  # the workflow's own checks, before a 202 or the queue
+            self.generator.check(shape, request)
         url_for = self._url_for(call)
         if self.submit_job is not None and wants_async(call.header(b"prefer")):  # 4a
             work = self.job_work(request, call, url_for)

@@ -10,6 +10,7 @@ scheduler's answer (a model of another backend is 400, one that is not loaded 40
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -20,9 +21,12 @@ from adapters.base import Engine
 from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.store import ImageStore
+from adapters.comfyui.workflows import WorkflowTemplate, load_template
+from runner.errors import ConfigError
 from runner.frontend import FrontEnd
 from runner.images.handler import ImageFiles, ImagesPath
 from runner.jobs.http import JobSubmitter
+from runner.pool.comfyui import DEFAULT_WORKFLOW
 from runner.pool.pool import ModelPool
 from runner.settings import Settings
 
@@ -70,15 +74,43 @@ def image_routes(
     if keep_files:
         directory = s.images_dir or tempfile.mkdtemp(prefix="quorum-images-")
         store = ImageStore(Path(directory).expanduser(), s.images_url_ttl_s)
+    models = ImageModels(pool.engines)
     images = ImagesPath(
         front,
-        ImageModels(pool.engines),
+        models,
         ImageGenerator(store, keep_metadata=s.comfyui_image_metadata),
         s.max_body_bytes,
         submit_job=submit_job,
         public_url=s.images_public_url,
+        shape_of=lambda model: models.get(model) or _shape(pool, model),
     )
     return ImageRoutes(images, ImageFiles(store) if store is not None else None, store)
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """A ComfyUI model as its models-file entry describes it (`images.ModelShape`)."""
+
+    model_id: str
+    template: WorkflowTemplate
+    checkpoint: str | None
+
+
+@functools.lru_cache(maxsize=64)
+def _template(workflow: str) -> WorkflowTemplate | None:
+    try:
+        return load_template(workflow)
+    except ConfigError:  # its load fails and says why; nothing to check against here
+        return None
+
+
+def _shape(pool: ModelPool, model: str) -> _Shape | None:
+    """A ComfyUI model not loaded yet, from its spec: what its requests are checked against."""
+    spec = pool.spec(model)
+    if spec is None or spec.backend != "comfyui":
+        return None
+    template = _template(spec.workflow or DEFAULT_WORKFLOW)
+    return None if template is None else _Shape(model, template, spec.checkpoint)
 
 
 async def sweep_forever(store: ImageStore, every_s: float = 300.0) -> None:

@@ -360,6 +360,28 @@ async def test_audio_respond_async_is_a_job_with_progress_and_result(
         await manager.aclose()
 
 
+@pytest.mark.parametrize("which", ["bad_mp3", "short"])
+async def test_audio_respond_async_refuses_before_the_202_as_the_sync_form(
+    api: Api, speech: SpeechFiles, which: str
+) -> None:
+    """With `Prefer: respond-async`, audio the synchronous request refuses (corrupt, too
+    short) gets the same 400 before any 202: no job is created, the upload is gone."""
+    jobs = MemoryJobStore(time.time)
+    manager = JobManager(jobs, None, "audio-test", time.time)
+    api.app.submit_job = job_submitter(manager)
+    audio = getattr(speech, which)
+    try:
+        sync = await api.post(audio)
+        async_form = await api.post(audio, headers={"Prefer": "respond-async"})
+        assert sync.status == async_form.status == 400, async_form.body
+        assert _error(async_form) == _error(sync)
+        assert "location" not in async_form.headers and len(jobs) == 0
+        assert not os.listdir(api.temp_dir)
+    finally:
+        api.app.submit_job = None
+        await manager.aclose()
+
+
 async def test_audio_core_reports_progress_in_audio_seconds(api: Api, speech: SpeechFiles) -> None:
     """The shared core calls progress(seconds done, total) from 0 up to the total."""
     progress: list[tuple[float, float]] = []

@@ -21,7 +21,7 @@ from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.store import FILES_PATH, ImageStore
-from adapters.comfyui.workflows import TXT2IMG, Param, WorkflowTemplate
+from adapters.comfyui.workflows import MODEL_FREE_TEST, TXT2IMG, Param, WorkflowTemplate
 from runner.asgi import Message, Receive, Scope, Send
 from runner.frontend import FrontEnd
 from runner.images.handler import ImageFiles, ImagesPath
@@ -59,6 +59,7 @@ class Runner:
     hooks: list[httpx.Request]
     client: httpx.AsyncClient
     engine: ComfyUIEngine
+    jobs: MemoryJobStore
 
 
 @pytest.fixture
@@ -66,9 +67,12 @@ async def runner(comfy: FakeEngine, comfy_dir: Path, tmp_path: Path) -> AsyncIte
     server = ComfyUIServer.attach(comfy.url, comfyui_path=str(comfy_dir))
     engine = ComfyUIEngine("sd", server, TXT2IMG, CHECKPOINT, timing=FAST)
     loose = ComfyUIEngine("loose", server, LOOSE, CHECKPOINT, timing=FAST)
+    free = ComfyUIEngine("free", server, MODEL_FREE_TEST, timing=FAST)  # declares no x_*
     await engine.load()
     await loose.load()
-    config = SchedulerConfig(model_concurrency={"sd": 1, "loose": 1}, unlisted_ready=False)
+    await free.load()
+    concurrency = {"sd": 1, "loose": 1, "free": 1}
+    config = SchedulerConfig(model_concurrency=concurrency, unlisted_ready=False)
     admission = SchedulerAdmission(config)
     await admission.start()
     hooks: list[httpx.Request] = []
@@ -79,13 +83,14 @@ async def runner(comfy: FakeEngine, comfy_dir: Path, tmp_path: Path) -> AsyncIte
 
     hook_client = httpx.AsyncClient(transport=httpx.MockTransport(receive_hook))
     sender = WebhookSender(hook_client, SECRET, policy=RetryPolicy(attempts=1))
-    manager = JobManager(MemoryJobStore(time.time), sender, "runner-1", time.time)
+    jobs = MemoryJobStore(time.time)
+    manager = JobManager(jobs, sender, "runner-1", time.time)
     store = ImageStore(tmp_path / "images")
     tenants = TenantsConfig()
     front = FrontEnd(admission, RateLimiter(tenants), tenants, Metrics(), models=admission)
     images = ImagesPath(
         front,
-        {"sd": engine, "loose": loose},
+        {"sd": engine, "loose": loose, "free": free},
         ImageGenerator(store, timing=FAST),
         1 << 20,
         submit_job=job_submitter(manager),
@@ -98,7 +103,7 @@ async def runner(comfy: FakeEngine, comfy_dir: Path, tmp_path: Path) -> AsyncIte
 
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://runner") as client:
-        yield Runner(app, manager, hooks, client, engine)
+        yield Runner(app, manager, hooks, client, engine, jobs)
     await manager.aclose()
     await admission.stop()
     await hook_client.aclose()
@@ -143,6 +148,28 @@ async def test_images_refusals_use_the_runners_envelope(
     response = await _post(runner, body)
     assert response.status_code == status
     assert response.json()["error"]["code"] == code
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "sd", "prompt": "x", "size": "4096x4096"},  # over the workflow's 2048
+        {"model": "sd", "prompt": "x", "n": 9},  # batch_size at most 8
+        {"model": "free", "prompt": "x", "x_steps": 30},  # a parameter it does not declare
+    ],
+    ids=["size-4096", "n-9", "undeclared-x"],
+)
+async def test_images_async_form_refuses_before_the_202_as_the_sync_form(
+    runner: Runner, body: dict[str, Any]
+) -> None:
+    """With `Prefer: respond-async`, what the synchronous request refuses with 400 is the
+    same 400 (code and message), and no job is created."""
+    sync = await _post(runner, body)
+    async_form = await _post(runner, body, Prefer="respond-async")
+    assert sync.status_code == async_form.status_code == 400, async_form.text
+    assert async_form.json()["error"] == sync.json()["error"]
+    assert "location" not in async_form.headers
+    assert len(runner.jobs) == 0
 
 
 async def test_comfyui_400_is_our_400_with_the_node_errors(runner: Runner) -> None:
