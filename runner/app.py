@@ -29,6 +29,7 @@ from runner.audio.multipart import FormLimits
 from runner.chat import CHAT_PATHS, ChatPath
 from runner.control_plane import control_plane
 from runner.errors import MethodNotAllowed, RouteNotFound
+from runner.forecast_metrics import ForecastGauges
 from runner.frontend import FrontEnd
 from runner.headers import new_request_id
 from runner.health import Life
@@ -144,6 +145,7 @@ class RunnerApp:
             on_storage_error=lambda _tenant, _exc: store_errors.inc(),
         )
         rt.metrics.watch_queue(lambda: rt.admission.stats().depth_by_priority)
+        rt.metrics.registry.register(ForecastGauges(rt.admission.stats))
         if s.enable_metrics and s.metrics_port and s.metrics_port != s.port:
             rt.metrics.serve_separately(s.metrics_port, s.host)
         front = rt.front = rt.front_end(rt.limiter)

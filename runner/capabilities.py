@@ -6,13 +6,15 @@ The central router polls it every 5 s. Memory figures come from NVML on a GPU
 what the runner cannot know reads zero or null.
 
 From the engines (`runner/engine_watch.py`, polled off the hot path): `runnerType` names
-the engine kinds this runner serves and their versions (`vllm-0.33.0`, the seed's form);
+the engine kinds this runner serves and their versions (`vllm-0.32.0`, the seed's form);
 the `capabilities` flags are those of the loaded engines (`adapters/features.py`; nothing
 loaded claims nothing); the KV figures of engines that report their own (vLLM's KV pool
 and `kv_cache_usage_perc`, ComfyUI: none) replace the snapshot's estimate for them; the
 queue adds what the engines report of themselves: `queue.depth` counts requests waiting in
 the runner and inside the engines (vLLM's `num_requests_waiting`, ComfyUI's pending
-prompts), `queue.running` (an addition to the seed's keys) those the engines execute.
+prompts), `queue.running` (an addition to the seed's keys) those the engines execute;
+`queue.forecastWaitMs` and `queue.forecastWaitMsByModel` are the scheduler's forecasts
+(`runner/scheduler/forecast.py`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ def runner_type(backends: Iterable[str], versions: Mapping[str, str]) -> str:
     return "+".join(kinds) or f"quorum-{__version__}"
 
 
+def _int(value: object) -> int:
+    return value if isinstance(value, int) else 0
+
+
 def kv_utilization(loads: Sequence[EngineLoad]) -> float:
     """The engines' KV cache use, weighted by their cache sizes when known (0..1)."""
     sized = [load for load in loads if load.kv_cache_mb > 0]
@@ -50,7 +56,7 @@ def capabilities(
     health: str,
     models: Mapping[str, ModelView],
     engines_of: Mapping[str, EngineRecord],
-    queue: dict[str, int],
+    queue: Mapping[str, object],
     multi_tenant: bool,
     prefix_caching: bool,
     *,
@@ -127,7 +133,7 @@ def capabilities(
         },
         "queue": {
             **queue,
-            "depth": queue.get("depth", 0) + sum(load.waiting for load in loads),
+            "depth": _int(queue.get("depth")) + sum(load.waiting for load in loads),
             "running": sum(load.running for load in loads),
         },
         "capabilities": {

@@ -293,6 +293,7 @@ class Scheduler:
             p95_wait_ms=self._waits.p95_ms(now),
             drain_per_s=self._drain.rate(now),
             in_flight=dict(self._in_flight),
+            forecast_by_model=self.outlook.by_model(now, list(self.table.records)),
         )
 
     def retry_after_s(self, now: float) -> int:

@@ -156,6 +156,16 @@ class Outlook:
             opens_in_s(record, model in self._table.wants, now),
         )
 
+    def by_model(self, now: float, models: list[str]) -> dict[str, dict[str, int]]:
+        """Milliseconds a new request of a new tenant would wait, per model and priority
+        (models whose forecast is unknown are left out)."""
+        out: dict[str, dict[str, int]] = {}
+        for model in models:
+            waits = {b.label: self.wait_s(model, b, "", now) for b in Band}
+            if all(w is not None for w in waits.values()):
+                out[model] = {label: round(1000 * (w or 0.0)) for label, w in waits.items()}
+        return out
+
     def _lifted(self, tenant: str) -> float:
         """The tenant's counter once it joins the backlog (VTC's lift, without changing it)."""
         backlog = self._waiting.tenants()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MAX_SAMPLES = 4096
 
@@ -24,14 +24,26 @@ class QueueStats:
     p95_wait_ms: int
     drain_per_s: float
     in_flight: dict[str, int]
+    # ms a new request (of a new tenant) would wait now, per model and priority
+    forecast_by_model: dict[str, dict[str, int]] = field(default_factory=dict)
 
-    def capabilities(self) -> dict[str, int]:
-        """The seed's `queue` section of `/v1/capabilities`."""
+    @property
+    def forecast_wait_ms(self) -> dict[str, int]:
+        """Per priority, the longest forecast over the models (0 with none known)."""
+        return {
+            band: max((f[band] for f in self.forecast_by_model.values()), default=0)
+            for band in ("high", "normal", "low")
+        }
+
+    def capabilities(self) -> dict[str, object]:
+        """The seed's `queue` section of `/v1/capabilities`, with the forecasts."""
         return {
             "depth": self.depth,
             "maxDepth": self.max_depth,
             "avgWaitMs": self.avg_wait_ms,
             "p95WaitMs": self.p95_wait_ms,
+            "forecastWaitMs": self.forecast_wait_ms,
+            "forecastWaitMsByModel": self.forecast_by_model,
         }
 
 

@@ -199,7 +199,7 @@ def test_contract_capabilities_shape(runner: Runner) -> None:
     assert all(set(m) == SEED_LOADING for m in doc["models"]["loading"])
     assert doc["models"]["available"] == ["m", "n"]
     assert set(doc["resources"]) == SEED_RESOURCES | {"memorySource"}
-    assert set(doc["queue"]) == SEED_QUEUE | {"running"}
+    assert set(doc["queue"]) == SEED_QUEUE | {"running", "forecastWaitMs", "forecastWaitMsByModel"}
     assert doc["queue"]["maxDepth"] == 1
     assert set(doc["capabilities"]) == SEED_FLAGS
     assert doc["capabilities"] == {**runner.kind.features, "multiTenant": True}

@@ -100,3 +100,25 @@ def test_queued_request_whose_deadline_passes_never_reaches_the_engine(
     assert error["code"] == "deadline_exceeded" and error["deadlineMs"] == 300
     assert "retry-after" not in late.headers
     assert _seen(one_second_streams) == ["blocker"]
+
+
+def test_forecast_published_in_capabilities_and_gauges(one_second_streams: FakeEngine) -> None:
+    """While the one slot streams, capabilities and /metrics forecast a new request's wait
+    (what is left of the stream in flight), per priority and per model."""
+    with (
+        start_runner({"echo": one_second_streams.url}, parallel=1) as r,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        assert _stream(r, "warm-up") == 200
+        blocker = pool.submit(_stream, r, "blocker")
+        _wait_for(lambda: _seen(one_second_streams) == ["warm-up", "blocker"])
+        queue = httpx.get(r.url + "/v1/capabilities").json()["queue"]
+        metrics = httpx.get(r.url + "/metrics").text
+        assert blocker.result() == 200
+    assert set(queue["forecastWaitMs"]) == {"high", "normal", "low"}
+    assert 0 < queue["forecastWaitMs"]["normal"] <= 1500
+    assert queue["forecastWaitMsByModel"]["echo"] == queue["forecastWaitMs"]
+    gauge = 'quorum_model_queue_forecast_wait_seconds{model="echo",priority="normal"} '
+    line = next(x for x in metrics.splitlines() if x.startswith(gauge))
+    assert 0 < float(line.removeprefix(gauge)) <= 1.5
+    assert 'quorum_queue_forecast_wait_seconds{priority="high"}' in metrics

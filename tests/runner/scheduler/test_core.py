@@ -242,6 +242,9 @@ def test_scheduler_stats_report_recent_waits() -> None:
         "maxDepth": 100,
         "avgWaitMs": round(1000 * sum(range(21)) / 21),
         "p95WaitMs": 19000,
+        # one in flight, just granted, each served in 1 s: a new request waits 1 s
+        "forecastWaitMs": {"high": 1000, "normal": 1000, "low": 1000},
+        "forecastWaitMsByModel": {"m": {"high": 1000, "normal": 1000, "low": 1000}},
     }
 
 
