@@ -25,6 +25,7 @@ from runner.errors import (
 from runner.headers import parse_request_headers
 from runner.health import Life
 from runner.jobs.http import JOBS_PATH, delete_job, get_job
+from runner.openapi import OPENAPI_PATH, openapi_json
 from runner.runtime import Runtime
 from runner.scheduler import ModelState
 from runner.status_page import mount_status_page
@@ -169,6 +170,14 @@ def control_plane(rt: Runtime) -> FastAPI:
         admin_only(rt, request)
         lines = rt.pool.logs(model_id)
         return json_response(200, {"modelId": model_id, "lines": lines})
+
+    contract = openapi_json([m.id for m in rt.models.models])
+
+    @app.get(OPENAPI_PATH)
+    async def get_openapi() -> Response:
+        # The hand-written contract (runner/openapi/): FastAPI's generator stays off, as it
+        # sees neither the bare data path nor the raw bodies of the routes here.
+        return Response(contract, 200, media_type="application/json")
 
     mount_status_page(app, rt)  # GET /ui: the operators' status page (admins only)
     return app
