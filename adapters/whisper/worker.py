@@ -111,7 +111,8 @@ class Worker:
             code, error = self._transcribe(req, cancel)
         except Exception as exc:  # CTranslate2 / numpy failures: data, not death
             log.exception("request %s failed", req.request_id)
-            code, error = "engine_error", f"transcription failed: {type(exc).__name__}: {exc}"
+            # The exception's words (paths, the audio's content) stay in the log (admins).
+            code, error = "engine_error", f"transcription failed ({type(exc).__name__})"
         finally:
             self._cancelled.pop(req.request_id, None)
         engine_ms = int((time.perf_counter() - started) * 1000)
