@@ -208,6 +208,9 @@ def _parse(body: bytes) -> tuple[dict[str, Any], str]:
     model = obj.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("the 'model' field is required and must be a string")
+    stream = obj.get("stream")
+    if stream is not None and not isinstance(stream, bool):  # it decides how we answer
+        raise BadRequest("the 'stream' field must be true or false")
     return obj, model
 
 

@@ -80,6 +80,8 @@ def flush_scope(doc: dict[str, Any], engines: Mapping[str, Engine]) -> FlushScop
     if scope not in FLUSH_SCOPES:
         raise BadRequest(f"scope must be one of {', '.join(FLUSH_SCOPES)}")
     model_id, tenant_id, tag = doc.get("modelId"), doc.get("tenantId"), doc.get("tag")
+    if model_id is not None and (not isinstance(model_id, str) or not model_id):
+        raise BadRequest("modelId must be a non-empty string or null")
     if tenant_id is not None and (
         not isinstance(tenant_id, str) or not _TENANT.fullmatch(tenant_id)
     ):

@@ -1,0 +1,173 @@
+"""The runner's OpenAPI contract (`GET /openapi.json`, runner/openapi/) against a real runner.
+
+One runner subprocess with governance on (the dev registry), an engine it reaches by URL
+(`echo`, the fake OpenAI server) and one it starts itself (`later`, llama-server-ok, not
+loaded at start; a governed load makes a real task of it). schemathesis runs over every
+operation of the served document: its examples, coverage (boundary and invalid values,
+missing headers, undocumented methods), fuzzing and stateful phases, with every check but
+`positive_data_acceptance` (a made-up model, token or id is rightly refused). Lifecycle
+calls go with made-up tokens: they must be refused with a documented 4xx. Half the drawn
+task ids, model ids and tenants are real ones (schemathesis dictionaries), so answers past
+the 404s are checked too.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.routing import Route
+
+from adapters.comfyui import FILES_PATH
+from runner.app import build_app
+from runner.audio.handler import AUDIO_PATHS
+from runner.chat import CHAT_PATHS
+from runner.images.handler import IMAGES_PATH
+from runner.models_config import ModelsFile
+from runner.openapi import openapi_document
+from runner.settings import Settings
+from tests.fixtures.launch import start_fake
+from tests.support.engines import GOVERNED, load_and_wait
+from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
+
+pytestmark = pytest.mark.timeout(120)
+
+SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
+MAX_EXAMPLES = 30  # per operation and phase: the run takes ~25 s on 2 cores
+ADMIN = "ops"
+
+CONFIG = """\
+[dictionaries.tasks]
+values = [{task!r}]
+[dictionaries.models]
+values = ["echo", "later"]
+[dictionaries.tenants]
+values = [{admin!r}]
+[dictionaries.ui]
+values = ["app.js", "style.css"]
+
+[parameters]
+"path.taskId" = {{ dictionary = "tasks", probability = 0.5 }}
+"path.modelId" = {{ dictionary = "models", probability = 0.5 }}
+"body.modelId" = {{ dictionary = "models", probability = 0.5 }}
+"path.name" = {{ dictionary = "ui", probability = 0.5 }}
+"header.X-Tenant-ID" = {{ dictionary = "tenants", probability = 0.3 }}
+"""
+
+
+def _models_file(engine_url: str) -> str:
+    return (
+        "models:\n"
+        f"  - {{id: echo, backend: openai, url: '{engine_url}'}}\n"
+        f"  - {{id: later, backend: llama-server, path: /dev/null, vram_mb: 64, "
+        f"bin: '{fixture_bin('llama-server-ok')}'}}\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def runner() -> Iterator[RunnerProcess]:
+    with ExitStack() as stack:
+        engine = stack.enter_context(start_fake("fake_openai", "--latency-ms", "0"))
+        yield stack.enter_context(
+            start_runner(
+                models_file=_models_file(engine.url),
+                env={**GOVERNED, "ADMIN_TENANTS": ADMIN},
+            )
+        )
+
+
+def _operations(doc: dict[str, Any]) -> set[tuple[str, str]]:
+    """(method, path) of every operation, path parameters written `{}`."""
+    out = set()
+    for path, item in doc["paths"].items():
+        shape = _shape(path)
+        out |= {(m.upper(), shape) for m in item if m in ("get", "post", "delete")}
+    return out
+
+
+def _shape(path: str) -> str:
+    parts = ["{}" if p.startswith("{") else p for p in path.split("/")]
+    return "/".join(parts)
+
+
+def test_openapi_documents_every_route() -> None:
+    """Every route the runner serves, control plane and bare data path, is in the document."""
+    app = build_app(Settings(), ModelsFile())
+    served = {
+        (method, _shape(route.path.replace(":path", "")))
+        for route in app.control.routes
+        if isinstance(route, Route)
+        for method in route.methods or ()
+        if method != "HEAD"
+    }
+    served |= {("POST", p) for p in (*CHAT_PATHS, *AUDIO_PATHS, IMAGES_PATH)}
+    served.add(("GET", FILES_PATH + "{}"))
+    assert served - _operations(openapi_document()) == set()
+
+
+def test_openapi_served_as_3_1_with_the_envelope(runner: RunnerProcess) -> None:
+    """`GET /openapi.json` answers the 3.1 document, its errors the runner's envelope."""
+    r = httpx.get(runner.url + "/openapi.json")
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    doc = r.json()
+    assert doc["openapi"] == "3.1.0"
+    chat = doc["paths"]["/v1/chat/completions"]["post"]
+    assert chat["requestBody"]["content"]["application/json"]["schema"]["properties"]["model"][
+        "examples"
+    ] == ["echo", "later"]
+    envelope = doc["components"]["schemas"]["Error429"]["properties"]["error"]
+    assert envelope["properties"]["code"]["enum"] == ["http_error", "rate_limit_exceeded"]
+    headers = doc["components"]["responses"]["D429"]["headers"]
+    assert {"Retry-After", "RateLimit-Limit", "X-Request-Id", "X-Queue-Wait-Ms"} <= set(headers)
+
+
+def test_openapi_schemathesis_finds_no_5xx_and_no_violation(
+    runner: RunnerProcess, tmp_path: Path
+) -> None:
+    """schemathesis over every operation: no 5xx, every status, header and body documented."""
+    task = load_and_wait(runner.url, "later")
+    assert task["status"] == "completed", task
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(CONFIG.format(task=task["taskId"], admin=ADMIN))
+    started = time.monotonic()
+    run = subprocess.run(
+        [
+            str(SCHEMATHESIS),
+            "--config-file",
+            str(config),
+            "--no-color",
+            "run",
+            runner.url + "/openapi.json",
+            "--checks",
+            "all",
+            "--exclude-checks",
+            "positive_data_acceptance",
+            "--phases",
+            "examples,coverage,fuzzing,stateful",
+            "--max-examples",
+            str(MAX_EXAMPLES),
+            "--workers",
+            "1",
+            "--generation-database",
+            "none",
+            "--request-timeout",
+            "20",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    took = time.monotonic() - started
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, f"{out}\n--- runner log ---\n{runner.log()[-4000:]}"
+    operations = len(_operations(openapi_document())) - 1  # all but /openapi.json itself
+    assert f"Tested: {operations}" in out, out  # every operation of the document ran
+    print(f"schemathesis: {operations} operations in {took:.1f} s")
