@@ -107,6 +107,7 @@ class RunnerApp:
             rt.settings,
             job_submitter(rt.jobs),
             keep_files=any(m.backend == "comfyui" for m in rt.models.models),
+            count_images=rt.outcomes.count_images,
         )
         self.images, self.image_files = routes.images, routes.files
         if routes.store is not None:

@@ -51,6 +51,9 @@ Headers = list[tuple[bytes, bytes]]
 
 UNKNOWN_MODEL = "_unknown"
 """The model label of a request naming no model of this runner (no client-chosen labels)."""
+NO_MODEL = ""
+"""The `model` label of a request refused before its model was read (a bad header, the
+rate limit, a body too large or not JSON): empty, which Prometheus reads as no label."""
 
 PATHS = {
     "chat": "POST /v1/chat/completions, /v1/completions or /v1/embeddings",
@@ -96,7 +99,7 @@ class Call:
     meta: RequestMeta
     tenant: str
     limits: Headers = field(default_factory=list)  # RateLimit-* of this request
-    model: str = "_none"
+    model: str = NO_MODEL
     grant: Grant | None = None
 
     @property
@@ -176,7 +179,7 @@ class FrontEnd:
             else:
                 await send_error(send, exc, call.request_id, call.queue_wait_ms, call.limits)
         if call is None:
-            self.metrics.count_request("_none", "_invalid", status)
+            self.metrics.count_request(NO_MODEL, "_invalid", status)
         else:
             self.metrics.count_request(call.model, call.tenant, status)
 

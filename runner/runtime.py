@@ -30,6 +30,7 @@ from runner.memory.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore
 from runner.memory.proc import tree_resident_mb
 from runner.metrics import Metrics, SchedulerMetrics
 from runner.models_config import ModelsFile, ModelSpec
+from runner.outcome_metrics import OutcomeMetrics
 from runner.picker_metrics import picker_collector
 from runner.pool.pool import ModelPool
 from runner.pool.sizing import model_size_mb
@@ -38,7 +39,7 @@ from runner.seed_metrics import export_seed_names
 from runner.settings import Settings
 from runner.snapshot import Refresher, SnapshotCollector
 from runner.startup import Preloads
-from runner.state_metrics import HealthCollector
+from runner.state_metrics import EngineQueueCollector, HealthCollector
 from runner.tasks import LoadTask, MemoryTaskStore, RedisTaskStore, TaskStore
 from tenants.config import TenantsConfig
 from tenants.identity import DEFAULT_TENANT, resolve_tenant
@@ -83,6 +84,7 @@ class Runtime:
     front: FrontEnd = field(init=False)
     refresher: Refresher = field(init=False)
     preloads: Preloads = field(init=False)
+    outcomes: OutcomeMetrics = field(init=False)
     roots: Roots = field(init=False)
     life: Life = Life.STARTING
     started_at: float = field(default_factory=time.monotonic)
@@ -115,7 +117,9 @@ class Runtime:
             leases=leases,
             vllm_metrics=self.metrics.vllm,
         )
+        self.outcomes = OutcomeMetrics(self.metrics.registry, self.metrics.tenant_label)
         self.pool.on_restart = self._restarted
+        self.pool.on_crash = lambda spec: self.outcomes.count_engine_crash(spec.id, spec.backend)
         self.watch = EngineWatch(self.pool.engines, s.engine_stats_interval_s, self.metrics.vllm)
         self.admission = SchedulerAdmission(
             scheduler_config(s, self.pool, self.tenants),
@@ -152,6 +156,7 @@ class Runtime:
         )
         self.metrics.registry.register(SnapshotCollector(lambda: self.refresher.current))
         self.metrics.registry.register(HealthCollector(lambda: str(self.health().body["status"])))
+        self.metrics.registry.register(EngineQueueCollector(lambda: self.watch.loads))
         rt = self  # the endpoint picker's `vllm:*` gauges (runner/picker_metrics.py)
         picker = picker_collector(
             rt.admission, rt.pool, lambda: rt.refresher.current, rt.watch, rt.metrics.vllm
@@ -229,6 +234,7 @@ class Runtime:
                 log.error("preload of %s failed: %s", spec.id, why)
 
     def _restarted(self, spec: ModelSpec) -> None:
+        self.outcomes.count_engine_restart(spec.id, spec.backend)
         if spec.backend == "faster-whisper":
             self.metrics.count_worker_restart(spec.id)
 
@@ -251,6 +257,7 @@ class Runtime:
             self.webhook_client = httpx.AsyncClient(follow_redirects=False)
             sender = WebhookSender(self.webhook_client, s.webhook_secret.get_secret_value())
         self.jobs = JobManager(self.job_store, sender, s.runner_id, time.time)
+        self.jobs.on_finished = self.outcomes.count_job
 
     def request_tenant(self, request: Request) -> str:
         """The tenant of a control-plane request (jobs, logs), identified as for inference."""

@@ -31,6 +31,11 @@ from runner.pool.sizing import model_size_mb
 log = logging.getLogger("quorum.snapshot")
 
 
+KV_CACHE_BACKENDS = frozenset({"llama-server", "vllm"})
+"""Engines with a KV cache. The memory ComfyUI or faster-whisper holds beyond their weights
+(activations, buffers) is no KV cache: it reads `other`, and their KV cache size is 0."""
+
+
 @dataclass(frozen=True, slots=True)
 class ModelMemory:
     model: str
@@ -38,6 +43,8 @@ class ModelMemory:
     weights_mb: int
     kv_mb: int  # KV cache and compute buffers: measured memory beyond the weights
     kv_utilization: float  # share of the engine's context slots holding cached tokens
+    other_mb: int = 0  # an engine with no KV cache: its memory beyond the weights
+    kv_cache: bool = True  # the engine has a KV cache (KV_CACHE_BACKENDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,13 +139,16 @@ class Refresher:
                 total = await asyncio.to_thread(self.telemetry.process_used_mb, [process.pid])
                 record.mem_mb = total
         weights = min(total, round(model_size_mb(record.spec)))
+        beyond = max(0, total - weights)
         utilization = 0.0
         engine = record.launched.engine
         if isinstance(engine, LlamaServerEngine):
-            engine.kv_mb = max(0, total - weights)
+            engine.kv_mb = beyond
             with contextlib.suppress(Exception):
                 utilization = await engine.kv_utilization()
-        return ModelMemory(model, total, weights, max(0, total - weights), utilization)
+        if record.spec.backend not in KV_CACHE_BACKENDS:
+            return ModelMemory(model, total, weights, 0, 0.0, other_mb=beyond, kv_cache=False)
+        return ModelMemory(model, total, weights, beyond, utilization)
 
 
 class SnapshotCollector(Collector):
@@ -160,12 +170,16 @@ class SnapshotCollector(Collector):
             total.add_metric([str(g.index)], g.total_mb * MIB)
         split = GaugeMetricFamily(
             "quorum_model_memory_bytes",
-            "Memory each loaded model holds: weights, and KV cache with compute buffers",
+            "Memory each loaded model holds: weights, and KV cache with compute buffers "
+            "(engines with a KV cache) or other (engines without one)",
             labels=["model", "kind"],
         )
         for m in snap.models:
             split.add_metric([m.model, "weights"], m.weights_mb * MIB)
-            split.add_metric([m.model, "kv_cache"], m.kv_mb * MIB)
+            if m.kv_cache:
+                split.add_metric([m.model, "kv_cache"], m.kv_mb * MIB)
+            else:
+                split.add_metric([m.model, "other"], m.other_mb * MIB)
         yield used
         yield total
         yield split

@@ -61,10 +61,12 @@ class ImagesPath:
         *,
         submit_job: JobSubmitter | None = None,
         public_url: str | None = None,
+        count_images: Callable[[str, str, int], None] = lambda _model, _tenant, _n: None,
         shape_of: Callable[[str], ModelShape | None] | None = None,
     ) -> None:
         """`public_url` (e.g. `https://images.example.com`) prefixes the URLs of
         `response_format: url` answers; without it they use the request's Host header.
+        `count_images(model, tenant, n)` counts the images answered (metrics).
         `shape_of(model)`: its workflow and checkpoint, loaded or not (default: the
         loaded model's), what requests are checked against before they are queued."""
         self.front = front
@@ -73,6 +75,7 @@ class ImagesPath:
         self.max_body = max_body_bytes
         self.submit_job = submit_job
         self.public_url = public_url.rstrip("/") if public_url else None
+        self.count_images = count_images
         self.shape_of = shape_of or models.get
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -109,6 +112,7 @@ class ImagesPath:
             admitted.disarm()
             headers = _headers(call, call.queue_wait_ms, generated.engine_ms)
             await _send_json(call.send, 200, generated.body, headers)
+        self.count_images(request.model, call.tenant, _images_in(generated))
         return 200
 
     def _model(self, model_id: str) -> ComfyUIEngine:
@@ -142,9 +146,15 @@ class ImagesPath:
                 generated: Generated = await self.generator.generate(
                     self._model(request.model), request, progress.report, url_for
                 )
+                self.count_images(request.model, call.tenant, _images_in(generated))
                 return generated.body
 
         return work
+
+
+def _images_in(generated: Generated) -> int:
+    data = generated.body.get("data")
+    return len(data) if isinstance(data, list) else 0
 
 
 def _parse(body: bytes) -> ImageRequest:

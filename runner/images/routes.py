@@ -13,7 +13,7 @@ import asyncio
 import functools
 import logging
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +66,7 @@ def image_routes(
     submit_job: JobSubmitter,
     *,
     keep_files: bool,
+    count_images: Callable[[str, str, int], None] = lambda _model, _tenant, _n: None,
 ) -> ImageRoutes:
     """The handlers; with `keep_files` (the runner has ComfyUI models) an image store in
     IMAGES_DIR (else a fresh temporary directory) for `response_format: url`."""
@@ -82,6 +83,7 @@ def image_routes(
         s.max_body_bytes,
         submit_job=submit_job,
         public_url=s.images_public_url,
+        count_images=count_images,
         shape_of=lambda model: models.get(model) or _shape(pool, model),
     )
     return ImageRoutes(images, ImageFiles(store) if store is not None else None, store)

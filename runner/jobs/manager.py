@@ -101,6 +101,8 @@ class JobManager:
         self._grace_s = shutdown_grace_s
         self._entries: dict[str, _Entry] = {}
         self._closing = False
+        # Metrics: each job that ends here, once, with its kind and outcome (terminal status).
+        self.on_finished: Callable[[str, str], None] = lambda _kind, _outcome: None
 
     def active(self) -> int:
         """Jobs of this replica still running or delivering their webhook."""
@@ -111,6 +113,7 @@ class JobManager:
         jobs = await self._store.mark_interrupted(self.runner_id, INTERRUPTED_REASON, self._clock())
         for job in jobs:
             log.warning("job %s failed: %s", job.id, INTERRUPTED_REASON)
+            self.on_finished(job.kind, job.status.value)
             if job.webhook is not None and self._sender is not None:
                 self._spawn(_Entry(job, started=True), self._deliver)
         return jobs
@@ -281,6 +284,7 @@ class JobManager:
                 return entry.job
             entry.job = record.cancel(entry.job, self._clock())
             await self._put(entry.job)
+            self.on_finished(entry.job.kind, entry.job.status.value)
         # No await from here on, so the task cannot move on before it is cancelled.
         if cancel_task and entry.started and entry.task is not None:
             entry.task.cancel()  # a task not started yet sees the terminal job and skips the work
@@ -313,6 +317,8 @@ class JobManager:
                 return entry.job
             entry.job = change(entry.job, self._clock())
             await self._put(entry.job)
+            if entry.job.terminal and not finished:
+                self.on_finished(entry.job.kind, entry.job.status.value)
             return entry.job
 
     async def _put(self, job: Job) -> None:

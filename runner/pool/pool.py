@@ -78,6 +78,7 @@ class ModelPool:
         self.leases = self.gpus.leases
         self.on_loaded: Callable[[str, float], None] = lambda _backend, _seconds: None
         self.on_restart: Callable[[ModelSpec], None] = lambda _spec: None
+        self.on_crash: Callable[[ModelSpec], None] = lambda _spec: None  # metrics
 
     # -- the catalog -------------------------------------------------------------------
 
@@ -318,6 +319,7 @@ class ModelPool:
             how,
             "\n".join(process.logs(20)),
         )
+        self.on_crash(record.spec)
         if not self._closing:
             self.reports.model_crashed(record.spec.id, f"engine exited: {how}", record.exit_code)
 
