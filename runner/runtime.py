@@ -220,8 +220,9 @@ class Runtime:
         fatal. Runs while the runner already answers (503 `starting`): `preloads` says how
         far it is."""
         specs = [s for s in self.pool.specs().values() if s.attached or s.preload]
-        for spec in specs:
-            predicted = self.pool.estimator.predict(spec.backend, model_size_mb(spec))
+        for spec in specs:  # attaching an engine somebody else runs is one probe: ~0 s
+            size = model_size_mb(spec)
+            predicted = 0.0 if spec.attached else self.pool.estimator.predict(spec.backend, size)
             self.preloads.plan(spec.id, predicted)
         for spec in specs:
             self.preloads.begin(spec.id)
