@@ -23,7 +23,7 @@ import logging
 
 from adapters.comfyui import FILES_PATH
 from governance.verifier import Verifier
-from runner.asgi import Receive, Scope, Send, send_error
+from runner.asgi import Receive, Scope, Send, send_error, send_whole
 from runner.audio.handler import AUDIO_PATHS, AudioPath
 from runner.audio.multipart import FormLimits
 from runner.chat import CHAT_PATHS, ChatPath
@@ -69,12 +69,24 @@ class RunnerApp:
                 await self._post_only(self.chat, scope, receive, send)
             elif path in AUDIO_PATHS:
                 await self._post_only(self.audio, scope, receive, send)
+            elif (
+                path == "/metrics" and scope["method"] == "GET" and self.rt.settings.enable_metrics
+            ):
+                await self._metrics(send)
             else:
                 await self.control(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
         else:
             await self.control(scope, receive, send)
+
+    async def _metrics(self, send: Send) -> None:
+        """`GET /metrics`, bare like the data path: the endpoint picker reads it 20 times a
+        second (docs/benchmarks.md); ENABLE_METRICS=false and other methods are the control
+        plane's."""
+        metrics = self.rt.metrics
+        headers = [(b"content-type", metrics.content_type.encode())]
+        await send_whole(send, 200, headers, metrics.render())
 
     async def _post_only(
         self, handler: ChatPath | AudioPath | None, scope: Scope, receive: Receive, send: Send
@@ -138,7 +150,6 @@ class RunnerApp:
         await rt.jobs.start()
         await rt.refresher.start()
         await rt.watch.start()
-        await rt.attached.start()
         store_errors = rt.metrics.ratelimit_store_errors
         rt.limiter = RateLimiter(
             rt.tenants,
@@ -146,7 +157,7 @@ class RunnerApp:
             fail_open=s.rate_limit_fail_open,
             on_storage_error=lambda _tenant, _exc: store_errors.inc(),
         )
-        rt.metrics.watch_queue(lambda: rt.admission.stats().depth_by_priority)
+        rt.metrics.watch_queue(rt.admission.depth_by_priority)
         rt.metrics.registry.register(ForecastGauges(rt.admission.stats))
         if s.enable_metrics and s.metrics_port and s.metrics_port != s.port:
             rt.metrics.serve_separately(s.metrics_port, s.host)
@@ -198,7 +209,6 @@ class RunnerApp:
                 await self._sweeper
         await self.rt.refresher.stop()
         await self.rt.watch.stop()
-        await self.rt.attached.stop()
         await self.rt.admission.stop()
         if self.rt.limiter is not None:
             await self.rt.limiter.aclose()

@@ -19,7 +19,6 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
-    generate_latest,
     start_http_server,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -28,6 +27,8 @@ from prometheus_client.registry import Collector
 
 from adapters.vllm_metrics import VllmMetricsCollector
 from runner.audio.metrics import RTF_BUCKETS
+from runner.exposition import Exposition
+from runner.histogram import LabelledHistogram
 
 MAX_TENANT_LABELS = 1000
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -45,7 +46,7 @@ class Metrics:
             ["model", "tenant", "status"],
             registry=r,
         )
-        self.duration = Histogram(
+        self.duration = LabelledHistogram(  # observed per request: runner/histogram.py
             "quorum_inference_duration_seconds",
             "Time from admission to the last byte of the engine's answer",
             ["model"],
@@ -70,7 +71,7 @@ class Metrics:
             ["model"],
             registry=r,
         )
-        self.queue_wait = Histogram(
+        self.queue_wait = LabelledHistogram(
             "quorum_queue_wait_seconds",
             "Time requests waited in the runner's queue",
             ["priority"],
@@ -147,7 +148,7 @@ class Metrics:
         )
         self._tenants: set[str] = set()
         self._children: dict[tuple[object, ...], Any] = {}
-        self.hidden: frozenset[str] = frozenset()  # families left out of the exposition
+        self.exposition = Exposition(self.registry)  # what /metrics writes, and how
 
     def tenant_label(self, tenant: str) -> str:
         if tenant in self._tenants:
@@ -157,7 +158,7 @@ class Metrics:
         self._tenants.add(tenant)
         return tenant
 
-    def _child(self, metric: MetricWrapperBase, *labels: str) -> Any:
+    def _child(self, metric: MetricWrapperBase | LabelledHistogram, *labels: str) -> Any:
         """`metric.labels(*labels)`, cached: `labels()` costs more than the update itself."""
         key = (id(metric), *labels)
         child = self._children.get(key)
@@ -191,7 +192,7 @@ class Metrics:
 
     def serve_separately(self, port: int, host: str) -> None:
         """Also expose /metrics on METRICS_PORT (a small thread of prometheus_client's)."""
-        start_http_server(port, host, registry=self._exposed())
+        start_http_server(port, host, registry=self.exposition)
 
     def count_rejection(self, reason: str, tenant: str) -> None:
         self._child(self.rejections, reason, self.tenant_label(tenant)).inc()
@@ -230,21 +231,8 @@ class Metrics:
         return {m: self._hits.get(m, 0) / n for m, n in self._answered.items() if n}
 
     def render(self) -> bytes:
-        return generate_latest(self._exposed())
-
-    def _exposed(self) -> Collector:
-        """The registry, less the `hidden` families (METRICS_NAMES=seed hides the
-        `quorum_*` twins of the seed's names, runner/seed_metrics.py)."""
-        return _Without(self.registry, self.hidden) if self.hidden else self.registry
-
-
-class _Without(Collector):
-    def __init__(self, registry: CollectorRegistry, hidden: frozenset[str]) -> None:
-        self.registry = registry
-        self.hidden = hidden
-
-    def collect(self) -> Iterator[Metric]:
-        return (f for f in self.registry.collect() if f.name not in self.hidden)
+        """The text format of the registry as served (runner/exposition.py)."""
+        return self.exposition.render()
 
 
 class _CacheHitRate(Collector):

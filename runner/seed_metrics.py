@@ -14,8 +14,10 @@ them here, typed and labelled as the seed shows them:
 `status` is the HTTP status folded into a class (`status_class`): `success` (2xx, the
 seed's example), `cancelled` (499), `client_error` (other 4xx), `server_error` (5xx).
 
-Nothing is counted twice on the request path: each scrape renames the samples the runner
-already keeps (O(series), as rendering them is). `METRICS_NAMES` chooses what `/metrics`
+Nothing is counted twice on the request path: each scrape derives them from the samples
+the runner already keeps (O(series), as rendering them is); the histogram is not even
+collected twice: the exposition writes it again under the seed's name
+(runner/exposition.py `twins`). `METRICS_NAMES` chooses what `/metrics`
 carries: `both` (the default: the seed's names and the `quorum_*` ones, which the Grafana
 dashboard reads), `seed` (the five `quorum_*` twins are left out) or `quorum` (the seed's
 names are not served).
@@ -35,6 +37,7 @@ from runner.snapshot import MIB, ResourceSnapshot
 
 MetricsNames = Literal["seed", "quorum", "both"]
 
+DURATION = "quorum_inference_duration_seconds"  # written twice, collected once (exposition)
 # The `quorum_*` families (as prometheus_client names them) the seed's names stand for.
 TWINS = frozenset(
     {
@@ -42,7 +45,7 @@ TWINS = frozenset(
         "quorum_cache_hit_rate",
         "quorum_queue_depth",
         "quorum_gpu_memory_used_bytes",
-        "quorum_inference_duration_seconds",
+        DURATION,
     }
 )
 
@@ -78,18 +81,6 @@ def requests_family(samples: Iterable[Sample]) -> Metric:
     return family
 
 
-def renamed(family: Metric, name: str, documentation: str) -> Metric:
-    """`family` under `name`: its samples renamed, `_created` left out."""
-    out = Metric(name, documentation, family.type)
-    old = family.name
-    out.samples = [
-        Sample(name + s.name[len(old) :], s.labels, s.value, s.timestamp, s.exemplar)
-        for s in family.samples
-        if not s.name.endswith("_created")
-    ]
-    return out
-
-
 class SeedNames(Collector):
     """The seed's five series, read from the runner's metrics, queue and snapshot."""
 
@@ -108,7 +99,6 @@ class SeedNames(Collector):
         yield GaugeMetricFamily("vllm_cache_hit_rate", "", labels=["model"])
         yield GaugeMetricFamily("vllm_queue_depth", "")
         yield GaugeMetricFamily("vllm_gpu_memory_used", "", labels=["gpu"])
-        yield Metric("vllm_inference_duration_seconds", "", "histogram")
 
     def collect(self) -> Iterator[Metric]:
         m = self.metrics
@@ -122,8 +112,6 @@ class SeedNames(Collector):
         for gpu in self.snapshot().gpus:
             used.add_metric([str(gpu.index)], gpu.used_mb * MIB)
         yield used
-        for family in m.duration.collect():
-            yield renamed(family, "vllm_inference_duration_seconds", "Inference duration")
 
 
 def export_seed_names(
@@ -136,5 +124,9 @@ def export_seed_names(
     `quorum`; with `seed`, leave the `quorum_*` twins out of the exposition."""
     if names != "quorum":
         metrics.registry.register(SeedNames(metrics, queue_depth, snapshot))
+        metrics.exposition.twins[DURATION] = (
+            "vllm_inference_duration_seconds",
+            "Inference duration",
+        )
     if names == "seed":
-        metrics.hidden = metrics.hidden | TWINS
+        metrics.exposition.hidden = metrics.exposition.hidden | TWINS

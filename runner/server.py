@@ -5,9 +5,6 @@ uvicorn stops accepting connections and waits (at most SHUTDOWN_GRACE_S) for
 in-flight requests, streams included, to finish; then the process exits 0.
 uvicorn's own handler would re-raise the signal after shutdown (exit status
 -15); a clean, finished shutdown is not a failure, so we exit 0.
-
-Connections are served by `GuardedHttpToolsProtocol` (runner/http_limits.py): coalesced
-writes, and the client limits of the settings (`client_limits`).
 """
 
 from __future__ import annotations
@@ -22,8 +19,7 @@ from types import FrameType
 import uvicorn
 
 from runner.app import RunnerApp
-from runner.http_limits import ClientLimits, protocol_with
-from runner.settings import Settings
+from runner.coalesce import CoalescingHttpToolsProtocol
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -50,27 +46,14 @@ class RunnerServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def client_limits(settings: Settings) -> ClientLimits:
-    """What one client may cost (runner/http_limits.py), from the settings."""
-    return ClientLimits(
-        max_header_bytes=settings.max_header_bytes,
-        max_headers=settings.max_headers,
-        header_timeout_s=settings.header_timeout_s,
-        body_timeout_s=settings.body_timeout_s,
-        max_connections=settings.max_connections,
-    )
-
-
-def serve(
-    app: RunnerApp, host: str, port: int, grace_s: float, limits: ClientLimits | None = None
-) -> bool:
+def serve(app: RunnerApp, host: str, port: int, grace_s: float) -> bool:
     """Run until a signal; True when start-up succeeded."""
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         loop="uvloop",
-        http=protocol_with(limits or ClientLimits()),
+        http=CoalescingHttpToolsProtocol,
         lifespan="on",
         access_log=False,
         proxy_headers=False,

@@ -284,11 +284,15 @@ class Scheduler:
         """The tenant's VTC counter (weighted service received, per unit of weight)."""
         return self._vtc.counter(tenant)
 
+    def depth_by_priority(self) -> dict[str, int]:
+        """Requests waiting per priority band (cheap: no wait statistics)."""
+        return {b.label: self._waiting.band_depth(b) for b in Band}
+
     def stats(self, now: float) -> QueueStats:
         return QueueStats(
             depth=len(self._waiting),
             max_depth=self.config.max_queue_depth,
-            depth_by_priority={b.label: self._waiting.band_depth(b) for b in Band},
+            depth_by_priority=self.depth_by_priority(),
             avg_wait_ms=self._waits.avg_ms(now),
             p95_wait_ms=self._waits.p95_ms(now),
             drain_per_s=self._drain.rate(now),

@@ -252,6 +252,9 @@ class SchedulerAdmission:
     def stats(self) -> QueueStats:
         return self.core.stats(self._clock())
 
+    def depth_by_priority(self) -> dict[str, int]:
+        return self.core.depth_by_priority()
+
     # -- model lifecycle: asked by the API, answered by the pool -----------------------
 
     def listen(self, listener: Listener) -> Callable[[], None]:
