@@ -5,8 +5,9 @@ waits for the first byte, `X-Request-Deadline-Ms`). The scheduler refuses it at 
 when the forecast wait (`forecast.py`) exceeds it (503 `deadline_unreachable`), and
 drops it from the queue the moment the deadline passes (504 `deadline_exceeded`).
 
-- `ServiceTimes`: each model's recent mean service time (grant to `ServeDone`) and
-  how long each request in flight has run.
+- `ServiceTimes`: each model's seconds per unit of estimated cost (grant to `ServeDone`,
+  over its last completions), what each request in flight has left, and the share of
+  the slots each band was granted recently.
 - `DeadlineBook`: the waiters' deadlines in time order (a heap; entries of requests
   that left the queue are skipped when they come due).
 - `Outlook`: gathers `forecast.py`'s inputs from the scheduler's parts. It only reads.
@@ -20,47 +21,77 @@ from collections import deque
 
 from runner.scheduler.errors import DeadlineExceeded, DeadlineUnreachable, SchedulerError
 from runner.scheduler.events import Band, Ticket
-from runner.scheduler.forecast import TenantQueue, forecast_wait_s, position
+from runner.scheduler.forecast import TenantQueue, ahead, forecast_wait_s
 from runner.scheduler.models import ModelRecord, ModelState, ModelTable
 from runner.scheduler.waiting import WaitingRoom
 from tenants.fairness import VirtualTokenCounter
 
 SERVICE_SAMPLES = 32
-"""Completions per model the mean service time is taken over."""
+"""Completions per model the seconds per unit of cost are taken over."""
+SHARE_WINDOW_S = 30.0
+"""How far back the share of the engine each band took is measured."""
 
 
 class ServiceTimes:
-    """Per model: when each request in flight was granted, and the recent service times."""
+    """Per model: the requests in flight (cost, band, grant time), the measured seconds
+    per unit of estimated cost over the last completions, and the service granted to
+    each band recently."""
 
-    def __init__(self, samples: int = SERVICE_SAMPLES) -> None:
+    def __init__(self, samples: int = SERVICE_SAMPLES, window_s: float = SHARE_WINDOW_S) -> None:
         self._samples = samples
-        self._running: dict[str, dict[int, float]] = {}
-        self._done: dict[str, deque[float]] = {}
-        self._sums: dict[str, float] = {}
+        self._window_s = window_s
+        self._running: dict[str, dict[int, tuple[int, Band, float]]] = {}
+        self._done: dict[str, deque[tuple[float, int]]] = {}  # (seconds, cost)
+        self._sums: dict[str, list[float]] = {}  # [seconds, cost] of `_done`
+        self._granted: dict[str, deque[tuple[float, Band, int]]] = {}  # (at, band, cost)
 
     def started(self, ticket: Ticket, now: float) -> None:
-        self._running.setdefault(ticket.model, {})[ticket.ticket_id] = now
+        cost = max(ticket.cost, 1)
+        self._running.setdefault(ticket.model, {})[ticket.ticket_id] = (cost, ticket.band, now)
+        granted = self._granted.setdefault(ticket.model, deque())
+        granted.append((now, ticket.band, cost))
+        while granted and now - granted[0][0] > self._window_s:
+            granted.popleft()
 
     def finished(self, ticket: Ticket, now: float) -> None:
-        running = self._running.get(ticket.model, {})
-        began = running.pop(ticket.ticket_id, None)
+        began = self._running.get(ticket.model, {}).pop(ticket.ticket_id, None)
         if began is None:
             return
+        cost, _, at = began
         done = self._done.setdefault(ticket.model, deque())
+        sums = self._sums.setdefault(ticket.model, [0.0, 0.0])
         if len(done) >= self._samples:
-            self._sums[ticket.model] -= done.popleft()
-        took = max(now - began, 0.0)
-        done.append(took)
-        self._sums[ticket.model] = self._sums.get(ticket.model, 0.0) + took
+            old_s, old_cost = done.popleft()
+            sums[0] -= old_s
+            sums[1] -= old_cost
+        took = max(now - at, 0.0)
+        done.append((took, cost))
+        sums[0] += took
+        sums[1] += cost
 
-    def mean_s(self, model: str) -> float | None:
-        """The model's mean service time over its last completions; `None` before any."""
-        done = self._done.get(model)
-        return max(self._sums[model], 0.0) / len(done) if done else None
+    def per_cost_s(self, model: str) -> float | None:
+        """Seconds a slot takes per unit of estimated cost, recently; `None` before any."""
+        sums = self._sums.get(model)
+        if not self._done.get(model) or sums is None or sums[1] <= 0:
+            return None
+        return max(sums[0], 0.0) / sums[1]
 
-    def running_s(self, model: str, now: float) -> list[float]:
-        """How long each of the model's requests in flight has run."""
-        return [now - began for began in self._running.get(model, {}).values()]
+    def left_s(self, model: str, now: float, per_cost_s: float) -> list[float]:
+        """What each of the model's requests in flight has left (estimate minus time run)."""
+        running = self._running.get(model, {}).values()
+        return [cost * per_cost_s - (now - at) for cost, _, at in running]
+
+    def share_above(
+        self, model: str, band: Band, now: float, per_cost_s: float, slots: int
+    ) -> float:
+        """The share of the model's slots granted over the last `window_s` to bands more
+        important than `band` (a fresh runner reads low: never an inflated share)."""
+        granted = self._granted.get(model)
+        if not granted:
+            return 0.0
+        window = self._window_s
+        work = sum(cost for at, b, cost in granted if b > band and now - at <= window)
+        return work * per_cost_s / (window * max(slots, 1))
 
 
 class DeadlineBook:
@@ -128,32 +159,41 @@ class Outlook:
 
     def wait_s(self, model: str, band: Band, tenant: str, now: float) -> float | None:
         """The forecast wait of a new request of `tenant` in `band` for `model` (seconds);
-        `None` when it cannot be told (unknown model, no service time measured yet)."""
+        `None` when it cannot be told (unknown model; nothing measured yet and no slot free
+        for it)."""
         record = self._table.get(model)
         if record is None:
             return None
-        ahead = position(
-            sum(
-                sum(len(q) for q in self._waiting.band(model, b).values()) for b in Band if b > band
-            ),
-            [t.cost for t in self._waiting.band(model, band).get(tenant, ())],
-            self._lifted(tenant),
-            self._vtc.weight(tenant),
-            {
-                other: TenantQueue(
-                    self._vtc.counter(other), self._vtc.weight(other), [t.cost for t in fifo]
-                )
-                for other, fifo in self._waiting.band(model, band).items()
-                if other != tenant
-            },
-            fair=self._fair,
-        )
+        higher = [
+            t.cost
+            for b in Band
+            if b > band
+            for q in self._waiting.band(model, b).values()
+            for t in q
+        ]
+        fifos = self._waiting.band(model, band)
+        queues = {
+            name: TenantQueue(
+                self._vtc.counter(name),
+                self._vtc.weight(name),
+                [(t.ticket_id, t.cost) for t in fifo],
+            )
+            for name, fifo in fifos.items()
+        }
+        if tenant not in queues:
+            queues[tenant] = TenantQueue(self._lifted(tenant), self._vtc.weight(tenant), [])
+        costs = ahead(higher, tenant, queues, fair=self._fair)
+        opens = opens_in_s(record, model in self._table.wants, now)
+        per_cost = self._service.per_cost_s(model)
+        if per_cost is None:
+            idle = record.concurrency - len(self._service.left_s(model, now, 0.0))
+            return opens if not costs and idle > 0 else None
         return forecast_wait_s(
-            ahead,
+            [cost * per_cost for cost in costs],
             record.concurrency,
-            self._service.running_s(model, now),
-            self._service.mean_s(model),
-            opens_in_s(record, model in self._table.wants, now),
+            self._service.left_s(model, now, per_cost),
+            opens,
+            self._service.share_above(model, band, now, per_cost, record.concurrency),
         )
 
     def by_model(self, now: float, models: list[str]) -> dict[str, dict[str, int]]:

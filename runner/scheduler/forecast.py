@@ -1,101 +1,116 @@
 """How long a new request would wait for its slot, from what the scheduler knows now (pure).
 
-Two pure functions; the scheduler gathers their inputs (`Scheduler.forecast`), and the
+Two pure functions; the scheduler gathers their inputs (`deadlines.Outlook`), and the
 same figures serve the deadline check at admission, `/v1/capabilities`
 (`queue.forecastWaitMs`) and the gauges.
 
-- `position`: how many requests already waiting would be served before this one, by
-  priority band and, within the band, by fair share (VTC counters) or arrival order.
-- `forecast_wait_s`: when the slot of the request at that position frees, from the
-  model's slots, the requests in flight and how long they have left, the measured
-  service time (grant to `ServeDone`, a recent mean) and when the model can serve at
-  all (a load in progress, or a restart due: its eta).
+- `ahead`: the estimated costs of the requests already waiting that would be served
+  before this one, in the order they would be: more important bands first; within the
+  band, fair share replayed on the tenants' VTC counters (or arrival order).
+- `forecast_wait_s`: when a slot frees for it: the slots, what the requests in flight
+  have left, the service times of those ahead (their cost at the measured seconds per
+  unit of cost), when the model can serve at all (a load in progress, or a restart due:
+  its eta), and the share of the engine that more important bands have been taking.
 
-What it cannot know: requests that arrive later and go first (a higher band, or a
-tenant with less service), `low` requests promoted by aging, and engines whose service
-time changes with their load. Without a measured service time it forecasts only what
-it knows for sure (the eta, and no wait behind a free slot) and says `None` otherwise.
+What it cannot know: which requests will arrive later and go first (it assumes more
+important bands keep taking the share they took recently, and nobody of less service
+joins its band), `low` requests promoted by aging, and engines whose speed changes with
+their load.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+MAX_HIGHER_SHARE = 0.9
+"""The most of the engine more important bands are assumed to keep taking."""
 
 
 @dataclass(frozen=True, slots=True)
 class TenantQueue:
-    """One other tenant's waiting requests in the band: its VTC counter, weight, and the
-    estimated costs of its requests in the order they will be served."""
+    """One tenant's waiting requests in the band: its VTC counter and weight, and its
+    requests' (ticket id, estimated cost) in the order they will be served."""
 
     counter: float
     weight: float
-    costs: Sequence[int]
+    tickets: Sequence[tuple[int, int]]
 
 
-def position(
-    higher: int,
-    own: Sequence[int],
-    counter: float,
-    weight: float,
-    others: Mapping[str, TenantQueue],
+def ahead(
+    higher: Sequence[int],
+    tenant: str,
+    band: Mapping[str, TenantQueue],
     *,
     fair: bool,
-) -> int:
-    """Requests served before a new one that joins the back of its tenant's queue.
+) -> list[int]:
+    """Estimated costs of the requests served before a new one of `tenant`, in order.
 
-    1. Every request waiting in a more important band for the model goes first.
-    2. Not fair (plain FCFS within the band): everyone already waiting in the band.
-    3. Fair: the tenant's own waiting requests (`own`, their costs) go first; its counter
-       then reaches `counter + sum(own) / weight`, the value it has when this request
-       is picked. Another tenant is served while its counter is at most that (VTC picks
-       the smallest counter, ties to the older head, theirs): count its requests, in
-       order, until its counter would pass it.
+    1. Every request waiting in a more important band goes first (`higher`).
+    2. Not fair (FCFS within the band): everyone already waiting in the band, by arrival.
+    3. Fair: VTC replayed on the band. The new request waits at the back of its tenant's
+       queue (`band[tenant]`, its counter already lifted as joining the backlog would);
+       the tenant with the smallest counter (ties: the oldest head; the new request is
+       the youngest of all) is served next and charged cost / weight, until the new
+       request's turn.
     """
-    ahead = higher  # 1
+    costs = list(higher)  # 1
     if not fair:  # 2
-        return ahead + len(own) + sum(len(q.costs) for q in others.values())
-    ahead += len(own)  # 3
-    target = counter + sum(own) / weight
-    for queue in others.values():
-        reached = queue.counter
-        for cost in queue.costs:
-            if reached > target:
-                break
-            ahead += 1
-            reached += cost / queue.weight
-    return ahead
+        waiting = sorted(t for q in band.values() for t in q.tickets)
+        return costs + [cost for _, cost in waiting]
+    heads: list[tuple[float, float, str, int]] = []  # 3: (counter, head id, tenant, index)
+    for name, queue in band.items():
+        if queue.tickets:
+            heads.append((queue.counter, queue.tickets[0][0], name, 0))
+    mine = band.get(tenant)
+    if mine is None or not mine.tickets:
+        counter = mine.counter if mine is not None else 0.0
+        heads.append((counter, float("inf"), tenant, 0))
+    heapq.heapify(heads)
+    while heads:
+        counter, _, name, index = heapq.heappop(heads)
+        found = band.get(name)
+        if found is None or index >= len(found.tickets):
+            return costs  # the new request's turn
+        queue = found
+        cost = queue.tickets[index][1]
+        costs.append(cost)
+        counter += cost / queue.weight
+        if index + 1 < len(queue.tickets):
+            heapq.heappush(heads, (counter, queue.tickets[index + 1][0], name, index + 1))
+        elif name == tenant:
+            heapq.heappush(heads, (counter, float("inf"), name, index + 1))
+    return costs
 
 
 def forecast_wait_s(
-    ahead: int,
+    ahead_s: Sequence[float],
     slots: int,
-    running_s: Sequence[float],
-    service_s: float | None,
+    left_s: Sequence[float],
     opens_in_s: float = 0.0,
-) -> float | None:
-    """Seconds until the request with `ahead` requests before it gets a slot.
+    higher_share: float = 0.0,
+) -> float:
+    """Seconds until a slot is free for the request after `ahead_s` (their service times,
+    in service order).
 
-    1. Each slot's free time: a request in flight holds its slot for what is left of
-       the service time (`service_s` minus how long it has run, `running_s`; at least
-       0); the other slots are free now. More in flight than slots (the concurrency
-       shrank): the slots are those freed last.
+    1. Each slot's free time: a request in flight holds its slot for what it has left
+       (`left_s`, at least 0); the other slots are free now. More in flight than slots
+       (the concurrency shrank): the slots are those freed last.
     2. No slot serves before the model opens (`opens_in_s`: a load or restart's eta).
-    3. The requests ahead, then this one, take the slots in the order they free, each
-       holding one for `service_s`: every free time lies within one service time of
-       the earliest, so that order is round-robin and request `k` starts at
-       `free[k % slots] + (k // slots) * service_s`.
-    4. Without a measured service time: when this request takes a slot that is free
-       now, the model's eta; otherwise `None` (unknown).
+    3. The requests ahead take, in order, the slot that frees first, each for its
+       service time; this request gets the first slot free after them.
+    4. More important bands keep taking `higher_share` of the engine meanwhile (their
+       recent share, at most MAX_HIGHER_SHARE): the wait after the opening stretches by
+       1 / (1 - share).
     """
     slots = max(slots, 1)
     opens = max(opens_in_s, 0.0)
-    rounds, slot = divmod(max(ahead, 0), slots)
-    idle = max(slots - len(running_s), 0)
-    if service_s is None:  # 4
-        return opens if rounds == 0 and slot < idle else None
-    service = max(service_s, 0.0)
-    busy = sorted(max(service - r, 0.0) for r in running_s)  # 1
-    free = [0.0] * idle + busy[max(len(busy) - slots, 0) :]
-    free = sorted(max(t, opens) for t in free)  # 2
-    return free[slot] + rounds * service  # 3
+    busy = sorted(max(left, 0.0) for left in left_s)  # 1
+    free = [0.0] * max(slots - len(busy), 0) + busy[max(len(busy) - slots, 0) :]
+    free = [max(t, opens) for t in free]  # 2
+    heapq.heapify(free)
+    for service in ahead_s:  # 3
+        heapq.heappush(free, heapq.heappop(free) + max(service, 0.0))
+    share = min(max(higher_share, 0.0), MAX_HIGHER_SHARE)  # 4
+    return opens + (free[0] - opens) / (1 - share)

@@ -242,9 +242,10 @@ def test_scheduler_stats_report_recent_waits() -> None:
         "maxDepth": 100,
         "avgWaitMs": round(1000 * sum(range(21)) / 21),
         "p95WaitMs": 19000,
-        # one in flight, just granted, each served in 1 s: a new request waits 1 s
-        "forecastWaitMs": {"high": 1000, "normal": 1000, "low": 1000},
-        "forecastWaitMsByModel": {"m": {"high": 1000, "normal": 1000, "low": 1000}},
+        # one in flight, just granted, each served in 1 s: a new request waits 1 s; a low
+        # one longer, as normal requests took 21 of the last 30 s of the slot
+        "forecastWaitMs": {"high": 1000, "normal": 1000, "low": 3333},
+        "forecastWaitMsByModel": {"m": {"high": 1000, "normal": 1000, "low": 3333}},
     }
 
 

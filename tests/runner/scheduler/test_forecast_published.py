@@ -15,11 +15,11 @@ pytestmark = pytest.mark.timeout(10)
 def test_scheduler_stats_forecast_per_priority_and_model() -> None:
     """With a 2 s slot busy and two normal requests of one tenant waiting, a new tenant's high
     request waits for the slot, a normal one also for one of them (fair share), a low one
-    for both."""
+    for both, stretched by the share normal requests took of the last 30 s (4 s)."""
     d, _busy = busy_one_slot()
     d.arrive("t")
     d.arrive("t")
-    forecast = {"high": 2000, "normal": 4000, "low": 6000}
+    forecast = {"high": 2000, "normal": 4000, "low": round(6000 / (1 - 4 / 30))}
     stats = d.core.stats(d.now)
     assert stats.forecast_by_model == {"m": forecast}
     assert stats.capabilities()["forecastWaitMs"] == forecast
