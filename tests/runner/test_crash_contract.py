@@ -26,7 +26,7 @@ from tests.support.runner_proc import RunnerProcess
 pytestmark = pytest.mark.timeout(240)
 
 GGUF = Path("~/.cache/quorum/models/gemma-3-270m-q4_k_m.gguf").expanduser()
-LONG_PROMPT = " ".join(f"word{i}" for i in range(120))
+LONG_PROMPT = " ".join(f"word{i}" for i in range(600))  # a minute of the fake's chunks
 
 
 def _chat(url: str, model: str, content: str, tenant: str, **extra: object) -> httpx.Response:

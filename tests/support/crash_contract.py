@@ -102,11 +102,11 @@ def run_crash_contract(kind: CrashKind, restart: bool, tmp: Path) -> None:
         with ThreadPoolExecutor(3) as pool:
             busy = pool.submit(kind.busy, url)
             eventually(lambda: _metric(url, "quorum_requests_in_flight", model) >= 1,
-                       30, "the busy request in flight")  # fmt: skip
+                       60, "the busy request in flight")  # fmt: skip
             queued: list[Future[httpx.Response]] = [
                 pool.submit(kind.quick, url, f"queued-{i}") for i in range(2)
             ]
-            eventually(lambda: _busy_and_two_queued(runner, kind), 30, "two requests queued")
+            eventually(lambda: _busy_and_two_queued(runner, kind), 60, "two requests queued")
             os.kill(pid, signal.SIGKILL)
             crashed = outcome(busy.result(120))
             answers = [outcome(f.result(120)) for f in queued]
