@@ -10,7 +10,9 @@ execs the command: same pid, the runner stays its parent); only without `setpriv
 `preexec_fn` set it, and Popen forks.
 
 The child's output is read through the loop (`connect_read_pipe`); its exit is seen through
-a pidfd the loop watches (Linux 5.3+), else by a thread blocked in `waitpid`.
+a pidfd the loop watches (Linux 5.3+), else by a thread blocked in `waitpid`. Its process
+group is handed to the runner's guard (`reaper.py`), which kills the whole group should the
+runner die first: the parent-death signal reaches the child only, not what it forked.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import shutil
 import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+
+from adapters.reaper import GUARD
 
 _PR_SET_PDEATHSIG = 1
 SETPRIV = shutil.which("setpriv")
@@ -75,9 +79,11 @@ class Child:
         return await asyncio.shield(self._exited)
 
     def close(self) -> None:
-        """Stop reading its output and watching it (after it exited and was drained)."""
+        """Stop reading its output and watching it (after it exited and was drained, and
+        its group was killed): the guard forgets its group."""
         self._transport.close()
         self._unwatch()
+        GUARD.forget(self.pid)
 
     def _watch_exit(self) -> None:
         loop = asyncio.get_running_loop()
@@ -131,6 +137,7 @@ async def spawn(argv: Sequence[str], env: Mapping[str, str]) -> Child:
             os.killpg(popen.pid, signal.SIGKILL)
         popen.wait()
         raise
+    GUARD.watch(popen.pid)  # its group: the child's pid (start_new_session)
     child = Child(popen, stdout, transport)
     child._watch_exit()
     return child

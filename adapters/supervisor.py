@@ -325,6 +325,8 @@ class EngineProcess:
     async def _wait_exit(self) -> None:
         assert self._proc is not None
         code = await self._proc.wait()
+        # What it forked may outlive it (vLLM's EngineCore and worker): the whole group goes.
+        self._signal(signal.SIGKILL)
         expected = self._stop_requested
         self.exit = ExitInfo(code, expected)
         if not expected and self.state in (EngineState.STARTING, EngineState.READY):

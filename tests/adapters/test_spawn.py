@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -110,3 +112,45 @@ def test_unstartable_command_raises_oserror_without_setpriv(
     monkeypatch.setattr(spawn_mod, "SETPRIV", None)
     with pytest.raises(OSError):
         uvloop.run(_run(["/nonexistent/engine"]))
+
+
+
+_RUNNER_THAT_SPAWNS = """
+import asyncio
+from adapters.spawn import spawn
+
+async def main():
+    # The engine forks a grandchild (as vLLM's API server forks its EngineCore) and prints
+    # its pid; the runner says both pids, then waits to be killed.
+    child = await spawn(["sh", "-c", "sleep 300 & echo $!; wait"], {"PATH": "/usr/bin:/bin"})
+    grandchild = (await child.read(100)).decode().strip()
+    print(child.pid, grandchild, flush=True)
+    await asyncio.sleep(300)
+
+asyncio.run(main())
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] != "Z"
+
+
+def test_runner_killed_takes_the_engines_whole_group_along() -> None:
+    """A runner killed with SIGKILL: the engine it spawned dies (parent-death signal) and so
+    does what the engine forked (the guard kills the engine's process group)."""
+    with subprocess.Popen(
+        [sys.executable, "-c", _RUNNER_THAT_SPAWNS], stdout=subprocess.PIPE
+    ) as runner:
+        assert runner.stdout is not None
+        engine, grandchild = (int(x) for x in runner.stdout.readline().split())
+        assert _alive(engine) and _alive(grandchild)
+        runner.kill()
+    deadline = time.monotonic() + 15
+    while (_alive(engine) or _alive(grandchild)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(engine) and not _alive(grandchild)
