@@ -21,7 +21,7 @@ def _serve(args: argparse.Namespace) -> int:
     from runner.jobs.webhooks import load_secret
     from runner.logs import configure
     from runner.models_config import default_models_path, load_models_file
-    from runner.server import serve
+    from runner.server import client_limits, serve
     from runner.settings import load_settings
     from tenants.config import build_config
     from tenants.errors import InvalidTenantConfig
@@ -40,7 +40,9 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     configure(settings.log_level, settings.log_format)
     app = build_app(settings, models, tenants, verifier)
-    ok = serve(app, settings.host, settings.port, settings.shutdown_grace_s)
+    ok = serve(
+        app, settings.host, settings.port, settings.shutdown_grace_s, client_limits(settings)
+    )
     return 0 if ok else 3
 
 

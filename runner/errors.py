@@ -23,7 +23,11 @@ Exception tree (the runner's rows; the generic ones come from `faults`)::
     ├── ModelDownloadFailed          502  model_download_failed: the Hub download failed
     ├── HttpError                    4xx  http_error: another refusal of the framework's
     ├── PayloadTooLarge (faults)     413  payload_too_large: body above MAX_BODY_BYTES
+    ├── RequestTimeout               408  request_timeout: headers or body too slow (http_limits)
+    ├── HeadersTooLarge              431  request_header_fields_too_large: MAX_HEADER_BYTES,
+    │                                     MAX_HEADERS (runner/http_limits.py)
     ├── ServiceUnavailable (faults)  503  service_unavailable: starting, stopping
+    │   └── TooManyConnections       503  too_many_connections: MAX_CONNECTIONS open (+ Retry-After)
     └── ConfigError (faults)              start-up only, never an HTTP response
 """
 
@@ -50,6 +54,7 @@ __all__ = [
     "BadRequest",
     "ConfigError",
     "Forbidden",
+    "HeadersTooLarge",
     "HttpError",
     "InvalidHeader",
     "LoginRequired",
@@ -60,8 +65,10 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "QuorumError",
+    "RequestTimeout",
     "RouteNotFound",
     "ServiceUnavailable",
+    "TooManyConnections",
     "WrongEndpoint",
     "error_body",
     "error_headers",
@@ -95,6 +102,18 @@ MissingOpToken = QuorumError.row(
     "a verifiedOpToken (body) or X-Op-Token (header) is required",
 )  # fmt: skip
 ModelDownloadFailed = QuorumError.row("ModelDownloadFailed", "model_download_failed", 502)
+RequestTimeout = QuorumError.row(
+    "RequestTimeout", "request_timeout", 408, "the {phase} did not arrive within {timeout} s"
+)
+HeadersTooLarge = QuorumError.row(
+    "HeadersTooLarge", "request_header_fields_too_large", 431,
+    "request headers are larger than {limit} bytes",
+)  # fmt: skip
+TooManyConnections = ServiceUnavailable.row(
+    "TooManyConnections", "too_many_connections", 503,
+    "{limit} connections are open; retry in {retry_after} s or on another runner",
+    retry_after=True,
+)  # fmt: skip
 
 HTTP_ERRORS: tuple[type[Exception], ...] = (QuorumError,)
 """What request handlers catch to answer in the envelope (everything else is a 500)."""

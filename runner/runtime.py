@@ -16,6 +16,7 @@ import httpx
 from fastapi import Request
 
 from governance.verifier import Verifier
+from runner.attached_watch import AttachedWatch
 from runner.catalog import Roots, available
 from runner.engine_watch import EngineWatch
 from runner.errors import QuorumError, ServiceUnavailable
@@ -93,6 +94,7 @@ class Runtime:
     limiter: RateLimiter | None = None
     governed: GovernedOps = field(init=False)
     watch: EngineWatch = field(init=False)
+    attached: AttachedWatch = field(init=False)
     webhook_client: httpx.AsyncClient | None = None
 
     def __post_init__(self) -> None:
@@ -127,6 +129,7 @@ class Runtime:
             models=self.pool,
         )
         self.pool.attach(self.admission)
+        self.attached = AttachedWatch(self.pool, self.admission, s.engine_stats_interval_s)
         self.governed = GovernedOps(self.verifier, self.pool.engines, self.metrics)
         store: TaskStore = (
             RedisTaskStore.from_url(s.redis_url) if s.redis_url else MemoryTaskStore(time.time)
@@ -220,8 +223,9 @@ class Runtime:
         fatal. Runs while the runner already answers (503 `starting`): `preloads` says how
         far it is."""
         specs = [s for s in self.pool.specs().values() if s.attached or s.preload]
-        for spec in specs:
-            predicted = self.pool.estimator.predict(spec.backend, model_size_mb(spec))
+        for spec in specs:  # attaching an engine somebody else runs is one probe: ~0 s
+            size = model_size_mb(spec)
+            predicted = 0.0 if spec.attached else self.pool.estimator.predict(spec.backend, size)
             self.preloads.plan(spec.id, predicted)
         for spec in specs:
             self.preloads.begin(spec.id)

@@ -5,6 +5,9 @@ uvicorn stops accepting connections and waits (at most SHUTDOWN_GRACE_S) for
 in-flight requests, streams included, to finish; then the process exits 0.
 uvicorn's own handler would re-raise the signal after shutdown (exit status
 -15); a clean, finished shutdown is not a failure, so we exit 0.
+
+Connections are served by `GuardedHttpToolsProtocol` (runner/http_limits.py): coalesced
+writes, and the client limits of the settings (`client_limits`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from types import FrameType
 import uvicorn
 
 from runner.app import RunnerApp
-from runner.coalesce import CoalescingHttpToolsProtocol
+from runner.http_limits import ClientLimits, protocol_with
+from runner.settings import Settings
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -46,14 +50,27 @@ class RunnerServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def serve(app: RunnerApp, host: str, port: int, grace_s: float) -> bool:
+def client_limits(settings: Settings) -> ClientLimits:
+    """What one client may cost (runner/http_limits.py), from the settings."""
+    return ClientLimits(
+        max_header_bytes=settings.max_header_bytes,
+        max_headers=settings.max_headers,
+        header_timeout_s=settings.header_timeout_s,
+        body_timeout_s=settings.body_timeout_s,
+        max_connections=settings.max_connections,
+    )
+
+
+def serve(
+    app: RunnerApp, host: str, port: int, grace_s: float, limits: ClientLimits | None = None
+) -> bool:
     """Run until a signal; True when start-up succeeded."""
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         loop="uvloop",
-        http=CoalescingHttpToolsProtocol,
+        http=protocol_with(limits or ClientLimits()),
         lifespan="on",
         access_log=False,
         proxy_headers=False,

@@ -70,6 +70,12 @@ class Settings(BaseSettings):
     engine_connect_timeout_s: float = Field(default=5.0, gt=0)
     engine_read_timeout_s: float = Field(default=300.0, gt=0)
     shutdown_grace_s: float = Field(default=30.0, ge=0)
+    # Slow and oversized clients (runner/http_limits.py).
+    max_header_bytes: int = Field(default=32_768, ge=1024, le=1_048_576)
+    max_headers: int = Field(default=100, ge=8, le=10_000)
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_timeout_s: float = Field(default=30.0, gt=0)
+    max_connections: int = Field(default=1024, ge=1)
     # Scheduling and tenants (tenants/ reads TENANT_RATE_LIMIT_<tenant> itself).
     tenants_file: str | None = None
     rate_limit_fail_open: bool = True

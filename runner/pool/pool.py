@@ -300,6 +300,18 @@ class ModelPool:
         else:
             self.engines[model] = engine
 
+    def attached_lost(self, model: str, reason: str) -> None:
+        """An engine attached by URL stopped answering (`runner/attached_watch.py`): off the
+        request paths, requests still on it fail naming `reason`, and the scheduler hears
+        it crashed (no exit code: not our process)."""
+        record = self.records.get(model)
+        launched = record.launched if record is not None else None
+        if record is None or launched is None or not record.spec.attached:
+            return
+        launched.lost(reason)
+        self._withdraw(model)
+        self.reports.model_crashed(model, reason, None)
+
     def _withdraw(self, model: str) -> None:
         """No request path routes to `model` any more."""
         self.engines.pop(model, None)
