@@ -60,7 +60,9 @@ Report = Callable[[float, float | None], Awaitable[None]]
 ResponseFormat = Literal["b64_json", "url"]
 MAX_N = 10
 _SIZE = re.compile(r"([1-9][0-9]{0,4})x([1-9][0-9]{0,4})")
-_IGNORED = frozenset({"quality", "style", "user", "background", "moderation", "output_compression"})
+IGNORED_IMAGE_FIELDS = frozenset(
+    {"quality", "style", "user", "background", "moderation", "output_compression"}
+)
 _EXTENSIONS: dict[str, tuple[str, type | tuple[type, ...]]] = {
     "x_negative_prompt": ("negative_prompt", str),
     "x_steps": ("steps", int),
@@ -68,7 +70,7 @@ _EXTENSIONS: dict[str, tuple[str, type | tuple[type, ...]]] = {
 }
 _KNOWN = frozenset(
     {"model", "prompt", "n", "size", "response_format", "output_format", "x_seed", "webhook"}
-    | _IGNORED
+    | IGNORED_IMAGE_FIELDS
     | set(_EXTENSIONS)
 )
 

@@ -22,6 +22,7 @@ import orjson
 
 from runner import __version__
 from runner.openapi.components import (
+    ANY_PATH_STATUSES,
     DATA_PATH_HEADERS,
     ERROR_STATUSES,
     HEADERS,
@@ -49,9 +50,11 @@ _ERROR_WHEN = {
     403: "Not for this tenant, or the token's signers may not do this.",
     404: "No such model, task, job, image or path.",
     405: "Another method than the path takes (`Allow`).",
+    408: "The request's headers or body did not arrive in time.",
     409: "A replayed governance token, or a task that cannot be cancelled any more.",
     413: "A body (or token) above its limit.",
     429: "The tenant is over its rate limit (`Retry-After`).",
+    431: "Request headers too large, or too many of them.",
     502: "The engine failed under the request.",
     503: "The runner, the model, the queue or a store cannot take it now (`Retry-After` "
     "where a wait helps).",
@@ -70,6 +73,8 @@ ENGINE_ERROR: Schema = {
     },
     "description": "OpenAI's error envelope as an engine writes it (llama-server, vLLM).",
 }
+
+_ANY_PATH = {s: {"$ref": f"#/components/responses/E{s}"} for s in ANY_PATH_STATUSES}
 
 CAPABILITIES: Schema = {
     "type": "object",
@@ -157,6 +162,11 @@ def openapi_document(models: Sequence[str] = ()) -> Schema:
         **runner_state(),
         **status_page(),
     }
+    for item in paths.values():  # the connection's limits, before any path is reached
+        for method, operation in item.items():
+            if method != "parameters":
+                for status in ANY_PATH_STATUSES:
+                    operation["responses"].setdefault(str(status), _ANY_PATH[status])
     return {
         "openapi": "3.1.0",
         "info": {

@@ -31,14 +31,20 @@ ERROR_MODULES = (
 )
 """Every package's error table (`errors.py`): the rows a client can be answered with."""
 
-ERROR_STATUSES = (400, 401, 403, 404, 405, 409, 413, 429, 502, 503, 504)
-"""The statuses the runner answers in its envelope (500 is never documented: a bug)."""
+ERROR_STATUSES = (400, 401, 403, 404, 405, 408, 409, 413, 429, 431, 502, 503, 504)
+"""The statuses the runner answers in its envelope (500 is never documented: a bug; 499 is
+the metrics' label for a client gone, never sent). Every row's status must be one of these
+(tests/runner/test_openapi.py)."""
+
+ANY_PATH_STATUSES = (408, 431)
+"""What any request may meet before it reaches a path: headers or body too slow (408),
+headers too large or too many (431), runner/http_limits.py."""
 
 
-def _rows(cls: type[QuorumError]) -> Iterator[type[QuorumError]]:
+def error_rows(cls: type[QuorumError]) -> Iterator[type[QuorumError]]:
     yield cls
     for sub in cls.__subclasses__():
-        yield from _rows(sub)
+        yield from error_rows(sub)
 
 
 def error_codes() -> dict[int, list[str]]:
@@ -50,7 +56,7 @@ def error_codes() -> dict[int, list[str]]:
     for module in ERROR_MODULES:
         importlib.import_module(module)
     codes: dict[int, set[str]] = {status: set() for status in ERROR_STATUSES}
-    for row in _rows(QuorumError):
+    for row in error_rows(QuorumError):
         if row.status in codes:
             codes[row.status].add(row.code)
     for status, found in codes.items():
@@ -198,10 +204,22 @@ PARAMETERS: dict[str, Schema] = {
         {"type": "string"},
         "The objective's older name (the newer one wins).",
     ),
+    "X-Request-Deadline-Ms": _header_param(
+        "X-Request-Deadline-Ms",
+        {"type": "string", "pattern": "^[1-9][0-9]{0,6}$"},
+        "Milliseconds the client waits for the first byte, 1-3600000: the queue wait is budgeted "
+        "against it (503 deadline_unreachable, 504 deadline_exceeded).",
+    ),
+    "x-llm-d-slo-ttft-ms": _header_param(
+        "x-llm-d-slo-ttft-ms",
+        {"type": "string"},
+        "llm-d's TTFT objective: read as X-Request-Deadline-Ms (and checked as it, else "
+        "400) only where that is absent.",
+    ),
     "Prefer": _header_param(
         "Prefer",
-        {"type": "string", "enum": ["respond-async"]},
-        "`respond-async`: answer 202 with a job at once (RFC 7240).",
+        {"type": "string", "examples": ["respond-async"]},
+        "`respond-async`: answer 202 with a job at once; other preferences are ignored (RFC 7240).",
     ),
     "X-Op-Token": _header_param(
         "X-Op-Token",
@@ -220,6 +238,8 @@ DATA_PATH_PARAMETERS = (
     "x-gateway-inference-fairness-id",
     "x-llm-d-inference-objective",
     "x-gateway-inference-objective",
+    "X-Request-Deadline-Ms",
+    "x-llm-d-slo-ttft-ms",
 )
 """The request headers every inference path reads (the gateway's where ours are absent)."""
 

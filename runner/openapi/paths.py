@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from adapters.comfyui.images import IGNORED_IMAGE_FIELDS, MAX_N
+from adapters.comfyui.workflows import MAX_SEED
 from runner.audio.formats import RESPONSE_FORMATS
 from runner.openapi.components import DATA_PATH_PARAMETERS, Schema, header_refs
 
@@ -192,21 +194,32 @@ def _audio(models: Sequence[str], summary: str) -> Schema:
 
 
 def _images(models: Sequence[str]) -> Schema:
+    ignored: Schema = {name: {} for name in sorted(IGNORED_IMAGE_FIELDS)}
     body: Schema = {
         "type": "object",
         "required": ["model", "prompt"],
+        "description": "OpenAI's fields (those it names that ComfyUI has no use for are "
+        "ignored); the model's workflow template bounds its parameters further (the "
+        "built-in one: 64-2048 pixels a side in steps of 8, n up to 8, x_steps 1-150, x_cfg "
+        "0-30), else 400 invalid_workflow_parameter.",
         "properties": {
             "model": _model_field(models),
-            "prompt": {"type": "string", "minLength": 1, "maxLength": 200},
-            "n": {"type": "integer", "minimum": 1, "maximum": 4},
-            "size": {"type": "string", "pattern": "^[0-9]{2,4}x[0-9]{2,4}$"},
-            "response_format": {"type": "string", "enum": ["b64_json", "url"]},
-            "x_seed": {"type": "integer", "minimum": 0},
-            "x_negative_prompt": {"type": "string"},
-            "x_steps": {"type": "integer", "minimum": 1, "maximum": 100},
-            "x_cfg": {"type": "number", "minimum": 0, "maximum": 30},
-            "webhook": {"type": "string", "format": "uri"},
+            "prompt": {"type": "string", "pattern": "\\S"},
+            "n": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_N},
+            "size": {
+                "type": ["string", "null"],
+                "pattern": "^(auto|[1-9][0-9]{0,4}x[1-9][0-9]{0,4})$",
+            },
+            "response_format": {"enum": ["b64_json", "url", None]},
+            "output_format": {"enum": ["png", None]},
+            "x_seed": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_SEED},
+            "x_negative_prompt": {"type": ["string", "null"]},
+            "x_steps": {"type": ["integer", "null"]},
+            "x_cfg": {"type": ["number", "null"]},
+            "webhook": {"type": ["string", "null"], "description": "With `Prefer: respond-async`."},
+            **ignored,
         },
+        "additionalProperties": False,
     }
     answer: Schema = {
         "type": "object",
