@@ -119,8 +119,8 @@ def parse_image_request(obj: Mapping[str, Any]) -> ImageRequest:
         raise InvalidImageRequest(f"n must be an integer from 1 to {MAX_N}")
     size = _parse_size(obj.get("size"))  # 4
     fmt: ResponseFormat
-    match obj.get("response_format") or "b64_json":  # 5
-        case "b64_json":
+    match obj.get("response_format"):  # 5
+        case None | "b64_json":
             fmt = "b64_json"
         case "url":
             fmt = "url"

@@ -5,7 +5,8 @@ One runner subprocess with governance on (the dev registry), an engine it reache
 loaded at start; a governed load makes a real task of it). schemathesis runs over every
 operation of the served document: its examples, coverage (boundary and invalid values,
 missing headers, undocumented methods), fuzzing and stateful phases, with every check but
-`positive_data_acceptance` (a made-up model, token or id is rightly refused). Lifecycle
+`positive_data_acceptance` (a made-up model, token or id is rightly refused) and
+`use_after_free` (DELETE cancels a job or load task; its record stays readable). Lifecycle
 calls go with made-up tokens: they must be refused with a documented 4xx. Half the drawn
 task ids, model ids and tenants are real ones (schemathesis dictionaries), so answers past
 the 404s are checked too.
@@ -26,15 +27,17 @@ import pytest
 from starlette.routing import Route
 
 from adapters.comfyui import FILES_PATH
+from faults import QuorumError
 from runner.app import build_app
 from runner.audio.handler import AUDIO_PATHS
 from runner.chat import CHAT_PATHS
 from runner.images.handler import IMAGES_PATH
 from runner.models_config import ModelsFile
 from runner.openapi import openapi_document
+from runner.openapi.components import ERROR_STATUSES, error_codes, error_rows
 from runner.settings import Settings
 from tests.fixtures.launch import start_fake
-from tests.support.engines import GOVERNED, load_and_wait
+from tests.support.engines import CHECKPOINT, GOVERNED, comfyui_root, load_and_wait
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
 
 pytestmark = pytest.mark.timeout(120)
@@ -46,8 +49,12 @@ ADMIN = "ops"
 CONFIG = """\
 [dictionaries.tasks]
 values = [{task!r}]
+[dictionaries.jobs]
+values = [{job!r}]
+[dictionaries.files]
+values = [{file!r}]
 [dictionaries.models]
-values = ["echo", "later"]
+values = ["echo", "later", "sd"]
 [dictionaries.tenants]
 values = [{admin!r}]
 [dictionaries.ui]
@@ -55,6 +62,8 @@ values = ["app.js", "style.css"]
 
 [parameters]
 "path.taskId" = {{ dictionary = "tasks", probability = 0.5 }}
+"path.jobId" = {{ dictionary = "jobs", probability = 0.5 }}
+"path.file" = {{ dictionary = "files", probability = 0.5 }}
 "path.modelId" = {{ dictionary = "models", probability = 0.5 }}
 "body.modelId" = {{ dictionary = "models", probability = 0.5 }}
 "path.name" = {{ dictionary = "ui", probability = 0.5 }}
@@ -62,25 +71,33 @@ values = ["app.js", "style.css"]
 """
 
 
-def _models_file(engine_url: str) -> str:
+def _models_file(engine_url: str, comfy_url: str) -> str:
     return (
         "models:\n"
         f"  - {{id: echo, backend: openai, url: '{engine_url}'}}\n"
         f"  - {{id: later, backend: llama-server, path: /dev/null, vram_mb: 64, "
         f"bin: '{fixture_bin('llama-server-ok')}'}}\n"
+        f"  - {{id: sd, backend: comfyui, url: '{comfy_url}', checkpoint: {CHECKPOINT}}}\n"
     )
 
 
 @pytest.fixture(scope="module")
-def runner() -> Iterator[RunnerProcess]:
+def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunnerProcess]:
+    root = tmp_path_factory.mktemp("openapi")
+    folder = comfyui_root(root / "ComfyUI")
     with ExitStack() as stack:
         engine = stack.enter_context(start_fake("fake_openai", "--latency-ms", "0"))
+        comfy = stack.enter_context(start_fake("fake_comfyui", "--base-directory", str(folder)))
+        env = {**GOVERNED, "ADMIN_TENANTS": ADMIN, "IMAGES_DIR": str(root / "images")}
         yield stack.enter_context(
-            start_runner(
-                models_file=_models_file(engine.url),
-                env={**GOVERNED, "ADMIN_TENANTS": ADMIN},
-            )
+            start_runner(models_file=_models_file(engine.url, comfy.url), env=env)
         )
+
+
+def _image(url: str, **headers: str) -> httpx.Response:
+    body = {"model": "sd", "prompt": "a kite", "size": "64x64", "response_format": "url"}
+    headers = {"X-Tenant-ID": ADMIN, **headers}
+    return httpx.post(url + "/v1/images/generations", json=body, headers=headers, timeout=30)
 
 
 def _operations(doc: dict[str, Any]) -> set[tuple[str, str]]:
@@ -112,6 +129,16 @@ def test_openapi_documents_every_route() -> None:
     assert served - _operations(openapi_document()) == set()
 
 
+def test_openapi_error_statuses_cover_every_error_row() -> None:
+    """Every status an error row answers with has its envelope in the document."""
+    error_codes()  # imports every package's error table
+    statuses = {row.status for row in error_rows(QuorumError)} - {499, 500}
+    assert statuses <= set(ERROR_STATUSES)
+    assert set(ERROR_STATUSES) <= {
+        int(s[1:]) for s in openapi_document()["components"]["responses"]
+    }
+
+
 def test_openapi_served_as_3_1_with_the_envelope(runner: RunnerProcess) -> None:
     """`GET /openapi.json` answers the 3.1 document, its errors the runner's envelope."""
     r = httpx.get(runner.url + "/openapi.json")
@@ -121,7 +148,7 @@ def test_openapi_served_as_3_1_with_the_envelope(runner: RunnerProcess) -> None:
     chat = doc["paths"]["/v1/chat/completions"]["post"]
     assert chat["requestBody"]["content"]["application/json"]["schema"]["properties"]["model"][
         "examples"
-    ] == ["echo", "later"]
+    ] == ["echo", "later", "sd"]
     envelope = doc["components"]["schemas"]["Error429"]["properties"]["error"]
     assert envelope["properties"]["code"]["enum"] == ["http_error", "rate_limit_exceeded"]
     headers = doc["components"]["responses"]["D429"]["headers"]
@@ -134,8 +161,14 @@ def test_openapi_schemathesis_finds_no_5xx_and_no_violation(
     """schemathesis over every operation: no 5xx, every status, header and body documented."""
     task = load_and_wait(runner.url, "later")
     assert task["status"] == "completed", task
+    image = _image(runner.url)
+    assert image.status_code == 200, image.text
+    job = _image(runner.url, Prefer="respond-async")
+    assert job.status_code == 202, job.text
     config = tmp_path / "schemathesis.toml"
-    config.write_text(CONFIG.format(task=task["taskId"], admin=ADMIN))
+    file = image.json()["data"][0]["url"].rsplit("/", 1)[1]
+    ids = {"task": task["taskId"], "job": job.json()["id"], "file": file}
+    config.write_text(CONFIG.format(**ids, admin=ADMIN))
     started = time.monotonic()
     run = subprocess.run(
         [
@@ -148,7 +181,9 @@ def test_openapi_schemathesis_finds_no_5xx_and_no_violation(
             "--checks",
             "all",
             "--exclude-checks",
-            "positive_data_acceptance",
+            # a made-up model, token or id is rightly refused; DELETE on a job or a load
+            # task cancels it, and the cancelled record stays readable (docs/api.md)
+            "positive_data_acceptance,use_after_free",
             "--phases",
             "examples,coverage,fuzzing,stateful",
             "--max-examples",
