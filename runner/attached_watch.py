@@ -6,9 +6,10 @@ died: it would stay "loaded" while every request got 502. Every ENGINE_STATS_INT
 the watch asks each attached model's engine one cheap question (`PROBES`, by backend); any
 HTTP answer, whatever its status, means the engine is there.
 
-1. A ready model whose engine did not answer `failures` probes in a row: the pool drops it
-   (`ModelPool.attached_lost`: off the request paths, requests on it end 502
-   `engine_crashed`) and tells the scheduler it crashed, with the reason. The model reads
+1. A ready model whose engine did not answer `failures` probes in a row (3; an answer
+   within `timeout_s`, 5 s, counts, so a busy engine is not taken for a dead one): the
+   pool drops it (`ModelPool.attached_lost`: off the request paths, requests on it end
+   502 `engine_crashed`) and tells the scheduler it crashed, with the reason. The model reads
    failed in capabilities (`models.failed`), queued and new requests get 503
    `model_unavailable` with `Retry-After`, and `/health` counts it failed.
 2. A failed attached model whose engine answers again: a load is asked for (the scheduler
@@ -70,8 +71,8 @@ class AttachedWatch:
         scheduler: AttachedScheduler,
         interval_s: float,
         *,
-        failures: int = 2,
-        timeout_s: float = 2.0,
+        failures: int = 3,
+        timeout_s: float = 5.0,
         max_backoff_s: float = 60.0,
         transport: httpx.AsyncBaseTransport | None = None,
         clock: Callable[[], float] = time.monotonic,

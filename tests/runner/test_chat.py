@@ -58,7 +58,13 @@ def fleet() -> Iterator[Fleet]:
         runner = stack.enter_context(
             start_runner(
                 {name: e.url for name, e in engines.items()},
-                env={"ENGINE_READ_TIMEOUT_S": "1", "MAX_BODY_BYTES": "65536"},
+                # ENGINE_STATS_INTERVAL_S: the attached watch would soon turn "down" and
+                # "hangs" failed (test_attached_watch.py); here the engine client is tested.
+                env={
+                    "ENGINE_READ_TIMEOUT_S": "1",
+                    "MAX_BODY_BYTES": "65536",
+                    "ENGINE_STATS_INTERVAL_S": "3600",
+                },
             )
         )
         fleet = Fleet(runner, engines)
