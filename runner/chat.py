@@ -32,7 +32,7 @@ from adapters.errors import EngineBadResponse, EngineError
 from adapters.http_client import ClientFailure, Response, translate_failure
 from runner.admission import Usage
 from runner.asgi import FALSE_REPORT_HEADERS, JSON, Receive, Scope, Send, send_whole
-from runner.errors import BadRequest, ServiceUnavailable, error_body
+from runner.errors import BadRequest, error_body
 from runner.frontend import Admitted, Call, FrontEnd
 from runner.metrics import Metrics
 
@@ -77,7 +77,7 @@ class ChatPath:
         async with self.front.admitted(call, request) as admitted:  # 5
             current = self.engines.get(model)
             if current is None:  # it stopped or crashed between the grant and now
-                raise ServiceUnavailable(f"model {model!r} is not ready; retry shortly")
+                raise self.front.engine_gone(call, model, "chat")
             if current is not engine:  # loaded or restarted while the request waited
                 engine = current
                 if engine.rewrite(obj, meta.cache_mode, call.tenant):
