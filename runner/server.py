@@ -19,6 +19,7 @@ import threading
 from collections.abc import Generator
 from types import FrameType
 
+import prometheus_client
 import uvicorn
 
 from runner.app import RunnerApp
@@ -65,6 +66,9 @@ def serve(
     app: RunnerApp, host: str, port: int, grace_s: float, limits: ClientLimits | None = None
 ) -> bool:
     """Run until a signal; True when start-up succeeded."""
+    # No `*_created` series on /metrics: the classic text format has no place for them
+    # (prometheus_client writes them as extra gauges), and they were ~13% of a scrape.
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
     config = uvicorn.Config(
         app,
         host=host,
