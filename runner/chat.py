@@ -77,7 +77,7 @@ class ChatPath:
         async with self.front.admitted(call, request) as admitted:  # 5
             current = self.engines.get(model)
             if current is None:  # it stopped or crashed between the grant and now
-                raise self.front.engine_gone(call, model, "chat")
+                raise self.front.engine_gone(model)
             if current is not engine:  # loaded or restarted while the request waited
                 engine = current
                 if engine.rewrite(obj, meta.cache_mode, call.tenant):

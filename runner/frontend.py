@@ -208,14 +208,15 @@ class FrontEnd:
                 call.model = UNKNOWN_MODEL  # never a label a client chose
                 raise
 
-    def engine_gone(self, call: Call, model: str, kind: str) -> QuorumError:
+    def engine_gone(self, model: str) -> QuorumError:
         """What a request granted a slot gets when its model's engine is gone before the
         request reached it (it died, and the scheduler hears of it a moment later): the
         scheduler's answer for the model now (503 `model_unavailable` with the reason and
         `Retry-After`), else 503 with `Retry-After: 1` (a restart is on its way). Never a
         502: nothing was sent to the engine."""
         try:
-            self.check_model(call, model, kind)
+            if self.models is not None:
+                self.models.check(model)
         except QuorumError as exc:
             return exc
         error = ServiceUnavailable(f"model {model!r} is restarting; retry shortly")

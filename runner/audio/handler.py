@@ -70,7 +70,7 @@ class AudioPath:
         submit_job: JobSubmitter | None = None,
     ) -> None:
         self.front = front
-        self.service = SpeechService(engines, front.admission, metrics)
+        self.service = SpeechService(engines, front.admission, metrics, gone=front.engine_gone)
         self.metrics = metrics
         self.limits = limits or FormLimits()
         self.submit_job = submit_job

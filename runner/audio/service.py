@@ -35,7 +35,7 @@ from runner.audio.formats import Transcript
 from runner.audio.metrics import SpeechMetrics
 from runner.audio.probe import AudioInfo, probe_audio
 from runner.audio.request import SpeechRequest
-from runner.errors import ServiceUnavailable
+from runner.errors import QuorumError, ServiceUnavailable
 from runner.frontend import ClientGone
 
 COST_UNITS_PER_AUDIO_SECOND = 10
@@ -75,10 +75,15 @@ class SpeechService:
         engines: Mapping[str, WhisperEngine],
         admission: Admission,
         metrics: SpeechMetrics,
+        *,
+        gone: Callable[[str], QuorumError] | None = None,
     ) -> None:
+        """`gone(model)`: the error for a request granted a slot whose worker died just
+        before it was reached (`FrontEnd.engine_gone`: 503 with Retry-After)."""
         self.engines = engines
         self.admission = admission
         self.metrics = metrics
+        self.gone = gone or _not_ready
 
     async def probe(self, path: str) -> AudioInfo:
         """`probe_audio` in a thread: 400 for undecodable or too-short audio."""
@@ -153,7 +158,7 @@ class SpeechRun:
                 self.held = held
                 engine = svc.engines.get(req.model)  # 2
                 if engine is None:
-                    raise ServiceUnavailable(f"model {req.model!r} is not ready; retry shortly")
+                    raise svc.gone(req.model)
                 try:
                     transcript = await self._transcribe(engine)  # 3
                 finally:  # 4
@@ -208,3 +213,7 @@ class SpeechRun:
         if self.progress is not None:
             await self.progress(info.duration, info.duration)
         return Transcript(req.task, info.language, info.duration, tuple(self.segments))
+
+
+def _not_ready(model: str) -> QuorumError:
+    return ServiceUnavailable(f"model {model!r} is not ready; retry shortly")

@@ -107,7 +107,7 @@ class ImagesPath:
         ticket = _ticket(call.request_id, call, request)
         async with self.front.admitted(call, ticket) as admitted:  # 4b
             generated = await self.generator.generate(
-                self._model(request.model, call), request, url_for=url_for
+                self._model(request.model), request, url_for=url_for
             )  # 5
             admitted.disarm()
             headers = _headers(call, call.queue_wait_ms, generated.engine_ms)
@@ -115,10 +115,10 @@ class ImagesPath:
         self.count_images(request.model, call.tenant, _images_in(generated))
         return 200
 
-    def _model(self, model_id: str, call: Call) -> ComfyUIEngine:
+    def _model(self, model_id: str) -> ComfyUIEngine:
         model = self.models.get(model_id)
         if model is None:  # it died between the grant and now
-            raise self.front.engine_gone(call, model_id, "images")
+            raise self.front.engine_gone(model_id)
         return model
 
     def _url_for(self, call: Call) -> Callable[[str], str]:
@@ -144,7 +144,7 @@ class ImagesPath:
             async with Hold(admission, ticket, metrics=metrics):
                 await progress.running()
                 generated: Generated = await self.generator.generate(
-                    self._model(request.model, call), request, progress.report, url_for
+                    self._model(request.model), request, progress.report, url_for
                 )
                 self.count_images(request.model, call.tenant, _images_in(generated))
                 return generated.body
