@@ -149,7 +149,8 @@ async def test_fake_vllm_stream_usage_only_when_asked(fake: Fake) -> None:
     events = (await fake.chat({**body, "stream_options": {"include_usage": True}})).text
     last = orjson.loads(events.split("\n\n")[-3].removeprefix("data: "))
     assert last["choices"] == []
-    assert last["usage"]["prompt_tokens_details"] == {"cached_tokens": 32}
+    details = last["usage"]["prompt_tokens_details"]  # chat's: the tokens it wrote too
+    assert details == {"cached_tokens": 32, "created_cache_tokens": 0}
 
 
 async def test_fake_vllm_reset_prefix_cache_empties_it(fake: Fake) -> None:
@@ -220,3 +221,29 @@ def test_fake_vllm_salt_changes_every_block_hash() -> None:
     tokens = list(range(48))
     plain, salted = block_hashes(tokens, 16, None), block_hashes(tokens, 16, "s")
     assert len(plain) == 3 and all(a != b for a, b in zip(plain, salted, strict=True))
+
+
+def test_fake_vllm_per_request_metrics_need_log_stats() -> None:
+    """`--enable-per-request-metrics` with `--disable-log-stats` exits 1 with vLLM's error."""
+    flags = ("--enable-per-request-metrics", "--disable-log-stats")
+    done = _run_cli("serve", "org/model", "--port", str(free_port()), *flags)
+    assert done.returncode == 1
+    assert "--enable-per-request-metrics requires engine statistics logging" in done.stdout
+
+
+async def test_fake_vllm_per_request_metrics_only_with_the_flag(fake: Fake) -> None:
+    """Timings (`metrics`) come in whole answers and the usage chunk only with
+    `--enable-per-request-metrics`; without it a whole answer's `metrics` is null."""
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": WORDS}], "max_tokens": 3}
+    assert (await fake.chat(body)).json()["metrics"] is None
+    on = await _start("--enable-per-request-metrics")
+    try:
+        timings = (await on.chat(body)).json()["metrics"]
+        assert timings["tokens_per_second"] > 0 and timings["mean_itl_ms"] >= 0
+        stream = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        events = (await on.chat(stream)).text.split("\n\n")
+        last = orjson.loads(events[-3].removeprefix("data: "))
+        assert set(last["metrics"]) == set(timings) - {"speculative_decoding"}
+    finally:
+        await on.client.aclose()
+        await on.proc.stop(grace_s=5)

@@ -139,7 +139,7 @@ KINDS = {
     ),
     "vllm": Kind(
         "vllm",
-        r"vllm-0\.33\.0",
+        r"vllm-0\.32\.0",
         {**LLM, "functionCalling": False},
         env={
             "FAKE_VLLM_PYTHON": sys.executable,

@@ -1,5 +1,5 @@
 """vLLM through the runner (issue 10's must-shows): the runner starts the fake `vllm`
-executable (tests/fixtures/fake_vllm.py, vLLM 0.33.0's CLI and API) or attaches one by URL."""
+executable (tests/fixtures/fake_vllm.py, vLLM 0.32.0's CLI and API) or attaches one by URL."""
 
 from __future__ import annotations
 
@@ -278,5 +278,5 @@ def test_vllm_attached_cannot_sleep(attached: tuple[RunnerProcess, str]) -> None
 def test_vllm_runner_type_names_the_engine_version(attached: tuple[RunnerProcess, str]) -> None:
     """runnerType is `vllm-<the engine's /version>`; nothing else claims more than vLLM."""
     doc = caps(attached[0].url)
-    assert doc["runnerType"] == "vllm-0.33.0"
+    assert doc["runnerType"] == "vllm-0.32.0"
     assert doc["capabilities"]["streaming"] and doc["capabilities"]["prefixCaching"]
