@@ -1,0 +1,103 @@
+"""Convert a GGUF checkpoint into a Hugging Face folder vLLM can serve (scripts/install-vllm).
+
+vLLM 0.32's CPU build has no GGUF loader (`--model x.gguf` fails: "not a valid JSON file"),
+so the default Gemma 3 270M GGUF is dequantized by transformers (its `gguf_file=` loader,
+with the `gguf` package) into bf16 safetensors, once. The tokenizer transformers builds
+from a GGUF adds no `<bos>` and carries no chat template; both are put back here:
+
+- `<bos>` in front of every encoded text (the tokenizer's post-processor), as Gemma's
+  own tokenizer does; without it the model's completions degrade;
+- `eos_token_id: [1, 106]` (`<eos>`, `<end_of_turn>`) in generation_config.json, so a
+  chat answer stops at the end of the model's turn;
+- Gemma's chat template (vLLM refuses chat with 400 "default chat template is no longer
+  allowed" without one). It writes `<bos>` itself: vLLM encodes a rendered chat without
+  special tokens.
+
+Usage: python gguf-to-hf.py MODEL.gguf OUT_DIR   (run by the vLLM venv's interpreter)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- if messages[0]['role'] == 'system' -%}"
+    "{%- if messages[0]['content'] is string -%}"
+    "{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}"
+    "{%- else -%}"
+    "{%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}"
+    "{%- endif -%}"
+    "{%- set loop_messages = messages[1:] -%}"
+    "{%- else -%}"
+    "{%- set first_user_prefix = '' -%}"
+    "{%- set loop_messages = messages -%}"
+    "{%- endif -%}"
+    "{%- for message in loop_messages -%}"
+    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+    "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}"
+    "{%- if message['content'] is string -%}"
+    "{{ message['content'] | trim }}"
+    "{%- else -%}"
+    "{%- for item in message['content'] -%}"
+    "{%- if item['type'] == 'text' -%}{{ item['text'] | trim }}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "{{ '<end_of_turn>\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
+)
+
+
+def convert(gguf: Path, out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent,
+        gguf_file=gguf.name,
+        dtype=torch.bfloat16,
+        quantization_config=GgufConfig(gguf_file=gguf.name, dequantize=True),
+    )
+    # Dequantized, the weights are plain tensors: what is saved is an ordinary bf16 model.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(out)
+    _bos_in_front(out / "tokenizer.json", tokenizer.bos_token, tokenizer.bos_token_id)
+    generation = out / "generation_config.json"
+    config = json.loads(generation.read_text()) if generation.exists() else {}
+    config["eos_token_id"] = [1, 106]
+    config.setdefault("bos_token_id", tokenizer.bos_token_id)
+    generation.write_text(json.dumps(config, indent=2) + "\n")
+
+
+def _bos_in_front(path: Path, bos: str, bos_id: int) -> None:
+    """The tokenizer's post-processor puts `bos` before one text and before each of a pair."""
+    data = json.loads(path.read_text())
+    data["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [
+            {"SpecialToken": {"id": bos, "type_id": 0}},
+            {"Sequence": {"id": "A", "type_id": 0}},
+        ],
+        "pair": [
+            {"SpecialToken": {"id": bos, "type_id": 0}},
+            {"Sequence": {"id": "A", "type_id": 0}},
+            {"SpecialToken": {"id": bos, "type_id": 1}},
+            {"Sequence": {"id": "B", "type_id": 1}},
+        ],
+        "special_tokens": {bos: {"id": bos, "ids": [bos_id], "tokens": [bos]}},
+    }
+    path.write_text(json.dumps(data, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    convert(Path(sys.argv[1]).resolve(), Path(sys.argv[2]))
