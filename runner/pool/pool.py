@@ -72,8 +72,11 @@ class ModelPool:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
         # Load time by backend and size (the tasks' eta); until a first load is measured,
-        # a guess: llama-server maps its GGUF and starts in about a second.
-        self.estimator = EtaEstimator(defaults={"llama-server": LoadSpeed(1.0, 500.0)})
+        # a guess: llama-server maps its GGUF and starts in about a second; vLLM imports,
+        # profiles and warms up for ~30 s before its weights count (measured on the CPU).
+        self.estimator = EtaEstimator(
+            defaults={"llama-server": LoadSpeed(1.0, 500.0), "vllm": LoadSpeed(30.0, 50.0)}
+        )
         self.gpus = GpuAccounting(telemetry, leases or MemoryLeaseStore(monotonic), settings)
         self.leases = self.gpus.leases
         self.on_loaded: Callable[[str, float], None] = lambda _backend, _seconds: None

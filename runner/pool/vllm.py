@@ -21,6 +21,9 @@ is off.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 
 import httpx
@@ -65,40 +68,51 @@ async def start_vllm(
     metrics: VllmMetricsCollector | None,
     measure: Measure,
 ) -> Launched:
-    """Spawn `vllm serve` for `spec` with `params`; wait until `/health` answers 200."""
-    opts = launch_options(
-        binary=spec.bin or settings.vllm_bin,
-        model=model_source(spec),
-        model_id=spec.id,
-        port=free_port(),
-        api_key=new_api_key(),
-        slots=spec.slots,
-        quantization=params.quantization or spec.quantization,
-        max_context_length=params.max_context_length or spec.context_length,
-        default_max_model_len=settings.vllm_max_model_len,
-        gpu_memory_budget_mb=params.gpu_memory_budget_mb,
-        gpu_total_mb=gpu_total_mb,
-        default_gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
-        enable_prefix_caching=settings.vllm_enable_prefix_caching,
-        enable_sleep_mode=settings.vllm_enable_sleep_mode,
-        extra_args=spec.args,
-    )
-    process, engine = await launch(
-        opts,
-        salts=salts,
-        load_timeout_s=spec.load_timeout_s or settings.engine_load_timeout_s,
-        connect_timeout_s=settings.engine_connect_timeout_s,
-        read_timeout_s=settings.engine_read_timeout_s,
-        env=env,
-        metrics_sink=metrics,
-    )
+    """Spawn `vllm serve` for `spec` with `params`; wait until `/health` answers 200.
+
+    The engine's caches and temporary files go to a private scratch folder, removed when
+    the engine stops (`Launched.scratch`)."""
+    scratch = tempfile.mkdtemp(prefix=f"quorum-vllm-{spec.id[:32]}-")
+    for sub in ("cache", "tmp"):
+        os.mkdir(os.path.join(scratch, sub))
+    try:
+        opts = launch_options(
+            binary=spec.executable(settings.vllm_bin),
+            model=model_source(spec),
+            model_id=spec.id,
+            port=free_port(),
+            api_key=new_api_key(),
+            slots=spec.slots,
+            quantization=params.quantization or spec.quantization,
+            max_context_length=params.max_context_length or spec.context_length,
+            default_max_model_len=settings.vllm_max_model_len,
+            gpu_memory_budget_mb=params.gpu_memory_budget_mb,
+            gpu_total_mb=gpu_total_mb,
+            default_gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
+            enable_prefix_caching=settings.vllm_enable_prefix_caching,
+            enable_sleep_mode=settings.vllm_enable_sleep_mode,
+            scratch_dir=scratch,
+            extra_args=spec.args,
+        )
+        process, engine = await launch(
+            opts,
+            salts=salts,
+            load_timeout_s=spec.load_timeout_s or settings.engine_load_timeout_s,
+            connect_timeout_s=settings.engine_connect_timeout_s,
+            read_timeout_s=settings.engine_read_timeout_s,
+            env=env,
+            metrics_sink=metrics,
+        )
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
     pid = process.pid
 
     async def probe() -> int | None:
         return await measure(pid) if pid is not None else None
 
     engine.memory_probe = probe  # sleep and wake-up report the memory measured after
-    return Launched(engine, process, engine.control)
+    return Launched(engine, process, engine.control, scratch=scratch)
 
 
 def attach_vllm(

@@ -91,7 +91,7 @@ def test_command_line_load_request_with_every_parameter() -> None:
         "--served-model-name", "qwen-7b", "--gpu-memory-utilization", "0.25",
         "--max-model-len", "16384", "--quantization", "awq",
         "--no-enable-prefix-caching", "--max-num-seqs", "8", "--enable-prompt-tokens-details",
-        "--enable-sleep-mode", "--seed", "7",
+        "--enable-per-request-metrics", "--enable-sleep-mode", "--seed", "7",
     ]  # fmt: skip
     assert engine_env(opts) == {
         "VLLM_SERVER_DEV_MODE": "1",
@@ -484,3 +484,38 @@ async def test_vllm_sleep_that_does_not_take_is_an_error() -> None:
     with pytest.raises(EngineControlFailed):
         await engine.sleep()
     assert engine.standby is Standby.AWAKE
+
+
+# Lines of the real vLLM 0.32.0 CPU build's start-up log (scripts/install-vllm).
+CPU_STARTUP = [
+    "(Worker pid=29393) INFO 11-25 15:06:46 [cpu_worker.py:260] Explicitly set "
+    "(1.0/11.84) GiB for KV cache on node 0.",
+    "(EngineCore pid=28957) INFO 11-25 15:06:46 [kv_cache_utils.py:2327] CPU KV cache size: "
+    "55,356 tokens, Maximum concurrency for 2,048 tokens per request: 27.03x",
+]
+
+
+def test_vllm_startup_log_on_the_cpu_gives_kv_size_and_device() -> None:
+    """The CPU build's own lines give the KV cache's size (tokens and GiB) and that it
+    lives in host memory."""
+    engine = _engine()
+    engine.read_startup_log(CPU_STARTUP)
+    assert engine.kv_cache_tokens == 55356
+    assert engine.kv_size_mb == 1024.0
+    assert engine.on_cpu
+
+
+async def test_vllm_on_the_cpu_refuses_to_sleep_without_asking_it() -> None:
+    """vLLM on the CPU answers /sleep and frees nothing: the adapter refuses before any
+    request, so the pool stops the engine instead of reporting a sleep."""
+    asked: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        return httpx.Response(200, json={"is_sleeping": True})
+
+    engine = _with_control(handler)
+    engine.read_startup_log(CPU_STARTUP)
+    with pytest.raises(EngineControlFailed, match="CPU"):
+        await engine.sleep()
+    assert asked == [] and engine.standby is Standby.AWAKE

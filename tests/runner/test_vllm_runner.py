@@ -110,7 +110,8 @@ def test_vllm_load_starts_the_exact_command_line(runner: RunnerProcess) -> None:
         "serve", "org/n", "--host", "127.0.0.1", "--port", port, "--api-key", key,
         "--served-model-name", "n", "--gpu-memory-utilization", "0.25",
         "--max-model-len", "4096", "--quantization", "awq", "--enable-prefix-caching",
-        "--max-num-seqs", "1", "--enable-prompt-tokens-details", "--enable-sleep-mode",
+        "--max-num-seqs", "1", "--enable-prompt-tokens-details", "--enable-per-request-metrics",
+        "--enable-sleep-mode",
     ]  # fmt: skip
     assert 1024 <= int(port) <= 65535 and len(key) == 48
     env = env_of(pid)
