@@ -151,6 +151,7 @@ class RunnerApp:
         await rt.jobs.start()
         await rt.refresher.start()
         await rt.watch.start()
+        await rt.attached.start()
         store_errors = rt.metrics.ratelimit_store_errors
         rt.limiter = RateLimiter(
             rt.tenants,
@@ -210,6 +211,7 @@ class RunnerApp:
                 await self._sweeper
         await self.rt.refresher.stop()
         await self.rt.watch.stop()
+        await self.rt.attached.stop()
         await self.rt.admission.stop()
         if self.rt.limiter is not None:
             await self.rt.limiter.aclose()
