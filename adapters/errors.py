@@ -3,7 +3,8 @@
 The adapters, the supervisor and the engine HTTP client raise these; the runner answers
 them through its one mapping (`runner/errors.py`). Foreign failures are translated once:
 the engine client's in `adapters/http_client.py` (`engine_call`), httpx's for ComfyUI in
-`adapters/comfyui/errors.py`, the speech worker's in `adapters/whisper/errors.py`.
+`adapters/comfyui/errors.py`, the speech worker's in `adapters/whisper/errors.py`; an
+engine's own refusal (any answer but 200) in `adapters/refusals.py`.
 
 Exception tree::
 
@@ -15,12 +16,20 @@ Exception tree::
     │   │                               signal)
     │   ├── EngineControlFailed    502  engine_control_failed: a control call (sleep, wake
     │   │                               up, cache reset) failed or was refused
+    │   ├── EngineRefused          502  engine_refused: the engine refused the runner (its
+    │   │                               401, 403, 404, ...; field `engineStatus`)
     │   └── EngineTimeout          504  engine_timeout: no answer in time
     ├── EngineStartFailed          503  engine_start_failed: exited while starting, or not
     │   │                               healthy within the load timeout (field `exit_code`)
     │   └── EngineOutOfMemory      503  engine_out_of_memory: no GPU memory at start
+    ├── EngineBusy                 503  engine_busy: the engine said 429 / 503 (busy,
+    │                                   loading); Retry-After
     ├── UnsupportedRequest (400)        unsupported_parameter: a field the engine cannot
-    │                                   serve safely (BadRequest)
+    │                                   serve safely, or its 501 (BadRequest)
+    ├── EngineRejected (400)            invalid_request: the engine refused the request
+    │                                   (its 400 / 422; field `param`)
+    ├── ContextLengthExceeded (400)     context_length_exceeded: prompt or max_tokens over
+    │                                   the context (fields `promptTokens`, `contextLength`)
     └── AdapterConfigInvalid            invalid_configuration: a template or flag the
                                         adapter cannot use (start-up only; ConfigError)
     IllegalEngineTransition             a bug: a state change the supervisor forbids
@@ -42,6 +51,7 @@ EngineBadResponse = EngineError.row("EngineBadResponse", "engine_bad_response")
 EngineCrashed = EngineError.row("EngineCrashed", "engine_crashed")
 EngineControlFailed = EngineError.row("EngineControlFailed", "engine_control_failed")
 EngineTimeout = EngineError.row("EngineTimeout", "engine_timeout", 504)
+EngineRefused = EngineError.row("EngineRefused", "engine_refused")
 
 
 class EngineStartFailed(ServiceUnavailable):
@@ -64,6 +74,13 @@ class EngineStartFailed(ServiceUnavailable):
 
 EngineOutOfMemory = EngineStartFailed.row("EngineOutOfMemory", "engine_out_of_memory")
 UnsupportedRequest = BadRequest.row("UnsupportedRequest", "unsupported_parameter")
+EngineRejected = BadRequest.row("EngineRejected", "invalid_request")
+ContextLengthExceeded = BadRequest.row("ContextLengthExceeded", "context_length_exceeded")
+EngineBusy = ServiceUnavailable.row(
+    "EngineBusy", "engine_busy", 503,
+    "the engine of model {model!r} is busy or loading ({said}); retry in {retry_after} s",
+    retry_after=True,
+)  # fmt: skip
 AdapterConfigInvalid = ConfigError.row("AdapterConfigInvalid", "invalid_configuration")
 
 

@@ -164,7 +164,11 @@ class RunnerApp:
         if s.enable_metrics and s.metrics_port and s.metrics_port != s.port:
             rt.metrics.serve_separately(s.metrics_port, s.host)
         front = rt.front = rt.front_end(rt.limiter)
-        self.chat = ChatPath(front, rt.pool.engines, rt.metrics, s.max_body_bytes)
+        records = rt.pool.records
+        self.chat = ChatPath(
+            front, rt.pool.engines, rt.metrics, s.max_body_bytes,
+            context_of=lambda m: r.context_length if (r := records.get(m)) else None,
+        )  # fmt: skip
         self.audio = AudioPath(
             front,
             rt.pool.speech,

@@ -7,13 +7,15 @@ pays for it, so it does only what the features need. Through the one front-end
 
     1. identify the tenant, rate limit                     (front-end)  -> 400/401/403/429
     2. read the body, bounded                                            -> 413
-    3. parse it once; the model (`check_model`)                          -> 400 / 404 / 503
+    3. parse it once; the model (`check_model`); the numeric fields the runner can
+       check (`runner/body_checks.py`: token limits, sampling ranges)    -> 400 / 404 / 503
     4. drop `x_*` extension fields, let the adapter adjust; re-serialize only if changed
     5. admission (the scheduler's queue), under the disconnect scope     -> 503 + Retry-After
     6. forward; stream chunk by chunk, or read the JSON answer and its cache report;
        a failure talking to the engine is translated once (`_engine_error`)
-    7. answer with the engine's status and body plus X-Cache-*, X-Queue-Wait-Ms,
-       X-GPU-Time-Ms, X-Request-Id, RateLimit-*
+    7. answer with the engine's body plus X-Cache-*, X-Queue-Wait-Ms, X-GPU-Time-Ms,
+       X-Request-Id, RateLimit-*; an engine's refusal (any status but 200) is answered in
+       the runner's envelope (`adapters/refusals.py`), its body as written logged only
 
 A client that disconnects after its body was read cancels the handler: while queued it
 is withdrawn, while served the engine connection is dropped (the engine then aborts).
@@ -22,7 +24,7 @@ is withdrawn, while served the engine connection is dropped (the engine then abo
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -30,8 +32,10 @@ import orjson
 from adapters.base import NO_REPORT, CacheReport, Engine, Placement
 from adapters.errors import EngineBadResponse, EngineError
 from adapters.http_client import ClientFailure, Response, translate_failure
+from adapters.refusals import refusal
 from runner.admission import Usage
 from runner.asgi import FALSE_REPORT_HEADERS, JSON, Receive, Scope, Send, send_whole
+from runner.body_checks import check_generation
 from runner.errors import BadRequest, error_body
 from runner.frontend import Admitted, Call, FrontEnd
 from runner.metrics import Metrics
@@ -45,7 +49,8 @@ _SSE = b"text/event-stream"
 
 
 class ChatPath:
-    """`engines` holds the ready engines (the model pool keeps it current)."""
+    """`engines` holds the ready engines (the model pool keeps it current);
+    `context_of(model)` its context length where known (the body checks read it)."""
 
     def __init__(
         self,
@@ -53,9 +58,11 @@ class ChatPath:
         engines: Mapping[str, Engine],
         metrics: Metrics,
         max_body_bytes: int,
+        context_of: Callable[[str], int | None] = lambda _model: None,
     ) -> None:
         self.front = front
         self.engines = engines
+        self.context_of = context_of
         self.metrics = metrics
         self.max_body = max_body_bytes
 
@@ -66,6 +73,8 @@ class ChatPath:
         body = await self.front.read_body(call, self.max_body)  # 2
         obj, model = _parse(body)  # 3
         self.front.check_model(call, model, "chat")
+        if call.scope["path"] != "/v1/embeddings":
+            check_generation(obj, self.context_of(model))
         engine = self.engines.get(model)
         changed = _strip_extensions(obj)  # 4
         meta = call.meta
@@ -120,23 +129,25 @@ class ChatPath:
     async def _whole(
         self, call: Call, admitted: Admitted, engine: Engine, resp: Response, payload: bytes
     ) -> tuple[int, CacheReport]:
-        """A whole answer (JSON, or the engine's error as it wrote it), with its report."""
+        """A whole answer with its report; an engine's refusal becomes our envelope."""
+        if resp.status != 200:
+            log.info("engine for %s answered %d: %r", call.model, resp.status, payload[:2000])
+            raise refusal(resp.status, payload, call.model)
         report = NO_REPORT
-        if resp.status == 200:
-            try:
-                parsed = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                raise EngineBadResponse(
-                    f"engine for model {call.model!r} returned a body that is not JSON"
-                ) from None
-            if isinstance(parsed, dict):
-                report = engine.report(parsed)
+        try:
+            parsed = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise EngineBadResponse(
+                f"engine for model {call.model!r} returned a body that is not JSON"
+            ) from None
+        if isinstance(parsed, dict):
+            report = engine.report(parsed)
         admitted.disarm()
         headers = _response_headers(call, report, resp.header(b"content-type", JSON))
-        await send_whole(call.send, resp.status, headers, payload)
+        await send_whole(call.send, 200, headers, payload)
         if report.cache_hit:
             self.metrics.count_cache(call.model, report.tokens_reused)
-        return resp.status, report
+        return 200, report
 
     async def _stream(
         self,

@@ -12,6 +12,8 @@ Exception tree (the runner's rows; the generic ones come from `faults`)::
     QuorumError (faults)
     ├── BadRequest (faults)          400  invalid_request
     │   ├── InvalidHeader            400  invalid_header: a request header's value (names it)
+    │   ├── InvalidField             400  invalid_request: a body field out of its range
+    │   │                                 (names it in `param`; runner/body_checks.py)
     │   └── WrongEndpoint            400  unsupported_model: a model another path serves
     ├── Forbidden (faults)           403  forbidden: not for this tenant (engine logs)
     ├── NotFound (faults)            404  not_found
@@ -56,6 +58,7 @@ __all__ = [
     "Forbidden",
     "HeadersTooLarge",
     "HttpError",
+    "InvalidField",
     "InvalidHeader",
     "LoginRequired",
     "MethodNotAllowed",
@@ -77,6 +80,10 @@ __all__ = [
 ]
 
 InvalidHeader = BadRequest.row("InvalidHeader", "invalid_header")
+InvalidField = BadRequest.row(
+    "InvalidField", "invalid_request", None, "{param} must be {rule}; got {value}",
+    extra=("param",),
+)  # fmt: skip
 WrongEndpoint = BadRequest.row(
     "WrongEndpoint", "unsupported_model", None, "model {model!r} is {kind}: use {where}",
     extra=("model",),

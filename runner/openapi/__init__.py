@@ -61,19 +61,6 @@ _ERROR_WHEN = {
     504: "The engine was silent for ENGINE_READ_TIMEOUT_S.",
 }
 
-ENGINE_ERROR: Schema = {
-    "type": "object",
-    "required": ["error"],
-    "properties": {
-        "error": {
-            "type": "object",
-            "required": ["message"],
-            "properties": {"message": {"type": "string"}},
-        }
-    },
-    "description": "OpenAI's error envelope as an engine writes it (llama-server, vLLM).",
-}
-
 _ANY_PATH = {s: {"$ref": f"#/components/responses/E{s}"} for s in ANY_PATH_STATUSES}
 
 CAPABILITIES: Schema = {
@@ -119,8 +106,8 @@ CAPABILITIES: Schema = {
 
 
 def _error_responses() -> dict[str, Schema]:
-    """`E<status>`: the envelope; `D<status>`: the same on the data path, with its headers;
-    `I<status>`: the data path's, or the engine's own error passed through (inference)."""
+    """`E<status>`: the envelope; `D<status>`: the same on the data path, with its headers
+    (an engine's own refusal too: `adapters/refusals.py`)."""
     out: dict[str, Schema] = {}
     for status in ERROR_STATUSES:
         content = {"application/json": {"schema": {"$ref": f"#/components/schemas/Error{status}"}}}
@@ -136,13 +123,6 @@ def _error_responses() -> dict[str, Schema]:
         out[f"D{status}"] = {
             **described,
             "headers": header_refs(data, (*DATA_PATH_HEADERS, "X-GPU-Time-Ms", *required)),
-        }
-        either = {"anyOf": [{"$ref": f"#/components/schemas/Error{status}"}, ENGINE_ERROR]}
-        out[f"I{status}"] = {
-            **out[f"D{status}"],
-            "description": _ERROR_WHEN[status] + " Or the engine's own answer with this "
-            "status, passed through as the engine wrote it.",
-            "content": {"application/json": {"schema": either}},
         }
     return out
 

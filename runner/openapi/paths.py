@@ -23,10 +23,10 @@ def ref(kind: str, name: str) -> Schema:
     return {"$ref": f"#/components/{kind}/{name}"}
 
 
-def errors(*statuses: int, data: bool = False, engine: bool = False) -> dict[str, Schema]:
+def errors(*statuses: int, data: bool = False) -> dict[str, Schema]:
     """References to the error answers: `E` the envelope, `D` with the data path's
-    headers, `I` the data path's where the engine's own refusal may pass through too."""
-    prefix = "I" if engine else "D" if data else "E"
+    headers (an engine's own refusal is answered in the envelope too)."""
+    prefix = "D" if data else "E"
     return {str(s): ref("responses", f"{prefix}{s}") for s in statuses}
 
 
@@ -85,12 +85,6 @@ SSE_EVENT: Schema = {
     "description": "One server-sent event; `data: [DONE]` ends an OpenAI stream, "
     '`data: {"error": {...}}` one that failed after its headers.',
 }
-ENGINE_ERROR: Schema = {
-    "description": "The engine's own refusal, passed through as it wrote it (OpenAI's "
-    '`{"error": {...}}`); the runner\'s own 4xx answers are its envelope.',
-    "headers": DATA_OK_HEADERS,
-    "content": {JSON: {"schema": {"type": "object"}}},
-}
 
 
 def _model_field(models: Sequence[str]) -> Schema:
@@ -111,7 +105,8 @@ def _inference(models: Sequence[str], summary: str, required: str, value: Schema
             "stream": {"type": ["boolean", "null"]},
         },
         "description": "OpenAI's body: the runner reads `model` (and `stream`); the rest "
-        "goes to the engine as sent, and the engine checks it (its refusals pass through). "
+        "goes to the engine as sent once the runner has checked its numeric fields (token "
+        "limits, sampling ranges); the engine's own refusals are answered in the envelope. "
         "Fields named `x_*` are runner extensions, removed before forwarding.",
     }
     ok: Schema = {
@@ -128,14 +123,7 @@ def _inference(models: Sequence[str], summary: str, required: str, value: Schema
             "requestBody": {"required": True, "content": {JSON: {"schema": body}}},
             "responses": {
                 "200": ok,
-                "4XX": ENGINE_ERROR,
-                "5XX": {
-                    "description": "The engine's own server error, passed through as the "
-                    "engine wrote it.",
-                    "headers": DATA_OK_HEADERS,
-                    "content": {"*/*": {"schema": {}}},
-                },
-                **errors(400, 401, 403, 404, 405, 413, 429, 502, 503, 504, engine=True),
+                **errors(400, 401, 403, 404, 405, 413, 429, 502, 503, 504, data=True),
             },
         }
     }

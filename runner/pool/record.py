@@ -33,6 +33,11 @@ class EngineRecord:
     def process(self) -> EngineProcess | None:
         return self.launched.process if self.launched else None
 
+    @property
+    def context_length(self) -> int | None:
+        """The context its engine serves, where known (the load's, else the spec's)."""
+        return self.params.max_context_length or self.spec.context_length
+
 
 @dataclass(frozen=True, slots=True)
 class UnloadResult:
