@@ -16,6 +16,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from adapters.reaper import GUARD_SCRIPT
 from runner.engine_watch import EngineLoad
 from runner.memory.proc import child_pids
 from runner.memory.telemetry import TelemetrySnapshot
@@ -48,8 +49,13 @@ def _eventually(check: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def _engine_pid(runner: RunnerProcess) -> int:
-    """The runner's one engine process (its child)."""
-    children = child_pids(runner.proc.pid) or []
+    """The runner's one engine process (its child that is not the process-group guard,
+    adapters/reaper.py)."""
+    children = [
+        pid
+        for pid in child_pids(runner.proc.pid) or []
+        if GUARD_SCRIPT.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
     assert len(children) == 1, children
     return children[0]
 
