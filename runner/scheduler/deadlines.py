@@ -44,14 +44,22 @@ class ServiceTimes:
         self._done: dict[str, deque[tuple[float, int]]] = {}  # (seconds, cost)
         self._sums: dict[str, list[float]] = {}  # [seconds, cost] of `_done`
         self._granted: dict[str, deque[tuple[float, Band, int]]] = {}  # (at, band, cost)
+        self._band_cost: dict[str, dict[Band, int]] = {}  # cost per band in `_granted`
 
     def started(self, ticket: Ticket, now: float) -> None:
         cost = max(ticket.cost, 1)
         self._running.setdefault(ticket.model, {})[ticket.ticket_id] = (cost, ticket.band, now)
-        granted = self._granted.setdefault(ticket.model, deque())
-        granted.append((now, ticket.band, cost))
-        while granted and now - granted[0][0] > self._window_s:
-            granted.popleft()
+        self._granted.setdefault(ticket.model, deque()).append((now, ticket.band, cost))
+        per_band = self._band_cost.setdefault(ticket.model, {})
+        per_band[ticket.band] = per_band.get(ticket.band, 0) + cost
+        self._expire(ticket.model, now)
+
+    def _expire(self, model: str, now: float) -> None:
+        """Forget grants older than the window, and their cost in the per-band sums."""
+        granted, per_band = self._granted.get(model), self._band_cost.get(model)
+        while granted and per_band is not None and now - granted[0][0] > self._window_s:
+            _, band, cost = granted.popleft()
+            per_band[band] -= cost
 
     def finished(self, ticket: Ticket, now: float) -> None:
         began = self._running.get(ticket.model, {}).pop(ticket.ticket_id, None)
@@ -86,12 +94,11 @@ class ServiceTimes:
     ) -> float:
         """The share of the model's slots granted over the last `window_s` to bands more
         important than `band` (a fresh runner reads low: never an inflated share)."""
-        granted = self._granted.get(model)
-        if not granted:
+        if not self._granted.get(model):
             return 0.0
-        window = self._window_s
-        work = sum(cost for at, b, cost in granted if b > band and now - at <= window)
-        return work * per_cost_s / (window * max(slots, 1))
+        self._expire(model, now)  # then the sums are the window's: O(bands), not O(grants)
+        work = sum(cost for b, cost in self._band_cost[model].items() if b > band)
+        return work * per_cost_s / (self._window_s * max(slots, 1))
 
 
 class DeadlineBook:
