@@ -116,6 +116,30 @@ async def test_supervisor_crash_after_ready_marks_failed_and_calls_back() -> Non
     assert proc.state is EngineState.STOPPED
 
 
+async def test_supervisor_exit_is_heard_after_the_exit_callbacks() -> None:
+    """kill -9 of an engine whose child keeps its output open (as vLLM's engine core does):
+    `died_within` answers how it died only once the exit callbacks ran (the pool reported
+    the crash), so a request cut by the crash never ends before the scheduler knows."""
+    port = free_port()
+    fake = " ".join(_fake("fake_openai", port))
+    proc = EngineProcess(
+        name="holds-output",
+        argv=["sh", "-c", f"sleep 5 & exec {fake}"],
+        health=_health(port),
+        env={"PYTHONPATH": str(REPO_ROOT)},
+        load_timeout_s=20,
+    )
+    ran: list[EngineState] = []
+    proc.on_exit(lambda p: ran.append(p.state))
+    await proc.start()
+    assert proc.pid is not None
+    os.kill(proc.pid, 9)
+    how = await proc.died_within(5.0)
+    assert ran == [EngineState.FAILED]  # the callbacks ran first
+    assert how is not None and "SIGKILL" in how
+    await proc.stop()
+
+
 async def test_supervisor_flooding_logs_stay_bounded() -> None:
     """A flood of output keeps the ring at its line cap, each line cut at 4 KiB."""
     port = free_port()

@@ -2,8 +2,11 @@
 of the engine with one request in flight and two queued, `restart` on and off.
 
 llama-server and faster-whisper are the real engines; ComfyUI and vLLM the fakes
-(tests/fixtures/fake_comfyui.py, fake_vllm.py). The shape is `tests/support/crash_contract`;
-a kind is one `CrashKind` here (a real vLLM: one more entry in `KINDS`).
+(tests/fixtures/fake_comfyui.py, fake_vllm.py); a stand-in whose helper child keeps the
+engine's output open after it dies (as vLLM's engine core does) makes the runner hear of
+the exit late, where a queued request once met the dead engine. The shape is
+`tests/support/crash_contract`; a kind is one `CrashKind` here (a real vLLM: one more
+entry in `KINDS`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from tests.fixtures.fake_vllm import process_env as vllm_env
 from tests.runner.audio.runner_kit import transcribe, whisper_models_file, worker_pids
 from tests.support.crash_contract import CrashKind, run_crash_contract
 from tests.support.engines import CHECKPOINT, comfyui_root, processes_with
-from tests.support.runner_proc import RunnerProcess
+from tests.support.runner_proc import RunnerProcess, fixture_bin
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -155,7 +158,28 @@ VLLM = CrashKind(
     },
 )
 
-KINDS = [LLAMA, WHISPER, COMFYUI, VLLM]
+
+# -- an engine whose helper child keeps its output open (vLLM's engine core does) ----------
+
+
+def _holds_output_models(tmp: Path, restart: bool) -> str:
+    return (
+        "models:\n  - id: held\n    backend: llama-server\n    path: /dev/null\n"
+        f"    bin: {fixture_bin('llama-server-child-keeps-output')}\n    vram_mb: 64\n"
+        f"    parallel: 1\n    preload: true\n    restart: {str(restart).lower()}\n"
+    )
+
+
+HOLDS_OUTPUT = CrashKind(
+    name="child-keeps-output",
+    model="held",
+    models_file=_holds_output_models,
+    engine_pid=lambda runner: _child(runner, "tests.fixtures.fake_llama_cli"),
+    busy=lambda url: _chat(url, "held", "a long answer", "busy", stream=True),
+    quick=lambda url, tenant: _chat(url, "held", "hi", tenant),
+)
+
+KINDS = [LLAMA, WHISPER, COMFYUI, VLLM, HOLDS_OUTPUT]
 
 
 @pytest.mark.parametrize("restart", [True, False], ids=["restart", "no-restart"])
