@@ -53,11 +53,14 @@ def policy_for(
     2. A vLLM takes its `--gpu-memory-utilization` share of the GPU (`gpu_total_mb`, when
        known) whatever its weights weigh, so that share is its estimate when no budget is given.
     3. Whether an unload may put it to sleep (`sleep_refusal`: why not).
+    4. The engine process it shares with other models (`slot_group`), whose slots it shares.
     """
+    group = slot_group(spec)  # 4
     if spec.attached:  # 1
         return ModelPolicy(
-            mem_mb=0, concurrency=spec.slots, pinned=True, sleep_refusal=_CANNOT_SLEEP
-        )
+            mem_mb=0, concurrency=spec.slots, pinned=True, sleep_refusal=_CANNOT_SLEEP,
+            slot_group=group,
+        )  # fmt: skip
     if spec.backend == "vllm" and budget_mb is None and gpu_total_mb is not None:  # 2
         budget_mb = round(gpu_total_mb * vllm_gpu_memory_utilization)
     return ModelPolicy(
@@ -69,7 +72,27 @@ def policy_for(
         keep_alive_s=spec.keep_alive_s,
         restart=spec.restart,
         sleep_refusal=sleep_refusal(spec, sleep_enabled, on_gpu),  # 3
+        slot_group=group,
     )
+
+
+def slot_group(spec: ModelSpec) -> str | None:
+    """The engine process `spec` shares with other models, if any (see
+    `runner/scheduler/slot_groups.py`).
+
+    1. ComfyUI: every model on one server shares its one queue, `comfyui:<url>` for a
+       server attached by `url`, `comfyui:spawned` for the one the runner starts
+       (`comfyui.ComfyUIServers.server_for` keys its servers the same way).
+    2. vLLM attached by `url`: one `vllm serve` may serve several models: `vllm:<url>`.
+    3. Otherwise its own process (a vLLM or llama-server the runner starts serves one
+       model; an `openai` URL may be a gateway with capacity of its own): `None`.
+    """
+    url = spec.url.rstrip("/") if spec.url else None
+    if spec.backend == "comfyui":  # 1
+        return f"comfyui:{url or 'spawned'}"
+    if spec.backend == "vllm" and url is not None:  # 2
+        return f"vllm:{url}"
+    return None  # 3
 
 
 _CANNOT_SLEEP = "mode 'sleep' needs a vLLM model the runner started"

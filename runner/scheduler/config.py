@@ -27,6 +27,8 @@ class ModelPolicy:
     - `drain_timeout_s`: longest wait for in-flight requests before it is
       stopped anyway; `None` takes the scheduler's `drain_timeout_s`.
     - `sleep_refusal`: why an unload may not put it to sleep (None: it may).
+    - `slot_group`: the engine process it shares with other models (`comfyui:<server>`);
+      models in one group share its slots (`slot_groups.py`); `None`: its own process.
     """
 
     mem_mb: int
@@ -38,6 +40,7 @@ class ModelPolicy:
     restart: bool = False
     drain_timeout_s: float | None = None
     sleep_refusal: str | None = "it cannot sleep"
+    slot_group: str | None = None
 
     def __post_init__(self) -> None:
         if self.mem_mb < 0:

@@ -6,13 +6,15 @@ event carries its time), does no I/O, and needs no lock: `loop.py` calls it from
 the event loop's one thread.
 
 It is one class by composition: this file holds the request half (waiting room,
-fair-share counters, in-flight counts, wait statistics) and the request events;
+fair-share counters, wait statistics) and the request events; `slot_groups.SlotCounts`
+counts requests in flight per model and per engine process (models sharing one, as
+ComfyUI's do, share its slots);
 `models.ModelTable` holds each model's record and `models.admission` decides what a
 request for it meets; `lifecycle.ModelLifecycle` handles the model events and
 `swaps.Swaps` plans loads, swaps, drains, keep-alive and restarts. Both reach the
 request half only through the `swaps.Requests` methods below.
 
-Order of service when a model's slot frees:
+Order of service when a slot frees (in the model's slot group):
 1. priority band: high, then normal, then low (a low request waiting longer
    than `low_aging_s` is promoted to normal, so nothing starves);
 2. within a band, fair share across tenants by weighted service (VTC, see
@@ -21,8 +23,6 @@ Order of service when a model's slot frees:
 """
 
 from __future__ import annotations
-
-from collections import Counter
 
 from faults import QuorumError
 from runner.scheduler.config import SchedulerConfig
@@ -44,23 +44,16 @@ from runner.scheduler.errors import (
 from runner.scheduler.events import (
     Band,
     Event,
-    LoadCancelled,
-    LoadFailed,
-    LoadRequested,
-    ModelCrashed,
-    ModelReady,
-    ModelSlept,
-    ModelStopped,
     RequestArrived,
     RequestCancelled,
     RunnerStopping,
     ServeDone,
     Tick,
     Ticket,
-    UnloadRequested,
 )
 from runner.scheduler.lifecycle import ModelLifecycle
 from runner.scheduler.models import Gate, ModelState, ModelTable, ModelView, admission
+from runner.scheduler.slot_groups import SlotCounts, next_ticket
 from runner.scheduler.stats import DrainMeter, QueueStats, WaitWindow, retry_after_s
 from runner.scheduler.swaps import Swaps
 from runner.scheduler.waiting import WaitingRoom
@@ -75,13 +68,13 @@ class Scheduler:
         self._effects = effects
         self._waiting = WaitingRoom()
         self._vtc = VirtualTokenCounter(config.tenant_weights, config.default_weight)
-        self._in_flight: Counter[str] = Counter()
         self._serving: dict[int, Ticket] = {}
         self._waits = WaitWindow(config.stats_window_s)
         self._drain = DrainMeter(config.stats_window_s, started_at)
         self._service = ServiceTimes()
         self._deadlines = DeadlineBook()
         self.table = ModelTable(config)
+        self.slots = SlotCounts(config, self.table)
         self.outlook = Outlook(
             self.table, self._waiting, self._vtc, self._service, fair=config.fair
         )
@@ -103,29 +96,16 @@ class Scheduler:
                 self.on_tick(event)
             case RunnerStopping():
                 self.on_shutdown(event)
-            case LoadRequested():
-                self.lifecycle.on_load_requested(event)
-            case LoadCancelled():
-                self.lifecycle.on_load_cancelled(event)
-            case ModelReady():
-                self.lifecycle.on_model_ready(event)
-            case LoadFailed():
-                self.lifecycle.on_load_failed(event)
-            case UnloadRequested():
-                self.lifecycle.on_unload_requested(event)
-            case ModelStopped():
-                self.lifecycle.on_model_stopped(event)
-            case ModelSlept():
-                self.lifecycle.on_model_slept(event)
-            case ModelCrashed():
-                self.lifecycle.on_model_crashed(event)
+            case _:  # a model event
+                self.lifecycle.handle(event)
 
     def on_request(self, event: RequestArrived) -> None:
         """Grant, queue or refuse one arriving request.
 
         1. After shutdown, refuse.
         2. By its model (`models.admission`): refused (unknown, not loaded, unloading,
-           failed); open with a free slot (so nobody waits for it): granted at once.
+           failed); open with a free slot, its own and its slot group's
+           (`slot_groups.py`; so nobody waits for it): granted at once.
            Otherwise (full, loading, wanted, restarting, coming back) it may wait.
         3. The tenant at its queue cap: refuse with `TenantQueueFull`.
         4. The queue at `max_queue_depth`: refuse with `QueueFull`.
@@ -152,7 +132,7 @@ class Scheduler:
         if not isinstance(gate, Gate):
             self._effects.reject(ticket, gate)
             return
-        if gate is Gate.OPEN and self._in_flight[model] < self._concurrency(model):
+        if gate is Gate.OPEN and self.slots.has_room(model):
             self._vtc.on_backlogged(ticket.tenant, self._waiting.tenants())
             self._grant(ticket, now)
             return
@@ -205,7 +185,7 @@ class Scheduler:
         1. Not in flight (unknown, or already done): ignore, so counts never go negative.
         2. Free its slot, count the drain, and mark the model used.
         3. Correct the tenant's service with the usage the engine reported.
-        4. Hand the freed slot to the next waiter.
+        4. Hand the freed slot to the next waiter of its slot group.
         5. Move model lifecycles on (a draining model may now be stopped).
         """
         now = event.at
@@ -213,9 +193,7 @@ class Scheduler:
         if ticket is None:
             return
         model = ticket.model  # 2
-        self._in_flight[model] -= 1
-        if self._in_flight[model] <= 0:
-            del self._in_flight[model]
+        self.slots.finished(model)
         self._drain.record(now)
         self._service.finished(ticket, now)
         self._touch(model, now)
@@ -261,7 +239,7 @@ class Scheduler:
         return len(self._waiting)
 
     def in_flight(self, model: str) -> int:
-        return self._in_flight[model]
+        return self.slots.by_model[model]
 
     def waiting(self, model: str) -> int:
         return self._waiting.model_depth(model)
@@ -296,7 +274,7 @@ class Scheduler:
             avg_wait_ms=self._waits.avg_ms(now),
             p95_wait_ms=self._waits.p95_ms(now),
             drain_per_s=self._drain.rate(now),
-            in_flight=dict(self._in_flight),
+            in_flight=dict(self.slots.by_model),
             forecast_by_model=self.outlook.by_model(now, list(self.table.records)),
         )
 
@@ -307,7 +285,7 @@ class Scheduler:
     def models(self) -> dict[str, ModelView]:
         """Every model the scheduler knows, as the rest of the runner reads it."""
         return {
-            model: record.view(model, self._in_flight[model], self._waiting.model_depth(model))
+            model: record.view(model, self.slots.by_model[model], self._waiting.model_depth(model))
             for model, record in self.table.records.items()
         }
 
@@ -335,13 +313,19 @@ class Scheduler:
     # -- the request half, also used by the model half (`swaps.Requests`) ------------
 
     def dispatch(self, model: str, now: float) -> None:
-        """Fill an open model's free slots from its waiters, in service order."""
-        if self.gate(model) is not Gate.OPEN:
-            return
-        while self._in_flight[model] < self._concurrency(model):
-            ticket = self._waiting.take(model, self._choose)
+        """Fill the free slots of `model`'s slot group (`slot_groups.py`) from its waiters.
+
+        1. Candidates: the group's members that are open with a slot of their own.
+        2. The next waiter among them (`slot_groups.next_ticket`: band, then fair share)
+           is granted; again until the group is full or nobody of them waits.
+        """
+        while True:
+            members = self.slots.members(model)  # 1
+            ready = [m for m in members if self.gate(m) is Gate.OPEN and self.slots.has_room(m)]
+            ticket = next_ticket(ready, self._waiting, self._choose)  # 2
             if ticket is None:
                 return
+            self._waiting.remove(ticket.ticket_id)
             self._left_queue(ticket)
             self._grant(ticket, now)
 
@@ -373,10 +357,6 @@ class Scheduler:
         if self.config.low_aging_s is not None and self._waiting.band_depth(Band.LOW):  # 3
             self._waiting.promote_low(now, self.config.low_aging_s)
 
-    def _concurrency(self, model: str) -> int:
-        record = self.table.get(model)
-        return self.config.concurrency(model) if record is None else record.concurrency
-
     def _touch(self, model: str, now: float) -> None:
         record = self.table.records.get(model)
         if record is not None:
@@ -394,7 +374,7 @@ class Scheduler:
         wait_s = now - ticket.arrived_at
         if not self._effects.grant(ticket, round(1000 * wait_s)):
             return
-        self._in_flight[ticket.model] += 1
+        self.slots.started(ticket.model)
         self._serving[ticket.ticket_id] = ticket
         self._service.started(ticket, now)
         self._vtc.charge(ticket.tenant, ticket.cost)

@@ -22,6 +22,7 @@ from runner.scheduler.events import (
     LoadFailed,
     LoadRequested,
     ModelCrashed,
+    ModelEvent,
     ModelReady,
     ModelSlept,
     ModelStopped,
@@ -47,6 +48,26 @@ class ModelLifecycle:
         self.swaps = swaps
         self.requests = requests
         self.effects = effects
+
+    def handle(self, event: ModelEvent) -> None:
+        """One model event, to its handler below."""
+        match event:
+            case LoadRequested():
+                self.on_load_requested(event)
+            case LoadCancelled():
+                self.on_load_cancelled(event)
+            case ModelReady():
+                self.on_model_ready(event)
+            case LoadFailed():
+                self.on_load_failed(event)
+            case UnloadRequested():
+                self.on_unload_requested(event)
+            case ModelStopped():
+                self.on_model_stopped(event)
+            case ModelSlept():
+                self.on_model_slept(event)
+            case ModelCrashed():
+                self.on_model_crashed(event)
 
     def on_load_requested(self, event: LoadRequested) -> None:
         """A model is asked for (a governed load).

@@ -3,7 +3,8 @@
 Attached models (m1, m2) and managed ones (a1, a2 load on demand, a2 restarts
 after a crash; g only by a governed load) share 10 GB that a1 and a2 cannot
 both hold, with loads, readiness, failures, unloads, stops and crashes
-interleaved with the requests.
+interleaved with the requests. a1 and g run on one engine process (slot group
+`shared`): they share its one slot.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from runner.scheduler.models import ModelState
 from tests.runner.scheduler.fakes import Driver
 
 POLICIES = {
-    "a1": ModelPolicy(6000, concurrency=1, autoload=True),
+    "a1": ModelPolicy(6000, concurrency=1, autoload=True, slot_group="shared"),
     "a2": ModelPolicy(6000, concurrency=2, autoload=True, restart=True),
-    "g": ModelPolicy(4000, concurrency=1),
+    "g": ModelPolicy(4000, concurrency=1, slot_group="shared"),
 }
 CAPACITY_MB = 10_000
 CONFIG = SchedulerConfig(
@@ -169,7 +170,14 @@ class SchedulerMachine(RuleBasedStateMachine):
         for ticket_id in self.undecided():
             model = self.model_of[ticket_id]
             if self.d.core.status(model) == "ready":
-                assert self.d.core.in_flight(model) >= self.concurrency(model)
+                slots = self.d.core.slots
+                own_full = self.d.core.in_flight(model) >= self.concurrency(model)
+                assert own_full or slots.group_in_flight(model) >= slots.capacity(model)
+
+    @invariant()
+    def a_slot_group_never_holds_more_than_its_slots(self) -> None:
+        live = sum(1 for t in self.serving() if self.model_of[t] in ("a1", "g"))
+        assert live <= min(POLICIES["a1"].concurrency, POLICIES["g"].concurrency)
 
     @invariant()
     def memory_is_never_overcommitted(self) -> None:
