@@ -16,7 +16,8 @@ from adapters.comfyui.engine import (
     UnloadReport,
 )
 from adapters.comfyui.follow import FollowTiming
-from adapters.comfyui.images import ImageGenerator, ImageRequest, parse_image_request
+from adapters.comfyui.image_request import ImageRequest, parse_image_request
+from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer, Memory, ServerStatus, command_line
 from adapters.comfyui.store import FILES_PATH, ImageStore
 from adapters.comfyui.workflows import (

@@ -27,13 +27,8 @@ import orjson
 
 from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.errors import ImageNotFound, InvalidImageRequest
-from adapters.comfyui.images import (
-    Generated,
-    ImageGenerator,
-    ImageRequest,
-    ModelShape,
-    parse_image_request,
-)
+from adapters.comfyui.image_request import ImageRequest, parse_image_request
+from adapters.comfyui.images import Generated, ImageGenerator, ModelShape
 from adapters.comfyui.store import FILES_PATH, TOKEN_RE, ImageStore, file_path
 from faults import BadRequest
 from runner.admission import AdmissionRequest, Hold

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from adapters.comfyui.images import IGNORED_IMAGE_FIELDS, MAX_N
+from adapters.comfyui.image_request import IGNORED_IMAGE_FIELDS, MAX_N
 from adapters.comfyui.workflows import MAX_SEED
 from runner.audio.formats import RESPONSE_FORMATS
 from runner.openapi.components import DATA_PATH_PARAMETERS, Schema, header_refs

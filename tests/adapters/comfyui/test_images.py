@@ -13,7 +13,8 @@ import pytest
 
 from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.errors import ComfyUINotReady, ExecutionFailed, InvalidImageRequest
-from adapters.comfyui.images import ImageGenerator, ImageRequest, parse_image_request
+from adapters.comfyui.image_request import ImageRequest, parse_image_request
+from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.store import ImageStore
 from adapters.comfyui.workflows import TXT2IMG

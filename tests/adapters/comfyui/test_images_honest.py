@@ -16,7 +16,8 @@ import pytest
 
 from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.errors import ExecutionFailed
-from adapters.comfyui.images import ImageGenerator, parse_image_request, without_text_chunks
+from adapters.comfyui.image_request import parse_image_request
+from adapters.comfyui.images import ImageGenerator, without_text_chunks
 from adapters.comfyui.server import ComfyUIServer, job_folders, output_folder
 from adapters.comfyui.store import ImageStore
 from adapters.comfyui.workflows import TXT2IMG, WorkflowTemplate, template_from_json

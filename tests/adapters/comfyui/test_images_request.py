@@ -9,7 +9,8 @@ import pytest
 
 from adapters.comfyui.client import ComfyUIClient
 from adapters.comfyui.errors import InvalidImageRequest
-from adapters.comfyui.images import ImageRequest, parse_image_request, workflow_values
+from adapters.comfyui.image_request import ImageRequest, parse_image_request
+from adapters.comfyui.images import workflow_values
 from adapters.comfyui.workflows import MODEL_FREE_TEST, TXT2IMG, WorkflowTemplate
 
 
