@@ -7,13 +7,21 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.fixtures.launch import FakeEngine, start_fake
-from tests.support.engines import CHECKPOINT, GOVERNED, caps, comfyui_root, eventually
+from tests.fixtures.launch import start_fake
+from tests.support.engines import (
+    CHECKPOINT,
+    GOVERNED,
+    caps,
+    comfyui_root,
+    eventually,
+    processes_with,
+)
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(120)
@@ -34,7 +42,7 @@ class Timed:
 @dataclass
 class Setup:
     runner: RunnerProcess
-    comfy: FakeEngine
+    comfy_url: str
 
     def post(self, model: str, prompt: str, tenant: str) -> Timed:
         sent_at = time.monotonic()
@@ -47,24 +55,49 @@ class Setup:
         return Timed(r, sent_at, time.monotonic())
 
     def comfy_queue(self) -> dict[str, Any]:
-        doc: dict[str, Any] = httpx.get(self.comfy.url + "/queue").json()
+        doc: dict[str, Any] = httpx.get(self.comfy_url + "/queue").json()
         return doc
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+def _models(server: str) -> str:
+    """Two ComfyUI models on one server: attached at one URL (one written with a trailing
+    slash, the same server), or both on the ComfyUI the runner spawns from COMFYUI_PATH."""
+    if server == "spawned":
+        entry = f"backend: comfyui, checkpoint: {CHECKPOINT}, preload: true"
+        return f"models:\n  - {{id: sd, {entry}}}\n  - {{id: sd-too, {entry}}}\n"
+    return (
+        "models:\n"
+        f"  - {{id: sd, backend: comfyui, url: '{server}', checkpoint: {CHECKPOINT}}}\n"
+        f"  - {{id: sd-too, backend: comfyui, url: '{server}/', checkpoint: {CHECKPOINT}}}\n"
+    )
+
+
+def _spawned_url(main_py: Path) -> str:
+    """The URL of the ComfyUI the runner spawned from `main_py` (its `--port` argument)."""
+    found = processes_with(str(main_py))
+    assert len(found) == 1, found
+    argv = found[0][1]
+    return f"http://127.0.0.1:{argv[argv.index('--port') + 1]}"
+
+
+@pytest.fixture(scope="module", params=["attached", "spawned"])
+def setup(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Setup]:
     root = tmp_path_factory.mktemp("comfy-shared")
+    slow = ("--slow-step-ms", str(SLOW_STEP_MS))
+    env = {**GOVERNED, "ENGINE_STATS_INTERVAL_S": "0.2"}
+    if request.param == "spawned":
+        folder = comfyui_root(root / "ComfyUI", *slow)
+        env["COMFYUI_PATH"] = str(folder)
+        with start_runner(models_file=_models("spawned"), env=env, ready_timeout=60) as runner:
+            yield Setup(runner, _spawned_url(folder / "main.py"))
+        return
     folder = comfyui_root(root / "ComfyUI")
-    args = ("--base-directory", str(folder), "--slow-step-ms", str(SLOW_STEP_MS))
-    with start_fake("fake_comfyui", *args) as comfy:
-        models = (
-            "models:\n"
-            f"  - {{id: sd, backend: comfyui, url: '{comfy.url}', checkpoint: {CHECKPOINT}}}\n"
-            f"  - {{id: sd-too, backend: comfyui, url: '{comfy.url}/', checkpoint: {CHECKPOINT}}}\n"
-        )
-        env = {**GOVERNED, "COMFYUI_PATH": str(folder), "ENGINE_STATS_INTERVAL_S": "0.2"}
-        with start_runner(models_file=models, env=env, ready_timeout=60) as runner:
-            yield Setup(runner, comfy)
+    with start_fake("fake_comfyui", "--base-directory", str(folder), *slow) as comfy:
+        env["COMFYUI_PATH"] = str(folder)
+        with start_runner(models_file=_models(comfy.url), env=env, ready_timeout=60) as runner:
+            yield Setup(runner, comfy.url)
 
 
 def test_comfyui_slot_group_second_model_waits_in_the_runners_queue(setup: Setup) -> None:
