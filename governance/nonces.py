@@ -14,6 +14,7 @@ from typing import Protocol
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from faults.redis_clients import redis_client
 from governance.errors import NonceStoreUnavailable
 
 Clock = Callable[[], float]
@@ -69,9 +70,7 @@ class RedisNonceStore:
 
     @classmethod
     def from_url(cls, url: str, timeout_s: float = 2.0) -> RedisNonceStore:
-        client = aioredis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-        )
+        client = redis_client(url, timeout_s)
         return cls(client)
 
     def key(self, nonce: str) -> str:

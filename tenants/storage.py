@@ -9,9 +9,9 @@ import redis.asyncio
 from limits.aio.storage import RedisStorage, Storage
 from limits.aio.storage.redis.redispy import RedispyBridge
 from limits.errors import StorageError
-from redis.asyncio import ConnectionPool
 from redis.exceptions import NoScriptError, RedisError
 
+from faults.redis_clients import redis_pool
 from tenants.errors import InvalidTenantConfig
 from tenants.memory_store import Clock, MemoryWindowStorage, Window
 
@@ -50,9 +50,7 @@ def storage_from_url(
             f"REDIS_URL: unsupported scheme in {redis_url!r}; use redis://, rediss:// or unix://"
         )
     pool_url = uri.removeprefix("async+").replace("redis+unix://", "unix://")
-    pool = ConnectionPool.from_url(
-        pool_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-    )
+    pool = redis_pool(pool_url, timeout_s)  # one retry on a connection a restart closed
     pool_option: dict[str, object] = {"connection_pool": pool}
     return SharedRedisStorage(
         uri,

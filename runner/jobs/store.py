@@ -25,6 +25,7 @@ from typing import Protocol
 
 import redis.asyncio as aioredis
 
+from faults.redis_clients import redis_client
 from runner.jobs import record
 from runner.jobs.errors import redis_errors
 from runner.jobs.record import Failure, Job
@@ -160,9 +161,7 @@ class RedisJobStore:
         retention_s: int = DEFAULT_RETENTION_S,
         active_ttl_s: int = DEFAULT_ACTIVE_TTL_S,
     ) -> RedisJobStore:
-        client = aioredis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-        )
+        client = redis_client(url, timeout_s)
         return cls(client, retention_s=retention_s, active_ttl_s=active_ttl_s)
 
     def key(self, job_id: str) -> str:

@@ -30,6 +30,7 @@ import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from faults.redis_clients import redis_client
 from runner.memory.errors import LeaseLost, LeaseStoreUnavailable
 
 log = logging.getLogger("quorum.memory")
@@ -136,9 +137,7 @@ class RedisLeaseStore:
     def from_url(
         cls, url: str, prefix: str = DEFAULT_PREFIX, timeout_s: float = 2.0
     ) -> RedisLeaseStore:
-        client = aioredis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-        )
+        client = redis_client(url, timeout_s)
         return cls(client, prefix)
 
     def key(self, holder: str) -> str:

@@ -24,6 +24,7 @@ import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from faults.redis_clients import redis_client
 from runner.tasks.errors import TaskStoreUnavailable
 from runner.tasks.record import LoadTask
 from runner.tasks.state import ACTIVE, statuses_that_may_become
@@ -143,9 +144,7 @@ class RedisTaskStore:
     ) -> RedisTaskStore:
         """A store on its own client for `url` (`REDIS_URL`); commands time out after
         `timeout_s`, so a hung Redis answers 503 fast instead of holding a request."""
-        client = aioredis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-        )
+        client = redis_client(url, timeout_s)
         return cls(client, prefix, retention_s=retention_s, stale_after_s=stale_after_s)
 
     def task_key(self, task_id: str) -> str:
