@@ -5,13 +5,14 @@ Layout (`prefix` defaults to `quorum:task:`; the scripts build task keys from it
 Redis Cluster give the prefix a hash tag, e.g. `{quorum:task}:`)::
 
     <prefix><taskId>        the record as JSON; EX retention_s once terminal
-    <prefix>model:<model>   taskId of the model's active task (the join index)
+    <prefix>model:<runner>:<model>  taskId of the runner's active task for the model (the
+                                    join index: each replica loads its own models)
     <prefix>active          SET of active task ids (list_active, mark_interrupted)
 
 Every write that must be atomic is one Lua script: `put` checks the stored status and
-updates the indexes with the record; `create_or_join` reads the model's index and
-creates the task only when there is no live one (one SET under one script, so two
-replicas racing on one model end with one task). Redis failures become
+updates the indexes with the record; `create_or_join` reads the runner's index for the
+model and creates the task only when there is no live one (one SET under one script, so
+two loads of one model racing on one runner end with one task). Redis failures become
 `TaskStoreUnavailable` (503) in one place, `_translated`.
 """
 
@@ -150,8 +151,8 @@ class RedisTaskStore:
     def task_key(self, task_id: str) -> str:
         return self._prefix + task_id
 
-    def model_key(self, model_id: str) -> str:
-        return self._prefix + "model:" + model_id
+    def model_key(self, runner_id: str, model_id: str) -> str:
+        return f"{self._prefix}model:{runner_id}:{model_id}"
 
     @property
     def active_key(self) -> str:
@@ -161,7 +162,11 @@ class RedisTaskStore:
         allowed = "," + ",".join(s.value for s in statuses_that_may_become(task.status)) + ","
         async with _translated():
             stored = await self._put_script(
-                keys=[self.task_key(task.task_id), self.model_key(task.model_id), self.active_key],
+                keys=[
+                    self.task_key(task.task_id),
+                    self.model_key(task.runner_id, task.model_id),
+                    self.active_key,
+                ],
                 args=[
                     _encode(task),
                     task.task_id,
@@ -178,7 +183,7 @@ class RedisTaskStore:
         return None if raw is None else _decode(raw)
 
     async def create_or_join(self, task: LoadTask) -> tuple[LoadTask, bool]:
-        """1. The script joins the model's active task if it was written within
+        """1. The script joins the runner's active task for the model if it was written within
            `stale_after_s` of `task.created_at`, else creates `task` -> done.
         2. It answered "stale": fail that task as interrupted (a guarded put) and retry.
         """
@@ -188,7 +193,7 @@ class RedisTaskStore:
             async with _translated():
                 outcome, raw = await self._create_script(
                     keys=[
-                        self.model_key(task.model_id),
+                        self.model_key(task.runner_id, task.model_id),
                         self.task_key(task.task_id),
                         self.active_key,
                     ],
@@ -202,9 +207,9 @@ class RedisTaskStore:
             detail=f"model {task.model_id!r} kept a stale task", retry_after=1
         )
 
-    async def active_for_model(self, model_id: str) -> LoadTask | None:
+    async def active_for_model(self, model_id: str, runner_id: str) -> LoadTask | None:
         async with _translated():
-            task_id = await self._client.get(self.model_key(model_id))
+            task_id = await self._client.get(self.model_key(runner_id, model_id))
             if task_id is None:
                 return None
             raw = await self._client.get(self.task_key(_text(task_id)))

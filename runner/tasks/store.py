@@ -7,10 +7,12 @@ Both stores keep the same promises (one parametrized suite tests them):
   to (`runner.tasks.state.may_overwrite`; `queued -> completed` in one write is fine).
   A refused write returns the stored record, so a loader whose `put` comes back
   `cancelled` learns it must stop.
-- `create_or_join` is atomic per model: of any number of concurrent loads of one model,
-  on any number of replicas, one creates the task and the rest join it. An active task
-  not written for `stale_after_s` (its runner died and never came back under the same
-  id) is not joined: it is failed as interrupted and a new task takes its place. So
+- `create_or_join` is atomic per runner and model: of any number of concurrent loads of
+  one model on one runner, one creates the task and the rest join it. Each replica loads
+  its own models, so a load on another replica never joins this one's task (it gets a
+  task of its own, and the model on that replica). An active task not written for
+  `stale_after_s` (its writes failed, or its runner is stuck) is not joined: it is
+  failed as interrupted and a new task takes its place. So
   the owner must `put` its task at least every `stale_after_s` (progress updates do).
 - Finished tasks stay readable for `retention_s` (24 h by default), then read as absent
   (404). Active tasks never expire; `mark_interrupted` fails them at their runner's
@@ -44,10 +46,11 @@ class TaskStore(Protocol):
     async def get(self, task_id: str) -> LoadTask | None: ...
 
     async def create_or_join(self, task: LoadTask) -> tuple[LoadTask, bool]:
-        """Store the new active `task`, or join the model's live active task: (task, created)."""
+        """Store the new active `task`, or join the live active task of the same runner and
+        model: (task, created)."""
         ...
 
-    async def active_for_model(self, model_id: str) -> LoadTask | None: ...
+    async def active_for_model(self, model_id: str, runner_id: str) -> LoadTask | None: ...
 
     async def list_active(self) -> list[LoadTask]:
         """Every active task, oldest first."""
@@ -98,6 +101,11 @@ def check_new(task: LoadTask) -> None:
         raise ValueError(f"create_or_join takes an active task, not a {task.status.value} one")
 
 
+def _index(task: LoadTask) -> tuple[str, str]:
+    """The join index's key: a task is joined only by loads on its own runner."""
+    return (task.runner_id, task.model_id)
+
+
 class MemoryTaskStore:
     """One process's tasks (single replica); the injected clock only ages finished tasks."""
 
@@ -114,7 +122,7 @@ class MemoryTaskStore:
         self._tasks: dict[str, LoadTask] = {}
         self._expiry: dict[str, float] = {}
         self._heap: list[tuple[float, str]] = []
-        self._by_model: dict[str, str] = {}
+        self._by_model: dict[tuple[str, str], str] = {}  # (runner, model) -> active task
 
     async def put(self, task: LoadTask) -> LoadTask:
         return self._put(task)
@@ -129,10 +137,10 @@ class MemoryTaskStore:
             deadline = self._clock() + self._retention_s
             self._expiry[task.task_id] = deadline
             heapq.heappush(self._heap, (deadline, task.task_id))
-            if self._by_model.get(task.model_id) == task.task_id:
-                del self._by_model[task.model_id]
+            if self._by_model.get(_index(task)) == task.task_id:
+                del self._by_model[_index(task)]
         else:
-            self._by_model.setdefault(task.model_id, task.task_id)
+            self._by_model.setdefault(_index(task), task.task_id)
         return task
 
     async def get(self, task_id: str) -> LoadTask | None:
@@ -140,26 +148,26 @@ class MemoryTaskStore:
         return self._tasks.get(task_id)
 
     async def create_or_join(self, task: LoadTask) -> tuple[LoadTask, bool]:
-        """1. The model's active task, written within `stale_after_s` -> join it.
+        """1. The runner's active task for the model, written within `stale_after_s` -> join it.
         2. It exists but is stale -> fail it as interrupted.
         3. Store `task` as the model's active task -> created.
         """
         check_new(task)
-        current = self._active(task.model_id)
+        current = self._active(_index(task))
         if current is not None:
             if not is_stale(current, task.created_at, self._stale_after_s):  # 1
                 return current, False
             now = task.created_at
             self._put(current.fail(stale_reason(current, now), now=now))  # 2
-        self._by_model[task.model_id] = task.task_id  # 3
+        self._by_model[_index(task)] = task.task_id  # 3
         return self._put(task), True
 
-    async def active_for_model(self, model_id: str) -> LoadTask | None:
-        return self._active(model_id)
+    async def active_for_model(self, model_id: str, runner_id: str) -> LoadTask | None:
+        return self._active((runner_id, model_id))
 
-    def _active(self, model_id: str) -> LoadTask | None:
+    def _active(self, index: tuple[str, str]) -> LoadTask | None:
         self._purge()
-        task_id = self._by_model.get(model_id)
+        task_id = self._by_model.get(index)
         task = self._tasks.get(task_id) if task_id is not None else None
         return task if task is not None and task.status.active else None
 

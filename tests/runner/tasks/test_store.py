@@ -89,20 +89,25 @@ async def test_store_second_replica_answers_status(replicas: Replicas) -> None:
 
 
 async def test_store_create_or_join_joins_active_task(replicas: Replicas) -> None:
-    """A second load of a model already loading, on any replica, joins that task."""
+    """A second load of a model already loading on the same runner joins that task;
+    a load of it on another runner gets a task of its own (each replica loads its own)."""
     a, b = replicas
     first, created = await a.create_or_join(new(runner="runner-a"))
     assert created
-    joined, created_again = await b.create_or_join(new(runner="runner-b", now=NOW + 3))
+    joined, created_again = await b.create_or_join(new(runner="runner-a", now=NOW + 3))
     assert not created_again
     assert joined == first
-    assert await b.active_for_model(MODEL) == first
+    assert await b.active_for_model(MODEL, "runner-a") == first
+    own, created_own = await b.create_or_join(new(runner="runner-b", now=NOW + 4))
+    assert created_own and own.task_id != first.task_id
+    assert await a.active_for_model(MODEL, "runner-b") == own
 
 
 async def test_store_create_or_join_race_creates_one(replicas: Replicas) -> None:
-    """Forty concurrent loads of one model through two replicas end with exactly one task."""
+    """Forty concurrent loads of one model on one runner, through two store handles, end
+    with exactly one task."""
     a, b = replicas
-    attempts = [new(runner=f"runner-{i % 2}") for i in range(40)]
+    attempts = [new(runner="runner-a") for _ in range(40)]
     results = await asyncio.gather(
         *((a if i % 2 else b).create_or_join(t) for i, t in enumerate(attempts))
     )
@@ -119,7 +124,7 @@ async def test_store_create_or_join_after_finish_creates_new(store: TaskStore) -
     second, created = await store.create_or_join(new(now=NOW + 2))
     assert created
     assert second.task_id != first.task_id
-    assert await store.active_for_model(MODEL) == second
+    assert await store.active_for_model(MODEL, "runner-a") == second
 
 
 async def test_store_create_or_join_other_models_are_independent(store: TaskStore) -> None:
@@ -135,7 +140,7 @@ async def test_store_create_or_join_replaces_stale_task(replicas: Replicas) -> N
     a, b = replicas
     dead, _ = await a.create_or_join(new(runner="runner-gone"))
     later = NOW + STALE_AFTER_S + 1
-    fresh, created = await b.create_or_join(new(runner="runner-b", now=later))
+    fresh, created = await b.create_or_join(new(runner="runner-gone", now=later))
     assert created
     assert fresh.task_id != dead.task_id
     old = await a.get(dead.task_id)
@@ -163,13 +168,13 @@ async def test_store_create_or_join_refuses_finished_task(store: TaskStore) -> N
 
 async def test_store_active_for_model_follows_lifecycle(store: TaskStore) -> None:
     """active_for_model sees the task while it runs and forgets it once it finishes."""
-    assert await store.active_for_model(MODEL) is None
+    assert await store.active_for_model(MODEL, "runner-a") is None
     task, _ = await store.create_or_join(new())
     loading = task.start_loading(eta=9, now=NOW + 1)
     await store.put(loading)
-    assert await store.active_for_model(MODEL) == loading
+    assert await store.active_for_model(MODEL, "runner-a") == loading
     await store.put(loading.complete(100, 2000, now=NOW + 2))
-    assert await store.active_for_model(MODEL) is None
+    assert await store.active_for_model(MODEL, "runner-a") is None
 
 
 async def test_store_list_active_excludes_finished(store: TaskStore) -> None:
@@ -192,7 +197,7 @@ async def test_store_put_refuses_stale_write_after_cancel(replicas: Replicas) ->
     answer = await a.put(loading.progress_to(0.9, eta=1, now=NOW + 3))
     assert answer == cancelled
     assert await a.get(task.task_id) == cancelled
-    assert await a.active_for_model(MODEL) is None
+    assert await a.active_for_model(MODEL, "runner-a") is None
 
 
 async def test_store_put_refuses_backwards_move(store: TaskStore) -> None:
@@ -321,7 +326,7 @@ async def test_redis_store_finished_task_has_retention_ttl(redis_server: RedisSe
     assert await client.ttl(store.task_key(task.task_id)) == -1
     await store.put(task.fail("x", now=NOW))
     assert 7000 < await client.ttl(store.task_key(task.task_id)) <= 7200
-    assert await client.exists(store.model_key(MODEL)) == 0
+    assert await client.exists(store.model_key("runner-a", MODEL)) == 0
     assert await client.smembers(store.active_key) == set()
     await client.aclose()
     await store.aclose()
@@ -334,7 +339,7 @@ async def test_redis_store_keys_use_the_prefix(redis_server: RedisServer) -> Non
     await store.create_or_join(new())
     keys = {k.decode() if isinstance(k, bytes) else k for k in await client.keys("*")}
     assert keys and all(k.startswith("t1:") for k in keys)
-    assert "t1:active" in keys and f"t1:model:{MODEL}" in keys
+    assert "t1:active" in keys and f"t1:model:runner-a:{MODEL}" in keys
     await client.aclose()
     await store.aclose()
 
