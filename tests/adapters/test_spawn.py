@@ -114,7 +114,6 @@ def test_unstartable_command_raises_oserror_without_setpriv(
         uvloop.run(_run(["/nonexistent/engine"]))
 
 
-
 _RUNNER_THAT_SPAWNS = """
 import asyncio
 from adapters.spawn import spawn
