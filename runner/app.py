@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import math
 
 from adapters.comfyui import FILES_PATH
 from governance.verifier import Verifier
@@ -45,6 +46,10 @@ from tenants.storage import storage_from_url
 
 log = logging.getLogger("quorum.app")
 
+REFUSE_WAITERS_BEFORE_S = 0.5
+"""How long before uvicorn's graceful-shutdown timeout the queued requests are refused:
+time for their 503s to be written before uvicorn cancels what is left."""
+
 
 class RunnerApp:
     """ASGI entry point: lifespan, inference fast path, control plane."""
@@ -58,6 +63,9 @@ class RunnerApp:
         self.image_files: ImageFiles | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._preloading: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._refusal_set = False
+        self._refusing: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -143,6 +151,7 @@ class RunnerApp:
                 return
 
     async def startup(self) -> None:
+        self._loop = asyncio.get_running_loop()
         rt = self.rt
         s = rt.settings
         rt.pool.attach(rt.admission)
@@ -198,8 +207,24 @@ class RunnerApp:
             log.info("runner %s ready with %d model(s)", rt.settings.runner_id, ready)
 
     def begin_shutdown(self) -> None:
-        """Called when SIGTERM arrives: /health turns 503 at once, new inference is refused."""
+        """Called when SIGTERM arrives: /health turns 503 at once, new inference is refused.
+
+        Requests still queued just before uvicorn's grace (SHUTDOWN_GRACE_S) runs out are
+        refused then by the scheduler (503 `shutting_down`, `Retry-After`): uvicorn cancels
+        whatever is left at its end, and a request cancelled before it answered would
+        get uvicorn's bare 500. Runs in the signal handler, so the timer is set through
+        `call_soon_threadsafe`."""
         self.rt.life = Life.STOPPING
+        loop = self._loop
+        if loop is None or self._refusal_set:
+            return
+        self._refusal_set = True
+        grace = math.ceil(self.rt.settings.shutdown_grace_s)  # uvicorn's timeout
+        delay = max(0.0, grace - REFUSE_WAITERS_BEFORE_S)
+        loop.call_soon_threadsafe(loop.call_later, delay, self._refuse_waiters)
+
+    def _refuse_waiters(self) -> None:
+        self._refusing = asyncio.get_running_loop().create_task(self.rt.admission.stop())
 
     async def shutdown(self) -> None:
         self.rt.life = Life.STOPPING
