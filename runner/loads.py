@@ -12,8 +12,9 @@ Every lifecycle call goes the way of `runner/governed.py`: strict body parsing a
 checks (400/404) before governance, so nothing is spent on a call that cannot run; then
 `GovernedOps.approve`; then the work. A load of a model already loading joins its task.
 
-A load, in the background (`_run`), follows the scheduler's notices for its model; it
-polls nothing:
+A load, in the background (`_run`), follows the scheduler's notices for its model; the
+one thing it reads meanwhile is its own task, every `CANCEL_CHECK_S`, to see a cancel
+written by another replica (`_next`; the replica that runs the load stops it):
     1. download the repository into HF_HOME when it is not on disk (status downloading;
        progress written as huggingface_hub reports bytes, at most every PROGRESS_EVERY_S);
     2. ask the scheduler for the model (`request_load`): it makes room by its eviction
@@ -64,6 +65,10 @@ _LOAD_FIELDS = frozenset(
 )
 _UNLOAD_FIELDS = frozenset({"modelId", "verifiedOpToken", "mode"})
 PROGRESS_EVERY_S = 0.5
+CANCEL_CHECK_S = 1.0
+"""While its engine starts, the owner reads its task this often: a cancel written by
+another replica is seen within it (no write of the owner's is due before the engine is
+ready, and replicas share nothing but the store)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +126,7 @@ class LoadManager:
         runner_id: str,
         *,
         clock: Callable[[], float] = time.time,
+        cancel_check_s: float = CANCEL_CHECK_S,
     ) -> None:
         self.pool = pool
         self.scheduler = scheduler
@@ -132,6 +138,7 @@ class LoadManager:
         self.estimator = pool.estimator  # learns from every load the pool makes
         self.on_finished: Callable[[str], None] = lambda _outcome: None  # metrics
         self.clock = clock
+        self._cancel_check_s = cancel_check_s
         self._running: dict[str, asyncio.Task[None]] = {}
         self._active: dict[str, LoadTask] = {}  # model -> its active task, as last written
         self._notices: dict[str, list[asyncio.Queue[ModelNotice]]] = {}
@@ -303,8 +310,13 @@ class LoadManager:
             with self._follow(model) as notices:
                 self.scheduler.request_load(model, policy, request.evict_model)  # 2
                 while not task.status.terminal:
-                    notice = await notices.get()
-                    task = await self._advance(task, notice, predicted, started)  # 3, 4
+                    event = await self._next(task, notices)
+                    if isinstance(event, LoadTask):  # ended by another replica meanwhile
+                        task = event
+                        break
+                    task = await self._advance(task, event, predicted, started)  # 3, 4
+            if task.status is TaskStatus.CANCELLED:  # here: a cancel by another replica
+                self._call_off(model)
         except asyncio.CancelledError:
             self.scheduler.cancel_load(model)
             with contextlib.suppress(QuorumError):
@@ -320,6 +332,35 @@ class LoadManager:
             self._running.pop(task.task_id, None)
             if self._active.get(model) is task or task.status.terminal:
                 self._active.pop(model, None)
+
+    async def _next(
+        self, task: LoadTask, notices: asyncio.Queue[ModelNotice]
+    ) -> ModelNotice | LoadTask:
+        """The next notice about the task's model or, should the store read the task
+        ended first (cancelled on another replica), that record; the store is read every
+        `cancel_check_s` (a failed read is tried again at the next)."""
+        getter = asyncio.ensure_future(notices.get())
+        try:
+            while True:
+                done, _ = await asyncio.wait({getter}, timeout=self._cancel_check_s)
+                if done:
+                    return getter.result()
+                with contextlib.suppress(QuorumError):
+                    current = await self.store.get(task.task_id)
+                    if current is not None and current.status.terminal:
+                        return current
+        finally:
+            getter.cancel()
+
+    def _call_off(self, model: str) -> None:
+        """The task was cancelled on another replica: stop the load here, or unload the
+        model where it became ready before this runner saw the cancel (a cancel frees
+        what the load took)."""
+        view = self.scheduler.models().get(model)
+        if view is not None and view.state is ModelState.READY and not view.unloading:
+            self.scheduler.request_unload(model)
+        else:
+            self.scheduler.cancel_load(model)
 
     async def _advance(
         self, task: LoadTask, notice: ModelNotice, predicted: float, started: float

@@ -5,7 +5,7 @@ moves; progress while loading is computed when read, not written."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,6 +112,7 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
         "llama-server",
         "r1",
         clock=lambda: clock[0],
+        cancel_check_s=0.01,
     )
     await admission.start()
     await loads.start()
@@ -182,3 +183,32 @@ async def test_loads_cancel_calls_the_load_off(setup: Setup) -> None:
     await _settled()
     assert cancelled.status is TaskStatus.CANCELLED
     assert setup.admission.core.status("g") == "stopping"
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    """Let the loop run (the store checks and retries every 0.01 s) until `check` holds."""
+    while not check():
+        await asyncio.sleep(0.01)
+
+
+async def test_loads_cancel_on_another_replica_stops_the_load(setup: Setup) -> None:
+    """A cancel another replica writes in the store is seen by the owner while its engine
+    starts (it reads its task every `cancel_check_s`): the load is called off here."""
+    task = await setup.loads.submit(_body(), None)
+    await _settled()
+    await setup.store.put(task.cancel(now=setup.clock[0]))  # as replica r2 does
+    await _until(lambda: setup.admission.core.status("g") == "stopping")
+    assert (await setup.loads.get(task.task_id)).status is TaskStatus.CANCELLED
+
+
+async def test_loads_cancel_on_another_replica_after_ready_unloads(setup: Setup) -> None:
+    """A model that became ready before the owner saw another replica's cancel is unloaded
+    (the cancel frees what the load took); the task stays cancelled."""
+    task = await setup.loads.submit(_body(), None)
+    await _settled()
+    await setup.store.put(task.cancel(now=setup.clock[0]))
+    setup.admission.model_ready("g", 1, 123)  # before the owner's next read of its task
+    await _until(lambda: setup.admission.core.status("g") != "ready")
+    assert setup.admission.core.status("g") in ("draining", "stopping")
+    assert (await setup.loads.get(task.task_id)).status is TaskStatus.CANCELLED
+
