@@ -43,12 +43,20 @@ from runner.downloads import ByteMeter, fetch_snapshot
 from runner.errors import BadRequest, ModelDownloadFailed
 from runner.governed import GovernedOps, governed_request, parse_body
 from runner.models_config import Backend, ModelSpec
+from runner.pending_writes import RETRY_S, PendingWrites
 from runner.pool.launch import LoadParams
 from runner.pool.pool import ModelPool
 from runner.pool.record import UnloadResult
 from runner.pool.sizing import model_size_mb
 from runner.scheduler import ModelNotice, ModelState, SchedulerAdmission
-from runner.tasks import LoadTask, TaskNotFound, TaskStatus, TaskStore, download_progress
+from runner.tasks import (
+    LoadTask,
+    TaskNotFound,
+    TaskStatus,
+    TaskStore,
+    TaskStoreUnavailable,
+    download_progress,
+)
 
 log = logging.getLogger("quorum.loads")
 
@@ -127,6 +135,7 @@ class LoadManager:
         *,
         clock: Callable[[], float] = time.time,
         cancel_check_s: float = CANCEL_CHECK_S,
+        store_retry_s: float = RETRY_S,
     ) -> None:
         self.pool = pool
         self.scheduler = scheduler
@@ -143,6 +152,11 @@ class LoadManager:
         self._active: dict[str, LoadTask] = {}  # model -> its active task, as last written
         self._notices: dict[str, list[asyncio.Queue[ModelNotice]]] = {}
         self._unlisten: Callable[[], None] = lambda: None
+        # A write the store refused while down is written again once it is back (the
+        # load goes on meanwhile; its last write has no next one to carry it).
+        self._writes: PendingWrites[LoadTask, LoadTask] = PendingWrites(
+            store.put, TaskStoreUnavailable, "load task", retry_s=store_retry_s
+        )
 
     async def start(self) -> None:
         """Follow the scheduler's notices; tasks this runner left unfinished when it
@@ -159,6 +173,7 @@ class LoadManager:
         for task in list(self._running.values()):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self._writes.aclose()
 
     def progress(self) -> dict[str, LoadTask]:
         """Each model's active task as of now (capabilities' `loading`)."""
@@ -284,7 +299,11 @@ class LoadManager:
             queue.put_nowait(notice)
 
     async def _write(self, task: LoadTask) -> LoadTask:
-        stored = await self.store.put(task)
+        """Write `task`; what the store holds now (with the store down: `task`, written
+        once the store is back)."""
+        stored = await self._writes.write(task.task_id, task)
+        if stored is None:
+            stored = task
         self._active[task.model_id] = stored
         if stored.status.terminal:
             self.on_finished(stored.status.value)

@@ -35,6 +35,7 @@ from runner.jobs.progress import ProgressReporter, Throttle, should_write
 from runner.jobs.record import JOB_ID_RE, Failure, Job, JobStatus, Progress
 from runner.jobs.store import JobStore
 from runner.jobs.webhooks import WebhookSender, event_body, message_id, validate_webhook_url
+from runner.pending_writes import RETRY_S, PendingWrites
 
 log = logging.getLogger("quorum.jobs")
 
@@ -91,6 +92,7 @@ class JobManager:
         throttle: Throttle | None = None,
         id_factory: Callable[[], str] = record.new_job_id,
         shutdown_grace_s: float = 5.0,
+        store_retry_s: float = RETRY_S,
     ) -> None:
         self._store = store
         self._sender = sender
@@ -101,6 +103,11 @@ class JobManager:
         self._grace_s = shutdown_grace_s
         self._entries: dict[str, _Entry] = {}
         self._closing = False
+        # A write the store refused while down is written again once it is back: the
+        # last write of a job that ended during an outage has no next one to carry it.
+        self._writes: PendingWrites[Job, None] = PendingWrites(
+            store.put, JobStoreUnavailable, "job", retry_s=store_retry_s
+        )
         # Metrics: each job that ends here, once, with its kind and outcome (terminal status).
         self.on_finished: Callable[[str, str], None] = lambda _kind, _outcome: None
 
@@ -195,6 +202,7 @@ class JobManager:
         tasks = [e.task for e in entries if e.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=self._grace_s)
+        await self._writes.aclose()
 
     # Inside the job's task.
 
@@ -322,11 +330,9 @@ class JobManager:
             return entry.job
 
     async def _put(self, job: Job) -> None:
-        try:
-            await self._store.put(job)
-        except JobStoreUnavailable as exc:
-            # The record in memory stays right; the next write carries it (or start-up fails it).
-            log.warning("job %s: not written (%s): %s", job.id, job.status.value, exc)
+        """Write the job; with the store down, the record in memory stays right and is
+        written once the store is back, unless a later write carries it first."""
+        await self._writes.write(job.id, job)
 
     async def _cancel_asked(self, job_id: str) -> bool:
         try:

@@ -19,7 +19,7 @@ from runner.models_config import ModelSpec
 from runner.pool.launch import LoadParams
 from runner.pool.sizing import policy_for
 from runner.scheduler import ModelPolicy, SchedulerAdmission, SchedulerConfig
-from runner.tasks import LoadTask, MemoryTaskStore, TaskStatus
+from runner.tasks import LoadTask, MemoryTaskStore, TaskStatus, TaskStoreUnavailable
 from runner.tasks.eta import EtaEstimator, LoadSpeed
 
 pytestmark = pytest.mark.timeout(10)
@@ -70,15 +70,23 @@ class Approve:
 
 
 class CountingStore(MemoryTaskStore):
-    """The memory store, counting what is written."""
+    """The memory store, counting what is written; `down` makes it unreachable."""
 
     def __init__(self) -> None:
         super().__init__(lambda: 1000.0)
         self.writes: list[LoadTask] = []
+        self.down = False
 
     async def put(self, task: LoadTask) -> LoadTask:
+        if self.down:
+            raise TaskStoreUnavailable(detail="ConnectionError", retry_after=1)
         self.writes.append(task)
         return await super().put(task)
+
+    async def get(self, task_id: str) -> LoadTask | None:
+        if self.down:
+            raise TaskStoreUnavailable(detail="ConnectionError", retry_after=1)
+        return await super().get(task_id)
 
 
 @dataclass
@@ -113,6 +121,7 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
         "r1",
         clock=lambda: clock[0],
         cancel_check_s=0.01,
+        store_retry_s=0.01,
     )
     await admission.start()
     await loads.start()
@@ -212,3 +221,17 @@ async def test_loads_cancel_on_another_replica_after_ready_unloads(setup: Setup)
     assert setup.admission.core.status("g") in ("draining", "stopping")
     assert (await setup.loads.get(task.task_id)).status is TaskStatus.CANCELLED
 
+
+async def test_loads_outcome_written_once_the_store_is_back(setup: Setup) -> None:
+    """A load that ends while the store is down goes on and reads its outcome once the
+    store answers again (the refused write is retried, not lost)."""
+    task = await setup.loads.submit(_body(), None)
+    await _settled()
+    setup.store.down = True
+    setup.admission.model_ready("g", 1, 123)
+    await _settled()
+    assert [t.status for t in setup.store.writes] == [TaskStatus.LOADING]
+    setup.store.down = False
+    await _until(lambda: len(setup.store.writes) == 2)
+    done = await setup.loads.get(task.task_id)
+    assert done.status is TaskStatus.COMPLETED and done.gpu_memory_used_mb == 123

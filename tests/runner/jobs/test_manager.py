@@ -304,6 +304,38 @@ async def test_manager_store_blip_during_progress_does_not_fail_the_job(
     assert (await finished(m, job.id)).status is JobStatus.SUCCEEDED
 
 
+async def test_manager_job_ended_while_store_down_is_written_when_back(
+    store: JobStore,
+) -> None:
+    """A job that ends while the store is down reads its outcome once the store answers
+    again: the refused last write is retried, not lost (it has no next write)."""
+    real_put = store.put
+    down = asyncio.Event()
+
+    async def put(job: Job) -> None:
+        if down.is_set():
+            raise JobStoreUnavailable("down")
+        await real_put(job)
+
+    store.put = put  # type: ignore[method-assign]
+    m = JobManager(store, None, "runner-a", Clock(), store_retry_s=0.01)
+    work = Scripted()
+    job = await m.submit("transcription", "acme", "whisper-tiny.en", work)
+    await work.step("running")
+    down.set()
+    work.send("return", {"text": "during the outage"})
+    await m.join(job.id)
+    stored = await store.get(job.id)
+    assert stored is not None and stored.status is JobStatus.RUNNING
+    down.clear()
+    while stored is not None and stored.status is JobStatus.RUNNING:
+        await asyncio.sleep(0.01)  # the retry runs every 0.01 s
+        stored = await store.get(job.id)
+    assert stored is not None and stored.status is JobStatus.SUCCEEDED
+    assert stored.result == {"text": "during the outage"}
+    await m.aclose()
+
+
 async def test_manager_start_fails_jobs_left_by_a_restart(store: JobStore) -> None:
     """A runner starting with its RUNNER_ID fails the jobs it left running, with that reason."""
     await store.put(running("job_left", "runner-a"))
