@@ -25,8 +25,9 @@ def free_port() -> int:
 class RedisServer:
     """One redis-server process; `url` is what REDIS_URL would hold."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, *, appendonly: bool = False) -> None:
         self.port = port or free_port()
+        self.appendonly = appendonly  # persist to an append-only file, as deployments do
         self._dir = tempfile.mkdtemp(prefix="quorum-redis-")
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -49,7 +50,7 @@ class RedisServer:
                 "--save",
                 "",
                 "--appendonly",
-                "no",
+                "yes" if self.appendonly else "no",
                 "--dir",
                 self._dir,
             ],
@@ -68,7 +69,9 @@ class RedisServer:
         self.stop()
         raise RuntimeError(f"redis-server did not start on port {self.port}")
 
-    def stop(self) -> None:
+    def stop(self, *, keep_data: bool = False) -> None:
+        """Stop the server; `keep_data` keeps its folder (the append-only file), so the
+        next `start()` finds what it held, as a restarted production Redis does."""
         if self._proc is not None and self._proc.poll() is None:
             self._proc.terminate()
             try:
@@ -77,7 +80,8 @@ class RedisServer:
                 self._proc.kill()
                 self._proc.wait()
         self._proc = None
-        shutil.rmtree(self._dir, ignore_errors=True)
+        if not keep_data:
+            shutil.rmtree(self._dir, ignore_errors=True)
 
 
 @contextmanager
