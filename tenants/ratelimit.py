@@ -10,7 +10,9 @@ pipelined round trip). Key, limit and expiry are computed once per tenant, not p
 
 Header semantics (all seconds are whole and rounded up):
 - `RateLimit-Limit`: requests per window; `RateLimit-Remaining`: requests left now;
-- `RateLimit-Reset`: seconds until one more request fits (on a 429 equal to `Retry-After`);
+- `RateLimit-Reset`: seconds until one more request fits; on a 429 equal to `Retry-After`:
+  until there is room for this client after the tenant's refused clients due back before
+  it, so a refused batch comes back spread over the window, not all into one place;
 - body `resetAt` = now + `RateLimit-Reset`, in Unix seconds.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from math import ceil, floor
@@ -46,6 +49,7 @@ class AcquireAndRead(Protocol):
 
 _EPSILON = 1e-6
 _MAX_CACHED_TENANTS = 10_000
+_MAX_PROMISES = 10_000  # return times kept per tenant
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +90,16 @@ def seconds_until_below(target: int, expiry: int, window: Window) -> float:
     return max(0.0, current_ttl - expiry) + expiry * (1 - target / current)
 
 
-def decide(allowed: bool, rate: Rate, expiry: int, window: Window, now: float) -> RateDecision:
+def decide(
+    allowed: bool, rate: Rate, expiry: int, window: Window, now: float, pending: int = 0
+) -> RateDecision:
     """Turn a hit's outcome and the window read after it into a decision.
 
     1. Remaining: 0 when refused, else limit - floor(weighted count), at least 0.
-    2. Refused: retry (and reset) when the count drops below the limit, at least 1 s.
+    2. Refused: retry (and reset) when the count has room for this client and the
+       `pending` refused clients due back before it (with `windows, rest =
+       divmod(pending, limit)`: the count below `limit - rest`, plus `windows` whole
+       windows), at least 1 s. With none pending: when the count drops below the limit.
     3. Allowed: reset when the count drops one whole request (remaining goes up), 0 when
        the quota is full.
     """
@@ -100,7 +109,9 @@ def decide(allowed: bool, rate: Rate, expiry: int, window: Window, now: float) -
     remaining = 0 if not allowed else max(0, rate.amount - used)
     # 2. refused
     if not allowed:
-        retry = max(1, ceil(seconds_until_below(rate.amount, expiry, window) + _EPSILON))
+        windows, rest = divmod(max(pending, 0), rate.amount)
+        wait = seconds_until_below(rate.amount - rest, expiry, window) + windows * expiry
+        retry = max(1, ceil(wait + _EPSILON))
         return RateDecision(False, rate, 0, ceil(now) + retry, retry, retry)
     # 3. allowed
     reset = 0 if used <= 0 else ceil(seconds_until_below(used, expiry, window) + _EPSILON)
@@ -142,6 +153,7 @@ class RateLimiter:
         self._on_storage_error = on_storage_error
         self._outage_probe_s = outage_probe_s
         self._plans: dict[str, _Plan | None] = {}
+        self._due: dict[str, deque[float]] = {}  # return times told to refused clients
         self._down_since: float | None = None
         self._probe_at = 0.0
         self._last_error: BaseException | None = None
@@ -163,7 +175,8 @@ class RateLimiter:
         3. Acquire an entry and read the window (memory: no I/O; Redis: one round trip).
         4. Store failure: start (or continue) the outage and decide without the store.
         5. Success after an outage: log the recovery once.
-        6. Return the decision.
+        6. Return the decision; a refusal counts the tenant's refused clients still due
+           back (`decide`'s `pending`) and is itself due back at its `Retry-After`.
 
         Deciding without the store means None (allowed, no headers) when failing open and
         `RateLimitUnavailable` (503) when failing closed.
@@ -200,7 +213,13 @@ class RateLimiter:
             )
             self._down_since = None
         # 6. decision
-        return decide(allowed, plan.rate, plan.expiry, window, self._clock())
+        now = self._clock()
+        if allowed:
+            return decide(True, plan.rate, plan.expiry, window, now)
+        due = self._returns(tenant, now)
+        decision = decide(False, plan.rate, plan.expiry, window, now, pending=len(due))
+        due.append(now + decision.retry_after_s)
+        return decision
 
     async def check(self, tenant: str) -> RateDecision | None:
         """`hit`, raising `RateLimitExceeded` (429) when the tenant is over its limit."""
@@ -251,6 +270,17 @@ class RateLimiter:
             self._plans.clear()
         self._plans[tenant] = plan
         return plan
+
+    def _returns(self, tenant: str, now: float) -> deque[float]:
+        """The return times told to the tenant's refused clients that have not come yet."""
+        due = self._due.get(tenant)
+        if due is None:
+            if len(self._due) >= _MAX_CACHED_TENANTS:
+                self._due.clear()
+            due = self._due[tenant] = deque(maxlen=_MAX_PROMISES)
+        while due and due[0] <= now:
+            due.popleft()
+        return due
 
     def _without_store(
         self, tenant: str, now: float, exc: BaseException | None

@@ -1,8 +1,8 @@
-"""The real scheduler core with a `Retry-After` policy from `policies.py` in place of main's.
+"""The real scheduler core with a `Retry-After` policy from `policies.py` in place of its own.
 
 An experiment, not the runner: it subclasses `runner.scheduler.core.Scheduler` and
-overrides three of its internals (`_grant`, `on_serve_done`, `_retry_after`) to keep the
-bookkeeping the candidates need. `sim.py` replays traces through it; `proposal_runner.py`
+overrides three of its internals (`_grant`, `on_serve_done`, `_retry_after(now)`) to keep
+the bookkeeping the candidates need. `sim.py` replays traces through it; `proposal_runner.py`
 puts it inside a real runner. If the core's internals change, this breaks loudly (an
 AttributeError at the first request), never silently.
 """
@@ -43,13 +43,12 @@ def scheduler_with(policy: Callable[[policies.Known], int]) -> type[Scheduler]:
             self.book.done(event.ticket_id, event.at)
             super().on_serve_done(event)
 
-        def _retry_after(self, now: float, position: int) -> int:
-            busy = [m for m, n in self._in_flight.items() if n > 0]
+        def _retry_after(self, now: float) -> int:
             known = policies.Known(
-                position=position,
+                position=len(self._waiting) + 1,
                 drain_per_s=self._drain.rate(now),
                 fallback_s=self.config.queue_timeout_s or 30.0,
-                concurrency=sum(self._concurrency(m) for m in busy) or 1,
+                concurrency=len(self._serving) or 1,  # refused: every slot is busy
                 in_flight_ages=self.book.ages(now),
                 service_s=self.book.mean_service_s(),
                 pending_returns=self.book.pending(now),
@@ -77,7 +76,9 @@ def install_rate_limit_spread(clock: Callable[[], float]) -> None:
         tenant_var.set(tenant)
         return await original_hit(self, tenant)
 
-    def decide(allowed: bool, rate: Rate, expiry: int, window: Window, now: float) -> RateDecision:
+    def decide(
+        allowed: bool, rate: Rate, expiry: int, window: Window, now: float, pending: int = 0
+    ) -> RateDecision:  # the limiter's own spreading (`pending`) is replaced by ours
         decision = original_decide(allowed, rate, expiry, window, now)
         if allowed:
             return decision

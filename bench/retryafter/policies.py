@@ -1,4 +1,4 @@
-"""`Retry-After` policies: main's, and the candidates the analysis compares it with.
+"""`Retry-After` policies: the runner's, the one it had before, and other candidates.
 
 Each is a pure function of `Known`, what the scheduler knows when it refuses a request.
 `sim.py` replays the trace through the real scheduler core with each of them;
@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runner.scheduler.stats import retry_after_s
+from runner.scheduler import retry_after
 from tenants.memory_store import Window
 from tenants.ratelimit import seconds_until_below
 
@@ -21,8 +21,8 @@ from tenants.ratelimit import seconds_until_below
 class Known:
     """What the scheduler knows at a refusal (seconds; rates per second)."""
 
-    position: int  # what main passes: queue depth + 1 for `queue_full`
-    drain_per_s: float  # main's `DrainMeter.rate`: completions over the last 60 s of wall time
+    position: int  # queue depth + 1 (what the runner passed before 2026-11-25)
+    drain_per_s: float  # `DrainMeter.rate`: completions over the last 60 s of wall time
     fallback_s: float  # the queue timeout
     concurrency: int  # slots of the model(s) the queue waits for
     in_flight_ages: tuple[float, ...]  # how long each request in a slot has run
@@ -30,9 +30,18 @@ class Known:
     pending_returns: int  # refused clients whose Retry-After has not elapsed yet
 
 
-def main(k: Known) -> int:
-    """Main today: `ceil((depth + 1) / measured drain rate)`, fallback the queue timeout."""
-    return retry_after_s(k.position, k.drain_per_s, k.fallback_s)
+def drain_rate(k: Known) -> int:
+    """The runner's formula up to bf9f859: `ceil((depth + 1) / measured drain rate)`, the
+    queue timeout when nothing drained, clamped to 1..3600."""
+    seconds = k.position / k.drain_per_s if k.drain_per_s > 0 else k.fallback_s
+    return min(max(math.ceil(seconds), 1), 3600)
+
+
+def runner(k: Known) -> int:
+    """The runner's own (`runner/scheduler/retry_after.py`), fed the same facts: every
+    request in flight with the mean service time."""
+    running = [(age, k.service_s) for age in k.in_flight_ages]
+    return retry_after.retry_after_s(running, k.pending_returns)
 
 
 def _service_s(k: Known) -> float:
@@ -72,7 +81,7 @@ def spread(k: Known, headroom: float = 1.0) -> int:
 
 def proposal(k: Known) -> int:
     """The proposal (`docs/benchmarks.md`, P16): `spread` leaving a third of the freed
-    places to new arrivals (headroom 1.5)."""
+    places to new arrivals (headroom 1.5); the runner has it since (`runner`)."""
     return spread(k, 1.5)
 
 
@@ -94,7 +103,8 @@ def rate_limit_spread(
 
 
 POLICIES: dict[str, Callable[[Known], int]] = {
-    "main": main,
+    "drain_rate": drain_rate,
+    "runner": runner,
     "capacity_full_queue": capacity_full_queue,
     "next_place": next_place,
     "spread": spread,

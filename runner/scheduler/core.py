@@ -53,8 +53,9 @@ from runner.scheduler.events import (
 )
 from runner.scheduler.lifecycle import ModelLifecycle
 from runner.scheduler.models import Gate, ModelState, ModelTable, ModelView, admission
+from runner.scheduler.retry_after import PromisedReturns, retry_after_s
 from runner.scheduler.slot_groups import SlotCounts, next_ticket
-from runner.scheduler.stats import DrainMeter, QueueStats, WaitWindow, retry_after_s
+from runner.scheduler.stats import DrainMeter, QueueStats, WaitWindow
 from runner.scheduler.swaps import Swaps
 from runner.scheduler.waiting import WaitingRoom
 from tenants.fairness import VirtualTokenCounter, service_cost
@@ -71,6 +72,7 @@ class Scheduler:
         self._serving: dict[int, Ticket] = {}
         self._waits = WaitWindow(config.stats_window_s)
         self._drain = DrainMeter(config.stats_window_s, started_at)
+        self._returns = PromisedReturns()  # refused clients due back (`retry_after.py`)
         self._service = ServiceTimes()
         self._deadlines = DeadlineBook()
         self.table = ModelTable(config)
@@ -141,7 +143,7 @@ class Scheduler:
         if cap is not None and mine >= cap:
             error: SchedulerError = TenantQueueFull(
                 tenant=ticket.tenant, tenantQueueDepth=mine, tenantMaxDepth=cap,
-                retry_after=self._retry_after(now, mine + 1),
+                retry_after=self._retry_after(now),
             )  # fmt: skip
             self._effects.reject(ticket, error)
             return
@@ -149,7 +151,7 @@ class Scheduler:
         if depth >= self.config.max_queue_depth:
             error = QueueFull(
                 queueDepth=depth, maxDepth=self.config.max_queue_depth,
-                avgWaitMs=self._waits.avg_ms(now), retry_after=self._retry_after(now, depth + 1),
+                avgWaitMs=self._waits.avg_ms(now), retry_after=self._retry_after(now),
             )  # fmt: skip
             self._effects.reject(ticket, error)
             return
@@ -279,8 +281,8 @@ class Scheduler:
         )
 
     def retry_after_s(self, now: float) -> int:
-        """What a refusal would say right now, for a request joining the back of the queue."""
-        return self._retry_after(now, len(self._waiting) + 1)
+        """What a refusal would say right now (`retry_after.py`), promising nothing."""
+        return retry_after_s(self._service.running(now), self._returns.pending(now))
 
     def models(self) -> dict[str, ModelView]:
         """Every model the scheduler knows, as the rest of the runner reads it."""
@@ -349,7 +351,7 @@ class Scheduler:
         if timeout is not None:
             for ticket in self._waiting.overdue(now, timeout):
                 waited_ms = round(1000 * (now - ticket.arrived_at))
-                retry = self._retry_after(now, len(self._waiting))
+                retry = self._retry_after(now)
                 error = QueueTimeout(
                     queueWaitMs=waited_ms, queueTimeoutMs=round(1000 * timeout), retry_after=retry
                 )
@@ -390,6 +392,8 @@ class Scheduler:
         if not self._waiting.tenant_depth(ticket.tenant):
             self._vtc.on_idle(ticket.tenant)
 
-    def _retry_after(self, now: float, position: int) -> int:
-        fallback = self.config.queue_timeout_s or 30.0
-        return retry_after_s(position, self._drain.rate(now), fallback)
+    def _retry_after(self, now: float) -> int:
+        """`Retry-After` for a client refused now (`retry_after.py`); its return is due."""
+        seconds = self.retry_after_s(now)
+        self._returns.promise(now + seconds)
+        return seconds

@@ -6,8 +6,8 @@ when the forecast wait (`forecast.py`) exceeds it (503 `deadline_unreachable`), 
 drops it from the queue the moment the deadline passes (504 `deadline_exceeded`).
 
 - `ServiceTimes`: each model's seconds per unit of estimated cost (grant to `ServeDone`,
-  over its last completions), what each request in flight has left, and the share of
-  the slots each band was granted recently.
+  over its last completions) and mean service time, what each request in flight has
+  left, and the share of the slots each band was granted recently.
 - `DeadlineBook`: the waiters' deadlines in time order (a heap; entries of requests
   that left the queue are skipped when they come due).
 - `Outlook`: gathers `forecast.py`'s inputs from the scheduler's parts. It only reads.
@@ -83,6 +83,19 @@ class ServiceTimes:
         if not self._done.get(model) or sums is None or sums[1] <= 0:
             return None
         return max(sums[0], 0.0) / sums[1]
+
+    def mean_s(self, model: str) -> float | None:
+        """A request's mean service time at `model`, recently; `None` before any."""
+        done, sums = self._done.get(model), self._sums.get(model)
+        return max(sums[0], 0.0) / len(done) if done and sums is not None else None
+
+    def running(self, now: float) -> list[tuple[float, float | None]]:
+        """`(age, its model's mean_s)` of every request in flight (`retry_after.py`)."""
+        return [
+            (now - at, self.mean_s(model))
+            for model, requests in self._running.items()
+            for _, _, at in requests.values()
+        ]
 
     def left_s(self, model: str, now: float, per_cost_s: float) -> list[float]:
         """What each of the model's requests in flight has left (estimate minus time run)."""

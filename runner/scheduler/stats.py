@@ -128,16 +128,3 @@ class DrainMeter:
         if not self._total or span <= 0:
             return 0.0
         return self._total / max(span, 1.0)
-
-
-def retry_after_s(position: int, drain_per_s: float, fallback_s: float) -> int:
-    """Seconds until `position` requests ahead have drained at the measured rate.
-
-    1. With a measured rate, `ceil(position / rate)`.
-    2. With none (nothing finished recently), the fallback (the queue timeout).
-    3. Clamped to 1..3600: never zero, never absurd.
-    """
-    # 1, 2
-    seconds = position / drain_per_s if drain_per_s > 0 else fallback_s
-    # 3
-    return min(max(math.ceil(seconds), 1), 3600)

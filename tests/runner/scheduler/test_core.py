@@ -132,8 +132,9 @@ def test_scheduler_queue_full_rejects_with_the_seed_body() -> None:
     assert int(error.headers["Retry-After"]) >= 1
 
 
-def test_scheduler_retry_after_follows_the_measured_drain_rate() -> None:
-    """Retry-After shrinks when the queue drains faster and grows when it drains slower."""
+def test_scheduler_retry_after_is_when_the_next_place_opens() -> None:
+    """Retry-After is the time the request in flight has left at the measured service
+    time (not the whole queue drained): shorter when requests are served faster."""
 
     def retry_after(service_s: float) -> int:
         d = Driver(one_slot(max_queue_depth=4, stats_window_s=60.0))
@@ -149,8 +150,23 @@ def test_scheduler_retry_after_follows_the_measured_drain_rate() -> None:
         return int(d.effects.rejected[-1][1].headers["Retry-After"])
 
     fast, slow = retry_after(0.5), retry_after(5.0)
-    assert fast < slow
-    assert fast == 3  # 4 drained in 2 s -> 2/s; 5 ahead -> ceil(2.5)
+    assert (fast, slow) == (1, 5)  # the one just granted has its whole service time left
+
+
+def test_scheduler_retry_after_spreads_clients_refused_together() -> None:
+    """Clients refused one after another are sent back one service interval apart
+    (x HEADROOM), so they do not all return into the same single place."""
+    d = Driver(one_slot(max_queue_depth=1))
+    first = d.arrive()
+    d.arrive()
+    d.now += 2.0
+    d.done(first)  # measured: 2 s per request; the waiter now runs
+    d.arrive()  # fills the queue again
+    answers = []
+    for _ in range(3):
+        refused = d.arrive()
+        answers.append(int(d.effects.rejection(refused).headers["Retry-After"]))
+    assert answers == [2, 5, 8]  # 2 s left, then + 1.5 x 2 s for each one due back before
 
 
 def test_scheduler_tenant_queue_cap_refuses_only_that_tenant() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runner.scheduler.stats import MAX_SAMPLES, DrainMeter, WaitWindow, retry_after_s
+from runner.scheduler.stats import MAX_SAMPLES, DrainMeter, WaitWindow
 
 
 def test_drain_meter_measures_rates_above_the_sample_cap() -> None:
@@ -32,10 +32,3 @@ def test_wait_window_average_follows_expiry_and_cap() -> None:
     assert window.avg_ms(100.0) == 0  # everything expired
     window.record(100.0, 0.25)
     assert window.avg_ms(100.0) == 250 and window.p95_ms(100.0) == 250
-
-
-def test_retry_after_follows_the_drain_rate() -> None:
-    """Retry-After is the queue position over the measured rate, clamped to 1..3600."""
-    assert retry_after_s(17, 2.0, 30.0) == 9
-    assert retry_after_s(17, 20.0, 30.0) == 1
-    assert retry_after_s(5, 0.0, 30.0) == 30
