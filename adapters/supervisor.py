@@ -136,6 +136,7 @@ class EngineProcess:
     poll_interval_s: float = 0.025
     ready_marker: bytes | None = None  # a line the engine prints when it serves (a hint)
     log_lines: int = 500
+    logs_of: str | None = None  # the model whose `GET /v1/models/{id}/logs` shows it: `name`
     clock: Callable[[], float] = time.monotonic
     state: EngineState = field(default=EngineState.NEW, init=False)
     exit: ExitInfo | None = field(default=None, init=False)
@@ -166,7 +167,8 @@ class EngineProcess:
         log.error(
             "engine %s: %s; last log lines:\n%s", self.name, what, "\n".join(tail) or "(none)"
         )
-        return f"{what}; its log is at GET /v1/models/{self.name}/logs (admins)"
+        model = self.logs_of or self.name
+        return f"{what}; its log is at GET /v1/models/{model}/logs (admins)"
 
     def on_exit(self, callback: Callable[[EngineProcess], None]) -> None:
         """Call `callback(self)` once the process has exited, whatever the reason."""

@@ -168,9 +168,11 @@ class ComfyUIServer:
         load_timeout_s: float = 300.0,
         request_timeout_s: float = 60.0,
         metadata: bool = False,
+        logs_of: str | None = None,
     ) -> ComfyUIServer:
         """A ComfyUI started from `comfyui_path`; its PNGs carry no workflow unless
-        `metadata` (ComfyUI's `--disable-metadata` otherwise)."""
+        `metadata` (ComfyUI's `--disable-metadata` otherwise). `logs_of`: a model whose
+        logs endpoint shows the server's output (the one it is started for)."""
         port = free_port()
         if not metadata and "--disable-metadata" not in extra_args:
             extra_args = [*extra_args, "--disable-metadata"]
@@ -188,6 +190,7 @@ class ComfyUIServer:
             env={"PYTHONUNBUFFERED": "1"},
             load_timeout_s=load_timeout_s,
             poll_interval_s=0.25,
+            logs_of=logs_of,
         )
         return cls(http, process, comfyui_path)
 

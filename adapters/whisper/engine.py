@@ -163,6 +163,7 @@ class WhisperEngine:
         self._server = await asyncio.start_unix_server(self._accept, path=path)
         self.process = EngineProcess(  # 2
             name=f"whisper:{self.model_id}",
+            logs_of=self.model_id,
             argv=[*self._argv, "--socket", path],
             health=self._health,
             env=self._env,

@@ -68,6 +68,7 @@ class ComfyUIServers:
                 load_timeout_s=spec.load_timeout_s or s.engine_load_timeout_s,
                 request_timeout_s=s.engine_read_timeout_s,
                 metadata=s.comfyui_image_metadata,
+                logs_of=spec.id,
             )
         return self._spawned
 

@@ -1,0 +1,48 @@
+"""A failed start names where its log is, and that place answers (docs/reliability.md,
+section 2): `GET /v1/models/{model}/logs` for the model that failed, also for the engines
+whose process has a name of its own (a speech worker `whisper:<id>`, the ComfyUI server)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.engines import CHECKPOINT, caps, comfyui_root
+from tests.support.runner_proc import start_runner, wait_started
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _broken_whisper(tmp: Path) -> tuple[str, dict[str, str]]:
+    folder = tmp / "not-a-model"
+    folder.mkdir()
+    (folder / "model.bin").write_bytes(b"\0" * 64)
+    return f"models:\n  - {{id: w, backend: faster-whisper, path: '{folder}', preload: true}}\n", {
+        "WHISPER_CPU_THREADS": "1"
+    }
+
+
+def _broken_comfyui(tmp: Path) -> tuple[str, dict[str, str]]:
+    root = comfyui_root(tmp / "ComfyUI", "--no-such-flag")  # the server exits at start
+    models = f"models:\n  - {{id: w, backend: comfyui, checkpoint: {CHECKPOINT}, preload: true}}\n"
+    return models, {"COMFYUI_PATH": str(root), "COMFYUI_CPU": "true"}
+
+
+@pytest.mark.parametrize("broken", [_broken_whisper, _broken_comfyui], ids=["whisper", "comfyui"])
+def test_failed_start_points_at_the_models_own_logs(
+    broken: Callable[[Path], tuple[str, dict[str, str]]], tmp_path: Path
+) -> None:
+    """The model's failure names `GET /v1/models/w/logs`, which answers admins with the
+    engine's output (and nothing else names a path that does not exist)."""
+    models, env = broken(tmp_path)
+    with start_runner(
+        models_file=models, env={**env, "ADMIN_TENANTS": "ops"}, wait_ready=False
+    ) as runner:
+        wait_started(runner, 60)
+        [failed] = caps(runner.url)["models"]["failed"]
+        assert failed["id"] == "w" and "GET /v1/models/w/logs (admins)" in failed["error"], failed
+        logs = httpx.get(runner.url + "/v1/models/w/logs", headers={"X-Tenant-ID": "ops"})
+        assert logs.status_code == 200 and logs.json()["lines"], logs.text
