@@ -1,15 +1,18 @@
 """A failed start names where its log is, and that place answers (docs/reliability.md,
 section 2): `GET /v1/models/{model}/logs` for the model that failed, also for the engines
-whose process has a name of its own (a speech worker `whisper:<id>`, the ComfyUI server)."""
+whose process has a name of its own (a speech worker `whisper:<id>`, the ComfyUI server).
+llama-server and faster-whisper are the real engines, ComfyUI the fake."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
+from runner.settings import default_llama_server_bin
 from tests.support.engines import CHECKPOINT, caps, comfyui_root
 from tests.support.runner_proc import start_runner, wait_started
 
@@ -25,13 +28,24 @@ def _broken_whisper(tmp: Path) -> tuple[str, dict[str, str]]:
     }
 
 
+def _broken_llama(tmp: Path) -> tuple[str, dict[str, str]]:
+    binary = default_llama_server_bin()
+    if not os.path.exists(binary):
+        pytest.fail(f"real engine not installed ({binary}): run scripts/install")
+    gguf = tmp / "broken.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 4096)  # the real llama-server exits on it
+    return f"models:\n  - {{id: w, backend: llama-server, path: '{gguf}', preload: true}}\n", {}
+
+
 def _broken_comfyui(tmp: Path) -> tuple[str, dict[str, str]]:
     root = comfyui_root(tmp / "ComfyUI", "--no-such-flag")  # the server exits at start
     models = f"models:\n  - {{id: w, backend: comfyui, checkpoint: {CHECKPOINT}, preload: true}}\n"
     return models, {"COMFYUI_PATH": str(root), "COMFYUI_CPU": "true"}
 
 
-@pytest.mark.parametrize("broken", [_broken_whisper, _broken_comfyui], ids=["whisper", "comfyui"])
+@pytest.mark.parametrize(
+    "broken", [_broken_llama, _broken_whisper, _broken_comfyui], ids=["llama", "whisper", "comfyui"]
+)
 def test_failed_start_points_at_the_models_own_logs(
     broken: Callable[[Path], tuple[str, dict[str, str]]], tmp_path: Path
 ) -> None:
