@@ -34,14 +34,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
 
 from faults import QuorumError
 from runner.catalog import Roots, resolve
 from runner.downloads import ByteMeter, fetch_snapshot
 from runner.errors import BadRequest, ModelDownloadFailed
 from runner.governed import GovernedOps, governed_request, parse_body
+from runner.load_requests import UNLOAD_FIELDS, LoadRequest, parse_load
 from runner.models_config import Backend, ModelSpec
 from runner.pending_writes import RETRY_S, PendingWrites
 from runner.pool.launch import LoadParams
@@ -60,64 +59,11 @@ from runner.tasks import (
 
 log = logging.getLogger("quorum.loads")
 
-QUANTIZATIONS = ("awq-4bit", "gptq-4bit", "fp16", "bf16")
-_LOAD_FIELDS = frozenset(
-    {
-        "modelId",
-        "quantization",
-        "maxContextLength",
-        "gpuMemoryBudgetMB",
-        "evictModel",
-        "verifiedOpToken",
-    }
-)
-_UNLOAD_FIELDS = frozenset({"modelId", "verifiedOpToken", "mode"})
 PROGRESS_EVERY_S = 0.5
 CANCEL_CHECK_S = 1.0
 """While its engine starts, the owner reads its task this often: a cancel written by
 another replica is seen within it (no write of the owner's is due before the engine is
 ready, and replicas share nothing but the store)."""
-
-
-@dataclass(frozen=True, slots=True)
-class LoadRequest:
-    model_id: str
-    quantization: str | None
-    max_context_length: int | None
-    gpu_memory_budget_mb: int | None
-    evict_model: str | None
-
-
-def _opt_int(doc: dict[str, Any], key: str, low: int, high: int) -> int | None:
-    value = doc.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise BadRequest(f"{key} must be an integer from {low} to {high}")
-    return value
-
-
-def parse_load(doc: dict[str, Any]) -> LoadRequest:
-    """The seed's load body, strictly: known fields, right types and ranges (400 otherwise)."""
-    unknown = set(doc) - _LOAD_FIELDS
-    if unknown:
-        raise BadRequest(f"unknown field(s) in load request: {', '.join(sorted(unknown))}")
-    model_id = doc.get("modelId")
-    if not isinstance(model_id, str) or not model_id:
-        raise BadRequest("modelId is required and must be a non-empty string")
-    quantization = doc.get("quantization")
-    if quantization is not None and quantization not in QUANTIZATIONS:
-        raise BadRequest(f"quantization must be one of {', '.join(QUANTIZATIONS)}")
-    evict = doc.get("evictModel")
-    if evict is not None and (not isinstance(evict, str) or not evict):
-        raise BadRequest("evictModel must be a non-empty string")
-    return LoadRequest(
-        model_id,
-        quantization,
-        _opt_int(doc, "maxContextLength", 1, 10_000_000),
-        _opt_int(doc, "gpuMemoryBudgetMB", 1, 100_000_000),
-        evict,
-    )
 
 
 class LoadManager:
@@ -243,7 +189,7 @@ class LoadManager:
            asleep (the pool measured what that freed).
         """
         doc = parse_body(body)  # 1
-        unknown = set(doc) - _UNLOAD_FIELDS
+        unknown = set(doc) - UNLOAD_FIELDS
         if unknown:
             raise BadRequest(f"unknown field(s) in unload request: {', '.join(sorted(unknown))}")
         model_id = doc.get("modelId")

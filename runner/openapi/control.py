@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from runner.governed import FLUSH_SCOPES
-from runner.loads import QUANTIZATIONS
+from runner.load_requests import QUANTIZATIONS
 from runner.openapi.components import OP_TOKEN, Schema, header_refs
 from runner.openapi.paths import (
     JSON,

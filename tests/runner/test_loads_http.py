@@ -194,8 +194,9 @@ def test_restart_mid_load_reads_failed_and_second_replica_answers(
     redis_server: RedisServer,
 ) -> None:
     """A runner killed mid-load leaves its task `failed` with the reason after it restarts;
-    with Redis, another replica answers the task's status."""
-    models = "models:\n" + _entry("slow", "llama-server-slow")
+    with Redis, another replica answers the task's status. (An engine that never turns
+    healthy: the load is still under way however long the second replica takes to start.)"""
+    models = "models:\n" + _entry("slow", "llama-server-never-healthy")
     env = {**ENV, "REDIS_URL": redis_server.url, "RUNNER_ID": "replica-1"}
     with start_runner(models_file=models, env=env) as first:
         token = dev_token("model-load", "slow", {}, aud="replica-1")

@@ -15,7 +15,7 @@ import pytest
 
 from adapters.supervisor import free_port
 from adapters.vllm_launch import SEED_QUANTIZATION
-from runner.loads import QUANTIZATIONS
+from runner.load_requests import QUANTIZATIONS
 from tests.fixtures.fake_vllm import BIN, process_env
 from tests.support.engines import (
     GOVERNED,
