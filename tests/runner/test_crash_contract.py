@@ -1,12 +1,12 @@
 """The crash contract on every engine kind the runner starts (issue 17's must-show): SIGKILL
 of the engine with one request in flight and two queued, `restart` on and off.
 
-llama-server and faster-whisper are the real engines; ComfyUI and vLLM the fakes
-(tests/fixtures/fake_comfyui.py, fake_vllm.py); a stand-in whose helper child keeps the
+llama-server, faster-whisper and vLLM (its CPU build, scripts/install-vllm) are the real
+engines; ComfyUI and vLLM also as fakes (tests/fixtures/fake_comfyui.py, fake_vllm.py: a
+vLLM on a GPU, and what the CPU build cannot show); a stand-in whose helper child keeps the
 engine's output open after it dies (as vLLM's engine core does) makes the runner hear of
 the exit late, where a queued request once met the dead engine. The shape is
-`tests/support/crash_contract`; a kind is one `CrashKind` here (a real vLLM: one more
-entry in `KINDS`).
+`tests/support/crash_contract`; a kind is one `CrashKind` here.
 """
 
 from __future__ import annotations
@@ -24,6 +24,13 @@ from tests.fixtures.fake_vllm import process_env as vllm_env
 from tests.runner.audio.runner_kit import transcribe, whisper_models_file, worker_pids
 from tests.support.crash_contract import CrashKind, run_crash_contract
 from tests.support.engines import CHECKPOINT, comfyui_root, processes_with
+from tests.support.real_vllm import (
+    DEFAULT_ID,
+    START_TIMEOUT_S,
+    default_entry,
+    models_file,
+    require_vllm,
+)
 from tests.support.runner_proc import RunnerProcess, fixture_bin
 
 pytestmark = pytest.mark.timeout(240)
@@ -32,10 +39,12 @@ GGUF = Path("~/.cache/quorum/models/gemma-3-270m-q4_k_m.gguf").expanduser()
 LONG_PROMPT = " ".join(f"word{i}" for i in range(600))  # a minute of the fake's chunks
 
 
-def _chat(url: str, model: str, content: str, tenant: str, **extra: object) -> httpx.Response:
+def _chat(
+    url: str, model: str, content: str, tenant: str, timeout: float = 120, **extra: object
+) -> httpx.Response:
     body = {"model": model, "messages": [{"role": "user", "content": content}], **extra}
     headers = {"X-Tenant-ID": tenant}
-    return httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=120)
+    return httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=timeout)
 
 
 def _child(runner: RunnerProcess, *parts: str) -> int:
@@ -159,6 +168,36 @@ VLLM = CrashKind(
 )
 
 
+# -- vLLM (real: the CPU build, the default models file's entry) ----------------------------
+
+
+def _real_vllm_models(tmp: Path, restart: bool) -> str:
+    require_vllm()
+    return models_file(default_entry(parallel=1, preload=True, restart=restart))
+
+
+def _real_vllm_pid(runner: RunnerProcess) -> int:
+    for pid, argv in processes_with(parent=runner.proc.pid):
+        if "serve" in argv:
+            return pid
+    raise AssertionError("no vllm serve under the runner")
+
+
+VLLM_REAL = CrashKind(
+    name="vllm",
+    model=DEFAULT_ID,
+    models_file=_real_vllm_models,
+    engine_pid=_real_vllm_pid,
+    busy=lambda url: _chat(
+        url, DEFAULT_ID, "Count slowly to two hundred.", "busy", max_tokens=600, stream=True
+    ),
+    quick=lambda url, tenant: _chat(url, DEFAULT_ID, "hi", tenant, timeout=600, max_tokens=2),
+    # queued requests wait through vLLM's restart (30 s idle, minutes on a busy machine)
+    env=lambda _tmp: {"QUEUE_TIMEOUT_MS": "600000"},
+    ready_timeout=START_TIMEOUT_S + 60,
+)
+
+
 # -- an engine whose helper child keeps its output open (vLLM's engine core does) ----------
 
 
@@ -179,11 +218,13 @@ HOLDS_OUTPUT = CrashKind(
     quick=lambda url, tenant: _chat(url, "held", "hi", tenant),
 )
 
-KINDS = [LLAMA, WHISPER, COMFYUI, VLLM, HOLDS_OUTPUT]
+KINDS = [pytest.param(k, id=k.name) for k in (LLAMA, WHISPER, COMFYUI, VLLM, HOLDS_OUTPUT)] + [
+    pytest.param(VLLM_REAL, id=VLLM_REAL.name, marks=pytest.mark.timeout(900))
+]
 
 
 @pytest.mark.parametrize("restart", [True, False], ids=["restart", "no-restart"])
-@pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
+@pytest.mark.parametrize("kind", KINDS)
 def test_crash_contract_sigkill_with_one_in_flight_and_two_queued(
     kind: CrashKind, restart: bool, tmp_path: Path
 ) -> None:
