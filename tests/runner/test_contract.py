@@ -190,7 +190,12 @@ def test_contract_capabilities_shape(runner: Runner) -> None:
     """The seed's keys at every level (plus the documented additions `models.failed`,
     `resources.memorySource` and `queue.running`), the engine and its version in
     `runnerType`, and the loaded engine's flags."""
-    doc = caps(runner.url)
+
+    def versioned() -> dict[str, Any] | None:  # the version is learnt by a stats poll
+        doc = caps(runner.url)
+        return doc if "-" in doc["runnerType"] else None
+
+    doc = eventually(versioned, timeout=30, what="the engine's version in runnerType")
     assert set(doc) == SEED_TOP
     assert re.fullmatch(runner.kind.runner_type, doc["runnerType"]), doc["runnerType"]
     assert doc["runnerId"] == "test-runner" and doc["health"] == "healthy"

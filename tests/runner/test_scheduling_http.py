@@ -165,13 +165,23 @@ def test_client_disconnect_while_queued_never_reaches_engine(slow_engine: FakeEn
 
 def test_capabilities_reports_queue_section() -> None:
     """/v1/capabilities carries the seed's queue section (plus `running`, the requests the
-    engines execute) and the loaded model."""
+    engines execute, and the wait forecast for a new request, per priority and per model)
+    and the loaded model."""
     with (
         start_fake("fake_openai", "--latency-ms", "0") as engine,
         start_runner({"echo": engine.url}, env={"MAX_QUEUE_DEPTH": "7"}) as r,
     ):
         doc = httpx.get(r.url + "/v1/capabilities").json()
-        queue = {"depth": 0, "maxDepth": 7, "avgWaitMs": 0, "p95WaitMs": 0, "running": 0}
+        idle = {"high": 0, "normal": 0, "low": 0}
+        queue = {
+            "depth": 0,
+            "maxDepth": 7,
+            "avgWaitMs": 0,
+            "p95WaitMs": 0,
+            "running": 0,
+            "forecastWaitMs": idle,
+            "forecastWaitMsByModel": {"echo": idle},
+        }
         assert doc["queue"] == queue
         assert doc["runnerId"] == "test-runner" and doc["health"] == "healthy"
         assert [m["id"] for m in doc["models"]["loaded"]] == ["echo"]
