@@ -30,7 +30,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from runner.settings import default_llama_server_bin
-from tests.support.engines import eventually, flush, load, unload, wait_task
+from tests.support.engines import eventually, flush, load, processes_with, unload, wait_task
 from tests.support.real_vllm import (
     DEFAULT_ID,
     START_TIMEOUT_S,
@@ -347,25 +347,12 @@ def test_real_engine_killed_midstream_one_clear_error(runner: Runner) -> None:
 
 def engine_pid(runner_pid: int, kind: str) -> int:
     """The engine process this runner started (`llama-server`, or `vllm serve`)."""
-    for pid, argv in _children(runner_pid):
+    for pid, argv in processes_with(parent=runner_pid):
+        if not argv:
+            continue
         if (kind == "vllm" and "serve" in argv) or (kind != "vllm" and "llama-server" in argv[0]):
             return pid
     raise AssertionError(f"no {kind} engine process under runner {runner_pid}")
-
-
-def _children(parent: int) -> list[tuple[int, list[str]]]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if int(stat[stat.rfind(")") + 2 :].split()[1]) == parent and argv[0]:
-            found.append((int(entry.name), argv))
-    return found
 
 
 def _group(pgid: int) -> list[int]:
