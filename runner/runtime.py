@@ -157,6 +157,7 @@ class Runtime:
             self.telemetry,
             catalog=lambda: available(list(self.pool.specs().values()), roots),
         )
+        self.admission.listen(lambda _notice: self.refresher.soon())  # a model changed state
         self.metrics.registry.register(SnapshotCollector(lambda: self.refresher.current))
         self.metrics.registry.register(HealthCollector(lambda: str(self.health().body["status"])))
         self.metrics.registry.register(EngineQueueCollector(lambda: self.watch.loads))

@@ -92,7 +92,9 @@ class ResourceSnapshot:
 
 @dataclass
 class Refresher:
-    """Rebuilds the snapshot every `interval_s`; `current` is what handlers read."""
+    """Rebuilds the snapshot every `interval_s`, and soon after a model changes state
+    (`soon`: a model just loaded or stopped shows its memory at once, not up to
+    `interval_s` later); `current` is what handlers read."""
 
     pool: ModelPool
     telemetry: Telemetry
@@ -103,12 +105,20 @@ class Refresher:
 
     def __post_init__(self) -> None:
         self._timer = Periodic("snapshot", self.interval_s, self.refresh)
+        self._soon: asyncio.Task[ResourceSnapshot] | None = None
 
     async def start(self) -> None:
         await self._timer.start()
 
     async def stop(self) -> None:
         await self._timer.stop()
+        if self._soon is not None:
+            self._soon.cancel()
+
+    def soon(self) -> None:
+        """Refresh once more as soon as the loop is free (one at a time, never stacked)."""
+        if self._soon is None or self._soon.done():
+            self._soon = asyncio.get_running_loop().create_task(self.refresh())
 
     async def refresh(self) -> ResourceSnapshot:
         error = None
