@@ -146,7 +146,6 @@ class VllmEngine:
     standby: Standby = Standby.AWAKE
     kv_cache_tokens: int = 0
     kv_size_mb: float = 0.0
-    on_cpu: bool = False  # its KV cache is in host memory: "CPU KV cache size: N tokens"
     last_load: VllmLoad | None = field(default=None, init=False)
 
     # -- data path -------------------------------------------------------------------
@@ -261,15 +260,7 @@ class VllmEngine:
     # -- warm standby ------------------------------------------------------------------
 
     async def sleep(self, level: int = 1) -> StandbyReport:
-        """Put the engine to sleep (level 1: weights to CPU RAM, KV cache dropped).
-
-        vLLM on the CPU answers `/sleep` 200 and frees nothing ("sleep mode is not
-        supported on CPU, ignore it", `vllm/v1/worker/cpu_worker.py`): refused here, so the
-        caller stops the engine instead of reporting a sleep that did not happen."""
-        if self.on_cpu:
-            raise EngineControlFailed(
-                f"vLLM {self.model_id} runs on the CPU, where sleep mode does nothing"
-            )
+        """Put the engine to sleep (level 1: weights to CPU RAM, KV cache dropped)."""
         await self._control("/sleep", {"level": str(level), "mode": "wait"}, _SLOW_CONTROL_S)
         if not await self.is_sleeping():
             raise EngineControlFailed(f"vLLM {self.model_id}: /sleep answered, still awake")
@@ -328,12 +319,11 @@ class VllmEngine:
 
     def read_startup_log(self, lines: Sequence[str]) -> None:
         """KV cache capacity vLLM printed while starting (`GPU KV cache size: N tokens`,
-        `Available KV cache memory: X GiB`; on a CPU `CPU KV cache size: N tokens` and
+        `Available KV cache memory: X GiB`; on the CPU `CPU KV cache size: N tokens` and
         `Explicitly set (X/total) GiB for KV cache`)."""
         for line in lines:
             if m := _KV_TOKENS.search(line):
                 self.kv_cache_tokens = int(m.group(1).replace(",", ""))
-                self.on_cpu = "CPU KV cache size" in line
             if m := _KV_GIB.search(line) or _KV_GIB_CPU.search(line):
                 self.kv_size_mb = float(m.group(1)) * 1024
 
