@@ -13,7 +13,9 @@ An `EngineProcess` owns one child (llama-server, vllm, a speech worker, ...):
 - a process that exits on its own is a crash: the state turns FAILED with its exit code and
   `on_exit` callbacks run at once (the pool reports the crash, the scheduler holds or
   refuses the queued requests), before anyone awaiting the exit hears of it (in-flight
-  requests see their connections reset and answer 502 `engine_crashed`).
+  requests see their connections reset and answer 502 `engine_crashed`);
+- a READY process the runner finds hung (it stops answering its probe) is ended with
+  `kill(cause)`: SIGKILL to its group, and that exit is a crash described by the cause.
 
 States and their guarded transitions (an illegal one raises `IllegalEngineTransition`)::
 
@@ -109,12 +111,18 @@ class LogRing:
 
 @dataclass
 class ExitInfo:
-    """How the process ended: `returncode` as Popen gives it (negative = killed by signal)."""
+    """How the process ended: `returncode` as Popen gives it (negative = killed by signal).
+
+    `cause`: why the runner killed it, when it judged the process broken (`kill`: it hung);
+    the exit is still a crash, described by that cause."""
 
     returncode: int
     expected: bool  # True when stop() asked for it
+    cause: str | None = None
 
     def describe(self) -> str:
+        if self.cause is not None:
+            return f"{self.cause} (SIGKILL, exit code {self.returncode})"
         if self.returncode < 0:
             try:
                 name = signal.Signals(-self.returncode).name
@@ -153,6 +161,7 @@ class EngineProcess:
         self._marker_seen = asyncio.Event()
         self._on_exit: list[Callable[[EngineProcess], None]] = []
         self._stop_requested = False
+        self._kill_cause: str | None = None
 
     # -- reading -------------------------------------------------------------------
 
@@ -277,6 +286,16 @@ class EngineProcess:
         self._signal(signal.SIGKILL)  # anything the engine left behind in its group
         await self._drain_output()
 
+    def kill(self, cause: str) -> bool:
+        """End a READY process the runner judged broken (it stopped answering): SIGKILL its
+        whole group now. Its exit is a crash like any other (FAILED, the `on_exit`
+        callbacks), described by `cause`. False (nothing done) when it is not READY."""
+        if self.state is not EngineState.READY or self._kill_cause is not None:
+            return False
+        self._kill_cause = cause
+        self._signal(signal.SIGKILL)
+        return True
+
     def kill_now(self) -> None:
         """SIGKILL the process group at once (runner exit paths that cannot await)."""
         self._signal(signal.SIGKILL)
@@ -330,7 +349,8 @@ class EngineProcess:
         # What it forked may outlive it (vLLM's EngineCore and worker): the whole group goes.
         self._signal(signal.SIGKILL)
         expected = self._stop_requested
-        self.exit = ExitInfo(code, expected)
+        killed = self._kill_cause is not None and code == -signal.SIGKILL
+        self.exit = ExitInfo(code, expected, self._kill_cause if killed else None)
         if not expected and self.state in (EngineState.STARTING, EngineState.READY):
             if self.state is EngineState.READY:
                 log.error("engine %s died: %s", self.name, self.exit.describe())

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -114,6 +116,38 @@ async def test_supervisor_crash_after_ready_marks_failed_and_calls_back() -> Non
     assert "SIGKILL" in proc.exit.describe()
     await proc.stop()
     assert proc.state is EngineState.STOPPED
+
+
+async def test_supervisor_kill_of_a_stopped_engine_is_a_crash_named_by_its_cause() -> None:
+    """`kill(cause)` of a READY engine frozen with SIGSTOP (a hang), and of what it forked:
+    the whole group ends, FAILED, the exit callbacks run, and the exit (not expected: a
+    crash) is described by the cause; a second kill, or one of an engine not READY, does
+    nothing."""
+    port = free_port()
+    fake = " ".join(_fake("fake_openai", port))
+    proc = EngineProcess(
+        name="frozen",
+        argv=["sh", "-c", f"sleep 60 & exec {fake}"],
+        health=_health(port),
+        env={"PYTHONPATH": str(REPO_ROOT)},
+        load_timeout_s=20,
+    )
+    assert not proc.kill("never started")
+    ran: list[EngineState] = []
+    proc.on_exit(lambda p: ran.append(p.state))
+    await proc.start()
+    assert proc.pid is not None
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text()
+    [forked] = [int(pid) for pid in children.split()]
+    os.kill(proc.pid, signal.SIGSTOP)
+    assert proc.kill("hung: stopped answering /health")
+    assert not proc.kill("again")
+    info = await asyncio.wait_for(proc.wait_exit(), 10)
+    assert ran == [EngineState.FAILED] and not info.expected and info.returncode == -9
+    assert info.describe() == "hung: stopped answering /health (SIGKILL, exit code -9)"
+    assert await proc.died_within(1.0) == f"exited ({info.describe()})"
+    assert not _alive(forked)
+    await proc.stop()
 
 
 async def test_supervisor_exit_is_heard_after_the_exit_callbacks() -> None:
