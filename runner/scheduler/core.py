@@ -321,7 +321,7 @@ class Scheduler:
         2. The next waiter among them (`slot_groups.next_ticket`: band, then fair share)
            is granted; again until the group is full or nobody of them waits.
         """
-        while True:
+        while self._waiting:  # nobody waits: nothing to hand out (the common case)
             members = self.slots.members(model)  # 1
             ready = [m for m in members if self.gate(m) is Gate.OPEN and self.slots.has_room(m)]
             ticket = next_ticket(ready, self._waiting, self._choose)  # 2
