@@ -19,6 +19,10 @@ Exception tree::
     │   ├── EngineRefused          502  engine_refused: the engine refused the runner (its
     │   │                               401, 403, 404, ...; field `engineStatus`)
     │   └── EngineTimeout          504  engine_timeout: no answer in time
+    │       └── EngineSilent       504  engine_timeout: nothing heard about a request for
+    │                                   ENGINE_READ_TIMEOUT_S while the engine still held it
+    │                                   (ComfyUI's prompt, a speech worker's transcription);
+    │                                   the runner then freed the engine (interrupt, kill)
     ├── EngineStartFailed          503  engine_start_failed: exited while starting, or not
     │   │                               healthy within the load timeout (field `exit_code`)
     │   └── EngineOutOfMemory      503  engine_out_of_memory: no GPU memory at start
@@ -51,6 +55,7 @@ EngineBadResponse = EngineError.row("EngineBadResponse", "engine_bad_response")
 EngineCrashed = EngineError.row("EngineCrashed", "engine_crashed")
 EngineControlFailed = EngineError.row("EngineControlFailed", "engine_control_failed")
 EngineTimeout = EngineError.row("EngineTimeout", "engine_timeout", 504)
+EngineSilent = EngineTimeout.row("EngineSilent", "engine_timeout")
 EngineRefused = EngineError.row("EngineRefused", "engine_refused")
 
 

@@ -17,6 +17,9 @@ Exception tree::
     ├── EngineError (adapters)           502
     │   ├── EngineUnavailable            502  connection refused / reset (from httpx)
     │   ├── EngineTimeout                504  no answer in time (from httpx)
+    │   │   └── EngineSilent             504  engine_timeout: no event about the prompt for
+    │   │                                      ENGINE_READ_TIMEOUT_S (`follow.py`); the
+    │   │                                      prompt is removed or interrupted at ComfyUI
     │   ├── EngineBadResponse            502  not the JSON/PNG ComfyUI's API promises
     │   ├── EngineCrashed                502  engine_crashed: ComfyUI's process died under it
     │   ├── ExecutionFailed              502  comfyui_execution_error: a node raised

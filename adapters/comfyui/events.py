@@ -118,6 +118,13 @@ def parse_message(message: str | bytes) -> Event | None:
     return Event(obj["type"], data if isinstance(data, dict) else {})
 
 
+def about(event: Event, prompt_id: str) -> bool:
+    """Whether `event` is ComfyUI saying something about `prompt_id` (pure): every per-job
+    event carries it (`progress_state` too); `status`, the `executing` resent on reconnect
+    and binary previews do not."""
+    return event.data.get("prompt_id") == prompt_id
+
+
 def fold(view: JobView, event: Event, prompt_id: str) -> JobView:
     """The view after `event`.
 
@@ -132,7 +139,7 @@ def fold(view: JobView, event: Event, prompt_id: str) -> JobView:
     7. Anything else changes nothing.
     """
     data = event.data
-    if data.get("prompt_id") != prompt_id:  # 1
+    if not about(event, prompt_id):  # 1
         return view
     kind = event.type
     if kind == "execution_start":  # 2

@@ -13,7 +13,15 @@ ComfyUI pain); `/history/{id}` is the authority on how a prompt ended. So:
   websocket reopened (same `clientId`, so ComfyUI sends the prompt's later events to it),
   at most `max_reopen` times;
 - a prompt that is neither in history nor in `/queue` was removed by someone else:
-  `PromptVanished`.
+  `PromptVanished`;
+- **silence**: ComfyUI saying nothing about the prompt for `silence_s`
+  (ENGINE_READ_TIMEOUT_S), counted from its submission and from each event about it
+  (`events.about`: `progress`, `progress_state`, `executing`, `executed`, ...), ends the
+  follow with `EngineSilent` (504 `engine_timeout`) unless `/history` shows it ended
+  meanwhile; `run` then removes it from ComfyUI's queue or interrupts it. A sampler sends
+  `progress` every step, so only a node that runs that long without a progress hook (or a
+  stuck worker), a prompt waiting that long in ComfyUI's own queue, or a websocket lost
+  that long, meets it: the same bound as an HTTP engine's silence before its headers.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from adapters.comfyui.client import (
     SOCKET_ERRORS,
@@ -32,8 +41,15 @@ from adapters.comfyui.client import (
     new_prompt_id,
 )
 from adapters.comfyui.errors import PromptVanished
-from adapters.comfyui.events import JobView, Outcome, fold, outcome_from_history, parse_message
-from adapters.errors import EngineBadResponse
+from adapters.comfyui.events import (
+    JobView,
+    Outcome,
+    about,
+    fold,
+    outcome_from_history,
+    parse_message,
+)
+from adapters.errors import EngineBadResponse, EngineError, EngineSilent
 
 log = logging.getLogger("quorum.comfyui")
 
@@ -46,17 +62,22 @@ class FollowTiming:
     fallback_poll_s: float = 0.25
     reopen_after_s: float = 1.0
     max_reopen: int = 5
+    silence_s: float | None = 300.0  # ENGINE_READ_TIMEOUT_S; None: no bound
 
 
 async def _ignore(_: JobView) -> None:
     return None
 
 
-async def settled(client: ComfyUIClient, prompt_id: str) -> Outcome | None:
-    """The outcome if the prompt ended; None while it is queued or running.
+Place = Literal["running", "pending"]
+"""Where an unfinished prompt is in ComfyUI's `/queue`."""
+
+
+async def locate(client: ComfyUIClient, prompt_id: str) -> Outcome | Place:
+    """The outcome if the prompt ended, else where it waits.
 
     1. A history entry: its outcome.
-    2. Still in `/queue` (running or pending): None.
+    2. In `/queue`: "running" or "pending".
     3. Neither: read the history once more (it may have ended between the two reads);
        still nothing: `PromptVanished`.
     """
@@ -64,8 +85,10 @@ async def settled(client: ComfyUIClient, prompt_id: str) -> Outcome | None:
     if outcome is not None:
         return outcome
     queue = await client.queue()  # 2
-    if prompt_id in queue.running or prompt_id in queue.pending:
-        return None
+    if prompt_id in queue.running:
+        return "running"
+    if prompt_id in queue.pending:
+        return "pending"
     outcome = outcome_from_history(await client.history(prompt_id))  # 3
     if outcome is None:
         raise PromptVanished(
@@ -73,6 +96,30 @@ async def settled(client: ComfyUIClient, prompt_id: str) -> Outcome | None:
             "(removed by another client, or ComfyUI restarted)"
         )
     return outcome
+
+
+def silent_past(heard_at: float, now: float, silence_s: float) -> bool:
+    """Whether nothing was heard about the prompt for `silence_s` by `now` (pure)."""
+    return now - heard_at >= silence_s
+
+
+def silence(prompt_id: str, place: Place, silence_s: float) -> EngineError:
+    """The `EngineSilent` (504) for a prompt ComfyUI said nothing about for `silence_s`
+    (pure): what the runner does about it depends on where it is (`run` step 5)."""
+    where = (
+        "it was running: interrupted"
+        if place == "running"
+        else "it was still in ComfyUI's queue: removed"
+    )
+    return EngineSilent(
+        f"ComfyUI sent nothing about prompt {prompt_id} for {silence_s:g} s "
+        f"(ENGINE_READ_TIMEOUT_S); {where}"
+    )
+
+
+def _silent(prompt_id: str, place: Place, silence_s: float) -> EngineError:
+    log.warning("prompt %s: nothing heard for %g s while %s", prompt_id, silence_s, place)
+    return silence(prompt_id, place, silence_s)
 
 
 async def follow(
@@ -83,18 +130,24 @@ async def follow(
     on_view: OnView = _ignore,
     timing: FollowTiming = FollowTiming(),
 ) -> tuple[Outcome, JobView]:
-    """Wait until `prompt_id` ends; its outcome and the last view. Closes `socket`."""
+    """Wait until `prompt_id` ends; its outcome and the last view. Closes `socket`.
+
+    Raises `EngineSilent` when ComfyUI said nothing about it for `timing.silence_s`."""
     loop = asyncio.get_running_loop()
     view = JobView()
     reopened = 0
+    heard_at = loop.time()  # submitted just now
+    quiet_s = timing.silence_s
     next_check = loop.time() + timing.safety_poll_s
     next_reopen = loop.time() + timing.reopen_after_s
     try:
         while True:
             if socket is None:
-                outcome = await settled(client, prompt_id)
-                if outcome is not None:
-                    return outcome, view
+                where = await locate(client, prompt_id)
+                if isinstance(where, Outcome):
+                    return where, view
+                if quiet_s is not None and silent_past(heard_at, loop.time(), quiet_s):
+                    raise _silent(prompt_id, where, quiet_s)
                 if reopened < timing.max_reopen and loop.time() >= next_reopen:
                     reopened += 1
                     next_reopen = loop.time() + timing.reopen_after_s
@@ -105,16 +158,19 @@ async def follow(
                         continue
                 await asyncio.sleep(timing.fallback_poll_s)
                 continue
+            wake = next_check if quiet_s is None else min(next_check, heard_at + quiet_s)
             try:
                 # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a
                 # cancellation that lands as recv() completes, and the job runs on.
-                async with asyncio.timeout(max(0.0, next_check - loop.time())):
+                async with asyncio.timeout(max(0.0, wake - loop.time())):
                     message = await socket.recv()
             except TimeoutError:
                 next_check = loop.time() + timing.safety_poll_s
-                outcome = await settled(client, prompt_id)
-                if outcome is not None:
-                    return outcome, view
+                where = await locate(client, prompt_id)
+                if isinstance(where, Outcome):
+                    return where, view
+                if quiet_s is not None and silent_past(heard_at, loop.time(), quiet_s):
+                    raise _silent(prompt_id, where, quiet_s) from None
                 continue
             except SOCKET_ERRORS as exc:
                 log.warning("prompt %s: websocket lost (%s); following /history", prompt_id, exc)
@@ -125,6 +181,8 @@ async def follow(
             event = parse_message(message)
             if event is None:
                 continue
+            if about(event, prompt_id):
+                heard_at = loop.time()
             new = fold(view, event, prompt_id)
             if new == view:
                 continue
@@ -178,6 +236,10 @@ async def run(
     4. Cancelled at any point after 2 (client gone, job cancelled): the prompt is removed
        from ComfyUI's queue or interrupted (`ComfyUIClient.cancel`), in a task of its own
        so a second cancellation cannot stop the clean-up; then the cancellation goes on.
+    5. Silent too long (`EngineSilent` from `follow`): the same clean-up, so ComfyUI is
+       free for the next prompt (`POST /queue {delete}` takes a pending prompt out;
+       `POST /interrupt {prompt_id}` stops a running one at its next node or progress
+       hook; each is a no-op where the other applies); then the 504 goes on.
     """
     loop = asyncio.get_running_loop()
     client_id = new_client_id()
@@ -189,7 +251,7 @@ async def run(
         prompt_id = submitted.prompt_id
         outcome, view = await follow(client, prompt_id, client_id, socket, on_view, timing)  # 3
         socket = None  # follow closed it
-    except asyncio.CancelledError:  # 4
+    except (asyncio.CancelledError, EngineSilent):  # 4, 5
         task = asyncio.create_task(_cancel_quietly(client, prompt_id))
         _CLEANUPS.add(task)
         task.add_done_callback(_CLEANUPS.discard)

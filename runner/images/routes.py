@@ -19,6 +19,7 @@ from pathlib import Path
 
 from adapters.base import Engine
 from adapters.comfyui.engine import ComfyUIEngine
+from adapters.comfyui.follow import FollowTiming
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.store import ImageStore
 from adapters.comfyui.workflows import WorkflowTemplate, load_template
@@ -79,7 +80,11 @@ def image_routes(
     images = ImagesPath(
         front,
         models,
-        ImageGenerator(store, keep_metadata=s.comfyui_image_metadata),
+        ImageGenerator(
+            store,
+            FollowTiming(silence_s=s.engine_read_timeout_s),
+            keep_metadata=s.comfyui_image_metadata,
+        ),
         s.max_body_bytes,
         submit_job=submit_job,
         public_url=s.images_public_url,

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from adapters.comfyui.engine import CheckpointFetcher, ComfyUIEngine
+from adapters.comfyui.follow import FollowTiming
 from adapters.comfyui.server import ComfyUIServer, Memory
 from adapters.comfyui.workflows import load_template
 from adapters.supervisor import EngineState
@@ -150,6 +151,7 @@ async def start_comfyui(spec: ModelSpec, servers: ComfyUIServers) -> Launched:
         spec.checkpoint,
         slots=spec.slots,
         fetch=checkpoint_fetcher(spec),
+        timing=FollowTiming(silence_s=servers.settings.engine_read_timeout_s),
     )
     try:
         report = await engine.load()
