@@ -141,7 +141,7 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"    {result['command']}",
         "",
-        f"Machine: {result['machine']['cores']} cores, load average before "
+        f"Machine: {result['machine']['nproc']} cores ({result['machine']['cpu']}), load average before "
         f"{result['loadavg_before']}, after {result['loadavg_after']}. {result['reps']} rounds "
         f"of three {result['duration_s']:g} s `wrk` runs per row (direct, before, after; the "
         "order rotating), medians over rounds, [min, max].",
