@@ -161,6 +161,7 @@ class RunnerApp:
         await rt.refresher.start()
         await rt.watch.start()
         await rt.attached.start()
+        await rt.hangs.start()
         store_errors = rt.metrics.ratelimit_store_errors
         rt.limiter = RateLimiter(
             rt.tenants,
@@ -241,6 +242,7 @@ class RunnerApp:
         await self.rt.refresher.stop()
         await self.rt.watch.stop()
         await self.rt.attached.stop()
+        await self.rt.hangs.stop()
         await self.rt.admission.stop()
         if self.rt.limiter is not None:
             await self.rt.limiter.aclose()

@@ -3,11 +3,13 @@ comes back by itself once the engine answers again (issue 17, point 4).
 
 The runner owns no process for an engine attached by `url`, so no exit tells it the engine
 died: it would stay "loaded" while every request got 502. Every ENGINE_STATS_INTERVAL_S
-the watch asks each attached model's engine one cheap question (`PROBES`, by backend); any
-HTTP answer, whatever its status, means the engine is there.
+the watch asks each attached model's engine one cheap question (`runner/probes.py`, shared
+with the watch of the engines the runner started, `runner/hang_watch.py`); any HTTP
+answer, whatever its status, means the engine is there.
 
-1. A ready model whose engine did not answer `failures` probes in a row (3; an answer
-   within `timeout_s`, 5 s, counts, so a busy engine is not taken for a dead one): the
+1. A ready model whose engine did not answer `failures` probes in a row
+   (ENGINE_PROBE_MISSES, 3; an answer within `timeout_s`, ENGINE_PROBE_TIMEOUT_S, 5 s,
+   counts, so a busy engine is not taken for a dead one): the
    pool drops it (`ModelPool.attached_lost`: off the request paths, requests on it end
    502 `engine_crashed`) and tells the scheduler it crashed, with the reason. The model reads
    failed in capabilities (`models.failed`), queued and new requests get 503
@@ -24,24 +26,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Protocol
 
 import httpx
 
 from runner.models_config import ModelSpec
 from runner.periodic import Periodic
+from runner.probes import HttpProber, MissedProbes, probe_url
 from runner.scheduler.config import ModelPolicy
 from runner.scheduler.models import ModelState, ModelView
 
 log = logging.getLogger("quorum.engines")
-
-PROBES: Mapping[str, str] = {
-    "llama-server": "/health",
-    "vllm": "/health",
-    "comfyui": "/system_stats",
-    "openai": "/v1/models",
-}
 
 
 class AttachedPool(Protocol):
@@ -83,8 +79,8 @@ class AttachedWatch:
         self.failures = failures
         self.max_backoff_s = max_backoff_s
         self.clock = clock
-        self.client = httpx.AsyncClient(timeout=timeout_s, transport=transport)
-        self._missed: dict[str, int] = {}  # model -> probes missed in a row
+        self.prober = HttpProber(timeout_s, transport)
+        self._missed: MissedProbes[str] = MissedProbes(failures)  # by model
         self._retry: dict[str, tuple[float, float]] = {}  # model -> (next try, backoff)
         self._timer = Periodic("attached-watch", interval_s, self.poll)
 
@@ -94,11 +90,13 @@ class AttachedWatch:
 
     async def stop(self) -> None:
         await self._timer.stop()
-        await self.client.aclose()
+        await self.prober.aclose()
 
     async def poll(self) -> None:
         """Probe every attached model's engine once; act on what changed (module doc)."""
         views = self.scheduler.models()
+        watched = [m for m, v in views.items() if v.state is ModelState.READY and not v.unloading]
+        self._missed.keep_only(watched)
         for model, spec in self.pool.specs().items():
             view = views.get(model)
             if not spec.attached or spec.url is None or view is None:
@@ -107,19 +105,13 @@ class AttachedWatch:
                 await self._watch_ready(model, spec)
             elif view.state is ModelState.FAILED and view.restart_at is None:
                 await self._revive(model, spec)
-            else:
-                self._missed.pop(model, None)
 
     async def _watch_ready(self, model: str, spec: ModelSpec) -> None:
         """Step 1."""
         self._retry.pop(model, None)
-        if await self._answers(spec):
-            self._missed.pop(model, None)
+        if not self._missed.observe(model, await self._answers(spec)):
             return
-        missed = self._missed[model] = self._missed.get(model, 0) + 1
-        if missed < self.failures:
-            return
-        self._missed.pop(model, None)
+        missed = self.failures
         reason = f"its engine (attached by URL) stopped answering ({missed} probes missed)"
         log.error("model %s: %s", model, reason)
         self.pool.attached_lost(model, reason)
@@ -136,9 +128,4 @@ class AttachedWatch:
 
     async def _answers(self, spec: ModelSpec) -> bool:
         assert spec.url is not None
-        url = spec.url.rstrip("/") + PROBES.get(spec.backend, "/")
-        try:
-            await self.client.get(url)
-        except httpx.HTTPError:
-            return False
-        return True
+        return await self.prober.answers(probe_url(spec.url, spec.backend))

@@ -3,6 +3,9 @@
     quorum_engine_crashes_total{model, backend}   an engine that died while serving, unasked
                                                   (a crash; an engine that fails while it
                                                   starts is a failed load instead)
+    quorum_engine_hangs_total{model, backend}     of those crashes, engines the runner
+                                                  killed because they stopped answering
+                                                  their probe (runner/hang_watch.py)
     quorum_engine_restarts_total{model, backend}  an engine started again after a crash
                                                   (`restart: true`)
     quorum_jobs_total{kind, outcome}              async jobs that ended: succeeded, failed,
@@ -30,6 +33,13 @@ class OutcomeMetrics:
             ["model", "backend"],
             registry=registry,
         )
+        self.hangs = Counter(
+            "quorum_engine_hangs_total",
+            "Engines the runner killed because they stopped answering their probe (each "
+            "also counted a crash), by model and engine kind",
+            ["model", "backend"],
+            registry=registry,
+        )
         self.restarts = Counter(
             "quorum_engine_restarts_total",
             "Engines started again after a crash, by model and engine kind",
@@ -51,6 +61,9 @@ class OutcomeMetrics:
 
     def count_engine_crash(self, model: str, backend: str) -> None:
         self.crashes.labels(model, backend).inc()
+
+    def count_engine_hang(self, model: str, backend: str) -> None:
+        self.hangs.labels(model, backend).inc()
 
     def count_engine_restart(self, model: str, backend: str) -> None:
         self.restarts.labels(model, backend).inc()

@@ -22,6 +22,7 @@ from runner.engine_watch import EngineWatch
 from runner.errors import QuorumError, ServiceUnavailable
 from runner.frontend import FrontEnd, path_kind
 from runner.governed import GovernedOps
+from runner.hang_watch import HangWatch
 from runner.headers import parse_request_headers
 from runner.health import HealthReport, Life, health
 from runner.jobs import JobManager, JobStore, MemoryJobStore, RedisJobStore, WebhookSender
@@ -95,6 +96,7 @@ class Runtime:
     governed: GovernedOps = field(init=False)
     watch: EngineWatch = field(init=False)
     attached: AttachedWatch = field(init=False)
+    hangs: HangWatch = field(init=False)
     webhook_client: httpx.AsyncClient | None = None
 
     def __post_init__(self) -> None:
@@ -129,7 +131,15 @@ class Runtime:
             models=self.pool,
         )
         self.pool.attach(self.admission)
-        self.attached = AttachedWatch(self.pool, self.admission, s.engine_stats_interval_s)
+        self.attached = AttachedWatch(
+            self.pool, self.admission, s.engine_stats_interval_s,
+            failures=s.engine_probe_misses, timeout_s=s.engine_probe_timeout_s,
+        )  # fmt: skip
+        self.hangs = HangWatch(
+            self.pool.records, self.admission, s.engine_stats_interval_s,
+            misses=s.engine_probe_misses, timeout_s=s.engine_probe_timeout_s,
+        )  # fmt: skip
+        self.hangs.on_hang = self.outcomes.count_engine_hang
         self.governed = GovernedOps(self.verifier, self.pool.engines, self.metrics)
         store: TaskStore = (
             RedisTaskStore.from_url(s.redis_url) if s.redis_url else MemoryTaskStore(time.time)

@@ -91,6 +91,8 @@ class Settings(BaseSettings):
     runner_memory_mb: int | None = Field(default=None, ge=1)
     admin_tenants: str = ""  # comma-separated tenants that may read engine logs
     engine_stats_interval_s: float = Field(default=2.0, gt=0)  # vLLM /metrics, ComfyUI /queue
+    engine_probe_misses: int = Field(default=3, ge=1, le=1000)  # runner/probes.py
+    engine_probe_timeout_s: float = Field(default=5.0, gt=0)
     # vLLM backend (docs/engines.md).
     vllm_bin: str = "vllm"
     vllm_enable_sleep_mode: bool = False
