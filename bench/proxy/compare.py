@@ -134,14 +134,21 @@ def _f(s: dict[str, float], digits: int = 3, signed: bool = False) -> str:
     return f"{fmt.format(s['median'])} [{fmt.format(s['min'])}, {fmt.format(s['max'])}]"
 
 
+def _side(result: dict[str, Any], side: str) -> str:
+    module = result.get("modules", {}).get(side, "runner")
+    served = "" if module == "runner" else f" served by `python -m {module}`"
+    return f"commit {result[side]}{served}"
+
+
 def markdown(result: dict[str, Any]) -> str:
     lines = [
-        f"Run {result['started']}: before = commit {result['before']}, after = commit "
-        f"{result['after']}. Command:",
+        f"Run {result['started']}: before = {_side(result, 'before')}, after = "
+        f"{_side(result, 'after')}. Command:",
         "",
         f"    {result['command']}",
         "",
-        f"Machine: {result['machine']['nproc']} cores ({result['machine']['cpu']}), load average before "
+        f"Machine: {result['machine']['nproc']} cores ({result['machine']['cpu']}), "
+        "load average before "
         f"{result['loadavg_before']}, after {result['loadavg_after']}. {result['reps']} rounds "
         f"of three {result['duration_s']:g} s `wrk` runs per row (direct, before, after; the "
         "order rotating), medians over rounds, [min, max].",
@@ -186,12 +193,18 @@ def write_docs(path: Path, generated: str) -> None:
 
 
 @contextlib.contextmanager
-def _runners(engine_url: str, refs: dict[str, str]) -> Iterator[dict[str, RunnerProc]]:
+def _runners(
+    engine_url: str, refs: dict[str, str], modules: dict[str, str]
+) -> Iterator[dict[str, RunnerProc]]:
+    """One runner per side, each from its commit's packages (and `bench/` when the side
+    runs a module of it, e.g. `bench.proxy.granian_runner`)."""
     with contextlib.ExitStack() as stack:
         procs = {}
         for side, ref in refs.items():
-            code = stack.enter_context(code_snapshot(ref))
-            procs[side] = stack.enter_context(start_runner(engine_url, 64, code))
+            module = modules[side]
+            extra = ("bench", "tests/fixtures") if module.startswith("bench.") else ()
+            code = stack.enter_context(code_snapshot(ref, extra))
+            procs[side] = stack.enter_context(start_runner(engine_url, 64, code, module=module))
         yield procs
 
 
@@ -199,6 +212,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="data path before/after, interleaved in one run")
     p.add_argument("--before", required=True, help="commit of the runner before the change")
     p.add_argument("--after", default="HEAD", help="commit of the runner after (default HEAD)")
+    p.add_argument("--before-module", default="runner", help="what `python -m` runs")
+    p.add_argument("--after-module", default="runner", help="e.g. bench.proxy.granian_runner")
     p.add_argument("--duration", type=float, default=8.0)
     p.add_argument("--reps", type=int, default=6, help="rounds per row (default 6)")
     p.add_argument("--warmup", type=float, default=2.0)
@@ -221,10 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _sigterm)
     started = datetime.now(UTC)
     refs = {"before": resolve_ref(args.before), "after": resolve_ref(args.after)}
+    modules = {"before": args.before_module, "after": args.after_module}
     result: dict[str, Any] = {
         "started": started.strftime("%Y-%m-%d %H:%M UTC"),
         "command": ".venv/bin/python -m bench.proxy.compare " + " ".join(sys.argv[1:]),
         **refs,
+        "modules": modules,
         "duration_s": args.duration,
         "reps": args.reps,
         "machine": machine_facts(),
@@ -234,7 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     fake = ["--latency-ms", str(LATENCY_MS), "--chunks", str(CHUNKS)]
     fake += ["--chunk-delay-ms", str(CHUNK_DELAY_MS)]
     try:
-        with start_fake("fake_openai", *fake) as engine, _runners(engine.url, refs) as runners:
+        with (
+            start_fake("fake_openai", *fake) as engine,
+            _runners(engine.url, refs, modules) as runners,
+        ):
             urls = {"direct": engine.url + PATH}
             urls.update({side: proc.url + PATH for side, proc in runners.items()})
             pids = {side: proc.proc.pid for side, proc in runners.items()}

@@ -82,7 +82,7 @@ CODE_PACKAGES = ("runner", "adapters", "tenants", "governance")
 
 
 @contextlib.contextmanager
-def code_snapshot(ref: str | None) -> Iterator[Path]:
+def code_snapshot(ref: str | None, extra: tuple[str, ...] = ()) -> Iterator[Path]:
     """The directory to run the runner from: the work tree, or `ref`'s packages extracted.
 
     Other people edit the shared work tree while benchmarks run; `--ref HEAD` measures the
@@ -94,7 +94,10 @@ def code_snapshot(ref: str | None) -> Iterator[Path]:
         return
     with tempfile.TemporaryDirectory(prefix="bench-proxy-code-") as tmp:
         archive = subprocess.run(
-            ["git", "archive", ref, *CODE_PACKAGES], cwd=REPO_ROOT, capture_output=True, check=True
+            ["git", "archive", ref, *CODE_PACKAGES, *extra],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            check=True,
         )
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
         yield Path(tmp)
