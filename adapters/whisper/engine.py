@@ -23,6 +23,13 @@ fails every transcription in flight at once with `EngineCrashed`, which names th
 code or signal; `failure` keeps that reason and `on_crash` callbacks run once. An engine
 does not restart itself: the model pool starts a new `WhisperEngine`.
 
+**Silence.** A transcription that hears nothing from the worker for `silence_s`
+(ENGINE_READ_TIMEOUT_S) between two of its messages (from `Transcribe` to `Info`, between
+segments, to `Done`) means the worker is stuck: its decoding thread sits in a CTranslate2
+call that nothing can interrupt, and it holds a slot. `silent` kills the worker
+(`EngineProcess.kill`: SIGKILL to its group), so what follows is the crash above, and
+that transcription ends `EngineSilent` (504 `engine_timeout`) once the exit was heard.
+
 The lifecycle state is the supervisor's (`EngineProcess.state`), read through `state`.
 """
 
@@ -39,7 +46,13 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from adapters.errors import EngineBadResponse, EngineCrashed, EngineUnavailable
+from adapters.errors import (
+    EngineBadResponse,
+    EngineCrashed,
+    EngineError,
+    EngineSilent,
+    EngineUnavailable,
+)
 from adapters.supervisor import EngineProcess, EngineState
 from adapters.whisper.messages import (
     HEADER_SIZE,
@@ -82,12 +95,16 @@ class WhisperEngine:
         python: str = sys.executable,
         env: Mapping[str, str] | None = None,
         log_lines: int = 500,
+        silence_s: float | None = 300.0,
     ) -> None:
+        """`silence_s`: the longest wait for a transcription's next message (see Silence
+        in the module docstring); None waits for ever."""
         if parallel < 1:
             raise ValueError("parallel must be >= 1")
         self.model_id = model_id
         self.model = model
         self.slots = parallel
+        self.silence_s = silence_s
         self.failure: str | None = None
         self.ready: Ready | None = None
         self._argv = [
@@ -236,6 +253,21 @@ class WhisperEngine:
     def closed(self) -> bool:
         """Crashed or stopping: no more answers will come from the worker."""
         return self.failure is not None or self._stopping
+
+    async def silent(self, request_id: str) -> EngineError:
+        """`request_id` heard nothing for `silence_s`: kill the stuck worker (a crash, see
+        the module docstring) and wait until its exit was heard, so the model is known
+        failed before the request's slot frees; the request's error (504)."""
+        waited = f"{self.silence_s:g} s"
+        process = self.process
+        if process is not None:
+            process.kill(f"stuck: nothing sent on a transcription for {waited}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(process.wait_exit()), _EXIT_WAIT_S)
+        return EngineSilent(
+            f"the speech engine for model {self.model_id!r} sent nothing on this "
+            f"transcription for {waited} (ENGINE_READ_TIMEOUT_S); its worker was killed"
+        )
 
     def forget(self, request_id: str) -> None:
         """`request_id` is answered (or will never be): its slot is free."""

@@ -12,6 +12,8 @@ Exception tree::
     │   ├── EngineCrashed                    the worker process died mid-request
     │   ├── EngineUnavailable                not started, or stopped mid-request
     │   ├── EngineBadResponse                a frame that is no message
+    │   ├── EngineSilent                504  engine_timeout: nothing from the worker on a
+    │   │                                    request for ENGINE_READ_TIMEOUT_S (it is killed)
     │   └── TranscriptionFailed              faster-whisper raised (`transcription_failed`)
     └── TranscriptionCancelled          499  stopped by `cancel()` (client gone, job
                                              deleted); never sent to a client

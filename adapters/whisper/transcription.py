@@ -10,7 +10,7 @@ import asyncio
 from types import TracebackType
 from typing import Protocol
 
-from adapters.errors import EngineBadResponse
+from adapters.errors import EngineBadResponse, EngineError
 from adapters.whisper.errors import worker_error
 from adapters.whisper.messages import Done, Info, Segment
 
@@ -23,16 +23,22 @@ class Owner(Protocol):
     @property
     def closed(self) -> bool: ...
 
+    @property
+    def silence_s(self) -> float | None: ...
+
     def cancel(self, request_id: str) -> None: ...
 
     def forget(self, request_id: str) -> None: ...
+
+    async def silent(self, request_id: str) -> EngineError: ...
 
 
 class Transcription:
     """One request's answer: `wait_info()`, then its segments by `async for`, then `done`.
 
     A failed request raises from `wait_info()` or the iteration: the worker's refusal
-    (`InvalidAudio`, ...), `TranscriptionFailed`, or `EngineCrashed` when the worker died.
+    (`InvalidAudio`, ...), `TranscriptionFailed`, `EngineCrashed` when the worker died, or
+    `EngineSilent` when it sent nothing for the engine's `silence_s` (and was killed).
     Closed early, it stays in the engine's `in_flight` until the worker's `Done` arrives
     (then in `done`, `error_code` "cancelled"): the worker's slot is busy until then.
     """
@@ -57,7 +63,14 @@ class Transcription:
             self.engine.forget(self.request_id)
 
     async def _next(self) -> Info | Segment | Done:
-        item = await self._queue.get()
+        """The worker's next message; nothing within the engine's `silence_s`: the request
+        ends with the engine's `silent` error (504), its worker killed."""
+        try:
+            async with asyncio.timeout(self.engine.silence_s):
+                item = await self._queue.get()
+        except TimeoutError:
+            self._finish()
+            raise await self.engine.silent(self.request_id) from None
         if isinstance(item, BaseException):
             self._finish()
             raise item

@@ -11,7 +11,8 @@ the last two are the speech ones. Prometheus names the runner should give them:
 |                         |                                       |           | status        |
 | `count_worker_restart`  | `quorum_speech_worker_restarts_total` | counter   | model         |
 
-`status` is the outcome: `ok`, `cancelled`, `invalid_audio`, `engine_crashed`, `error`.
+`status` is the outcome: `ok`, `cancelled`, `invalid_audio`, `engine_crashed`,
+`engine_timeout` (the worker was silent, and killed), `error`.
 The real-time factor (completed transcriptions only) is engine wall time / audio duration
 (below 1: faster than real time); `RTF_BUCKETS` are its histogram buckets.
 """

@@ -26,7 +26,7 @@ import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from adapters.errors import EngineCrashed
+from adapters.errors import EngineCrashed, EngineTimeout
 from adapters.whisper.engine import WhisperEngine
 from adapters.whisper.errors import InvalidAudio, UnsupportedLanguage
 from adapters.whisper.messages import Info, Segment
@@ -174,6 +174,9 @@ class SpeechRun:
             raise
         except EngineCrashed:
             self.outcome = "engine_crashed"
+            raise
+        except EngineTimeout:  # the worker was silent and is killed (EngineSilent)
+            self.outcome = "engine_timeout"
             raise
         finally:
             rtf = None

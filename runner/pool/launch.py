@@ -239,7 +239,8 @@ async def start_whisper(spec: ModelSpec, settings: Settings, env: Mapping[str, s
 
     One process per model: CTranslate2 returns its memory only when the process ends, and
     a crash inside it must not take the runner down. `parallel` is CTranslate2's
-    `num_workers` (transcriptions decoded side by side in that one process).
+    `num_workers` (transcriptions decoded side by side in that one process). A worker
+    silent on a transcription for ENGINE_READ_TIMEOUT_S is killed: a crash.
     """
     worker_env = dict(env)
     if settings.hf_home:
@@ -254,6 +255,7 @@ async def start_whisper(spec: ModelSpec, settings: Settings, env: Mapping[str, s
         load_timeout_s=spec.load_timeout_s or settings.whisper_load_timeout_s,
         allow_download=settings.whisper_allow_download,
         env=worker_env,
+        silence_s=settings.engine_read_timeout_s,
     )
     await engine.start()
     return Launched(engine, engine.process)

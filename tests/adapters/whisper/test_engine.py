@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from adapters.errors import EngineCrashed, EngineStartFailed, EngineUnavailable
+from adapters.errors import EngineCrashed, EngineSilent, EngineStartFailed, EngineUnavailable
 from adapters.supervisor import EngineState
 from adapters.whisper.engine import WhisperEngine
 from adapters.whisper.errors import InvalidAudio, TranscriptionCancelled
@@ -139,6 +139,38 @@ async def test_engine_killed_worker_fails_in_flight_and_a_new_engine_works(
         assert has_words(text)
     finally:
         await fresh.stop()
+
+
+async def test_engine_silent_worker_is_504_and_killed_as_a_crash(
+    whisper_model: str, speech: SpeechFiles
+) -> None:
+    """SIGSTOP mid-transcription: after `silence_s` without a message the request ends
+    EngineSilent (504 `engine_timeout`); the stuck worker was killed, and that exit is a
+    crash (on_crash ran; `failure` names the silence; nothing new is accepted)."""
+    crashed: list[WhisperEngine] = []
+    stuck = WhisperEngine("stuck", whisper_model, parallel=1, cpu_threads=1, silence_s=3.0)
+    stuck.on_crash(crashed.append)
+    await stuck.start()
+    try:
+        async with stuck.transcribe(str(speech.long), request_id="s") as t:
+            await t.wait_info()  # the worker decoded the file and is transcribing
+            assert stuck.pid is not None
+            os.kill(stuck.pid, signal.SIGSTOP)
+            with pytest.raises(EngineSilent) as caught:
+                async for _ in t:
+                    pass
+        error = caught.value
+        assert (error.status, error.code) == (504, "engine_timeout")
+        assert "'stuck'" in str(error) and "3 s" in str(error)
+        assert crashed == [stuck] and stuck.failure is not None
+        assert "stuck: nothing sent on a transcription for 3 s" in stuck.failure
+        assert stuck.process is not None and stuck.process.exit is not None
+        assert stuck.process.exit.returncode == -signal.SIGKILL
+        assert stuck.in_flight == 0
+        with pytest.raises(EngineCrashed):
+            stuck.transcribe(str(speech.hello), request_id="after")
+    finally:
+        await stuck.stop()
 
 
 async def test_engine_stop_returns_the_workers_memory(

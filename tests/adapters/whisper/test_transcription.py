@@ -1,0 +1,66 @@
+"""A transcription's silence bound, on `Transcription` alone (an engine stand-in that
+records what it is asked): the bound is on the wait for each message, not on the whole."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from adapters.errors import EngineError, EngineSilent
+from adapters.whisper.messages import Done, Info, Segment
+from adapters.whisper.transcription import Transcription
+
+
+class Owner:
+    """The engine side: records cancels, forgets and silences."""
+
+    def __init__(self, silence_s: float | None) -> None:
+        self.silence_s = silence_s
+        self.closed = False
+        self.silenced: list[str] = []
+        self.forgotten: list[str] = []
+
+    def cancel(self, request_id: str) -> None:
+        pass
+
+    def forget(self, request_id: str) -> None:
+        self.forgotten.append(request_id)
+
+    async def silent(self, request_id: str) -> EngineError:
+        self.silenced.append(request_id)
+        return EngineSilent(f"{request_id} silent")
+
+
+def _segment(i: int) -> Segment:
+    return Segment("r", i, 0, float(i), float(i) + 1, f"word {i}", (1,), 0.0, -0.1, 1.0, 0.0)
+
+
+async def test_transcription_messages_closer_than_the_bound_never_time_out() -> None:
+    """25 segments 40 ms apart (1 s in all) under a 0.5 s bound: every one is read."""
+    owner = Owner(silence_s=0.5)
+    t = Transcription(owner, "r")
+
+    async def worker() -> None:
+        t.deliver(Info("r", 30.0, "en"))
+        for i in range(25):
+            await asyncio.sleep(0.04)
+            t.deliver(_segment(i))
+        t.deliver(Done("r", None, 1000))
+
+    sending = asyncio.create_task(worker())
+    segments = [s async for s in t]
+    await sending
+    assert len(segments) == 25 and owner.silenced == []
+
+
+async def test_transcription_silence_ends_it_with_the_engines_error() -> None:
+    """Info, then nothing for the bound: the engine is told (`silent`) and its error is
+    raised; the request is forgotten (its slot is free)."""
+    owner = Owner(silence_s=0.2)
+    t = Transcription(owner, "r")
+    t.deliver(Info("r", 30.0, "en"))
+    with pytest.raises(EngineSilent, match="r silent"):
+        async for _ in t:
+            pass
+    assert owner.silenced == ["r"] and owner.forgotten == ["r"]
