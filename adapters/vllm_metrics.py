@@ -16,7 +16,9 @@ tenants: its prefix-cache counters are global.
 
 `scrape_metrics` is pure (text in, figures out). `VllmMetricsCollector` keeps the last
 scrape of every vLLM engine and yields those families, names and labels unchanged, from
-the runner's own registry ("standard vLLM metrics + additions").
+the registry the runner serves to the endpoint picker (`/metrics/picker` by default, not
+`/metrics`: a `:` in a name is reserved for recording rules) ("standard vLLM metrics +
+additions").
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from runner.audio.multipart import FormLimits
 from runner.chat import CHAT_PATHS, ChatPath
 from runner.control_plane import control_plane
 from runner.errors import MethodNotAllowed, RouteNotFound
+from runner.exposition import Exposition
 from runner.forecast_metrics import ForecastGauges
 from runner.frontend import FrontEnd
 from runner.headers import new_request_id
@@ -78,9 +79,11 @@ class RunnerApp:
             elif path in AUDIO_PATHS:
                 await self._post_only(self.audio, scope, receive, send)
             elif (
-                path == "/metrics" and scope["method"] == "GET" and self.rt.settings.enable_metrics
+                (exposition := self.rt.metrics.paths.get(path)) is not None
+                and scope["method"] == "GET"
+                and self.rt.settings.enable_metrics
             ):
-                await self._metrics(send)
+                await self._metrics(send, exposition)
             else:
                 await self.control(scope, receive, send)
         elif kind == "lifespan":
@@ -88,14 +91,14 @@ class RunnerApp:
         else:
             await self.control(scope, receive, send)
 
-    async def _metrics(self, send: Send) -> None:
-        """`GET /metrics`, bare like the data path: the endpoint picker reads it 20 times a
-        second (docs/benchmarks.md); ENABLE_METRICS=false and other methods are the control
+    async def _metrics(self, send: Send, exposition: Exposition) -> None:
+        """`GET /metrics` and the picker's `GET /metrics/picker` (PICKER_METRICS_PATH), bare
+        like the data path: the endpoint picker reads its path 20 times a second
+        (docs/benchmarks.md); ENABLE_METRICS=false and other methods are the control
         plane's. Not gzipped: compressing its ~13 KB cost the runner more CPU (~+100 us)
         than writing them."""
-        metrics = self.rt.metrics
-        headers = [(b"content-type", metrics.content_type.encode())]
-        await send_whole(send, 200, headers, metrics.render())
+        headers = [(b"content-type", self.rt.metrics.content_type.encode())]
+        await send_whole(send, 200, headers, exposition.render())
 
     async def _post_only(
         self, handler: ChatPath | AudioPath | None, scope: Scope, receive: Receive, send: Send

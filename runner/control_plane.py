@@ -109,11 +109,16 @@ def control_plane(rt: Runtime) -> FastAPI:
         status = 200 if rt.life is Life.READY else 503
         return json_response(status, doc, {"Cache-Control": "max-age=5", **starting_headers(rt)})
 
-    @app.get("/metrics")
-    async def get_metrics() -> Response:
+    async def get_metrics(request: Request) -> Response:
+        """`/metrics` and the picker's path when the bare path (runner/app.py) did not answer:
+        ENABLE_METRICS=false."""
         if not rt.settings.enable_metrics:
             raise ServiceUnavailable("metrics are disabled (ENABLE_METRICS=false)")
-        return Response(rt.metrics.render(), 200, media_type=rt.metrics.content_type)
+        exposition = rt.metrics.paths[request.scope["path"]]
+        return Response(exposition.render(), 200, media_type=rt.metrics.content_type)
+
+    for path in rt.metrics.paths:  # `/metrics`, PICKER_METRICS_PATH
+        app.add_api_route(path, get_metrics, methods=["GET"])
 
     @app.post("/v1/cache/flush")
     async def cache_flush(request: Request) -> Response:
@@ -177,7 +182,7 @@ def control_plane(rt: Runtime) -> FastAPI:
         lines = rt.pool.logs(model_id)
         return json_response(200, {"modelId": model_id, "lines": lines})
 
-    contract = openapi_json([m.id for m in rt.models.models])
+    contract = openapi_json([m.id for m in rt.models.models], rt.settings.picker_metrics_path)
 
     @app.get(OPENAPI_PATH)
     async def get_openapi() -> Response:

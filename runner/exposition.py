@@ -7,8 +7,10 @@ scrapes, so a scrape costs the collectors' work and one float formatting per sam
 (tests/runner/test_exposition.py compares the two). `twins` writes a family again under
 another name right after it (the seed's `vllm_inference_duration_seconds` beside
 `quorum_inference_duration_seconds`) without collecting it twice; `hidden` families are
-left out. Metric and label names are the runner's own or vLLM's, valid in the classic
-format, so they are written unescaped; label values are escaped.
+left out. One exposition may write several sources, one after the other (`/metrics` with
+the endpoint picker's `vllm:*` families merged in, PICKER_METRICS_PATH=/metrics). Metric
+and label names are the runner's own or vLLM's, valid in the classic format, so they are
+written unescaped; label values are escaped.
 """
 
 from __future__ import annotations
@@ -40,26 +42,28 @@ def _escape_help(text: str) -> str:
 
 
 class Exposition(Collector):
-    """The families of `source` as served: `hidden` ones left out, `twins` added.
+    """The families of `sources`, in order, as served: `hidden` ones left out, `twins`
+    added.
 
     `collect()` yields them (for prometheus_client's own server on METRICS_PORT);
     `render()` writes them in the text format with cached text.
     """
 
-    def __init__(self, source: Collector) -> None:
-        self.source = source
+    def __init__(self, *sources: Collector) -> None:
+        self.sources = sources
         self.hidden: frozenset[str] = frozenset()
         self.twins: dict[str, tuple[str, str]] = {}  # family -> (twin's name, its help)
         self._heads: dict[tuple[str, str, str], str] = {}
         self._series: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
 
     def collect(self) -> Iterator[Metric]:
-        for family in self.source.collect():
-            if family.name not in self.hidden:
-                yield family
-            twin = self.twins.get(family.name)
-            if twin is not None:
-                yield _renamed(family, *twin)
+        for source in self.sources:
+            for family in source.collect():
+                if family.name not in self.hidden:
+                    yield family
+                twin = self.twins.get(family.name)
+                if twin is not None:
+                    yield _renamed(family, *twin)
 
     def render(self) -> bytes:
         out: list[str] = []

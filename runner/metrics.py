@@ -1,10 +1,14 @@
-"""Prometheus metrics: one registry per runner app (so tests never share state).
+"""Prometheus metrics: two registries per runner app (so tests never share state).
 
-Names are `quorum_*`; the seed's own names for five of them (`vllm_requests_total`, ...)
-are derived from these at scrape time (runner/seed_metrics.py, METRICS_NAMES), the
-endpoint picker's `vllm:*` gauges come from runner/picker_metrics.py, and vLLM's own
-metrics (`vllm:*`, scraped off the hot path) are re-exposed beside them.
-Tenant label values are capped (MAX_TENANT_LABELS distinct ones, then
+`registry`, served at `/metrics`: names are `quorum_*`, and the seed's own names for five
+of them (`vllm_requests_total`, ...) are derived from these at scrape time
+(runner/seed_metrics.py, METRICS_NAMES); `promtool check metrics` finds nothing to say.
+`picker_registry`, served at PICKER_METRICS_PATH (`/metrics/picker`): the `vllm:*` family
+the endpoint picker reads, its gauges (runner/picker_metrics.py) and vLLM's own metrics
+(scraped off the hot path) re-exposed beside them. A `:` is reserved for recording rules
+(promtool flags it), hence the path of its own; PICKER_METRICS_PATH=/metrics merges the
+two for a picker that reads `/metrics` only (`route`). Each scrape collects only what its
+path writes. Tenant label values are capped (MAX_TENANT_LABELS distinct ones, then
 "_other") so a client inventing tenant ids cannot blow up the series count.
 """
 
@@ -19,7 +23,6 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
-    start_http_server,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
@@ -29,7 +32,10 @@ from adapters.vllm_metrics import VllmMetricsCollector
 from runner.audio.metrics import RTF_BUCKETS
 from runner.exposition import Exposition
 from runner.histogram import LabelledHistogram
+from runner.metrics_port import serve_paths
 
+METRICS_PATH = "/metrics"
+PICKER_PATH = "/metrics/picker"  # PICKER_METRICS_PATH's default
 MAX_TENANT_LABELS = 1000
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -117,8 +123,11 @@ class Metrics:
         self._answered: dict[str, int] = {}
         self._hits: dict[str, int] = {}
         r.register(_CacheHitRate(self._answered, self._hits))
-        self.vllm = VllmMetricsCollector()  # vLLM's own `vllm:*` families, as last scraped
-        r.register(self.vllm)
+        # The endpoint picker's `vllm:*` family: vLLM's own, as last scraped, and the
+        # picker's gauges (registered by the runtime, runner/picker_metrics.py).
+        self.picker_registry = CollectorRegistry(auto_describe=True)
+        self.vllm = VllmMetricsCollector()
+        self.picker_registry.register(self.vllm)
         # Speech (runner/audio/metrics.py's SpeechMetrics protocol).
         self.audio_seconds = Counter(
             "quorum_audio_seconds_total",
@@ -149,6 +158,19 @@ class Metrics:
         self._tenants: set[str] = set()
         self._children: dict[tuple[object, ...], Any] = {}
         self.exposition = Exposition(self.registry)  # what /metrics writes, and how
+        self.picker_exposition = Exposition(self.picker_registry)
+        self.paths: dict[str, Exposition] = {}
+        self.route(PICKER_PATH)
+
+    def route(self, picker_path: str) -> None:
+        """Serve the picker's family at `picker_path` (PICKER_METRICS_PATH): on a path of
+        its own, or, when that is `/metrics`, merged into `/metrics` after the runner's."""
+        if picker_path == METRICS_PATH:
+            self.exposition.sources = (self.registry, self.picker_registry)
+            self.paths = {METRICS_PATH: self.exposition}
+        else:
+            self.exposition.sources = (self.registry,)
+            self.paths = {METRICS_PATH: self.exposition, picker_path: self.picker_exposition}
 
     def tenant_label(self, tenant: str) -> str:
         if tenant in self._tenants:
@@ -191,8 +213,8 @@ class Metrics:
         self.registry.register(_QueueDepth(depths))
 
     def serve_separately(self, port: int, host: str) -> None:
-        """Also expose /metrics on METRICS_PORT (a small thread of prometheus_client's)."""
-        start_http_server(port, host, registry=self.exposition)
+        """Also serve the metrics paths on METRICS_PORT (runner/metrics_port.py)."""
+        serve_paths(port, host, self.paths, default=METRICS_PATH)
 
     def count_rejection(self, reason: str, tenant: str) -> None:
         self._child(self.rejections, reason, self.tenant_label(tenant)).inc()
@@ -231,7 +253,7 @@ class Metrics:
         return {m: self._hits.get(m, 0) / n for m, n in self._answered.items() if n}
 
     def render(self) -> bytes:
-        """The text format of the registry as served (runner/exposition.py)."""
+        """The text format of `/metrics` as served (runner/exposition.py)."""
         return self.exposition.render()
 
 

@@ -1,10 +1,11 @@
 """The endpoint picker's view of the runner: vLLM's metric names, whatever engine serves.
 
 Kubernetes' Gateway API Inference Extension routes across model-server pods with an
-endpoint picker (llm-d's router) that scrapes each pod's `/metrics` and, with no engine
-label on the pod, reads vLLM's names. It reads typed samples only, and of a family it
-takes the last sample, so each name below is one unlabelled sample of the runner's own,
-typed `gauge`:
+endpoint picker (llm-d's router) that scrapes each pod's metrics path (`/metrics/picker`
+here, PICKER_METRICS_PATH; the picker's `metrics-data-source` `path` in
+deploy/k8s/base/epp-config.yaml) and, with no engine label on the pod, reads vLLM's names.
+It reads typed samples only, and of a family it takes the last sample, so each name below
+is one unlabelled sample of the runner's own, typed `gauge`:
 
 - `vllm:num_requests_waiting`: requests waiting in the runner's queue (every tenant's
   queue, every model; the scheduler's waiting room);
@@ -26,9 +27,11 @@ typed `gauge`:
 
 When an engine is vLLM its own series of these names are shadowed
 (`VllmMetricsCollector.shadow`): the runner's aggregate replaces them, never two values
-for one name. Everything is read at scrape time from what the runner already keeps in
-memory (the scheduler's counts, the last snapshot, the engine watch's last poll): no
-engine call and nothing sorted, O(models) per scrape.
+for one name; vLLM's other series are served beside them, on the same path (the
+`vllm:*` names stay off `/metrics`: promtool flags a `:`, runner/metrics.py). Everything
+is read at scrape time from what the runner already keeps in memory (the scheduler's
+counts, the last snapshot, the engine watch's last poll): no engine call and nothing
+sorted, O(models) per scrape.
 """
 
 from __future__ import annotations

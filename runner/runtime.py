@@ -175,7 +175,8 @@ class Runtime:
         picker = picker_collector(
             rt.admission, rt.pool, lambda: rt.refresher.current, rt.watch, rt.metrics.vllm
         )
-        self.metrics.registry.register(picker)
+        self.metrics.picker_registry.register(picker)
+        self.metrics.route(s.picker_metrics_path)
         export_seed_names(
             rt.metrics, s.metrics_names, rt.admission.queue_depth, lambda: rt.refresher.current
         )

@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from runner.errors import ConfigError
 from runner.headers import DEFAULT_OBJECTIVE_PRIORITIES, parse_objective_priorities
+from runner.metrics import PICKER_PATH
 
 
 def default_llama_server_bin() -> str:
@@ -57,6 +58,8 @@ class Settings(BaseSettings):
     enable_metrics: bool = True
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     metrics_names: Literal["seed", "quorum", "both"] = "both"  # runner/seed_metrics.py
+    # The endpoint picker's `vllm:*` family (runner/metrics.py); /metrics merges it in.
+    picker_metrics_path: str = Field(default=PICKER_PATH, pattern=r"^/[A-Za-z0-9._~/-]*$")
     max_queue_depth: int = Field(default=16, ge=1, le=1_000_000)
     queue_timeout_ms: int = Field(default=30_000, ge=1)
 

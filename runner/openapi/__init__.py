@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import orjson
 
 from runner import __version__
+from runner.metrics import PICKER_PATH
 from runner.openapi.components import (
     ANY_PATH_STATUSES,
     DATA_PATH_HEADERS,
@@ -127,8 +128,9 @@ def _error_responses() -> dict[str, Schema]:
     return out
 
 
-def openapi_document(models: Sequence[str] = ()) -> Schema:
-    """The whole document; `models` are this runner's (the body examples name them)."""
+def openapi_document(models: Sequence[str] = (), picker_path: str = PICKER_PATH) -> Schema:
+    """The whole document; `models` are this runner's (the body examples name them),
+    `picker_path` its PICKER_METRICS_PATH."""
     codes = error_codes()
     schemas: dict[str, Schema] = {
         **SCHEMAS,
@@ -139,7 +141,7 @@ def openapi_document(models: Sequence[str] = ()) -> Schema:
         **data_path(models),
         **jobs(),
         **lifecycle(),
-        **runner_state(),
+        **runner_state(picker_path),
         **status_page(),
     }
     for item in paths.values():  # the connection's limits, before any path is reached
@@ -181,5 +183,5 @@ def openapi_document(models: Sequence[str] = ()) -> Schema:
     }
 
 
-def openapi_json(models: Sequence[str] = ()) -> bytes:
-    return orjson.dumps(openapi_document(models))
+def openapi_json(models: Sequence[str] = (), picker_path: str = PICKER_PATH) -> bytes:
+    return orjson.dumps(openapi_document(models, picker_path))

@@ -10,6 +10,7 @@ from typing import Any
 
 from runner.governed import FLUSH_SCOPES
 from runner.load_requests import QUANTIZATIONS
+from runner.metrics import METRICS_PATH, PICKER_PATH
 from runner.openapi.components import OP_TOKEN, Schema, header_refs
 from runner.openapi.paths import (
     JSON,
@@ -162,9 +163,28 @@ def _get(summary: str, tag: str, responses: Schema, **extra: Any) -> Schema:
     return {"get": {"summary": summary, "tags": [tag], "responses": responses, **extra}}
 
 
-def runner_state() -> dict[str, Schema]:
+def _metrics_paths(picker_path: str) -> dict[str, Schema]:
+    """`/metrics`, and the endpoint picker's path unless it is merged into `/metrics`."""
+    text = {"description": "Prometheus text format.", "content": {"text/plain": {"schema": {}}}}
+    merged = ", and the endpoint picker's `vllm:*` family" if picker_path == METRICS_PATH else ""
+    out = {
+        METRICS_PATH: _get(
+            "Prometheus metrics: the runner's own and the seed's names" + merged,
+            "state",
+            {"200": text, **errors(503)},
+        )
+    }
+    if picker_path != METRICS_PATH:
+        out[picker_path] = _get(
+            "The endpoint picker's `vllm:*` metrics (PICKER_METRICS_PATH)",
+            "state",
+            {"200": text, **errors(503)},
+        )
+    return out
+
+
+def runner_state(picker_path: str = PICKER_PATH) -> dict[str, Schema]:
     health = ref("schemas", "Health")
-    metrics = {"description": "Prometheus text format.", "content": {"text/plain": {"schema": {}}}}
     models: Schema = {
         "type": "object",
         "required": ["object", "data"],
@@ -204,7 +224,7 @@ def runner_state() -> dict[str, Schema]:
                 "503": json_answer(caps, "Starting or stopping.", {**cache, **retry}),
             },
         ),
-        "/metrics": _get("Prometheus metrics", "state", {"200": metrics, **errors(503)}),
+        **_metrics_paths(picker_path),
         "/v1/models": _get(
             "The models ready to serve", "state", {"200": json_answer(models, "Models.")}
         ),

@@ -67,14 +67,16 @@ def test_compose_runners_serve_the_images_default_models(compose: dict[str, Any]
 
 def test_compose_prometheus_config_passes_promtool(compose: dict[str, Any]) -> None:
     """The mounted Prometheus config passes `promtool check config` and scrapes each runner
-    on its METRICS_PORT."""
+    on its METRICS_PORT, at /metrics and at the picker's path (vLLM's own series)."""
     config = _mounts(compose["services"]["prometheus"])["/etc/prometheus/prometheus.yml"]
     checked = promtool("check", "config", str(config))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     scrape = yaml.safe_load(config.read_text())["scrape_configs"]
-    targets = {t for job in scrape for sc in job["static_configs"] for t in sc["targets"]}
     want = {f"{name}:{s['environment']['METRICS_PORT']}" for name, s in _runners(compose).items()}
-    assert targets == want
+    picker = Settings.model_fields["picker_metrics_path"].default
+    assert sorted(job["metrics_path"] for job in scrape) == sorted(["/metrics", picker])
+    for job in scrape:
+        assert {t for sc in job["static_configs"] for t in sc["targets"]} == want, job["job_name"]
 
 
 def test_compose_grafana_provisions_prometheus_and_the_dashboard(compose: dict[str, Any]) -> None:

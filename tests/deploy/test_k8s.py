@@ -110,6 +110,18 @@ def test_k8s_podmonitor_valid_against_prometheus_operator_types(tmp_path: Path) 
     assert node(script).strip() == "valid"
 
 
+def test_k8s_podmonitor_scrapes_both_metrics_paths(rendered: list[dict[str, Any]]) -> None:
+    """Prometheus scrapes each runner's METRICS_PORT at /metrics and at the picker's path,
+    where vLLM's own series are: the port the runner's METRICS_PORT names."""
+    monitor = _one(rendered, "PodMonitor", "quorum-runner")
+    endpoints = monitor["spec"]["podMetricsEndpoints"]
+    default = Settings.model_fields["picker_metrics_path"].default
+    assert sorted(e["path"] for e in endpoints) == sorted(["/metrics", default])
+    ports = {p["name"]: p["containerPort"] for p in _runner(rendered)["ports"]}
+    env = {e["name"]: e.get("value") for e in _runner(rendered)["env"]}
+    assert {ports[e["port"]] for e in endpoints} == {int(env["METRICS_PORT"])}
+
+
 def test_k8s_podmonitor_typecheck_rejects_unknown_field(tmp_path: Path) -> None:
     """A misspelt PodMonitor field fails the type check (the check is not vacuous)."""
     monitor = _one(kustomize(OVERLAYS["base"]), "PodMonitor", "quorum-runner")
@@ -120,7 +132,8 @@ def test_k8s_podmonitor_typecheck_rejects_unknown_field(tmp_path: Path) -> None:
 
 def test_k8s_epp_config_valid_and_reads_vllm_names(rendered: list[dict[str, Any]]) -> None:
     """The picker's config matches EndpointPickerConfig v1alpha1, every profile plugin is
-    declared, and metrics are read by the built-in vLLM mapping (no engineConfigs)."""
+    declared, and metrics are read by the built-in vLLM mapping (no engineConfigs) on the
+    runner's PICKER_METRICS_PATH, as the runner pods leave it."""
     config = _epp_config(rendered)
     assert list(errors(crd_validator("endpointpickerconfig-v1alpha1.json"), config)) == []
     declared = {p.get("name") or p["type"] for p in config["plugins"]}
@@ -130,6 +143,9 @@ def test_k8s_epp_config_valid_and_reads_vllm_names(rendered: list[dict[str, Any]
     assert extractor["parameters"] == {"defaultEngine": "vllm"}
     source = next(p for p in config["plugins"] if p["type"] == "metrics-data-source")
     assert "port" not in source["parameters"]  # the pool's target port: the runner's own
+    env = {e["name"]: e.get("value") for e in _runner(rendered)["env"]}
+    default = Settings.model_fields["picker_metrics_path"].default
+    assert source["parameters"]["path"] == env.get("PICKER_METRICS_PATH", default)
 
 
 def test_k8s_pool_objectives_and_picker_point_at_each_other(rendered: list[dict[str, Any]]) -> None:

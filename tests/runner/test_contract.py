@@ -274,14 +274,17 @@ def _in_flight(runner: Runner) -> bool:
 
 
 def test_contract_metrics(runner: Runner) -> None:
-    """/metrics has the runner's own series for the model's requests, the endpoint picker's
-    `vllm:*` gauges as the runner's own (one sample each, whatever the engine), and for
-    vLLM its other `vllm:*` families re-exposed with the model's name."""
+    """/metrics has the runner's own series for the model's requests and no `vllm:*` name;
+    /metrics/picker the endpoint picker's `vllm:*` gauges as the runner's own (one sample
+    each, whatever the engine), and for vLLM its other `vllm:*` families re-exposed with
+    the model's name."""
     runner.kind.check_answer(runner.send("m", "metered"))
-    text = httpx.get(runner.url + "/metrics").text
-    assert sample(text, "quorum_requests_total", model="m", tenant="metered", status="200") == 1
-    assert 'quorum_inference_duration_seconds_count{model="m"}' in text
-    assert "quorum_queue_depth" in text
+    own = httpx.get(runner.url + "/metrics").text
+    assert sample(own, "quorum_requests_total", model="m", tenant="metered", status="200") == 1
+    assert 'quorum_inference_duration_seconds_count{model="m"}' in own
+    assert "quorum_queue_depth" in own
+    assert "vllm:" not in own
+    text = httpx.get(runner.url + "/metrics/picker").text
     assert sample(text, "vllm:num_requests_running") is not None
     assert 'vllm:num_requests_running{engine="0",model_name="m"}' not in text
     engine_own = [

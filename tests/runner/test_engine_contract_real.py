@@ -261,7 +261,7 @@ def _engine_families(runner: Runner) -> dict[str, float]:
 
 
 def test_real_vllm_figures_agree_with_the_engine(runner: Runner) -> None:
-    """Idle, the runner's capabilities and /metrics say what vLLM's own /metrics says:
+    """Idle, the runner's capabilities and /metrics/picker say what vLLM's own /metrics says:
     nothing running or waiting, and its KV cache size and version are known."""
     if runner.kind.name != "vllm":
         pytest.skip("vLLM's own /metrics: the llama-server figures are tested in test_llama_real")
@@ -282,7 +282,7 @@ def test_real_vllm_figures_agree_with_the_engine(runner: Runner) -> None:
     memory = loaded[runner.model]["gpuMemoryMB"]
     assert memory > 1000  # measured: the engine's process tree
     assert doc["resources"]["gpuMemoryUsedMB"] >= memory
-    metrics = httpx.get(runner.url + "/metrics").text
+    metrics = httpx.get(runner.url + "/metrics/picker").text
     runner_values = {
         s.name: s.value
         for f in text_string_to_metric_families(metrics)

@@ -1,6 +1,8 @@
 """The endpoint picker's gauges (runner/picker_metrics.py): vLLM's names, one typed sample
-each, from the runner's own state; pure figures first, then real runners (a stand-in
-llama-server with two slots, and the fake vLLM whose own series they replace)."""
+each, from the runner's own state, served on the picker's path (/metrics/picker, off
+/metrics, or merged into it with PICKER_METRICS_PATH=/metrics); pure figures first, then
+real runners (a stand-in llama-server with two slots, and the fake vLLM whose own series
+they replace)."""
 
 from __future__ import annotations
 
@@ -14,11 +16,14 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from adapters.vllm_metrics import parse_families
 from runner.engine_watch import EngineLoad
+from runner.metrics import METRICS_PATH, PICKER_PATH, Metrics
 from runner.models_config import ModelSpec
 from runner.picker_metrics import (
     NAMES,
     KvCache,
+    PickerCollector,
     PickerView,
     cache_config,
     families,
@@ -126,9 +131,62 @@ def test_families_are_typed_single_samples() -> None:
     }
 
 
-def gauges(r: RunnerProcess) -> dict[str, list[Sample]]:
-    """The samples of every family /metrics declares a gauge (`# TYPE ... gauge`)."""
-    text = httpx.get(r.url + "/metrics", timeout=5).text
+ENGINE_TEXT = """# HELP vllm:prefix_cache_queries_total Prefix cache queries, in tokens.
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="v"} 10.0
+# HELP vllm:num_requests_running Requests running.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="v"} 1.0
+"""
+
+
+def _served(picker_path: str) -> Metrics:
+    """A runner's metrics with a vLLM engine's last scrape and the picker's gauges, routed
+    as PICKER_METRICS_PATH=`picker_path` routes them."""
+    metrics = Metrics()
+    metrics.vllm.update("v", parse_families(ENGINE_TEXT))
+    metrics.vllm.shadow(NAMES)
+    view = PickerView(6, 2, 0.5, (16, 64), ("v",), (), 1)
+    metrics.picker_registry.register(PickerCollector(lambda: view, clock=lambda: 1234.5))
+    metrics.route(picker_path)
+    metrics.count_request("v", "t", 200)
+    return metrics
+
+
+def _families(text: bytes) -> dict[str, Metric]:
+    return {f.name: f for f in text_string_to_metric_families(text.decode())}
+
+
+def test_metrics_picker_family_on_its_own_path_by_default() -> None:
+    """By default /metrics carries no `vllm:*` name; /metrics/picker carries the picker's
+    five typed gauges and vLLM's other series, and nothing of the runner's own."""
+    metrics = _served(PICKER_PATH)
+    assert list(metrics.paths) == [METRICS_PATH, PICKER_PATH]
+    own = metrics.paths[METRICS_PATH].render()
+    assert b"vllm:" not in own and b"quorum_requests_total" in own
+    picker = _families(metrics.paths[PICKER_PATH].render())
+    assert [picker[name].type for name in NAMES] == ["gauge"] * len(NAMES)
+    assert [s.value for s in picker["vllm:num_requests_running"].samples] == [2]
+    assert picker["vllm:prefix_cache_queries"].samples[0].labels["model_name"] == "v"
+    assert not any(name.startswith("quorum_") for name in picker)
+
+
+def test_metrics_picker_path_at_metrics_merges_the_family() -> None:
+    """PICKER_METRICS_PATH=/metrics: /metrics is the only path and carries the runner's own
+    series and then the picker's family (typed gauges, vLLM's series), each name once."""
+    metrics = _served(METRICS_PATH)
+    assert list(metrics.paths) == [METRICS_PATH]
+    text = metrics.render()
+    found = _families(text)
+    assert [found[name].type for name in NAMES] == ["gauge"] * len(NAMES)
+    assert "vllm:prefix_cache_queries" in found and "quorum_requests" in found
+    assert text.count(b"# TYPE vllm:num_requests_running gauge") == 1
+    assert text.index(b"quorum_requests_total") < text.index(b"vllm:num_requests_running")
+
+
+def gauges(r: RunnerProcess, path: str = PICKER_PATH) -> dict[str, list[Sample]]:
+    """The samples of every family `path` declares a gauge (`# TYPE ... gauge`)."""
+    text = httpx.get(r.url + path, timeout=5).text
     return {f.name: f.samples for f in text_string_to_metric_families(text) if f.type == "gauge"}
 
 
@@ -139,17 +197,33 @@ def _value(r: RunnerProcess, name: str) -> float:
 
 @pytest.fixture(scope="module")
 def two_slots() -> Iterator[RunnerProcess]:
+    """`m` (two slots) loaded, `spare` loading on a request; the busy test, last, kills it."""
     with start_runner(models_file=TWO_SLOTS, env={"MAX_QUEUE_DEPTH": "16"}) as r:
         wait_for(lambda: [m["id"] for m in caps(r)["models"]["loaded"]] == ["m"], timeout=30)
         yield r
 
 
+def test_picker_path_parses_with_the_typed_gauges(two_slots: RunnerProcess) -> None:
+    """GET /metrics/picker parses as the Prometheus text format and declares each of the
+    picker's five names a gauge, with one sample each but `cache_config_info` (no paged
+    cache here); /metrics carries none of them."""
+    r = two_slots
+    answer = httpx.get(r.url + PICKER_PATH, timeout=5)
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/plain; version=")
+    found = {f.name: f for f in text_string_to_metric_families(answer.text)}
+    assert [found[name].type for name in NAMES] == ["gauge"] * len(NAMES)
+    assert [len(found[name].samples) for name in NAMES] == [1, 1, 1, 0, 1]
+    assert set(NAMES).isdisjoint(gauges(r, "/metrics"))
+
+
 def test_metrics_picker_gauges_with_two_slots_busy_and_six_queued(
     two_slots: RunnerProcess,
 ) -> None:
-    """With both slots of `m` streaming and 6 requests queued, /metrics says
-    `vllm:num_requests_running 2` and `vllm:num_requests_waiting 6` as typed gauges, and
-    `vllm:lora_requests_info` names `m` ready (max 2: `spare` loads on a request)."""
+    """With both slots of `m` streaming and 6 requests queued, the picker's endpoint
+    (/metrics/picker) says `vllm:num_requests_running 2` and `vllm:num_requests_waiting 6`
+    as typed gauges, and `vllm:lora_requests_info` names `m` ready (max 2: `spare` loads
+    on a request)."""
     r = two_slots
     chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     with ExitStack() as stack:
@@ -178,6 +252,21 @@ def test_metrics_picker_gauges_with_two_slots_busy_and_six_queued(
         assert lora.labels["max_lora"] == "2"
         assert lora.value > 1.7e9  # a Unix time: the picker keeps the newest
         assert found["vllm:cache_config_info"] == []  # llama-server has no paged blocks
+        assert "vllm:" not in httpx.get(r.url + "/metrics", timeout=5).text
+
+
+def test_picker_metrics_path_setting_puts_the_family_back_into_metrics() -> None:
+    """PICKER_METRICS_PATH=/metrics (a stock picker that reads /metrics): /metrics carries
+    the picker's typed gauges beside the runner's own series; /metrics/picker is no path."""
+    with start_runner(models_file=TWO_SLOTS, env={"PICKER_METRICS_PATH": "/metrics"}) as r:
+        wait_for(lambda: [m["id"] for m in caps(r)["models"]["loaded"]] == ["m"], timeout=30)
+        text = httpx.get(r.url + "/metrics", timeout=5).text
+        found = {f.name: f for f in text_string_to_metric_families(text)}
+        assert [found[name].type for name in NAMES] == ["gauge"] * len(NAMES)
+        (lora,) = found["vllm:lora_requests_info"].samples
+        assert lora.labels["running_lora_adapters"] == "m"
+        assert "quorum_requests_in_flight" in found and "vllm_queue_depth" in found
+        assert httpx.get(r.url + PICKER_PATH, timeout=5).status_code == 404
 
 
 VLLM_MODELS = f"""models:
@@ -186,8 +275,9 @@ VLLM_MODELS = f"""models:
 
 
 def test_metrics_vllm_series_replaced_by_the_runners_aggregate() -> None:
-    """Fronting vLLM, each picker name carries one sample, the runner's (no `model_name`
-    label), while vLLM's other series stay; cache_config_info is the engine's paged cache."""
+    """Fronting vLLM, each picker name carries one sample on /metrics/picker, the runner's
+    (no `model_name` label), while vLLM's other series stay there (none on /metrics);
+    cache_config_info is the engine's paged cache."""
     env = {
         **vllm_env(),
         "RUNNER_MEMORY_MB": "81920",
@@ -197,12 +287,13 @@ def test_metrics_vllm_series_replaced_by_the_runners_aggregate() -> None:
     with start_runner(models_file=VLLM_MODELS, env=env, ready_timeout=60) as r:
 
         def scraped() -> bool:
-            text = httpx.get(r.url + "/metrics", timeout=5).text
+            text = httpx.get(r.url + PICKER_PATH, timeout=5).text
             return "vllm:prefix_cache_queries_total" in text
 
         wait_for(scraped, timeout=30)
         wait_for(lambda: len(gauges(r)["vllm:cache_config_info"]) == 1)
-        text = httpx.get(r.url + "/metrics", timeout=5).text
+        assert "vllm:" not in httpx.get(r.url + "/metrics", timeout=5).text
+        text = httpx.get(r.url + PICKER_PATH, timeout=5).text
         found = {f.name: f for f in text_string_to_metric_families(text)}
         for name in NAMES:
             assert found[name].type == "gauge"

@@ -68,19 +68,25 @@ def test_bad_models_file_refuses_start_naming_it(tmp_path: object) -> None:
 
 
 def test_metrics_port_serves_metrics_too() -> None:
-    """METRICS_PORT exposes the same registry on a second port, queue depth included."""
+    """METRICS_PORT exposes both metrics paths on a second port: /metrics the runner's own
+    series (queue depth included, no `vllm:*`), /metrics/picker the endpoint picker's."""
     from tests.support.redis_server import free_port
 
     port = free_port()
     with start_runner({}, env={"METRICS_PORT": str(port)}) as runner:
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
         assert 'quorum_queue_depth{priority="high"} 0.0' in text
+        assert "vllm:" not in text
+        picker = httpx.get(f"http://127.0.0.1:{port}/metrics/picker", timeout=5).text
+        assert "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0.0" in picker
+        assert "quorum_" not in picker
         assert httpx.get(runner.url + "/metrics").status_code == 200
 
 
 def test_metrics_disabled_answers_503() -> None:
-    """ENABLE_METRICS=false turns /metrics off with a clear error."""
+    """ENABLE_METRICS=false turns /metrics and /metrics/picker off with a clear error."""
     with start_runner({}, env={"ENABLE_METRICS": "false"}) as runner:
-        r = httpx.get(runner.url + "/metrics")
-        assert r.status_code == 503
-        assert "ENABLE_METRICS" in r.json()["error"]["message"]
+        for path in ("/metrics", "/metrics/picker"):
+            r = httpx.get(runner.url + path)
+            assert r.status_code == 503
+            assert "ENABLE_METRICS" in r.json()["error"]["message"]
