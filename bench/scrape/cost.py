@@ -1,12 +1,15 @@
-"""What one `GET /metrics` costs the runner, two code versions side by side.
+"""What one scrape of the runner's metrics costs it, two code versions side by side.
 
     .venv/bin/python -m bench.scrape.cost [--before REF] [--after REF] [--rounds 20]
+        [--paths /metrics,/metrics/picker]
 
 Starts one fake engine and two runners on it, one from each commit (`git archive`), gives
 both the same load first (`wrk`, 64 clients, so their series and the queue's wait window
-are filled as in service), then, with no load, alternates batches of `GET /metrics` and
-`GET /health` between them and reads each runner's CPU time around every batch. Medians
-over the rounds. Both runners see the same machine at the same moments, so the noise of a
+are filled as in service), then, with no load, alternates batches of `GET` of each of
+`--paths` it serves (a runner from before `/metrics/picker` serves `/metrics` only, which
+then carries the picker's family) and `GET /health` between them and reads each runner's
+CPU time around every batch. A scrape's cost is its paths' together. Medians over the
+rounds. Both runners see the same machine at the same moments, so the noise of a
 shared machine hits both: compare the two columns, and read the absolute figures as this
 machine's at this time.
 """
@@ -33,7 +36,7 @@ from bench.proxy.procs import (
     resolve_ref,
     start_runner,
 )
-from bench.scrape.run import BODY, PATH
+from bench.scrape.run import BODY, DEFAULT_PATHS, PATH, served_paths
 from tests.fixtures.launch import start_fake
 
 
@@ -62,22 +65,27 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             side: http.client.HTTPConnection(urlsplit(r.url).hostname or "", urlsplit(r.url).port)
             for side, r in runners.items()
         }
+        wanted = tuple(p for p in args.paths.split(",") if p)
+        paths = {side: served_paths(r.url, wanted) for side, r in runners.items()}
         sizes = {}
         for side, conn in conns.items():
-            conn.request("GET", "/metrics")
-            sizes[side] = len(conn.getresponse().read())
+            sizes[side] = 0
+            for path in paths[side]:
+                conn.request("GET", path)
+                sizes[side] += len(conn.getresponse().read())
         samples: dict[str, dict[str, list[float]]] = {
-            side: {"/metrics": [], "/health": []} for side in runners
+            side: {path: [] for path in (*paths[side], "/health")} for side in runners
         }
         for i in range(args.rounds):
             order = list(runners) if i % 2 == 0 else list(reversed(runners))
             for side in order:
-                for path in ("/metrics", "/health"):
+                for path in samples[side]:
                     cost = batch_cpu_us(runners[side], conns[side], path, args.batch)
                     samples[side][path].append(cost)
     return {
         side: {
-            "metrics_cpu_us": statistics.median(s["/metrics"]),
+            "metrics_cpu_us": sum(statistics.median(s[p]) for p in paths[side]),
+            "metrics_cpu_us_by_path": {p: statistics.median(s[p]) for p in paths[side]},
             "health_cpu_us": statistics.median(s["/health"]),
             "metrics_bytes": sizes[side],
         }
@@ -86,13 +94,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="CPU per /metrics scrape, two commits")
+    p = argparse.ArgumentParser(description="CPU per metrics scrape, two commits")
     p.add_argument("--before", required=True, help="commit of the first runner")
     p.add_argument("--after", default="HEAD", help="commit of the second runner")
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--batch", type=int, default=50, help="requests per batch")
     p.add_argument("--load-s", type=float, default=3.0, help="load given to each first")
     p.add_argument("--rate", type=float, default=20.0, help="scrapes/s for the share figure")
+    p.add_argument("--paths", default=DEFAULT_PATHS, help="read at each scrape, if served")
     args = p.parse_args(argv)
     require_wrk()
     load0 = loadavg()
@@ -110,9 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     for side, r in result.items():
         share = args.rate * r["metrics_cpu_us"] / 1e6
+        by_path = ", ".join(f"{p} {us:.0f}" for p, us in r["metrics_cpu_us_by_path"].items())
         print(
             f"{side:6} ({resolve_ref(getattr(args, side))}): {r['metrics_cpu_us']:.0f} µs of CPU "
-            f"per scrape ({r['metrics_bytes']} bytes), {r['health_cpu_us']:.0f} µs per /health; "
+            f"per scrape ({by_path}; {r['metrics_bytes']} bytes), {r['health_cpu_us']:.0f} µs "
+            "per /health; "
             f"{args.rate:g} scrapes/s = {100 * share:.2f}% of a core"
         )
     return 0
