@@ -148,3 +148,12 @@ def test_settings_bad_webhook_secret_stops_start_up_naming_it(secret: str) -> No
     )
     assert proc.returncode == 2, proc.stderr
     assert b"WEBHOOK_SECRET" in proc.stderr and secret.encode() not in proc.stderr
+
+
+@pytest.mark.parametrize("path", ["/health", "/v1/capabilities", "/metricsx", "metrics"])
+def test_settings_picker_metrics_path_cannot_take_another_route(path: str) -> None:
+    """PICKER_METRICS_PATH is `/metrics` or a path under it: set to one of the API's own
+    routes it would shadow it, so start-up refuses it, naming the variable."""
+    with pytest.raises(ConfigError, match="PICKER_METRICS_PATH"):
+        load_settings({"PICKER_METRICS_PATH": path})
+    assert load_settings({"PICKER_METRICS_PATH": "/metrics"}).picker_metrics_path == "/metrics"
