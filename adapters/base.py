@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from adapters.http_client import EngineConnections
+from faults import QuorumError
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,8 @@ class Engine(Protocol):
     slots: int
     http: EngineConnections
     failure: str | None  # set when the engine process died: how (exit code, signal)
+    cut: QuorumError | None  # set when the runner stops it under requests still on it
+    # (an unload past its drain timeout): what those requests are answered
 
     def rewrite(self, body: dict[str, Any], cache_mode: str, tenant: str) -> bool:
         """Adjust `body` in place for the engine; return True if it changed."""

@@ -39,6 +39,7 @@ from adapters.llama_protocol import (
 from adapters.llama_slots import SavedView, SlotView, choose_slot
 from adapters.reports import report_from_openai
 from adapters.supervisor import DEATH_GRACE_S, EngineProcess
+from faults import QuorumError
 
 log = logging.getLogger("quorum.llama_server")
 
@@ -81,6 +82,7 @@ class LlamaServerEngine:
     control: httpx.AsyncClient
     tenant_isolation: bool = True
     failure: str | None = None
+    cut: QuorumError | None = None
     process: EngineProcess | None = None
     clock: Callable[[], float] = time.monotonic
     kv_mb: float = 0.0  # measured memory beyond the weights (runner/snapshot.py sets it)

@@ -22,6 +22,7 @@ from adapters.base import CacheReport, FlushResult, FlushScope, NoPlacement
 from adapters.http_client import EngineConnections
 from adapters.llama_protocol import strip_client_cache_fields
 from adapters.reports import report_from_openai
+from faults import QuorumError
 
 Isolation = Literal["none", "cache_prompt_off"]
 
@@ -41,6 +42,7 @@ class AttachedOpenAIEngine(NoPlacement):
         self.http = http
         self.isolation = isolation
         self.failure: str | None = None
+        self.cut: QuorumError | None = None
 
     def rewrite(self, body: dict[str, Any], cache_mode: str, tenant: str) -> bool:
         if self.isolation == "cache_prompt_off":

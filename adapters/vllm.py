@@ -72,6 +72,7 @@ from adapters.vllm_metrics import (
 )
 from adapters.vllm_protocol import report_from_vllm, strip_usage_chunk
 from adapters.vllm_salts import CacheSalts
+from faults import QuorumError
 
 __all__ = [
     "SEED_QUANTIZATION",
@@ -143,6 +144,7 @@ class VllmEngine:
     metrics_sink: VllmMetricsCollector | None = None
     process: EngineProcess | None = None  # None when attached by URL
     failure: str | None = None
+    cut: QuorumError | None = None
     standby: Standby = Standby.AWAKE
     kv_cache_tokens: int = 0
     kv_size_mb: float = 0.0

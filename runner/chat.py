@@ -30,9 +30,10 @@ from typing import Any
 import orjson
 
 from adapters.base import NO_REPORT, CacheReport, Engine, Placement
-from adapters.errors import EngineBadResponse, EngineError
+from adapters.errors import EngineBadResponse
 from adapters.http_client import ClientFailure, Response, translate_failure
 from adapters.refusals import refusal
+from faults import QuorumError
 from runner.admission import Usage
 from runner.asgi import FALSE_REPORT_HEADERS, JSON, Receive, Scope, Send, send_whole
 from runner.body_checks import check_generation
@@ -196,15 +197,18 @@ class ChatPath:
             admitted.disarm()
             event = b"data: " + error_body(error) + b"\n\n"
             await send({"type": "http.response.body", "body": event, "more_body": False})
-            return 502, report
+            return error.status, report
         admitted.disarm()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return 200, report
 
 
-async def _engine_error(exc: ClientFailure, engine: Engine) -> EngineError:
-    """The engine client's failure as an engine error; when the engine process died, say
-    so (the supervisor may need a moment to see the exit that reset the connection)."""
+async def _engine_error(exc: ClientFailure, engine: Engine) -> QuorumError:
+    """The engine client's failure as an engine error; when the runner stopped the engine
+    under the request (`engine.cut`), or the engine process died, say so (the supervisor
+    may need a moment to see the exit that reset the connection)."""
+    if engine.cut is not None:
+        return translate_failure(exc, engine.model_id, cut=engine.cut)
     failure = engine.failure or await engine.diagnose()
     return translate_failure(exc, engine.model_id, failure)
 

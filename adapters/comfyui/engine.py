@@ -52,6 +52,7 @@ from adapters.comfyui.server import (
 from adapters.comfyui.workflows import WorkflowTemplate
 from adapters.errors import EngineError, IllegalEngineTransition, UnsupportedRequest
 from adapters.http_client import EngineConnections
+from faults import QuorumError
 
 log = logging.getLogger("quorum.comfyui")
 
@@ -128,6 +129,7 @@ class ComfyUIEngine(NoPlacement):
         self.http = EngineConnections(self.server.url, 5.0, 60.0)
         self.base_url = self.server.url
         self._failure: str | None = None
+        self.cut: QuorumError | None = None  # (the image path answers its own failures)
 
     # -- reading ---------------------------------------------------------------------
 

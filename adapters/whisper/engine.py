@@ -70,6 +70,7 @@ from adapters.whisper.messages import (
     frame_length,
 )
 from adapters.whisper.transcription import Transcription
+from faults import QuorumError
 
 log = logging.getLogger("quorum.whisper")
 
@@ -106,6 +107,7 @@ class WhisperEngine:
         self.slots = parallel
         self.silence_s = silence_s
         self.failure: str | None = None
+        self.cut: QuorumError | None = None  # set when stopped under transcriptions: theirs
         self.ready: Ready | None = None
         self._argv = [
             python, "-m", "adapters.whisper.worker",
@@ -199,7 +201,8 @@ class WhisperEngine:
     async def stop(self, grace_s: float = 10.0) -> None:
         """Ask the worker to exit, then end its process group; idempotent.
 
-        Transcriptions still in flight fail with `EngineUnavailable`.
+        Transcriptions still in flight fail with `cut` when the runner set it (an unload
+        past its drain timeout), else `EngineUnavailable`.
         """
         self._stopping = True
         if self._writer is not None and not self._writer.is_closing():
@@ -207,7 +210,8 @@ class WhisperEngine:
                 self._writer.write(encode(Shutdown()))
         if self.process is not None:
             await self.process.stop(grace_s)
-        self._fail_all(EngineUnavailable(f"the speech engine for model {self.model_id!r} stopped"))
+        stopped = EngineUnavailable(f"the speech engine for model {self.model_id!r} stopped")
+        self._fail_all(self.cut or stopped)
         await self._close_channel()
 
     # -- requests ----------------------------------------------------------------------

@@ -235,7 +235,7 @@ class _MachineEffects:
     def start_load(self, model: str, policy: ModelPolicy) -> None:
         self.m.load(model)
 
-    def stop_model(self, model: str, sleep: bool) -> None:
+    def stop_model(self, model: str, sleep: bool, cut: QuorumError | None = None) -> None:
         self.m.stop([model])
 
     def notify(self, notice: ModelNotice) -> None:

@@ -33,6 +33,7 @@ from adapters.llama_server import LlamaServerEngine
 from adapters.openai import AttachedOpenAIEngine, Isolation
 from adapters.supervisor import EngineProcess, HealthCheck, free_port
 from adapters.whisper.engine import WhisperEngine
+from faults import QuorumError
 from runner.errors import ConfigError
 from runner.models_config import PACKAGE_SCHEME, ModelSpec
 from runner.settings import Settings
@@ -91,6 +92,12 @@ class Launched:
             return
         self.engine.failure = reason
         self.engine.http.close()
+
+    def cut(self, error: QuorumError | None) -> None:
+        """The runner is about to stop (or put to sleep) the engine under the requests
+        still on it: they are answered `error` rather than the connection loss, or the
+        speech worker's "stopped" (None: it serves again, after a wake-up)."""
+        self.engine.cut = error
 
     async def close(self, grace_s: float) -> None:
         """Stop the engine (SIGTERM, `grace_s`, SIGKILL): its process ends, memory returns."""

@@ -146,10 +146,14 @@ class ModelPool:
         task = self._spawn(self._load_and_report(record), name=f"load-{model}")
         record.loading = task
 
-    def stop_model(self, model: str, sleep: bool) -> None:
+    def stop_model(self, model: str, sleep: bool, cut: QuorumError | None = None) -> None:
         """The scheduler drained it (or calls its load off): stop the engine, or put it to
-        sleep; report stopped or asleep."""
-        self._spawn(self._stop_and_report(self.records[model], sleep), name=f"stop-{model}")
+        sleep; report stopped or asleep. Requests still on it (its drain timeout passed)
+        are answered `cut`, told before their connections drop."""
+        record = self.records[model]
+        if cut is not None and record.launched is not None:
+            record.launched.cut(cut)
+        self._spawn(self._stop_and_report(record, sleep), name=f"stop-{model}")
 
     def free_memory_mb(self) -> int:
         return self.gpus.free_memory_mb()
@@ -291,6 +295,7 @@ class ModelPool:
         model = record.spec.id
         record.mem_mb, record.asleep = mem_mb, False
         record.loaded_at = int(self.clock())
+        launched.cut(None)  # awake again (a sleep may have cut requests)
         process = launched.watch
         if process is not None:
             record.last_process = process

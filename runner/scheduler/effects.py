@@ -43,9 +43,12 @@ class ModelEffects(Protocol):
         """
         ...
 
-    def stop_model(self, model: str, sleep: bool) -> None:
+    def stop_model(self, model: str, sleep: bool, cut: QuorumError | None = None) -> None:
         """Stop this engine (drained, or past its drain timeout: cancel what is left), or
-        put it to sleep; answer with `ModelStopped` or `ModelSlept`."""
+        put it to sleep; answer with `ModelStopped` or `ModelSlept`.
+
+        `cut`: requests are still in flight on it (its drain timeout passed); they are
+        answered this, not the connection loss the stop causes them."""
         ...
 
     def free_memory_mb(self) -> int:

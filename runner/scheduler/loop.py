@@ -105,7 +105,7 @@ class NoModels:
     def start_load(self, model: str, policy: ModelPolicy) -> None:
         log.error("no model pool attached: cannot load %s", model)
 
-    def stop_model(self, model: str, sleep: bool) -> None:
+    def stop_model(self, model: str, sleep: bool, cut: QuorumError | None = None) -> None:
         log.error("no model pool attached: cannot stop %s", model)
 
     def free_memory_mb(self) -> int:
@@ -144,8 +144,8 @@ class _FutureEffects:
     def start_load(self, model: str, policy: ModelPolicy) -> None:
         self.models.start_load(model, policy)
 
-    def stop_model(self, model: str, sleep: bool) -> None:
-        self.models.stop_model(model, sleep)
+    def stop_model(self, model: str, sleep: bool, cut: QuorumError | None = None) -> None:
+        self.models.stop_model(model, sleep, cut)
 
     def free_memory_mb(self) -> int:
         return self.models.free_memory_mb()

@@ -110,6 +110,7 @@ class ModelRecord:
     evict_for: str | None = None  # a victim of the swap to this model
     close_at: float = 0.0  # a victim stops taking requests by then
     drain_until: float = 0.0  # draining: stopped anyway by then
+    drain_s: float = 0.0  # draining: the drain timeout it was given
     unloading: bool = False  # an unload (or sleep) was asked: refuse its requests
     sleep: bool = False  # the unload asked puts it to sleep rather than stopping it
     load_s: float | None = None  # its last load, start_load to ModelReady (None: adopted)
@@ -134,7 +135,8 @@ class ModelRecord:
         """Take no more requests; stop by `drain_until` whatever is still in flight."""
         timeout = self.policy.drain_timeout_s
         self.move(model, ModelState.DRAINING, now)
-        self.drain_until = now + (default_timeout_s if timeout is None else timeout)
+        self.drain_s = default_timeout_s if timeout is None else timeout
+        self.drain_until = now + self.drain_s
 
     def view(self, model: str, in_flight: int, waiting: int) -> ModelView:
         policy = self.policy
@@ -246,6 +248,26 @@ def admission(
     if autoload and not record.unloading:  # 7
         return Gate.AUTOLOAD
     return ModelNotLoaded(model=model)
+
+
+def cut_short(model: str, record: ModelRecord) -> QuorumError:
+    """What the requests still in flight on a draining `model` are answered when its drain
+    timeout passes and its engine is stopped (or put to sleep) under them: 503
+    `model_unloading`, as the requests refused during the drain, saying why.
+
+    1. Evicted to load another model (and not unloaded as well): that model is named.
+    2. Unloaded with `mode: "sleep"`: put to sleep.
+    3. Otherwise: unloaded.
+    """
+    if record.evict_for is not None and not record.unloading:  # 1
+        why = f"it was evicted to load {record.evict_for!r}"
+    elif record.sleep:  # 2
+        why = "it was put to sleep"
+    else:  # 3
+        why = "it was unloaded"
+    timeout = f"{record.drain_s:g} s"
+    reason = f"{why}, and this request was still running when its drain timeout ({timeout}) passed"
+    return ModelUnloading(model=model, reason=reason)
 
 
 class ModelTable:

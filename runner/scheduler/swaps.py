@@ -30,7 +30,14 @@ from runner.scheduler.effects import Effects, ModelNotice
 from runner.scheduler.errors import ModelDoesNotFit, SchedulerError
 from runner.scheduler.events import Band
 from runner.scheduler.eviction import Candidate, Evict, Fits, Impossible, Resident, Wait, plan
-from runner.scheduler.models import LEAVING, ModelRecord, ModelState, ModelTable, Want
+from runner.scheduler.models import (
+    LEAVING,
+    ModelRecord,
+    ModelState,
+    ModelTable,
+    Want,
+    cut_short,
+)
 
 _READY, _ASLEEP = ModelState.READY, ModelState.SLEEPING
 
@@ -105,7 +112,8 @@ class Swaps:
         3. Victims whose batch is over (the window passed, or nobody waits for
            them) take no more requests: they drain.
         4. Draining models with nothing in flight, or past their drain timeout,
-           are stopped (or put to sleep: `stop_model`).
+           are stopped (or put to sleep: `stop_model`); past it, the requests still in
+           flight are answered `models.cut_short` (503 `model_unloading`, saying why).
         """
         records = self.table.records
         # 1
@@ -131,11 +139,12 @@ class Swaps:
             left = self.requests.in_flight(model)
             if left and now < record.drain_until:
                 continue
+            cut = cut_short(model, record) if left else None
             if left:
                 self.effects.log_decision(f"stop {model}: drain timeout, {left} still in flight")
             record.move(model, ModelState.STOPPING, now)
             self.notify(model, record)
-            self.effects.stop_model(model, record.sleep)
+            self.effects.stop_model(model, record.sleep, cut)
 
     def plan_wants(self, now: float) -> None:
         """Start, or make room for, the wanted loads; one swap is prepared at a time.

@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from faults import QuorumError
 from runner.catalog import Roots
 from runner.governed import GovernedRequest
 from runner.loads import LoadManager
@@ -54,7 +55,7 @@ class FakePool:
     def start_load(self, model: str, policy: ModelPolicy) -> None:
         self.started.append(model)
 
-    def stop_model(self, model: str, sleep: bool) -> None:
+    def stop_model(self, model: str, sleep: bool, cut: QuorumError | None = None) -> None:
         return None
 
     def free_memory_mb(self) -> int:

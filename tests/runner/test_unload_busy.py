@@ -81,3 +81,64 @@ def test_unload_while_busy_finishes_the_request_and_refuses_new_ones(
         assert answered.status == 200 and answered.error is None, (kind.name, answered)
         assert done.status_code == 200, done.text
         assert _code(kind.quick(url, "after")) == (404, "model_not_loaded")
+
+
+def _long_whole_chat(url: str) -> httpx.Response:
+    """The real Gemma asked for 600 tokens, answered whole."""
+    body = {
+        "model": "gemma",
+        "messages": [{"role": "user", "content": "Count slowly to two hundred."}],
+        "max_tokens": 600,
+    }
+    return httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
+
+
+# A request far longer than a 1 s drain timeout, by kind and shape: 600 tokens from the real
+# Gemma (LLAMA.busy streams them), 60 s of speech for the real worker, a minute of the vLLM
+# fake's chunks.
+LONG = {
+    "llama-server-stream": (LLAMA, LLAMA.busy),
+    "llama-server-whole": (LLAMA, _long_whole_chat),
+    "faster-whisper-whole": (WHISPER, WHISPER.busy),
+    "vllm-fake-stream": (VLLM, VLLM.busy),
+}
+
+
+@pytest.mark.parametrize("case", list(LONG))
+def test_unload_drain_timeout_cuts_the_request_with_model_unloading(
+    case: str, tmp_path: Path
+) -> None:
+    """Unload while the real engine works on a long request, UNLOAD_DRAIN_TIMEOUT_S=1: when
+    the timeout passes the engine is stopped under the request, which is answered 503
+    `model_unloading` naming the unload and the drain timeout (a stream: one SSE error
+    event with that code, no [DONE]), not the generic 502 `engine_unavailable`; the unload
+    answers 200 and the model is not loaded after it."""
+    kind, long_request = LONG[case]
+    env = {**kind.env(tmp_path), **GOVERNED, "UNLOAD_DRAIN_TIMEOUT_S": "1"}
+    with start_runner(
+        models_file=kind.models_file(tmp_path, False), env=env, wait_ready=False
+    ) as runner:
+        wait_started(runner, kind.ready_timeout)
+        url, model = runner.url, kind.model
+        eventually(lambda: model in [m["id"] for m in caps(url)["models"]["loaded"]],
+                   kind.ready_timeout, f"{model} loaded")  # fmt: skip
+        with ThreadPoolExecutor(2) as pool:
+            busy = pool.submit(long_request, url)
+            eventually(lambda: _in_flight(url, model), 60, "the long request in flight")
+            done = pool.submit(unload, url, model).result(120)
+            cut = busy.result(120)
+        after = _code(kind.quick(url, "after"))
+        log = runner.log()
+    if cut.headers.get("content-type", "").startswith("text/event-stream"):
+        assert cut.status_code == 200, cut.text
+        events = [line for line in cut.content.split(b"\n") if line.startswith(b"data: ")]
+        assert b"[DONE]" not in cut.content, cut.content[-500:]
+        assert sum(b'"error"' in e for e in events) == 1 and b'"error"' in events[-1], events
+        error = outcome(cut).error
+    else:
+        assert cut.status_code == 503, (cut.text, log[-3000:])
+        error = cut.json()["error"]
+    assert error is not None and error["code"] == "model_unloading", (error, log[-3000:])
+    assert "unloaded" in error["message"] and "drain timeout (1 s)" in error["message"], error
+    assert done.status_code == 200, done.text
+    assert after == (404, "model_not_loaded")

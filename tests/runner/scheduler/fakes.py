@@ -42,6 +42,7 @@ class FakeEffects:
     started: list[str] = field(default_factory=list)
     stops: list[list[str]] = field(default_factory=list)  # one model a call
     slept: list[str] = field(default_factory=list)
+    cuts: dict[str, QuorumError] = field(default_factory=dict)  # stop_model's `cut`, by model
     refused_loads: list[tuple[str, str]] = field(default_factory=list)
     notices: list[ModelNotice] = field(default_factory=list)
     decisions: list[str] = field(default_factory=list)
@@ -61,10 +62,12 @@ class FakeEffects:
     def start_load(self, model: str, policy: ModelPolicy) -> None:
         self.started.append(model)
 
-    def stop_model(self, model: str, sleep: bool) -> None:
+    def stop_model(self, model: str, sleep: bool, cut: QuorumError | None = None) -> None:
         self.stops.append([model])
         if sleep:
             self.slept.append(model)
+        if cut is not None:
+            self.cuts[model] = cut
 
     def notify(self, notice: ModelNotice) -> None:
         self.notices.append(notice)

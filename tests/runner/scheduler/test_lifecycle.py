@@ -287,13 +287,14 @@ def test_lifecycle_unload_drains_in_flight_and_refuses_the_queue() -> None:
     assert isinstance(d.effects.rejection(d.arrive(model="a")), ModelUnloading)
     assert d.effects.stops == [] and running not in [t for t, _ in d.effects.rejected]
     d.done(running)
-    assert d.effects.stops == [["a"]]
+    assert d.effects.stops == [["a"]] and d.effects.cuts == {}
     d.stopped("a")
     assert d.core.status("a") == "absent" and d.core.resident() == {}
 
 
 def test_lifecycle_unload_drain_is_bounded() -> None:
-    """A drain that outlasts drain_timeout_s is stopped anyway (the pool cancels the rest)."""
+    """A drain that outlasts drain_timeout_s is stopped anyway, and the requests still in
+    flight are to be answered 503 model_unloading naming the unload and the timeout."""
     d = driver()
     resident_with(d, "a", 8)
     d.arrive(model="a")
@@ -303,6 +304,25 @@ def test_lifecycle_unload_drain_is_bounded() -> None:
     d.tick(1.0)
     assert d.effects.stops == [["a"]]
     assert d.effects.decisions[-1] == "stop a: drain timeout, 1 still in flight"
+    cut = d.effects.cuts["a"]
+    assert isinstance(cut, ModelUnloading) and (cut.status, cut.code) == (503, "model_unloading")
+    assert "unloaded" in str(cut) and "drain timeout (30 s)" in str(cut), str(cut)
+    assert "Retry-After" not in cut.headers
+
+
+def test_lifecycle_evicted_drain_timeout_cut_names_the_model_loaded_instead() -> None:
+    """A victim of a swap stopped at its drain timeout (its own `drain_timeout_s`) cuts its
+    requests in flight with 503 model_unloading naming the model it made room for."""
+    d = driver(capacity_gb=10, b=policy(10, drain_timeout_s=2.0))
+    resident_with(d, "b", 10)
+    d.arrive(model="b")
+    d.load("c", policy(10))
+    assert d.core.status("b") == "draining"
+    d.tick(2.0)
+    assert d.effects.stopped == ["b"]
+    cut = d.effects.cuts["b"]
+    assert isinstance(cut, ModelUnloading)
+    assert "evicted to load 'c'" in str(cut) and "drain timeout (2 s)" in str(cut), str(cut)
 
 
 def test_lifecycle_crash_refuses_the_waiters_with_503_and_retry_after() -> None:

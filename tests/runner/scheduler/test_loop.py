@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from faults import QuorumError
 from runner.admission import AdmissionRequest, Grant, Usage
 from runner.scheduler import (
     QueueFull,
@@ -202,7 +203,7 @@ class FakePool:
             self.resident[model] = policy.mem_mb
             self.admission.model_ready(model, policy.concurrency, policy.mem_mb)
 
-    def stop_model(self, model: str, sleep: bool) -> None:
+    def stop_model(self, model: str, sleep: bool, cut: QuorumError | None = None) -> None:
         self.stopped.append(model)
         if self.answer_at_once and self.admission is not None:
             self.resident.pop(model, None)
