@@ -37,6 +37,7 @@ from runner.picker_metrics import picker_collector
 from runner.pool.pool import ModelPool
 from runner.pool.sizing import model_size_mb
 from runner.scheduler import ModelState, SchedulerAdmission, SchedulerConfig
+from runner.scheduler.config import RESTART_BACKOFF_S
 from runner.seed_metrics import export_seed_names
 from runner.settings import Settings
 from runner.snapshot import Refresher, SnapshotCollector
@@ -65,6 +66,9 @@ def scheduler_config(
         models={m: pool.policy(spec) for m, spec in pool.specs().items()},
         unlisted_ready=False,
         drain_timeout_s=settings.unload_drain_timeout_s,
+        restart_backoff_s=tuple(
+            settings.engine_restart_backoff_s * step for step in RESTART_BACKOFF_S
+        ),
         tenant_weights={t: p.weight for t, p in policies.items()},
         default_weight=tenants.default.weight,
         tenant_queue_caps={t: p.max_queued for t, p in policies.items() if p.max_queued},

@@ -94,6 +94,7 @@ class Settings(BaseSettings):
     llama_slot_cache_entries: int = Field(default=64, ge=0, le=100_000)
     engine_stop_grace_s: float = Field(default=10.0, ge=0)
     unload_drain_timeout_s: float = Field(default=30.0, ge=0)
+    engine_restart_backoff_s: float = Field(default=1.0, gt=0)  # the first; then x2, x4, ...
     runner_memory_mb: int | None = Field(default=None, ge=1)
     admin_tenants: str = ""  # comma-separated tenants that may read engine logs
     engine_stats_interval_s: float = Field(default=2.0, gt=0)  # vLLM /metrics, ComfyUI /queue

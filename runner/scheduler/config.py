@@ -6,6 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 DEFAULT_MODEL_CONCURRENCY = 4
+RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+"""A crashed `restart` model waits the n-th of these before its n-th restart in a row
+(scaled by ENGINE_RESTART_BACKOFF_S, the first step)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +109,7 @@ class SchedulerConfig:
     stats_window_s: float = 60.0
     swap_max_wait_s: float = 30.0
     drain_timeout_s: float = 60.0
-    restart_backoff_s: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+    restart_backoff_s: tuple[float, ...] = RESTART_BACKOFF_S
     max_restarts: int = 5
     restart_window_s: float = 300.0
     failed_retry_after_s: int = 30

@@ -74,7 +74,8 @@ def outcome(r: httpx.Response) -> Outcome:
     return Outcome(r.status_code, r.json().get("error"), retry)
 
 
-def _metric(url: str, name: str, model: str) -> float:
+def metric(url: str, name: str, model: str) -> float:
+    """The runner's `/metrics` sample `name` for `model` (0 when absent)."""
     for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
         if line.startswith(name + "{") and f'model="{model}"' in line:
             return float(line.rsplit(" ", 1)[1])
@@ -83,7 +84,7 @@ def _metric(url: str, name: str, model: str) -> float:
 
 def _busy_and_two_queued(runner: RunnerProcess, kind: CrashKind) -> bool:
     url = runner.url
-    in_flight = _metric(url, "quorum_requests_in_flight", kind.model)
+    in_flight = metric(url, "quorum_requests_in_flight", kind.model)
     depth = httpx.get(url + "/health", timeout=10).json()["queueDepth"]
     return in_flight >= 1 and depth >= 2
 
@@ -101,7 +102,7 @@ def run_crash_contract(kind: CrashKind, restart: bool, tmp: Path) -> None:
         pid = kind.engine_pid(runner)
         with ThreadPoolExecutor(3) as pool:
             busy = pool.submit(kind.busy, url)
-            eventually(lambda: _metric(url, "quorum_requests_in_flight", model) >= 1,
+            eventually(lambda: metric(url, "quorum_requests_in_flight", model) >= 1,
                        60, "the busy request in flight")  # fmt: skip
             queued: list[Future[httpx.Response]] = [
                 pool.submit(kind.quick, url, f"queued-{i}") for i in range(2)
