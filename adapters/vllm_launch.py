@@ -210,6 +210,8 @@ _ROOT_CAUSES = (
     (re.compile(r"No available memory for the cache blocks.*"), True),
     (re.compile(r"To serve at least one request with the model's max seq len.*"), True),
     (re.compile(r"(?:ValueError|RuntimeError|TypeError): .*"), False),
+    # a config class refused an argument (vLLM 0.32.0's configs are pydantic dataclasses)
+    (re.compile(r"ValidationError: \d+ validation errors? for \w+"), False),
 )
 
 
