@@ -51,7 +51,13 @@ from adapters.comfyui.image_request import ImageRequest
 from adapters.comfyui.server import JOBS_FOLDER, job_folders
 from adapters.comfyui.store import ImageStore, file_path
 from adapters.comfyui.workflows import Value, WorkflowTemplate
-from adapters.errors import EngineBadResponse, EngineCrashed, EngineError, EngineUnavailable
+from adapters.errors import (
+    EngineBadResponse,
+    EngineCrashed,
+    EngineError,
+    EngineSilent,
+    EngineUnavailable,
+)
 
 log = logging.getLogger("quorum.comfyui")
 
@@ -149,12 +155,16 @@ class ImageGenerator:
         keep_metadata: bool = False,
         settle_poll_s: float = 1.0,
         settle_limit_s: float = 600.0,
+        release_s: float = 30.0,
     ) -> None:
+        """`release_s`: how long a prompt given up on for its silence may take to leave
+        ComfyUI before its slot is freed anyway (`generate` step 8)."""
         self.store = store
         self.timing = timing or FollowTiming()
         self.keep_metadata = keep_metadata
         self.settle_poll_s = settle_poll_s
         self.settle_limit_s = settle_limit_s
+        self.release_s = release_s
         self._clock = clock
         self._seeds = seeds
         self._cleanups: set[asyncio.Task[None]] = set()
@@ -181,6 +191,11 @@ class ImageGenerator:
            longer runs its prompt.
         7. ComfyUI unreachable because its process died: `EngineCrashed` with its exit
            code or signal, not a connection error.
+        8. Silent too long (`EngineSilent`, 504; `follow.run` removed or interrupted the
+           prompt): the error waits until ComfyUI no longer runs the prompt, at most
+           `release_s`, so the slot it frees finds ComfyUI free. ComfyUI acts on an
+           interrupt only between nodes and in progress hooks; without this wait the next
+           prompt would be handed to ComfyUI while the node finishes, and wait inside it.
         """
         model.ensure_ready()  # 1
         seed = request.seed if request.seed is not None else self._seeds()
@@ -200,6 +215,8 @@ class ImageGenerator:
             images = _verdict(model.model_id, finished)  # 4
             data = [await self._answer(model, ref, request, url_for) for ref in images]  # 5
         except BaseException as exc:
+            if isinstance(exc, EngineSilent):  # 8
+                await self._let_go(model, prompt_id)
             self._clean_up_later(model, graph, token, prompt_id, ended)  # 6
             if isinstance(exc, EngineUnavailable):  # 7
                 how = await model.died_within(CRASH_GRACE_S)
@@ -268,20 +285,38 @@ class ImageGenerator:
     ) -> None:
         """Wait until ComfyUI no longer runs or queues the prompt (it may still write its
         images), at most `settle_limit_s`; ComfyUI unreachable ends the wait. Then clean."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settle_limit_s
-        while not ended and loop.time() < deadline:
-            try:
-                queue = await model.client.queue()
-            except EngineError:
-                break
-            if prompt_id not in queue.running and prompt_id not in queue.pending:
-                break
-            await asyncio.sleep(self.settle_poll_s)
+        if not ended:
+            await self._left(model, prompt_id, self.settle_limit_s)
         try:
             await self._clean_up(model, graph, token, prompt_id)
         except Exception as exc:
             log.warning("prompt %s: its outputs could not be removed: %s", prompt_id, exc)
+
+    async def _left(self, model: ImageModel, prompt_id: str, limit_s: float) -> bool:
+        """Whether ComfyUI no longer runs or queues `prompt_id` (or cannot be asked) within
+        `limit_s`, read from `/queue` every `settle_poll_s`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit_s
+        while True:
+            try:
+                queue = await model.client.queue()
+            except EngineError:
+                return True
+            if prompt_id not in queue.running and prompt_id not in queue.pending:
+                return True
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(self.settle_poll_s)
+
+    async def _let_go(self, model: ImageModel, prompt_id: str) -> None:
+        """Step 8."""
+        if not await self._left(model, prompt_id, self.release_s):
+            log.error(
+                "prompt %s: ComfyUI still runs it %g s after it was interrupted (a node "
+                "that does not return?); the next prompts wait behind it at ComfyUI",
+                prompt_id,
+                self.release_s,
+            )
 
 
 def without_text_chunks(data: bytes) -> bytes:

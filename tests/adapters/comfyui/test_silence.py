@@ -6,14 +6,21 @@ nothing, as a real node without a progress hook does."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from adapters.comfyui.client import ComfyUIClient, new_client_id
+from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.events import Event, about
 from adapters.comfyui.follow import FollowTiming, run, silence, silent_past
+from adapters.comfyui.image_request import parse_image_request
+from adapters.comfyui.images import ImageGenerator
+from adapters.comfyui.server import ComfyUIServer
+from adapters.comfyui.workflows import WorkflowTemplate, template_from_json
 from adapters.errors import EngineSilent
-from tests.adapters.comfyui.support import FAST, eventually, txt2img
+from tests.adapters.comfyui.support import FAST, comfy_base, eventually, txt2img
+from tests.fixtures.launch import FakeEngine, start_fake
 
 HANG = "[fake:hang]"
 SLOW = "[fake:slow]"  # sampler steps of 100 ms (conftest)
@@ -107,3 +114,85 @@ async def test_silence_progress_keeps_a_long_prompt_alive(client: ComfyUIClient)
     graph = txt2img(f"patient {SLOW}", "quorum/patient", steps=30)
     finished = await run(client, graph, timing=_timing(1.5))
     assert finished.outcome.verdict == "success"
+
+
+BLUR_MS = 1500  # one ImageBlur: no progress hook, no interrupt check inside it
+
+
+def two_blurs() -> WorkflowTemplate:
+    """EmptyImage -> ImageBlur -> ImageBlur -> SaveImage: silent for each blur, and an
+    interrupt acts only after the blur that runs (the shape checked on the real ComfyUI).
+    The seed is the colour, so each request's nodes miss ComfyUI's node cache."""
+    graph = {
+        "1": {"class_type": "EmptyImage",
+              "inputs": {"width": 64, "height": 64, "batch_size": 1, "color": "{{seed}}"}},
+        "2": {"class_type": "ImageBlur", "inputs": {"image": ["1", 0], "blur_radius": 3,
+                                                    "sigma": 1.0}},
+        "3": {"class_type": "ImageBlur", "inputs": {"image": ["2", 0], "blur_radius": 3,
+                                                    "sigma": 1.0}},
+        "4": {"class_type": "SaveImage",
+              "inputs": {"images": ["3", 0], "filename_prefix": "{{filename_prefix}}"}},
+    }  # fmt: skip
+    return template_from_json(
+        {
+            "name": "blurs",
+            "graph": graph,
+            "params": {
+                "filename_prefix": {"type": "str"},
+                "seed": {"type": "int", "default": 0, "min": 0, "max": 0xFFFFFF},
+            },
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def blurring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeEngine]:
+    """A fake ComfyUI whose ImageBlur takes BLUR_MS."""
+    base = comfy_base(tmp_path_factory.mktemp("blur"))
+    with start_fake(
+        "fake_comfyui", "--base-directory", str(base), "--blur-ms", str(BLUR_MS)
+    ) as engine:
+        yield engine
+
+
+@pytest.fixture
+async def blurs(blurring: FakeEngine) -> AsyncIterator[ComfyUIEngine]:
+    server = ComfyUIServer.attach(blurring.url)
+    engine = ComfyUIEngine("blurs", server, two_blurs(), timing=FAST)
+    await engine.load()
+    yield engine
+    await server.stop()
+
+
+@pytest.mark.timeout(30)
+async def test_silence_504_waits_until_comfyui_lets_go_of_the_prompt(
+    blurs: ComfyUIEngine,
+) -> None:
+    """Silent inside a blur: the 504 comes once ComfyUI acted on the interrupt (after
+    that blur, before the next node), so the slot it frees finds ComfyUI idle."""
+    generator = ImageGenerator(timing=_timing(0.5), settle_poll_s=0.05)
+    request = parse_image_request({"model": "blurs", "prompt": "x", "x_seed": 1})
+    with pytest.raises(EngineSilent):
+        await generator.generate(blurs, request)
+    assert (await blurs.client.queue()).depth == 0
+
+    async def cleaned_up() -> bool:
+        return not generator._cleanups
+
+    await eventually(cleaned_up)
+
+
+@pytest.mark.timeout(30)
+async def test_silence_waits_for_comfyui_at_most_release_s(blurs: ComfyUIEngine) -> None:
+    """A prompt ComfyUI does not let go of within `release_s`: the 504 comes anyway, the
+    prompt still running at ComfyUI (its node has not returned)."""
+    generator = ImageGenerator(timing=_timing(0.3), settle_poll_s=0.05, release_s=0.1)
+    request = parse_image_request({"model": "blurs", "prompt": "x", "x_seed": 2})
+    with pytest.raises(EngineSilent):
+        await generator.generate(blurs, request)
+    assert len((await blurs.client.queue()).running) == 1
+
+    async def cleaned_up() -> bool:  # the prompt ended at ComfyUI; its files are removed
+        return (await blurs.client.queue()).depth == 0 and not generator._cleanups
+
+    await eventually(cleaned_up)
