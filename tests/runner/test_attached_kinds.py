@@ -94,7 +94,9 @@ def _answers(url: str) -> bool:
 
 
 @contextmanager
-def _engine(kind: Attached, port: int, tmp: Path) -> Iterator[subprocess.Popen[bytes]]:
+def attached_engine(kind: Attached, port: int, tmp: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`kind`'s fake started on `port` (its own session), until its health path answers;
+    killed with its group at the end."""
     env = {**os.environ, **kind.env()}
     proc = subprocess.Popen(
         kind.argv(port, tmp), cwd=REPO_ROOT, env=env, start_new_session=True,
@@ -123,7 +125,10 @@ def test_attached_kind_lost_is_503_with_retry_after_and_comes_back(
     engine_url = f"http://127.0.0.1:{port}"
     models = "models:\n" + kind.entry(engine_url)
     env = {"ENGINE_STATS_INTERVAL_S": "0.3"}
-    with _engine(kind, port, tmp_path) as proc, start_runner(models_file=models, env=env) as r:
+    with (
+        attached_engine(kind, port, tmp_path) as proc,
+        start_runner(models_file=models, env=env) as r,
+    ):
         send = lambda: httpx.post(r.url + kind.path, json=kind.body, timeout=60)  # noqa: E731
         assert send().status_code == 200
         os.killpg(proc.pid, signal.SIGKILL)
@@ -133,5 +138,5 @@ def test_attached_kind_lost_is_503_with_retry_after_and_comes_back(
         assert refused.status_code == 503, refused.text
         assert refused.json()["error"]["code"] == "model_unavailable"
         assert int(refused.headers["Retry-After"]) > 0
-        with _engine(kind, port, tmp_path):
+        with attached_engine(kind, port, tmp_path):
             eventually(lambda: "m" not in _failed(r.url) and send().status_code == 200, 45, "back")
