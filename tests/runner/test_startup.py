@@ -3,14 +3,17 @@ runner/startup.py), and `Preloads`, the record that gives its Retry-After."""
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
 import httpx
 import pytest
+import yaml
 
+from runner.settings import default_llama_server_bin
 from runner.startup import Preloads
-from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
+from tests.support.runner_proc import REPO_ROOT, RunnerProcess, fixture_bin, start_runner
 
 # A stand-in llama-server that answers 503 "Loading model" for 3 s before it serves.
 _SLOW_PRELOAD = "\n".join(
@@ -25,6 +28,26 @@ _SLOW_PRELOAD = "\n".join(
     ]
 )
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def _default_llama_model() -> tuple[str, str]:
+    """The default models file's llama-server model (models.yaml: the real llama-server and
+    Gemma of scripts/install, preloaded), alone: its models file and its id."""
+    entries = yaml.safe_load((REPO_ROOT / "models.yaml").read_text())["models"]
+    entry = next(m for m in entries if m["backend"] == "llama-server")
+    missing = [
+        p for p in (default_llama_server_bin(), os.path.expanduser(entry["path"]))
+        if not os.path.exists(p)
+    ]  # fmt: skip
+    if missing:
+        pytest.fail(f"real engine not installed ({', '.join(missing)}): run scripts/install")
+    return yaml.safe_dump({"models": [entry]}, sort_keys=False), entry["id"]
+
+
+PRELOADS = {
+    "stand-in": lambda: (_SLOW_PRELOAD + "\n", "m"),  # loads for 3 s
+    "llama-server-real": _default_llama_model,  # loads in about a second here
+}
 
 
 @dataclass
@@ -57,11 +80,15 @@ def _poll_from_spawn(runner: RunnerProcess, deadline_s: float) -> list[Seen]:
 
 
 @pytest.mark.timeout(60)
-def test_startup_answers_503_starting_with_retry_after_then_200() -> None:
-    """From spawn, a runner preloading a slow engine answers /health 503 `starting` and
-    capabilities 503 with Retry-After (the model in `models.loading`), inference 503 with
-    Retry-After, then 200 once the model is loaded; never a refused connection in between."""
-    with start_runner(models_file=_SLOW_PRELOAD + "\n", wait_ready=False) as runner:
+@pytest.mark.parametrize("preload", list(PRELOADS))
+def test_startup_answers_503_starting_with_retry_after_then_200(preload: str) -> None:
+    """From spawn (`python -m runner` is `quorum serve`), a runner preloading an engine (a
+    stand-in that loads for 3 s; the real llama-server with the default model) answers
+    /health 503 `starting` and capabilities 503 with Retry-After (the model in
+    `models.loading`), then 200 once the model is loaded and it serves a chat; never a
+    refused connection after the first answer."""
+    models, model = PRELOADS[preload]()
+    with start_runner(models_file=models, wait_ready=False) as runner:
         seen = _poll_from_spawn(runner, 45)
         first = seen[0]
         assert first.health.status_code == 503
@@ -72,12 +99,16 @@ def test_startup_answers_503_starting_with_retry_after_then_200() -> None:
         starting = [s for s in seen if s.health.status_code == 503]
         assert all(s.health.json()["status"] == "starting" for s in starting)
         loading = [s.caps.json()["models"]["loading"] for s in starting]
-        assert any(entry and entry[0]["id"] == "m" and entry[0]["eta"] for entry in loading)
+        assert any(entry and entry[0]["id"] == model and entry[0]["eta"] for entry in loading)
         last = seen[-1]
         assert last.health.json()["status"] == "healthy"
         assert "Retry-After" not in last.caps.headers
-        assert [m["id"] for m in last.caps.json()["models"]["loaded"]] == ["m"]
-        chat = httpx.post(runner.url + "/v1/chat/completions", json=CHAT, timeout=30)
+        assert [m["id"] for m in last.caps.json()["models"]["loaded"]] == [model]
+        chat = httpx.post(
+            runner.url + "/v1/chat/completions",
+            json={**CHAT, "model": model, "max_tokens": 2},
+            timeout=30,
+        )
         assert chat.status_code == 200
         print(f"first answer {first.at_s:.2f} s after spawn, ready {last.at_s:.2f} s")
 
