@@ -8,7 +8,13 @@ SIGKILL. What each request gets (docs/reliability.md):
   event with that code);
 - the two queued, `restart: true`: they keep waiting and the restarted engine serves them;
 - the two queued, `restart: false`: 503 `model_unavailable` naming the signal, with
-  `Retry-After`; never a generic 502.
+  `Retry-After`; never a generic 502; the model reads failed in capabilities naming it
+  (`exitCode` -9), and `/health` agrees (503 `unhealthy`: no other model).
+
+The same shape for a hang (`fault=HANG`): the engine is frozen with SIGSTOP, so it keeps
+its port and never answers; the runner's probe (runner/hang_watch.py, at a short interval
+here) finds it and kills it, and every answer above names the hang instead of the signal
+(`quorum_engine_hangs_total` 1).
 
 A `CrashKind` says how to configure, find and load one engine kind; adding one (the real
 vLLM, say) is one more `CrashKind` in the parametrization, nothing else.
@@ -20,7 +26,7 @@ import os
 import signal
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +55,27 @@ class CrashKind:
     quick: Callable[[str, str], httpx.Response]
     env: Callable[[Path], Mapping[str, str]] = lambda _tmp: {}
     ready_timeout: float = 60.0
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What is done to the engine process: `sig`, with the runner's `env`; what the
+    in-flight error's message and the refusals' reason then name (`names`), and how many
+    hangs `/metrics` counts for the model (`hangs`)."""
+
+    sig: signal.Signals
+    names: str
+    hangs: int
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+SIGKILL = Fault(signal.SIGKILL, "SIGKILL", 0)
+HANG = Fault(
+    signal.SIGSTOP,
+    "hung: stopped answering",
+    1,
+    {"ENGINE_STATS_INTERVAL_S": "0.5", "ENGINE_PROBE_TIMEOUT_S": "1"},
+)
 
 
 @dataclass(frozen=True)
@@ -89,11 +116,13 @@ def _busy_and_two_queued(runner: RunnerProcess, kind: CrashKind) -> bool:
     return in_flight >= 1 and depth >= 2
 
 
-def run_crash_contract(kind: CrashKind, restart: bool, tmp: Path) -> None:
-    """SIGKILL of `kind`'s engine with one request in flight and two queued (module doc)."""
+def run_crash_contract(kind: CrashKind, restart: bool, tmp: Path, fault: Fault = SIGKILL) -> None:
+    """`fault` (SIGKILL, or a hang) on `kind`'s engine with one request in flight and two
+    queued (module doc)."""
     models = kind.models_file(tmp, restart)
+    env = {**kind.env(tmp), **fault.env}
     with start_runner(
-        models_file=models, env=kind.env(tmp), wait_ready=False, ready_timeout=kind.ready_timeout
+        models_file=models, env=env, wait_ready=False, ready_timeout=kind.ready_timeout
     ) as runner:
         wait_started(runner, kind.ready_timeout)
         url, model = runner.url, kind.model
@@ -108,19 +137,27 @@ def run_crash_contract(kind: CrashKind, restart: bool, tmp: Path) -> None:
                 pool.submit(kind.quick, url, f"queued-{i}") for i in range(2)
             ]
             eventually(lambda: _busy_and_two_queued(runner, kind), 60, "two requests queued")
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, fault.sig)
             crashed = outcome(busy.result(120))
             # served after a restart: as long as the engine takes to start again
             answers = [outcome(f.result(kind.ready_timeout + 120)) for f in queued]
+        hangs = metric(url, "quorum_engine_hangs_total", model)
+        failed = {f["id"]: f for f in caps(url)["models"]["failed"]}
+        health = httpx.get(url + "/health", timeout=10)
         log = runner.log()
     assert crashed.status == 502, (kind.name, crashed, log[-3000:])
     assert crashed.error is not None and crashed.error["code"] == "engine_crashed", crashed
-    assert "SIGKILL" in crashed.error["message"], crashed
+    assert fault.names in crashed.error["message"], crashed
+    assert hangs == fault.hangs, (kind.name, hangs)
+    if not restart:
+        assert fault.names in failed[model]["error"], failed
+        assert failed[model]["exitCode"] == -9, failed
+        assert (health.status_code, health.json()["status"]) == (503, "unhealthy"), health.text
     for answer in answers:
         if restart:  # served by the restarted engine
             assert answer.status == 200, (kind.name, answer, log[-3000:])
             continue
         assert answer.status == 503, (kind.name, answer, log[-3000:])
         assert answer.error is not None and answer.error["code"] == "model_unavailable", answer
-        assert "SIGKILL" in answer.error["reason"], answer
+        assert fault.names in answer.error["reason"], answer
         assert answer.retry_after is not None and int(answer.retry_after) > 0, answer
