@@ -160,6 +160,7 @@ class EngineProcess:
         self._exited = asyncio.Event()
         self._marker_seen = asyncio.Event()
         self._on_exit: list[Callable[[EngineProcess], None]] = []
+        self._exit_handled = False  # the callbacks have run: a late one is called at once
         self._stop_requested = False
         self._kill_cause: str | None = None
 
@@ -180,7 +181,11 @@ class EngineProcess:
         return f"{what}; its log is at GET /v1/models/{model}/logs (admins)"
 
     def on_exit(self, callback: Callable[[EngineProcess], None]) -> None:
-        """Call `callback(self)` once the process has exited, whatever the reason."""
+        """Call `callback(self)` once the process has exited, whatever the reason; if its
+        exit was already handled (it died before the caller got round to asking), soon."""
+        if self._exit_handled:
+            asyncio.get_running_loop().call_soon(callback, self)
+            return
         self._on_exit.append(callback)
 
     # -- acting ----------------------------------------------------------------------
@@ -357,6 +362,7 @@ class EngineProcess:
             self._move(EngineState.FAILED)
         await self._drain_output()
         self._proc.close()
+        self._exit_handled = True
         for callback in self._on_exit:
             try:
                 callback(self)

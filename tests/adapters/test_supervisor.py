@@ -174,6 +174,29 @@ async def test_supervisor_exit_is_heard_after_the_exit_callbacks() -> None:
     await proc.stop()
 
 
+async def test_supervisor_exit_callback_added_after_the_exit_is_still_called() -> None:
+    """An engine that dies between turning READY and its owner asking to hear of its exit
+    (the pool files it a moment later) is not forgotten: a callback added after the exit
+    was handled is called all the same, so the crash is still reported."""
+    port = free_port()
+    proc = EngineProcess(
+        name="dies-early",
+        argv=_fake("fake_openai", port),
+        health=_health(port),
+        env={"PYTHONPATH": str(REPO_ROOT)},
+        load_timeout_s=20,
+    )
+    await proc.start()
+    assert proc.pid is not None
+    os.kill(proc.pid, 9)
+    assert await proc.died_within(5.0) is not None  # the exit is handled: callbacks ran
+    heard = asyncio.Event()
+    proc.on_exit(lambda p: heard.set())
+    async with asyncio.timeout(5):
+        await heard.wait()
+    await proc.stop()
+
+
 async def test_supervisor_flooding_logs_stay_bounded() -> None:
     """A flood of output keeps the ring at its line cap, each line cut at 4 KiB."""
     port = free_port()
