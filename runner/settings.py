@@ -60,9 +60,7 @@ class Settings(BaseSettings):
     metrics_names: Literal["seed", "quorum", "both"] = "both"  # runner/seed_metrics.py
     # The endpoint picker's `vllm:*` family (runner/metrics.py); /metrics merges it in.
     # `/metrics` itself (merged) or a path under it, never one of the API's own routes
-    picker_metrics_path: str = Field(
-        default=PICKER_PATH, pattern=r"^/metrics(/[A-Za-z0-9._~-]+)*$"
-    )
+    picker_metrics_path: str = Field(default=PICKER_PATH, pattern=r"^/metrics(/[A-Za-z0-9._~-]+)*$")
     max_queue_depth: int = Field(default=16, ge=1, le=1_000_000)
     queue_timeout_ms: int = Field(default=30_000, ge=1)
 
