@@ -78,7 +78,7 @@ class Scheduler:
         self.table = ModelTable(config)
         self.slots = SlotCounts(config, self.table)
         self.outlook = Outlook(
-            self.table, self._waiting, self._vtc, self._service, fair=config.fair
+            self.table, self._waiting, self._vtc, self._service, self.slots, fair=config.fair
         )
         self.swaps = Swaps(config, self.table, self, effects)
         self.lifecycle = ModelLifecycle(config, self.table, self.swaps, self, effects)

@@ -23,6 +23,7 @@ from runner.scheduler.errors import DeadlineExceeded, DeadlineUnreachable, Sched
 from runner.scheduler.events import Band, Ticket
 from runner.scheduler.forecast import TenantQueue, ahead, forecast_wait_s
 from runner.scheduler.models import ModelRecord, ModelState, ModelTable
+from runner.scheduler.slot_groups import SlotCounts
 from runner.scheduler.waiting import WaitingRoom
 from tenants.fairness import VirtualTokenCounter
 
@@ -168,9 +169,11 @@ class Outlook:
         waiting: WaitingRoom,
         vtc: VirtualTokenCounter,
         service: ServiceTimes,
+        slots: SlotCounts,
         *,
         fair: bool,
     ) -> None:
+        self._slots = slots
         self._table = table
         self._waiting = waiting
         self._vtc = vtc
@@ -180,25 +183,31 @@ class Outlook:
     def wait_s(self, model: str, band: Band, tenant: str, now: float) -> float | None:
         """The forecast wait of a new request of `tenant` in `band` for `model` (seconds);
         `None` when it cannot be told (unknown model; nothing measured yet and no slot free
-        for it)."""
+        for it).
+
+        A model sharing its engine process with others (`slot_groups.py`) waits for the
+        group's slots: the group's waiters and requests in flight count, all timed at
+        this model's measured speed (the others' may differ)."""
         record = self._table.get(model)
         if record is None:
             return None
+        members = self._slots.members(model)
+        slots = record.concurrency if len(members) == 1 else self._slots.capacity(model)
         higher = [
             t.cost
+            for m in members
             for b in Band
             if b > band
-            for q in self._waiting.band(model, b).values()
+            for q in self._waiting.band(m, b).values()
             for t in q
         ]
-        fifos = self._waiting.band(model, band)
+        tickets: dict[str, list[tuple[int, int]]] = {}
+        for m in members:
+            for name, fifo in self._waiting.band(m, band).items():
+                tickets.setdefault(name, []).extend((t.ticket_id, t.cost) for t in fifo)
         queues = {
-            name: TenantQueue(
-                self._vtc.counter(name),
-                self._vtc.weight(name),
-                [(t.ticket_id, t.cost) for t in fifo],
-            )
-            for name, fifo in fifos.items()
+            name: TenantQueue(self._vtc.counter(name), self._vtc.weight(name), sorted(mine))
+            for name, mine in tickets.items()
         }
         if tenant not in queues:
             queues[tenant] = TenantQueue(self._lifted(tenant), self._vtc.weight(tenant), [])
@@ -206,14 +215,14 @@ class Outlook:
         opens = opens_in_s(record, model in self._table.wants, now)
         per_cost = self._service.per_cost_s(model)
         if per_cost is None:
-            idle = record.concurrency - len(self._service.left_s(model, now, 0.0))
-            return opens if not costs and idle > 0 else None
+            busy = sum(len(self._service.left_s(m, now, 0.0)) for m in members)
+            return opens if not costs and slots - busy > 0 else None
         return forecast_wait_s(
             [cost * per_cost for cost in costs],
-            record.concurrency,
-            self._service.left_s(model, now, per_cost),
+            slots,
+            [left for m in members for left in self._service.left_s(m, now, per_cost)],
             opens,
-            self._service.share_above(model, band, now, per_cost, record.concurrency),
+            self._service.share_above(model, band, now, per_cost, slots),
         )
 
     def by_model(self, now: float, models: list[str]) -> dict[str, dict[str, int]]:

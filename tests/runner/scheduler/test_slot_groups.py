@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runner.scheduler.config import ModelPolicy, SchedulerConfig
+from runner.scheduler.events import Band
 from tests.runner.scheduler.fakes import Driver
 
 pytestmark = pytest.mark.timeout(30)
@@ -102,3 +103,19 @@ def test_slot_group_member_loading_leaves_the_slots_to_the_others() -> None:
     assert d.core.is_waiting(early_b)  # the server's one slot is a's
     d.done(a1)
     assert d.effects.granted_ids == [a1, early_b]
+
+
+def test_slot_group_forecast_counts_the_groups_requests() -> None:
+    """The forecast of b's wait counts a's request holding the group's one slot and a's
+    waiter ahead (timed at b's measured 2 s): 4 s, not the 0 s b's own idle slot would say.
+    A deadline b cannot meet is refused with that forecast."""
+    d = driver({"a": COMFY, "b": COMFY})
+    warm = d.arrive(model="b")
+    d.now += 2.0
+    d.done(warm)  # b's service time measured: 2 s
+    d.arrive(model="a")  # holds the server
+    d.arrive(model="a")  # waits
+    assert d.core.outlook.wait_s("b", Band.NORMAL, "new", d.now) == pytest.approx(4.0, abs=0.3)
+    assert d.core.outlook.wait_s("c", Band.NORMAL, "new", d.now) is None  # unknown model
+    late = d.arrive(model="b", deadline_ms=1000)
+    assert d.effects.rejection(late).code == "deadline_unreachable"
