@@ -8,12 +8,19 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from client.cli import add_commands as add_operator_commands
 from governance.cli import add_commands
 
+if TYPE_CHECKING:
+    from runner.app import RunnerApp
+    from runner.settings import Settings
 
-def _serve(args: argparse.Namespace) -> int:
+
+def app_from_environment(port: int | None = None) -> tuple[Settings, RunnerApp] | str:
+    """The runner's settings and app as `quorum serve` builds them from the environment
+    (and `port`, when given); the reason as text when the configuration is invalid."""
     from governance.errors import ConfigInvalid
     from runner.app import build_app
     from runner.errors import ConfigError
@@ -21,25 +28,33 @@ def _serve(args: argparse.Namespace) -> int:
     from runner.jobs.webhooks import load_secret
     from runner.logs import configure
     from runner.models_config import default_models_path, load_models_file
-    from runner.server import client_limits, serve
     from runner.settings import load_settings
     from tenants.config import build_config
     from tenants.errors import InvalidTenantConfig
 
     try:
         settings = load_settings()
-        if args.port is not None:
-            settings = settings.model_copy(update={"port": args.port})
+        if port is not None:
+            settings = settings.model_copy(update={"port": port})
         models = load_models_file(settings.models_config or default_models_path())
         tenants = build_config(os.environ, settings.tenants_file)
         if settings.webhook_secret is not None:
             load_secret(settings.webhook_secret.get_secret_value(), "WEBHOOK_SECRET")
         verifier = governance_from(settings)
     except (ConfigError, InvalidTenantConfig, ConfigInvalid) as exc:
-        print(f"quorum: {exc}", file=sys.stderr)
-        return 2
+        return str(exc)
     configure(settings.log_level, settings.log_format)
-    app = build_app(settings, models, tenants, verifier)
+    return settings, build_app(settings, models, tenants, verifier)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from runner.server import client_limits, serve
+
+    built = app_from_environment(args.port)
+    if isinstance(built, str):
+        print(f"quorum: {built}", file=sys.stderr)
+        return 2
+    settings, app = built
     ok = serve(
         app, settings.host, settings.port, settings.shutdown_grace_s, client_limits(settings)
     )

@@ -12,35 +12,21 @@ server, not a way to run the runner. Compared with
 
 from __future__ import annotations
 
-import os
 import sys
 
 import uvloop
 from granian.constants import Interfaces
 from granian.server.embed import Server
 
-from governance.errors import ConfigInvalid
-from runner.app import build_app
-from runner.errors import ConfigError
-from runner.governance import governance_from
-from runner.logs import configure
-from runner.models_config import default_models_path, load_models_file
-from runner.settings import load_settings
-from tenants.config import build_config
-from tenants.errors import InvalidTenantConfig
+from runner.cli import app_from_environment
 
 
 def main() -> int:
-    try:
-        settings = load_settings()
-        models = load_models_file(settings.models_config or default_models_path())
-        tenants = build_config(os.environ, settings.tenants_file)
-        verifier = governance_from(settings)
-    except (ConfigError, InvalidTenantConfig, ConfigInvalid) as exc:
-        print(f"granian_runner: {exc}", file=sys.stderr)
+    built = app_from_environment()
+    if isinstance(built, str):
+        print(f"granian_runner: {built}", file=sys.stderr)
         return 2
-    configure(settings.log_level, settings.log_format)
-    app = build_app(settings, models, tenants, verifier)
+    settings, app = built
     server = Server(
         app, address=settings.host, port=settings.port, interface=Interfaces.ASGI,
         log_enabled=False,

@@ -30,7 +30,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from runner.settings import default_llama_server_bin
-from tests.support.engines import eventually, flush, load, processes_with, unload, wait_task
+from tests.support.engines import (
+    eventually,
+    flush,
+    load,
+    process_group,
+    processes_with,
+    unload,
+    wait_task,
+)
 from tests.support.real_vllm import (
     DEFAULT_ID,
     START_TIMEOUT_S,
@@ -306,7 +314,7 @@ def test_real_governed_unload_then_load_measure_memory(runner: Runner) -> None:
     r = unload(runner.url, runner.model)
     assert r.status_code == 200, r.text
     assert r.json()["gpuMemoryFreedMB"] > 100
-    eventually(lambda: not _group(pid), timeout=60, what="the engine's processes gone")
+    eventually(lambda: not process_group(pid), timeout=60, what="the engine's processes gone")
     started = load(runner.url, runner.model)
     assert started.status_code == 202, started.text
     task = wait_task(runner.url, started.json()["taskId"], timeout=START_TIMEOUT_S + 60)
@@ -342,7 +350,7 @@ def test_real_engine_killed_midstream_one_clear_error(runner: Runner) -> None:
         return {f["id"]: f for f in doc["models"]["failed"]}.get(runner.model)
 
     assert eventually(failed, timeout=30, what="the model failed")["exitCode"] == -9
-    eventually(lambda: not _group(pid), timeout=60, what="no engine process left")
+    eventually(lambda: not process_group(pid), timeout=60, what="no engine process left")
 
 
 def engine_pid(runner_pid: int, kind: str) -> int:
@@ -353,19 +361,3 @@ def engine_pid(runner_pid: int, kind: str) -> int:
         if (kind == "vllm" and "serve" in argv) or (kind != "vllm" and "llama-server" in argv[0]):
             return pid
     raise AssertionError(f"no {kind} engine process under runner {runner_pid}")
-
-
-def _group(pgid: int) -> list[int]:
-    """The live processes of process group `pgid` (an engine runs in a group of its own)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            found.append(int(entry.name))
-    return found
