@@ -168,7 +168,7 @@ class RunnerApp:
         store_errors = rt.metrics.ratelimit_store_errors
         rt.limiter = RateLimiter(
             rt.tenants,
-            storage_from_url(s.redis_url),
+            storage_from_url(s.redis_url, timeout_s=s.rate_limit_store_timeout_ms / 1000),
             fail_open=s.rate_limit_fail_open,
             on_storage_error=lambda _tenant, _exc: store_errors.inc(),
         )

@@ -83,6 +83,7 @@ class Settings(BaseSettings):
     # Scheduling and tenants (tenants/ reads TENANT_RATE_LIMIT_<tenant> itself).
     tenants_file: str | None = None
     rate_limit_fail_open: bool = True
+    rate_limit_store_timeout_ms: int = Field(default=250, ge=1, le=60_000)  # connect and command
     queue_low_aging_ms: int = Field(default=10_000, ge=0)
     # The gateway's x-llm-d-inference-objective names -> X-Priority (runner/headers.py).
     objective_priorities: str = DEFAULT_OBJECTIVE_PRIORITIES

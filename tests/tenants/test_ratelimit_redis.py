@@ -37,9 +37,12 @@ class Errors:
 
 @pytest.fixture
 async def replicas(redis_server: RedisServer) -> AsyncIterator[tuple[RateLimiter, RateLimiter]]:
-    """Two limiters, each with its own connection pool, sharing one redis-server."""
-    a = RateLimiter(CONFIG, storage_from_url(redis_server.url))
-    b = RateLimiter(CONFIG, storage_from_url(redis_server.url))
+    """Two limiters, each with its own connection pool, sharing one redis-server. They wait
+    up to 5 s for Redis (not the runner's 0.25 s): these tests pin the shared window, and
+    on a loaded 2-core machine opening 15 connections at once took longer than 0.25 s
+    (two requests failed open); Redis down is tested below with the short timeout."""
+    a = RateLimiter(CONFIG, storage_from_url(redis_server.url, timeout_s=5.0))
+    b = RateLimiter(CONFIG, storage_from_url(redis_server.url, timeout_s=5.0))
     yield a, b
     await a.aclose()
     await b.aclose()
