@@ -30,10 +30,10 @@ import httptools
 from adapters.errors import (
     EngineBadResponse,
     EngineCrashed,
+    EngineError,
     EngineTimeout,
     EngineUnavailable,
 )
-from faults import QuorumError
 
 _HIGH_WATER = 1 << 20
 
@@ -59,20 +59,13 @@ class ProtocolFailure(ClientFailure):
 
 
 def translate_failure(
-    exc: ClientFailure,
-    model: str,
-    engine_failure: str | None = None,
-    cut: QuorumError | None = None,
-) -> QuorumError:
+    exc: ClientFailure, model: str, engine_failure: str | None = None
+) -> EngineError:
     """Map a failure talking to `model`'s engine to an engine error.
 
-    `cut` is the runner's answer when it stopped the engine under the request on purpose
-    (an unload past its drain timeout: 503 `model_unloading`), and `engine_failure` the
-    supervisor's account when the engine process died: the client then hears that (exit
-    code or signal included), not a bare connection error.
+    `engine_failure` is the supervisor's account when the engine process died: the
+    client then hears that (exit code or signal included), not a bare connection error.
     """
-    if cut is not None:
-        return cut
     if engine_failure is not None:
         return EngineCrashed(f"engine for model {model!r} {engine_failure}")
     if isinstance(exc, ResponseTimeout):

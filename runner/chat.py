@@ -208,7 +208,7 @@ async def _engine_error(exc: ClientFailure, engine: Engine) -> QuorumError:
     under the request (`engine.cut`), or the engine process died, say so (the supervisor
     may need a moment to see the exit that reset the connection)."""
     if engine.cut is not None:
-        return translate_failure(exc, engine.model_id, cut=engine.cut)
+        return engine.cut
     failure = engine.failure or await engine.diagnose()
     return translate_failure(exc, engine.model_id, failure)
 

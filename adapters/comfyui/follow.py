@@ -140,14 +140,22 @@ async def follow(
     quiet_s = timing.silence_s
     next_check = loop.time() + timing.safety_poll_s
     next_reopen = loop.time() + timing.reopen_after_s
+
+    async def ended() -> Outcome | None:
+        """The outcome once the prompt ended; raises `EngineSilent` if it has not and
+        nothing was heard about it for `quiet_s`."""
+        where = await locate(client, prompt_id)
+        if isinstance(where, Outcome):
+            return where
+        if quiet_s is not None and silent_past(heard_at, loop.time(), quiet_s):
+            raise _silent(prompt_id, where, quiet_s) from None
+        return None
+
     try:
         while True:
             if socket is None:
-                where = await locate(client, prompt_id)
-                if isinstance(where, Outcome):
-                    return where, view
-                if quiet_s is not None and silent_past(heard_at, loop.time(), quiet_s):
-                    raise _silent(prompt_id, where, quiet_s)
+                if (outcome := await ended()) is not None:
+                    return outcome, view
                 if reopened < timing.max_reopen and loop.time() >= next_reopen:
                     reopened += 1
                     next_reopen = loop.time() + timing.reopen_after_s
@@ -166,11 +174,8 @@ async def follow(
                     message = await socket.recv()
             except TimeoutError:
                 next_check = loop.time() + timing.safety_poll_s
-                where = await locate(client, prompt_id)
-                if isinstance(where, Outcome):
-                    return where, view
-                if quiet_s is not None and silent_past(heard_at, loop.time(), quiet_s):
-                    raise _silent(prompt_id, where, quiet_s) from None
+                if (outcome := await ended()) is not None:
+                    return outcome, view
                 continue
             except SOCKET_ERRORS as exc:
                 log.warning("prompt %s: websocket lost (%s); following /history", prompt_id, exc)

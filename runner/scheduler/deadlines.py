@@ -192,7 +192,7 @@ class Outlook:
         if record is None:
             return None
         members = self._slots.members(model)
-        slots = record.concurrency if len(members) == 1 else self._slots.capacity(model)
+        slots = self._slots.capacity(model)  # the model's own when it is in no group
         higher = [
             t.cost
             for m in members

@@ -71,10 +71,9 @@ class SlotCounts:
     def has_room(self, model: str) -> bool:
         """A request for `model` may be granted: its model and its group have a free slot.
         (On every request: a model in no group is answered without building its group.)"""
-        record = self._table.records.get(model)
-        own = self._config.concurrency(model) if record is None else record.concurrency
-        if self.by_model[model] >= own:
+        if self.by_model[model] >= self.concurrency(model):
             return False
+        record = self._table.records.get(model)
         if record is None or record.policy.slot_group is None:
             return True
         return self.group_in_flight(model) < self.capacity(model)
