@@ -7,7 +7,7 @@ with `"object": "error"`), FastAPI `{"detail": ...}`, others plain text. The cli
 the runner's envelope instead (a string `code`, OpenAI's `type`, the engine's message kept
 once made safe), so one parser reads every error whatever the engine.
 
-`refusal` is pure: the data path (runner/chat.py) gives it the status and body and raises
+`refusal` is pure: the data path (runner/http/chat.py) gives it the status and body and raises
 what it returns; the engine's body as it wrote it goes to the runner's log only.
 """
 

@@ -1,4 +1,4 @@
-"""What the client limits (runner/http_limits.py) cost per request, in process.
+"""What the client limits (runner/http/limits.py) cost per request, in process.
 
     .venv/bin/python -m bench.http_limits [--requests 20000] [--reps 7]
 
@@ -23,8 +23,8 @@ import uvloop
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from runner.coalesce import CoalescingHttpToolsProtocol
-from runner.http_limits import ClientLimits, protocol_with
+from runner.http.coalesce import CoalescingHttpToolsProtocol
+from runner.http.limits import ClientLimits, protocol_with
 
 BODY = b'{"model":"echo","messages":[{"role":"user","content":"hi"}],"max_tokens":32}'
 REQUEST = (

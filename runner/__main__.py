@@ -2,6 +2,6 @@
 
 import sys
 
-from runner.cli import main
+from runner.runtime.cli import main
 
 sys.exit(main(["serve", *sys.argv[1:]]))

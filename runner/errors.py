@@ -13,7 +13,7 @@ Exception tree (the runner's rows; the generic ones come from `faults`)::
     ├── BadRequest (faults)          400  invalid_request
     │   ├── InvalidHeader            400  invalid_header: a request header's value (names it)
     │   ├── InvalidField             400  invalid_request: a body field out of its range
-    │   │                                 (names it in `param`; runner/body_checks.py)
+    │   │                                 (names it in `param`; runner/http/body_checks.py)
     │   └── WrongEndpoint            400  unsupported_model: a model another path serves
     ├── Forbidden (faults)           403  forbidden: not for this tenant (engine logs)
     ├── NotFound (faults)            404  not_found
@@ -27,7 +27,7 @@ Exception tree (the runner's rows; the generic ones come from `faults`)::
     ├── PayloadTooLarge (faults)     413  payload_too_large: body above MAX_BODY_BYTES
     ├── RequestTimeout               408  request_timeout: headers or body too slow (http_limits)
     ├── HeadersTooLarge              431  request_header_fields_too_large: MAX_HEADER_BYTES,
-    │                                     MAX_HEADERS (runner/http_limits.py)
+    │                                     MAX_HEADERS (runner/http/limits.py)
     ├── ServiceUnavailable (faults)  503  service_unavailable: starting, stopping
     │   └── TooManyConnections       503  too_many_connections: MAX_CONNECTIONS open (+ Retry-After)
     └── ConfigError (faults)              start-up only, never an HTTP response

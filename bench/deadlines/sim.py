@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 
 from bench.deadlines.trace import SLOTS, Arrival
 from faults import QuorumError
-from runner.admission import AdmissionRequest, Usage
 from runner.scheduler.config import SchedulerConfig
 from runner.scheduler.core import Scheduler
 from runner.scheduler.events import Band, RequestArrived, RequestCancelled, ServeDone, Tick, Ticket
+from runner.scheduler.grants import AdmissionRequest, Usage
 
 MODEL = "sim"
 TICK_S = 0.1  # as the runner's loop

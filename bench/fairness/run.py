@@ -37,11 +37,11 @@ sys.path.insert(0, str(ROOT))
 
 from bench.fairness import metrics, workloads  # noqa: E402
 from bench.fairness.sim import Replay  # noqa: E402
-from runner.admission import AdmissionRequest  # noqa: E402
 from runner.scheduler import QueueFull, SchedulerAdmission, SchedulerConfig  # noqa: E402
 from runner.scheduler.core import Scheduler  # noqa: E402
 from runner.scheduler.errors import SchedulerError  # noqa: E402
 from runner.scheduler.events import RequestArrived, Ticket  # noqa: E402
+from runner.scheduler.grants import AdmissionRequest  # noqa: E402
 
 SLOTS = 8
 CAPACITY = 1536.0  # weighted tokens/s: two 256+256 requests per second

@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass, field
 
 from bench.fairness.workloads import Arrival
-from runner.admission import AdmissionRequest, Usage
 from runner.scheduler.config import SchedulerConfig
 from runner.scheduler.core import Scheduler
 from runner.scheduler.errors import SchedulerError
 from runner.scheduler.events import RequestArrived, ServeDone, Tick, Ticket
+from runner.scheduler.grants import AdmissionRequest, Usage
 from tenants.fairness import service_cost
 
 MODEL = "sim"

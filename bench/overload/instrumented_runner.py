@@ -13,7 +13,7 @@ Same environment variables as `python -m runner`, plus:
   they are never walked again. (The runner itself freezes once it is ready since 346c24f;
   this flag stays for measuring commits before that.)
 - `OVERLOAD_TIMING_OUT=<file>`: time every inference request inside the runner, from the
-  moment uvicorn calls the data path (`runner.chat.ChatPath.__call__`) to the moment it
+  moment uvicorn calls the data path (`runner.http.chat.ChatPath.__call__`) to the moment it
   returns (the last byte handed to uvicorn), and write `[[wall start, status, seconds],
   ...]` to the file when the process exits (after SIGTERM). Costs a closure and two clock
   reads per request. It separates the runner's own code from what uvicorn, the kernel and
@@ -30,13 +30,13 @@ import sys
 import time
 from typing import Any
 
-import runner.app
-import runner.chat
-import runner.server
+import runner.http.app
+import runner.http.chat
+import runner.http.server
 import tenants.config
-from runner.asgi import Message, Receive, Scope, Send
-from runner.chat import ChatPath
-from runner.cli import main
+from runner.http.asgi import Message, Receive, Scope, Send
+from runner.http.chat import ChatPath
+from runner.runtime.cli import main
 
 _records: list[tuple[float, int, float]] = []
 
@@ -65,7 +65,7 @@ def _install_timing(out: str) -> None:
 
 
 def run() -> Any:
-    assert runner.app and runner.server and tenants.config and runner.chat
+    assert runner.http.app and runner.http.server and tenants.config and runner.http.chat
     out = os.environ.get("OVERLOAD_TIMING_OUT")
     if out:
         _install_timing(out)

@@ -2,10 +2,10 @@
 
     python -m bench.proxy.granian_runner      (the same environment as `python -m runner`)
 
-Builds the runner's app exactly as `quorum serve` does (`runner/cli.py`), then serves it
+Builds the runner's app exactly as `quorum serve` does (`runner/runtime/cli.py`), then serves it
 with granian's embedded ASGI server (Rust HTTP/1, one runtime thread, uvloop) in place of
 uvicorn with httptools and `GuardedHttpToolsProtocol`. The client limits of
-`runner/http_limits.py` (431/408, connection bound) are not there: a measurement of the
+`runner/http/limits.py` (431/408, connection bound) are not there: a measurement of the
 server, not a way to run the runner. Compared with
 `bench.proxy.compare --before HEAD --after HEAD --after-module bench.proxy.granian_runner`.
 """
@@ -18,7 +18,7 @@ import uvloop
 from granian.constants import Interfaces
 from granian.server.embed import Server
 
-from runner.cli import app_from_environment
+from runner.runtime.cli import app_from_environment
 
 
 def main() -> int:

@@ -42,8 +42,8 @@ _SYSCALLS = ("write", "read", "getpid", "sendmsg", "recvmsg", "writev")
 _COMPONENTS = (
     ("runner/scheduler/", "runner scheduler"),
     ("runner/engine_client.py", "runner engine client"),
-    ("runner/chat.py", "runner chat path (chat.py)"),
-    ("runner/frontend.py", "runner front-end (frontend.py)"),
+    ("runner/http/chat.py", "runner chat path (chat.py)"),
+    ("runner/http/frontend.py", "runner front-end (frontend.py)"),
     ("runner/", "runner, other modules"),
     ("adapters/", "adapters"),
     ("tenants/", "tenants (rate limit, fairness)"),

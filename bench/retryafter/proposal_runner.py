@@ -17,10 +17,10 @@ import sys
 import time
 from typing import Any
 
-import runner.scheduler.loop
+import runner.scheduler.admission
 from bench.retryafter import policies
 from bench.retryafter.experiment import install_rate_limit_spread, scheduler_with
-from runner.cli import main
+from runner.runtime.cli import main
 
 
 def run() -> Any:
@@ -29,7 +29,7 @@ def run() -> Any:
     if name == "proposal":
         install_rate_limit_spread(time.monotonic)
     # an experiment, not the runner: the core SchedulerAdmission builds is ours
-    setattr(runner.scheduler.loop, "Scheduler", scheduler_with(policy))  # noqa: B010
+    setattr(runner.scheduler.admission, "Scheduler", scheduler_with(policy))  # noqa: B010
     return main(["serve"])
 
 

@@ -24,10 +24,10 @@ from typing import Any
 
 from bench.retryafter import analysis, policies, trace
 from bench.retryafter.experiment import scheduler_with
-from runner.admission import AdmissionRequest, Usage
 from runner.scheduler.config import SchedulerConfig
 from runner.scheduler.errors import SchedulerError
 from runner.scheduler.events import RequestArrived, ServeDone, Tick, Ticket
+from runner.scheduler.grants import AdmissionRequest, Usage
 
 MODEL = "echo"
 MAX_RETURNS = 8

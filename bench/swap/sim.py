@@ -23,7 +23,6 @@ from typing import Any
 
 from bench.swap.trace import Request, Trace
 from faults import QuorumError
-from runner.admission import AdmissionRequest
 from runner.scheduler.config import ModelPolicy, SchedulerConfig
 from runner.scheduler.core import Scheduler
 from runner.scheduler.effects import ModelNotice
@@ -35,6 +34,7 @@ from runner.scheduler.events import (
     Tick,
     Ticket,
 )
+from runner.scheduler.grants import AdmissionRequest
 
 TICK_S = 0.25
 

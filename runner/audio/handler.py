@@ -1,6 +1,6 @@
 """POST /v1/audio/transcriptions and /v1/audio/translations, as a bare ASGI handler.
 
-Through the one front-end (runner/frontend.py), in order:
+Through the one front-end (runner/http/frontend.py), in order:
 
     1. read and validate the runner's headers; identify the tenant  -> 400 / 401 / 403
     2. Content-Length above the limit                               -> 413 before reading
@@ -32,7 +32,6 @@ import orjson
 
 from adapters.whisper.engine import WhisperEngine
 from adapters.whisper.messages import Info, Segment
-from runner.asgi import Receive, Scope, Send
 from runner.audio.errors import AudioTooLarge, InvalidForm
 from runner.audio.formats import (
     JSON,
@@ -50,7 +49,8 @@ from runner.audio.multipart import AudioUpload, FormLimits, read_form
 from runner.audio.request import TASKS, parse_request
 from runner.audio.service import Caller, SpeechRun, SpeechService
 from runner.errors import HTTP_ERRORS, error_body, error_status
-from runner.frontend import Call, FrontEnd, Headers
+from runner.http.asgi import Receive, Scope, Send
+from runner.http.frontend import Call, FrontEnd, Headers
 from runner.jobs.http import JobSubmitter, wants_async
 
 log = logging.getLogger("quorum.audio")

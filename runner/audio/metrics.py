@@ -1,6 +1,6 @@
 """What the audio path reports, as a Protocol the runner's `Metrics` implements.
 
-The first four methods already exist on `runner.metrics.Metrics` (the data path's);
+The first four methods already exist on `runner.telemetry.metrics.Metrics` (the data path's);
 the last two are the speech ones. Prometheus names the runner should give them:
 
 | method                  | metric                                | type      | labels        |

@@ -5,7 +5,7 @@
     result = await service.transcribe(request, audio, caller, progress=reporter.report)
 
 A run is: wait for admission (the scheduler's queue, fair share, priorities: the request
-path's admission scope, `runner.frontend.Admitted`, or a plain `Hold` for a job), send
+path's admission scope, `runner.http.frontend.Admitted`, or a plain `Hold` for a job), send
 the file to the model's worker, collect its segments (calling `on_segment` and
 `progress(seconds_done, total)` for each), give the slot back with the audio done.
 
@@ -30,13 +30,13 @@ from adapters.errors import EngineCrashed, EngineTimeout
 from adapters.whisper.engine import WhisperEngine
 from adapters.whisper.errors import InvalidAudio, UnsupportedLanguage
 from adapters.whisper.messages import Info, Segment
-from runner.admission import Admission, AdmissionRequest, Admit, Hold, Holding, Usage
 from runner.audio.formats import Transcript
 from runner.audio.metrics import SpeechMetrics
 from runner.audio.probe import AudioInfo, probe_audio
 from runner.audio.request import SpeechRequest
 from runner.errors import QuorumError, ServiceUnavailable
-from runner.frontend import ClientGone
+from runner.http.frontend import ClientGone
+from runner.scheduler.grants import Admission, AdmissionRequest, Admit, Hold, Holding, Usage
 
 COST_UNITS_PER_AUDIO_SECOND = 10
 

@@ -1,6 +1,6 @@
 """The image routes: `POST /v1/images/generations` and `GET /v1/images/files/{token}.png`.
 
-`ImagesPath` goes through the one front-end (runner/frontend.py), like chat and audio:
+`ImagesPath` goes through the one front-end (runner/http/frontend.py), like chat and audio:
 
     1. the runner's headers; the tenant; the rate limit   (front-end) -> 400/401/403/429
     2. the body, bounded                                               -> 413
@@ -31,14 +31,14 @@ from adapters.comfyui.image_request import ImageRequest, parse_image_request
 from adapters.comfyui.images import Generated, ImageGenerator, ModelShape
 from adapters.comfyui.store import FILES_PATH, TOKEN_RE, ImageStore, file_path
 from faults import BadRequest
-from runner.admission import AdmissionRequest, Hold
-from runner.asgi import Receive, Scope, Send, send_error
 from runner.errors import MethodNotAllowed
-from runner.frontend import Call, FrontEnd, Headers
-from runner.headers import new_request_id
+from runner.http.asgi import Receive, Scope, Send, send_error
+from runner.http.frontend import Call, FrontEnd, Headers
+from runner.http.headers import new_request_id
 from runner.jobs.http import JobSubmitter, wants_async
 from runner.jobs.manager import Work
 from runner.jobs.progress import ProgressReporter
+from runner.scheduler.grants import AdmissionRequest, Hold
 
 IMAGES_PATH = "/v1/images/generations"
 JOB_KIND = "image_generation"

@@ -23,13 +23,13 @@ from adapters.comfyui.follow import FollowTiming
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.store import ImageStore
 from adapters.comfyui.workflows import WorkflowTemplate, load_template
+from runner.engines.comfyui import DEFAULT_WORKFLOW
+from runner.engines.pool import ModelPool
 from runner.errors import ConfigError
-from runner.frontend import FrontEnd
+from runner.http.frontend import FrontEnd
 from runner.images.handler import ImageFiles, ImagesPath
 from runner.jobs.http import JobSubmitter
-from runner.pool.comfyui import DEFAULT_WORKFLOW
-from runner.pool.pool import ModelPool
-from runner.settings import Settings
+from runner.runtime.settings import Settings
 
 log = logging.getLogger("quorum.images")
 

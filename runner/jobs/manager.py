@@ -35,7 +35,7 @@ from runner.jobs.progress import ProgressReporter, Throttle, should_write
 from runner.jobs.record import JOB_ID_RE, Failure, Job, JobStatus, Progress
 from runner.jobs.store import JobStore
 from runner.jobs.webhooks import WebhookSender, event_body, message_id, validate_webhook_url
-from runner.pending_writes import RETRY_S, PendingWrites
+from runner.runtime.pending_writes import RETRY_S, PendingWrites
 
 log = logging.getLogger("quorum.jobs")
 

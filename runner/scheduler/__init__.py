@@ -1,5 +1,6 @@
 """Scheduling: who waits, who is served next, who is refused, which models load (see `core.py`)."""
 
+from runner.scheduler.admission import SchedulerAdmission, SchedulerObserver
 from runner.scheduler.config import ModelPolicy, SchedulerConfig
 from runner.scheduler.core import Scheduler
 from runner.scheduler.effects import Effects, ModelEffects, ModelNotice
@@ -16,7 +17,6 @@ from runner.scheduler.errors import (
     SchedulerStopped,
     TenantQueueFull,
 )
-from runner.scheduler.loop import SchedulerAdmission, SchedulerObserver
 from runner.scheduler.models import ModelState, ModelView
 from runner.scheduler.stats import QueueStats
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from runner.admission import AdmissionRequest, Usage
 from runner.scheduler.config import ModelPolicy
+from runner.scheduler.grants import AdmissionRequest, Usage
 
 
 class Band(IntEnum):

@@ -3,7 +3,7 @@
 The scheduler is the one owner of a model's state: every admission and refusal is
 decided here, from this record, and `/health`, capabilities, `/metrics` and load tasks
 read it (`ModelView`). The pool only carries out `start_load` / `stop_models` and
-reports what happened (runner/pool/pool.py).
+reports what happened (runner/engines/pool.py).
 
     ABSENT ──start_load──▶ LOADING ──ModelReady──▶ READY ──drain──▶ DRAINING ──▶ STOPPING
       ▲ ▲                    │  ▲                    │                              │

@@ -1,4 +1,4 @@
-"""adapters.llama_protocol: the llama-server command line, the request rewrite and the
+"""adapters.llama_server.protocol: the llama-server command line, the request rewrite and the
 first-chunk cache report, as pure functions (the real engine: tests/runner/test_llama_real.py)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from adapters.base import CacheReport
 from adapters.errors import UnsupportedRequest
-from adapters.llama_protocol import (
+from adapters.llama_server.protocol import (
     LaunchOptions,
     command_line,
     new_api_key,
@@ -19,7 +19,7 @@ from adapters.llama_protocol import (
     strip_client_cache_fields,
     strip_progress,
 )
-from adapters.llama_slots import PREFIX_CHARS
+from adapters.llama_server.slots import PREFIX_CHARS
 
 pytestmark = pytest.mark.timeout(10)
 

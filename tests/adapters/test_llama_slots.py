@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.llama_slots import SavedView, SlotView, choose_slot, common_prefix_len
+from adapters.llama_server.slots import SavedView, SlotView, choose_slot, common_prefix_len
 
 SYSTEM_A = "You are tenant A's assistant. " * 20
 SYSTEM_B = "You are tenant B's assistant. " * 20

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from adapters.refusals import MAX_MESSAGE, refusal, safe_message
 from runner.errors import error_body, error_headers, error_status
-from runner.openapi.components import ERROR_STATUSES
+from runner.http.openapi.components import ERROR_STATUSES
 from tests.fixtures import _vllm_checks as vllm_checks
 from tests.fixtures import _vllm_shapes as vllm_shapes
 

@@ -20,7 +20,7 @@ from adapters.errors import (
     UnsupportedRequest,
 )
 from adapters.supervisor import EngineProcess, EngineState, free_port
-from adapters.vllm import (
+from adapters.vllm.engine import (
     CacheSalts,
     Standby,
     VllmEngine,

@@ -52,7 +52,7 @@ WATCHED_FAMILIES = (
     "vllm:prefix_cache_hits",
     "vllm:prefix_cache_queries",
 )
-"""The `/metrics` families the runner reads (adapters/vllm_metrics.py)."""
+"""The `/metrics` families the runner reads (adapters/vllm/metrics.py)."""
 
 
 def shape(value: Any) -> Any:
@@ -201,7 +201,7 @@ class Engine:
 
 
 def serve_argv(binary: Path, port: int) -> list[str]:
-    """The command line both engines get: the runner's flags (adapters/vllm_launch.py) and
+    """The command line both engines get: the runner's flags (adapters/vllm/launch.py) and
     the CPU ones of the default models file."""
     return [
         str(binary), "serve", str(MODEL_DIR), "--host", "127.0.0.1", "--port", str(port),

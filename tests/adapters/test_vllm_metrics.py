@@ -1,11 +1,11 @@
-"""Reading vLLM's /metrics text and re-exposing it (adapters/vllm_metrics.py)."""
+"""Reading vLLM's /metrics text and re-exposing it (adapters/vllm/metrics.py)."""
 
 from __future__ import annotations
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from adapters.vllm_metrics import VllmMetricsCollector, parse_families, scrape_metrics
+from adapters.vllm.metrics import VllmMetricsCollector, parse_families, scrape_metrics
 
 # As vLLM's prometheus_client registry writes it (names from vllm/v1/metrics/loggers.py).
 TEXT = """\

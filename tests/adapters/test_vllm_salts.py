@@ -1,10 +1,10 @@
-"""Cache salts per tenant and tag, and their rotation (adapters/vllm_salts.py)."""
+"""Cache salts per tenant and tag, and their rotation (adapters/vllm/salts.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from adapters.vllm_salts import CacheSalts, derive_salt
+from adapters.vllm.salts import CacheSalts, derive_salt
 
 SECRET = b"s" * 32
 

@@ -20,7 +20,7 @@ def caps(
     health: str = "healthy",
     forecast: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """A capabilities document as runner/capabilities.py writes it."""
+    """A capabilities document as runner/telemetry/capabilities.py writes it."""
     queue: dict[str, Any] = {
         "depth": depth,
         "maxDepth": max_depth,

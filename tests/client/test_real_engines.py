@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from client import AsyncRunnerPool, RunnerPool
-from runner.settings import default_llama_server_bin
+from runner.runtime.settings import default_llama_server_bin
 from tests.adapters.whisper.speech import model_path
 from tests.support.fleet import loaded, wait_for
 from tests.support.runner_proc import start_runner

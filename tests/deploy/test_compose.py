@@ -11,7 +11,7 @@ import pytest
 import yaml
 from compose_spec import PyCompose
 
-from runner.settings import Settings
+from runner.runtime.settings import Settings
 from tests.deploy.tools import ROOT, promtool
 
 

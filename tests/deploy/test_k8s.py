@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from adapters.llama_protocol import LaunchOptions, command_line
-from runner.settings import Settings
+from adapters.llama_server.protocol import LaunchOptions, command_line
+from runner.runtime.settings import Settings
 from tests.deploy.tools import (
     K8S,
     crd_validator,

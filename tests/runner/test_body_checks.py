@@ -1,4 +1,4 @@
-"""runner/body_checks.py: numeric fields out of range are refused naming the field."""
+"""runner/http/body_checks.py: numeric fields out of range are refused naming the field."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from runner.body_checks import INT32_MAX, check_generation
 from runner.errors import InvalidField
+from runner.http.body_checks import INT32_MAX, check_generation
 
 pytestmark = pytest.mark.timeout(30)
 

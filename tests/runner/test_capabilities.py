@@ -1,16 +1,16 @@
 """The `/v1/capabilities` document as a pure function of the scheduler's models, the
-pool's engine facts, the queue and the engines' last figures (runner/capabilities.py)."""
+pool's engine facts, the queue and the engines' last figures (runner/telemetry/capabilities.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from adapters.llama_server import LLAMA_SERVER_VERSION
-from runner.capabilities import capabilities, kv_utilization, runner_type
-from runner.engine_watch import EngineLoad
-from runner.models_config import ModelSpec
-from runner.pool.record import EngineRecord
+from adapters.llama_server.engine import LLAMA_SERVER_VERSION
+from runner.engines.engine_watch import EngineLoad
+from runner.engines.record import EngineRecord
+from runner.runtime.models_file import ModelSpec
 from runner.scheduler.models import ModelState, ModelView
+from runner.telemetry.capabilities import capabilities, kv_utilization, runner_type
 
 QUEUE = {"depth": 2, "maxDepth": 16, "avgWaitMs": 10, "p95WaitMs": 20}
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.catalog import Roots, available, resolve, scan_hf_cache
 from runner.errors import BadRequest, ModelNotFound
-from runner.models_config import ModelSpec
+from runner.lifecycle.catalog import Roots, available, resolve, scan_hf_cache
+from runner.runtime.models_file import ModelSpec
 
 
 @pytest.fixture

@@ -1,11 +1,11 @@
-"""CoalescingTransport (runner/coalesce.py): one write per event-loop step."""
+"""CoalescingTransport (runner/http/coalesce.py): one write per event-loop step."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from runner.coalesce import CoalescingTransport
+from runner.http.coalesce import CoalescingTransport
 
 
 class RecordingTransport:

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runner.settings import default_llama_server_bin
+from runner.runtime.settings import default_llama_server_bin
 from tests.adapters.whisper.speech import model_path, speech_files
 from tests.fixtures.fake_vllm import BIN as VLLM_BIN
 from tests.fixtures.fake_vllm import process_env as vllm_env

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from runner.downloads import ByteMeter, fetch_snapshot
+from runner.lifecycle.downloads import ByteMeter, fetch_snapshot
 from tests.support.redis_server import free_port
 from tests.support.runner_proc import fixture_bin, start_runner
 from tests.support.tokens import DEV_REGISTRY, dev_token

@@ -29,7 +29,7 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from runner.settings import default_llama_server_bin
+from runner.runtime.settings import default_llama_server_bin
 from tests.support.engines import (
     eventually,
     flush,

@@ -12,13 +12,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runner.asgi import Receive, Scope, Send
 from runner.audio.handler import AudioPath
 from runner.audio.multipart import FormLimits
-from runner.chat import ChatPath
-from runner.frontend import FrontEnd
-from runner.metrics import Metrics
+from runner.http.asgi import Receive, Scope, Send
+from runner.http.chat import ChatPath
+from runner.http.frontend import FrontEnd
 from runner.scheduler import SchedulerAdmission, SchedulerConfig
+from runner.telemetry.metrics import Metrics
 from tenants.config import TenantsConfig
 from tenants.ratelimit import RateLimiter
 

@@ -1,5 +1,5 @@
 """The engine watch: engines' own figures and versions, read off the hot path
-(runner/engine_watch.py), against engines behind httpx mock transports."""
+(runner/engines/engine_watch.py), against engines behind httpx mock transports."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.workflows import MODEL_FREE_TEST
 from adapters.http_client import EngineConnections
-from adapters.vllm import VllmEngine, VllmMetricsCollector
-from runner.engine_watch import EngineLoad, EngineWatch
+from adapters.vllm.engine import VllmEngine, VllmMetricsCollector
+from runner.engines.engine_watch import EngineLoad, EngineWatch
 
 METRICS = """\
 # HELP vllm:num_requests_running Running.

@@ -1,4 +1,4 @@
-"""runner/exposition.py writes what prometheus_client's `generate_latest` writes, with
+"""runner/telemetry/exposition.py writes what prometheus_client's `generate_latest` writes, with
 families hidden and twins added as asked."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
-from runner.exposition import Exposition
-from runner.histogram import LabelledHistogram
+from runner.telemetry.exposition import Exposition
+from runner.telemetry.histogram import LabelledHistogram
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runner.settings import default_llama_server_bin
+from runner.runtime.settings import default_llama_server_bin
 from tests.support.engines import CHECKPOINT, caps, comfyui_root
 from tests.support.runner_proc import start_runner, wait_started
 

@@ -1,16 +1,16 @@
-"""The gateway's headers (runner/headers.py): the fairness id and the inference objective."""
+"""The gateway's headers (runner/http/headers.py): the fairness id and the inference objective."""
 
 from __future__ import annotations
 
 import pytest
 
 from runner.errors import ConfigError, InvalidHeader
-from runner.headers import (
+from runner.http.headers import (
     DEFAULT_OBJECTIVES,
     parse_objective_priorities,
     parse_request_headers,
 )
-from runner.settings import load_settings
+from runner.runtime.settings import load_settings
 
 pytestmark = pytest.mark.timeout(10)
 

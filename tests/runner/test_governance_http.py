@@ -20,7 +20,7 @@ from tests.support.redis_server import RedisServer
 from tests.support.runner_proc import REPO_ROOT, RunnerProcess, start_runner
 
 KEYS = REPO_ROOT / "keys"
-QUORUM = [sys.executable, "-c", "import sys; from runner.cli import main; sys.exit(main())"]
+QUORUM = [sys.executable, "-c", "import sys; from runner.runtime.cli import main; sys.exit(main())"]
 CHAT = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
 
 

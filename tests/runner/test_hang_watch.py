@@ -1,4 +1,4 @@
-"""The watch of the engines the runner started (runner/hang_watch.py): which processes are
+"""The watch of the engines the runner started (runner/engines/hang_watch.py): which processes are
 probed (pure) and what three unanswered probes do, driven against fakes without sleeps.
 The real engines frozen with SIGSTOP: tests/runner/test_hang_contract.py."""
 
@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping
 
 import pytest
 
-from runner.hang_watch import HangWatch, Running, hang_reason, probe_targets
-from runner.pool.record import EngineRecord
+from runner.engines.hang_watch import HangWatch, Running, hang_reason, probe_targets
+from runner.engines.record import EngineRecord
 from runner.scheduler.models import ModelState, ModelView
 
 pytestmark = pytest.mark.timeout(10)

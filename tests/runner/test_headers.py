@@ -1,11 +1,11 @@
-"""Request header validation (runner/headers.py)."""
+"""Request header validation (runner/http/headers.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from runner.errors import InvalidHeader
-from runner.headers import parse_request_headers
+from runner.http.headers import parse_request_headers
 
 
 def test_parse_headers_defaults_when_absent() -> None:

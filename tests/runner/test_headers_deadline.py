@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runner.errors import InvalidHeader
-from runner.headers import parse_request_headers
+from runner.http.headers import parse_request_headers
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -1,8 +1,8 @@
-"""The /health decision (runner/health.py)."""
+"""The /health decision (runner/telemetry/health.py)."""
 
 from __future__ import annotations
 
-from runner.health import Life, health
+from runner.telemetry.health import Life, health
 
 
 def test_health_ready_is_200_with_seed_fields() -> None:

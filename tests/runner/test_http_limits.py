@@ -1,4 +1,4 @@
-"""Slow and oversized clients (runner/http_limits.py), over raw sockets against a real
+"""Slow and oversized clients (runner/http/limits.py), over raw sockets against a real
 runner subprocess: 431 for oversized heads, 408 for slow heads and bodies, a bound on
 open connections, and the runner serving others meanwhile."""
 

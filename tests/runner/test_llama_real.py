@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from adapters.llama_server import LLAMA_SERVER_VERSION
+from adapters.llama_server.engine import LLAMA_SERVER_VERSION
 from adapters.supervisor import free_port
-from runner.settings import default_llama_server_bin
+from runner.runtime.settings import default_llama_server_bin
 from tests.fixtures.launch import start_fake
 from tests.support.runner_proc import RunnerProcess, start_runner, wait_started
 from tests.support.tokens import DEV_REGISTRY, dev_token

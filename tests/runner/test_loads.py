@@ -1,4 +1,4 @@
-"""Load tasks follow the scheduler's notices (runner/loads.py): no polling loop, so a
+"""Load tasks follow the scheduler's notices (runner/lifecycle/loads.py): no polling loop, so a
 task is completed by the very event that makes its model ready, on a clock that never
 moves; progress while loading is computed when read, not written."""
 
@@ -13,12 +13,12 @@ import orjson
 import pytest
 
 from faults import QuorumError
-from runner.catalog import Roots
-from runner.governed import GovernedRequest
-from runner.loads import LoadManager
-from runner.models_config import ModelSpec
-from runner.pool.launch import LoadParams
-from runner.pool.sizing import policy_for
+from runner.engines.launch import LoadParams
+from runner.engines.sizing import policy_for
+from runner.lifecycle.catalog import Roots
+from runner.lifecycle.governed import GovernedRequest
+from runner.lifecycle.loads import LoadManager
+from runner.runtime.models_file import ModelSpec
 from runner.scheduler import ModelPolicy, SchedulerAdmission, SchedulerConfig
 from runner.tasks import LoadTask, MemoryTaskStore, TaskStatus, TaskStoreUnavailable
 from runner.tasks.eta import EtaEstimator, LoadSpeed

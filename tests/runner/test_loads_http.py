@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from runner.settings import default_llama_server_bin
+from runner.runtime.settings import default_llama_server_bin
 from tests.support.engines import processes_with
 from tests.support.redis_server import RedisServer
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner

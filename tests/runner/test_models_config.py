@@ -1,4 +1,4 @@
-"""The models file (runner/models_config.py)."""
+"""The models file (runner/runtime/models_file.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from runner.errors import ConfigError
-from runner.models_config import ModelSpec, load_models_file
+from runner.runtime.models_file import ModelSpec, load_models_file
 
 
 def _write(tmp_path: Path, text: str) -> str:
@@ -102,7 +102,7 @@ def test_models_file_faster_whisper_by_path_package_or_size(tmp_path: Path) -> N
             f"""
 models:
   - {{id: dir, backend: faster-whisper, path: {tmp_path}, parallel: 2}}
-  - {{id: pkg, backend: faster-whisper, path: "package:runner/pool"}}
+  - {{id: pkg, backend: faster-whisper, path: "package:runner/engines"}}
   - {{id: size, backend: faster-whisper, whisper_model: tiny.en}}
 """,
         )

@@ -1,5 +1,5 @@
 """One health: `/health` (readiness), capabilities' `health` and `/metrics`' `quorum_health`
-read the same `Runtime.health()` (runner/state_metrics.py)."""
+read the same `Runtime.health()` (runner/telemetry/state_metrics.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from runner.state_metrics import HealthCollector
+from runner.telemetry.state_metrics import HealthCollector
 from tests.support.runner_proc import fixture_bin, start_runner, wait_started
 
 _ALL_FAIL = "\n".join(

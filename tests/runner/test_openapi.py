@@ -1,4 +1,4 @@
-"""The runner's OpenAPI contract (`GET /openapi.json`, runner/openapi/) against a real runner.
+"""The runner's OpenAPI contract (`GET /openapi.json`, runner/http/openapi/) against a real runner.
 
 One runner subprocess with governance on (the dev registry), an engine it reaches by URL
 (`echo`, the fake OpenAI server) and one it starts itself (`later`, llama-server-ok, not
@@ -28,14 +28,14 @@ from starlette.routing import Route
 
 from adapters.comfyui import FILES_PATH
 from faults import QuorumError
-from runner.app import build_app
 from runner.audio.handler import AUDIO_PATHS
-from runner.chat import CHAT_PATHS
+from runner.http.app import build_app
+from runner.http.chat import CHAT_PATHS
+from runner.http.openapi import openapi_document
+from runner.http.openapi.components import ERROR_STATUSES, error_codes, error_rows
 from runner.images.handler import IMAGES_PATH
-from runner.models_config import ModelsFile
-from runner.openapi import openapi_document
-from runner.openapi.components import ERROR_STATUSES, error_codes, error_rows
-from runner.settings import Settings
+from runner.runtime.models_file import ModelsFile
+from runner.runtime.settings import Settings
 from tests.fixtures.launch import start_fake
 from tests.support.engines import CHECKPOINT, GOVERNED, comfyui_root, load_and_wait
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner

@@ -1,6 +1,6 @@
 """Issue 17's metrics: engine crashes and restarts, jobs and images, engines' own queues,
-no `_none` labels, KV figures only for engines with a KV cache (runner/outcome_metrics.py,
-runner/state_metrics.py, runner/snapshot.py)."""
+no `_none` labels, KV figures only for engines with a KV cache (runner/telemetry/outcome_metrics.py,
+runner/telemetry/state_metrics.py, runner/telemetry/snapshot.py)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from adapters.reaper import GUARD_SCRIPT
-from runner.engine_watch import EngineLoad
+from runner.engines.engine_watch import EngineLoad
+from runner.engines.pool import ModelPool
 from runner.memory.proc import child_pids
 from runner.memory.telemetry import TelemetrySnapshot
-from runner.pool.pool import ModelPool
-from runner.snapshot import Refresher, SnapshotCollector
-from runner.state_metrics import EngineQueueCollector
+from runner.telemetry.snapshot import Refresher, SnapshotCollector
+from runner.telemetry.state_metrics import EngineQueueCollector
 from tests.fixtures.launch import start_fake
 from tests.support.engines import CHECKPOINT, comfyui_root
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner, wait_started

@@ -1,4 +1,4 @@
-"""The endpoint picker's gauges (runner/picker_metrics.py): vLLM's names, one typed sample
+"""The endpoint picker's gauges (runner/telemetry/picker_metrics.py): vLLM's names, one typed sample
 each, from the runner's own state, served on the picker's path (/metrics/picker, off
 /metrics, or merged into it with PICKER_METRICS_PATH=/metrics); pure figures first, then
 real runners (a stand-in llama-server with two slots, and the fake vLLM whose own series
@@ -16,11 +16,13 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from adapters.vllm_metrics import parse_families
-from runner.engine_watch import EngineLoad
-from runner.metrics import METRICS_PATH, PICKER_PATH, Metrics
-from runner.models_config import ModelSpec
-from runner.picker_metrics import (
+from adapters.vllm.metrics import parse_families
+from runner.engines.engine_watch import EngineLoad
+from runner.runtime.models_file import ModelSpec
+from runner.scheduler import ModelState
+from runner.scheduler.models import ModelView
+from runner.telemetry.metrics import METRICS_PATH, PICKER_PATH, Metrics
+from runner.telemetry.picker_metrics import (
     NAMES,
     KvCache,
     PickerCollector,
@@ -30,9 +32,7 @@ from runner.picker_metrics import (
     kv_usage,
     picker_view,
 )
-from runner.scheduler import ModelState
-from runner.scheduler.models import ModelView
-from runner.snapshot import ModelMemory, ResourceSnapshot
+from runner.telemetry.snapshot import ModelMemory, ResourceSnapshot
 from tests.fixtures.fake_vllm import BIN as VLLM_BIN
 from tests.fixtures.fake_vllm import process_env as vllm_env
 from tests.support.fleet import caps, wait_for

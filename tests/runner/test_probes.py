@@ -1,4 +1,4 @@
-"""The question both engine watches ask (runner/probes.py): any HTTP answer in time means
+"""The question both engine watches ask (runner/engines/probes.py): any HTTP answer in time means
 the engine is there, and `misses` unanswered in a row mean it is not."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from runner.probes import HttpProber, MissedProbes, probe_path, probe_url
+from runner.engines.probes import HttpProber, MissedProbes, probe_path, probe_url
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -1,5 +1,5 @@
-"""The seed contract's metric names (runner/seed_metrics.py): derived from the runner's own
-series at scrape time, served by default, and a real runner's /metrics clean by
+"""The seed contract's metric names (runner/telemetry/seed_metrics.py): derived from the
+runner's own series at scrape time, served by default, and a real runner's /metrics clean by
 `promtool check metrics`."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from runner.memory.telemetry import GpuInfo
-from runner.metrics import Metrics
-from runner.seed_metrics import export_seed_names, requests_family, status_class
-from runner.snapshot import ResourceSnapshot
+from runner.telemetry.metrics import Metrics
+from runner.telemetry.seed_metrics import export_seed_names, requests_family, status_class
+from runner.telemetry.snapshot import ResourceSnapshot
 from tests.deploy.tools import promtool
 from tests.support.fleet import Model, runner, wait_for
 from tests.support.runner_proc import RunnerProcess

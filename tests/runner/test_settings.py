@@ -1,4 +1,4 @@
-"""Configuration from the environment (runner/settings.py)."""
+"""Configuration from the environment (runner/runtime/settings.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from runner.errors import ConfigError
-from runner.settings import load_settings
+from runner.runtime.settings import load_settings
 from tests.support.runner_proc import REPO_ROOT
 
 

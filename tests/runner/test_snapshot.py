@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from runner.capabilities import capabilities
 from runner.memory.telemetry import GpuInfo
-from runner.snapshot import ModelMemory, ResourceSnapshot, SnapshotCollector
+from runner.telemetry.capabilities import capabilities
+from runner.telemetry.snapshot import ModelMemory, ResourceSnapshot, SnapshotCollector
 
 GPUS = (
     GpuInfo(0, "gpu0", 80_000, 60_000, 20_000, 0.5),

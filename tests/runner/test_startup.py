@@ -1,5 +1,5 @@
-"""Listen first: the runner answers from its first second while it preloads (runner/app.py,
-runner/startup.py), and `Preloads`, the record that gives its Retry-After."""
+"""Listen first: the runner answers from its first second while it preloads (runner/http/app.py,
+runner/runtime/startup.py), and `Preloads`, the record that gives its Retry-After."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import httpx
 import pytest
 import yaml
 
-from runner.settings import default_llama_server_bin
-from runner.startup import Preloads
+from runner.runtime.settings import default_llama_server_bin
+from runner.runtime.startup import Preloads
 from tests.support.runner_proc import REPO_ROOT, RunnerProcess, fixture_bin, start_runner
 
 # A stand-in llama-server that answers 503 "Loading model" for 3 s before it serves.

@@ -10,8 +10,15 @@ import pytest
 from starlette.requests import Request
 
 from runner.errors import Forbidden
-from runner.status_page import LoginRequired, page_admin
-from runner.status_view import LoadRow, ModelRow, PageInputs, Waiting, audit_row, page_state
+from runner.http.status_page import LoginRequired, page_admin
+from runner.telemetry.status_view import (
+    LoadRow,
+    ModelRow,
+    PageInputs,
+    Waiting,
+    audit_row,
+    page_state,
+)
 from tenants.config import parse_tenants_file
 from tenants.errors import TenantMismatch
 

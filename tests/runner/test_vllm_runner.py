@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from adapters.supervisor import free_port
-from adapters.vllm_launch import SEED_QUANTIZATION
-from runner.load_requests import QUANTIZATIONS
+from adapters.vllm.launch import SEED_QUANTIZATION
+from runner.lifecycle.load_requests import QUANTIZATIONS
 from tests.fixtures.fake_vllm import BIN, process_env
 from tests.support.engines import (
     GOVERNED,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from adapters.vllm_launch import VLLM_VERSION
+from adapters.vllm.launch import VLLM_VERSION
 from tests.support.runner_proc import REPO_ROOT
 
 CACHE = Path(os.environ.get("QUORUM_CACHE") or "~/.cache/quorum").expanduser()

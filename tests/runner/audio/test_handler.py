@@ -21,11 +21,11 @@ from runner.audio.handler import AudioPath
 from runner.audio.multipart import FormLimits
 from runner.audio.request import SpeechRequest
 from runner.audio.service import Caller
-from runner.frontend import FrontEnd
+from runner.http.frontend import FrontEnd
 from runner.jobs import JobManager, JobNotFound, JobStatus, MemoryJobStore
 from runner.jobs.http import job_submitter
+from runner.scheduler.admission import SchedulerAdmission
 from runner.scheduler.config import SchedulerConfig
-from runner.scheduler.loop import SchedulerAdmission
 from tenants.config import build_config
 from tenants.ratelimit import RateLimiter
 from tests.adapters.whisper.speech import SpeechFiles, has_words

@@ -22,8 +22,8 @@ from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.store import FILES_PATH, ImageStore
 from adapters.comfyui.workflows import MODEL_FREE_TEST, TXT2IMG, Param, WorkflowTemplate
-from runner.asgi import Message, Receive, Scope, Send
-from runner.frontend import FrontEnd
+from runner.http.asgi import Message, Receive, Scope, Send
+from runner.http.frontend import FrontEnd
 from runner.images.handler import ImageFiles, ImagesPath
 from runner.jobs import (
     JobManager,
@@ -34,8 +34,8 @@ from runner.jobs import (
     WebhookSender,
 )
 from runner.jobs.http import job_submitter
-from runner.metrics import Metrics
 from runner.scheduler import SchedulerAdmission, SchedulerConfig
+from runner.telemetry.metrics import Metrics
 from tenants.config import TenantsConfig
 from tenants.ratelimit import RateLimiter
 from tests.adapters.comfyui.support import CHECKPOINT, FAST, eventually, png_size
@@ -266,7 +266,7 @@ async def test_client_disconnect_interrupts_the_prompt(runner: Runner) -> None:
         "path": "/v1/images/generations",
         "headers": [(b"x-tenant-id", b"acme"), (b"content-type", b"application/json")],
     }
-    task = asyncio.create_task(runner.app(scope, receive, send))
+    task = asyncio.create_task(runner.http.app(scope, receive, send))
 
     async def running() -> bool:
         return bool((await runner.engine.client.queue()).running)

@@ -1,5 +1,5 @@
 """JobManager.on_finished: every job that ends is counted once, by kind and outcome
-(`quorum_jobs_total`, runner/outcome_metrics.py)."""
+(`quorum_jobs_total`, runner/telemetry/outcome_metrics.py)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from faults import QuorumError
-from runner.admission import AdmissionRequest, Usage
 from runner.scheduler.config import ModelPolicy, SchedulerConfig
 from runner.scheduler.core import Scheduler
 from runner.scheduler.effects import ModelNotice
@@ -24,6 +23,7 @@ from runner.scheduler.events import (
     Ticket,
     UnloadRequested,
 )
+from runner.scheduler.grants import AdmissionRequest, Usage
 
 
 @dataclass

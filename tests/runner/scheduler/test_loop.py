@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 import pytest
 
 from faults import QuorumError
-from runner.admission import AdmissionRequest, Grant, Usage
 from runner.scheduler import (
     QueueFull,
     QueueTimeout,
@@ -19,6 +18,7 @@ from runner.scheduler import (
 )
 from runner.scheduler.config import ModelPolicy
 from runner.scheduler.effects import ModelNotice
+from runner.scheduler.grants import AdmissionRequest, Grant, Usage
 
 
 class FakeClock:

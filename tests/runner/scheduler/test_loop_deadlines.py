@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from runner.admission import AdmissionRequest
 from runner.scheduler import SchedulerAdmission, SchedulerConfig
 from runner.scheduler.errors import DeadlineExceeded
+from runner.scheduler.grants import AdmissionRequest
 
 pytestmark = pytest.mark.timeout(10)
 

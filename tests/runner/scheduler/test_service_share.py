@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from runner.admission import AdmissionRequest
 from runner.scheduler.deadlines import SHARE_WINDOW_S, ServiceTimes
 from runner.scheduler.events import Ticket
+from runner.scheduler.grants import AdmissionRequest
 from runner.scheduler.waiting import Band
 
 pytestmark = pytest.mark.timeout(30)

@@ -1,0 +1,1 @@
+"""An OpenAI-compatible engine the runner did not start, attached by URL (`engine`)."""

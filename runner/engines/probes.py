@@ -1,0 +1,104 @@
+"""Is an engine there? One cheap question per engine, and the tally of missed answers.
+
+Both watches ask it: `runner/engines/attached_watch.py` of engines attached by URL (a lost one
+fails its model), `runner/engines/hang_watch.py` of the engine processes the runner started (a
+hung one is killed: a crash). The question is the same for both, by backend (`PROBES`),
+and so is the rule: any HTTP answer within the timeout, whatever its status, means the
+engine is there (a busy engine still answers it: llama-server and vLLM answer `/health`
+from their HTTP threads, ComfyUI `/system_stats` from its event loop while a prompt runs);
+`misses` probes missed in a row mean it is not (`MissedProbes`, pure).
+
+    ENGINE_PROBE_MISSES     3    probes missed in a row before the engine is given up
+    ENGINE_PROBE_TIMEOUT_S  5    how long one probe waits for an answer
+    ENGINE_STATS_INTERVAL_S 2    how often each engine is probed
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Generic, Protocol, TypeVar
+
+import httpx
+
+PROBES: Mapping[str, str] = {
+    "llama-server": "/health",
+    "vllm": "/health",
+    "comfyui": "/system_stats",
+    "openai": "/v1/models",
+}
+
+
+def probe_path(backend: str) -> str:
+    """The path asked of an engine of `backend` (`/` for a kind not listed)."""
+    return PROBES.get(backend, "/")
+
+
+def probe_url(base_url: str, backend: str) -> str:
+    return base_url.rstrip("/") + probe_path(backend)
+
+
+class Prober(Protocol):
+    """Asks one engine whether it is there (the side effect behind the watches)."""
+
+    async def answers(self, url: str) -> bool: ...
+
+    async def aclose(self) -> None: ...
+
+
+class HttpProber:
+    """`GET url`; True on any HTTP answer within `timeout_s`. No proxy: the engine client
+    never goes through one, so neither does the question whether the engine is there."""
+
+    def __init__(self, timeout_s: float, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.client = httpx.AsyncClient(timeout=timeout_s, transport=transport, trust_env=False)
+
+    async def answers(self, url: str) -> bool:
+        try:
+            await self.client.get(url)
+        except httpx.HTTPError:
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+class MissedProbes(Generic[K]):
+    """Probes missed in a row, per engine (pure: no I/O, no clock).
+
+    1. An answer: the engine's count is back to 0.
+    2. No answer: its count grows by one; at `misses` the engine is given up
+       (`observe` answers True once) and its count starts again from 0.
+    3. An engine no longer watched (`keep_only`) loses its count: watched again later
+       (a restart, a reload), it starts from 0.
+    """
+
+    def __init__(self, misses: int) -> None:
+        if misses < 1:
+            raise ValueError("misses must be at least 1")
+        self.misses = misses
+        self._missed: dict[K, int] = {}
+
+    def observe(self, key: K, answered: bool) -> bool:
+        """Record one probe of `key`; True when it has now missed `misses` in a row."""
+        if answered:  # 1
+            self._missed.pop(key, None)
+            return False
+        missed = self._missed.get(key, 0) + 1  # 2
+        if missed < self.misses:
+            self._missed[key] = missed
+            return False
+        self._missed.pop(key, None)
+        return True
+
+    def missed(self, key: K) -> int:
+        return self._missed.get(key, 0)
+
+    def keep_only(self, keys: Iterable[K]) -> None:
+        """Step 3."""
+        keep = set(keys)
+        for key in [k for k in self._missed if k not in keep]:
+            del self._missed[key]

@@ -1,0 +1,80 @@
+"""What the bare-ASGI request paths share (the data path, the audio path, the image path):
+the ASGI types, the watch that cancels a handler when its client goes away, and the two
+ways an answer leaves in one write (a whole body, or the runner's error envelope).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from runner.errors import error_body, error_headers, error_status
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+JSON = b"application/json"
+FALSE_REPORT_HEADERS = [(b"x-cache-hit", b"false"), (b"x-cache-tokens-reused", b"0")]
+"""The cache headers of an answer the engine reported nothing for (or an error)."""
+
+
+class DisconnectWatch:
+    """Cancels the handler's task if the client disconnects before its answer is complete.
+
+    `run` waits on the ASGI `receive()`, which returns when the client goes away or, once
+    the answer is complete, at once; `disarm()` before the last byte makes that second
+    case a no-op (cheaper than cancelling the watch: no exception is thrown).
+    """
+
+    __slots__ = ("_task", "armed", "gone")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self._task = task
+        self.armed = True
+        self.gone = False
+
+    async def run(self, receive: Receive) -> None:
+        message = await receive()
+        if self.armed and message["type"] == "http.disconnect":
+            self.gone = True
+            self._task.cancel()
+
+    def disarm(self) -> None:
+        self.armed = False
+
+
+async def send_whole(
+    send: Send, status: int, headers: list[tuple[bytes, bytes]], payload: bytes
+) -> None:
+    """Answer with a complete body (one write, see runner/http/coalesce.py)."""
+    headers.append((b"content-length", b"%d" % len(payload)))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def send_error(
+    send: Send,
+    exc: BaseException,
+    request_id: str,
+    queue_wait_ms: int = 0,
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    """Answer with the error envelope (before any byte of a response was sent)."""
+    body = error_body(exc)
+    headers = [
+        (b"content-type", JSON),
+        (b"content-length", b"%d" % len(body)),
+        (b"x-request-id", request_id.encode()),
+        *FALSE_REPORT_HEADERS,
+        (b"x-queue-wait-ms", b"%d" % queue_wait_ms),
+        (b"x-gpu-time-ms", b"0"),
+    ]
+    own = error_headers(exc)
+    headers += [(k.lower().encode(), v.encode()) for k, v in own.items()]
+    if extra:  # RateLimit-* of this request, unless the error brought its own
+        headers += [h for h in extra if h[0].decode().title() not in own]
+    await send({"type": "http.response.start", "status": error_status(exc), "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,282 @@
+"""The chat path: OpenAI-compatible text inference, forwarded to the model's engine.
+
+`POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings`. This is the hot path,
+written as a bare ASGI handler (no framework routing, no request objects): every request
+pays for it, so it does only what the features need. Through the one front-end
+(runner/http/frontend.py):
+
+    1. identify the tenant, rate limit                     (front-end)  -> 400/401/403/429
+    2. read the body, bounded                                            -> 413
+    3. parse it once; the model (`check_model`); the numeric fields the runner can
+       check (`runner/http/body_checks.py`: token limits, sampling ranges)    -> 400 / 404 / 503
+    4. drop `x_*` extension fields, let the adapter adjust; re-serialize only if changed
+    5. admission (the scheduler's queue), under the disconnect scope     -> 503 + Retry-After
+    6. forward; stream chunk by chunk, or read the JSON answer and its cache report;
+       a failure talking to the engine is translated once (`_engine_error`)
+    7. answer with the engine's body plus X-Cache-*, X-Queue-Wait-Ms, X-GPU-Time-Ms,
+       X-Request-Id, RateLimit-*; an engine's refusal (any status but 200) is answered in
+       the runner's envelope (`adapters/refusals.py`), its body as written logged only
+
+A client that disconnects after its body was read cancels the handler: while queued it
+is withdrawn, while served the engine connection is dropped (the engine then aborts).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from adapters.base import NO_REPORT, CacheReport, Engine, Placement
+from adapters.errors import EngineBadResponse
+from adapters.http_client import ClientFailure, Response, translate_failure
+from adapters.refusals import refusal
+from faults import QuorumError
+from runner.errors import BadRequest, error_body
+from runner.http.asgi import FALSE_REPORT_HEADERS, JSON, Receive, Scope, Send, send_whole
+from runner.http.body_checks import check_generation
+from runner.http.frontend import Admitted, Call, FrontEnd
+from runner.scheduler.grants import Usage
+from runner.telemetry.metrics import Metrics
+
+log = logging.getLogger("quorum.chat")
+
+CHAT_PATHS: frozenset[str] = frozenset(
+    {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"}
+)
+_SSE = b"text/event-stream"
+
+
+class ChatPath:
+    """`engines` holds the ready engines (the model pool keeps it current);
+    `context_of(model)` its context length where known (the body checks read it)."""
+
+    def __init__(
+        self,
+        front: FrontEnd,
+        engines: Mapping[str, Engine],
+        metrics: Metrics,
+        max_body_bytes: int,
+        context_of: Callable[[str], int | None] = lambda _model: None,
+    ) -> None:
+        self.front = front
+        self.engines = engines
+        self.context_of = context_of
+        self.metrics = metrics
+        self.max_body = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.front(scope, receive, send, self._serve)
+
+    async def _serve(self, call: Call) -> int:
+        body = await self.front.read_body(call, self.max_body)  # 2
+        obj, model = _parse(body)  # 3
+        self.front.check_model(call, model, "chat")
+        if call.scope["path"] != "/v1/embeddings":
+            check_generation(obj, self.context_of(model))
+        engine = self.engines.get(model)
+        changed = _strip_extensions(obj)  # 4
+        meta = call.meta
+        if engine is not None:
+            changed |= engine.rewrite(obj, meta.cache_mode, call.tenant)
+        if changed:
+            body = orjson.dumps(obj)
+        request = call.admission_request(_estimate_input_tokens(body), _estimate_output(obj))
+        async with self.front.admitted(call, request) as admitted:  # 5
+            current = self.engines.get(model)
+            if current is None:  # it stopped or crashed between the grant and now
+                raise self.front.engine_gone(model)
+            if current is not engine:  # loaded or restarted while the request waited
+                engine = current
+                if engine.rewrite(obj, meta.cache_mode, call.tenant):
+                    body = orjson.dumps(obj)
+            placement = await engine.place(body, obj, call.tenant, meta.cache_tag)
+            report = NO_REPORT
+            try:
+                status, report = await self._forward(call, admitted, engine, placement, obj)  # 6
+            finally:
+                engine.done(placement, report)
+                if report.input_tokens or report.output_tokens:
+                    admitted.usage = Usage(report.input_tokens, report.output_tokens)
+                    self.metrics.count_tokens(
+                        call.tenant, report.input_tokens, report.output_tokens
+                    )
+        return status
+
+    async def _forward(
+        self,
+        call: Call,
+        admitted: Admitted,
+        engine: Engine,
+        placement: Placement,
+        obj: dict[str, Any],
+    ) -> tuple[int, CacheReport]:
+        """Step 6: one exchange with the engine; its failures become one engine error."""
+        path = call.scope["path"]
+        try:
+            resp = await engine.http.post(path, placement.body)
+            try:
+                if obj.get("stream") is True and resp.status == 200:
+                    return await self._stream(call, admitted, engine, placement, resp)
+                payload = await resp.read()
+            finally:
+                resp.release()
+        except ClientFailure as exc:
+            raise await _engine_error(exc, engine) from None
+        return await self._whole(call, admitted, engine, resp, payload)
+
+    async def _whole(
+        self, call: Call, admitted: Admitted, engine: Engine, resp: Response, payload: bytes
+    ) -> tuple[int, CacheReport]:
+        """A whole answer with its report; an engine's refusal becomes our envelope."""
+        if resp.status != 200:
+            log.info("engine for %s answered %d: %r", call.model, resp.status, payload[:2000])
+            raise refusal(resp.status, payload, call.model)
+        report = NO_REPORT
+        try:
+            parsed = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise EngineBadResponse(
+                f"engine for model {call.model!r} returned a body that is not JSON"
+            ) from None
+        if isinstance(parsed, dict):
+            report = engine.report(parsed)
+        admitted.disarm()
+        headers = _response_headers(call, report, resp.header(b"content-type", JSON))
+        await send_whole(call.send, 200, headers, payload)
+        if report.cache_hit:
+            self.metrics.count_cache(call.model, report.tokens_reused)
+        return 200, report
+
+    async def _stream(
+        self,
+        call: Call,
+        admitted: Admitted,
+        engine: Engine,
+        placement: Placement,
+        resp: Response,
+    ) -> tuple[int, CacheReport]:
+        """Stream the engine's answer chunk by chunk.
+
+        The headers leave with the first chunk; an engine whose first chunk carries the
+        cache report (`holds_headers_for_first_chunk`) has it read first, so the headers
+        say what the engine reused. The final chunk's usage/timings then correct the
+        report the scheduler and metrics get. A failure once the answer has started
+        ends it with an SSE error event.
+        """
+        send, strip = call.send, placement.strip
+        chunks = resp.chunks()
+        first = b""
+        report = NO_REPORT
+        if engine.holds_headers_for_first_chunk:
+            first = await anext(chunks, b"")
+            report = engine.first_chunk_report(first) or NO_REPORT
+        headers = _response_headers(call, report, resp.header(b"content-type", _SSE))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        if report.cache_hit:
+            self.metrics.count_cache(call.model, report.tokens_reused)
+        try:
+            if strip is not None:
+                first = strip(first)
+            if first:
+                await send({"type": "http.response.body", "body": first, "more_body": True})
+            async for chunk in chunks:
+                has_usage = b'"usage"' in chunk
+                if has_usage:  # read before `strip` may take it out
+                    report = _sniff_report(engine, chunk) or report
+                if strip is not None and (has_usage or b'"prompt_progress"' in chunk):
+                    chunk = strip(chunk)
+                    if not chunk.strip():
+                        continue
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except ClientFailure as exc:
+            error = await _engine_error(exc, engine)
+            log.warning("stream from %s broke: %s", call.model, error)
+            admitted.disarm()
+            event = b"data: " + error_body(error) + b"\n\n"
+            await send({"type": "http.response.body", "body": event, "more_body": False})
+            return error.status, report
+        admitted.disarm()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return 200, report
+
+
+async def _engine_error(exc: ClientFailure, engine: Engine) -> QuorumError:
+    """The engine client's failure as an engine error; when the runner stopped the engine
+    under the request (`engine.cut`), or the engine process died, say so (the supervisor
+    may need a moment to see the exit that reset the connection)."""
+    if engine.cut is not None:
+        return engine.cut
+    failure = engine.failure or await engine.diagnose()
+    return translate_failure(exc, engine.model_id, failure)
+
+
+def _parse(body: bytes) -> tuple[dict[str, Any], str]:
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise BadRequest("request body must be a JSON object") from None
+    if not isinstance(obj, dict):
+        raise BadRequest("request body must be a JSON object")
+    model = obj.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("the 'model' field is required and must be a string")
+    stream = obj.get("stream")
+    if stream is not None and not isinstance(stream, bool):  # it decides how we answer
+        raise BadRequest("the 'stream' field must be true or false")
+    return obj, model
+
+
+def _strip_extensions(obj: dict[str, Any]) -> bool:
+    """Remove body fields named `x_*` (runner extensions, never sent to engines)."""
+    drop = [k for k in obj if k.startswith("x_")]
+    for k in drop:
+        del obj[k]
+    return bool(drop)
+
+
+def _estimate_input_tokens(body: bytes) -> int:
+    """A cheap estimate until the engine reports real usage: ~4 bytes per token."""
+    return max(1, len(body) // 4)
+
+
+def _estimate_output(obj: dict[str, Any]) -> int:
+    for key in ("max_completion_tokens", "max_tokens", "n_predict"):
+        v = obj.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return 256
+
+
+def _response_headers(call: Call, report: CacheReport, ctype: bytes) -> list[tuple[bytes, bytes]]:
+    """The runner's headers on an answer: cache report, queue wait, GPU time, ids, limits."""
+    if report.cache_hit:
+        headers = [
+            (b"x-cache-hit", b"true"),
+            (b"x-cache-tokens-reused", b"%d" % report.tokens_reused),
+        ]
+    else:
+        headers = list(FALSE_REPORT_HEADERS)
+    headers += [
+        (b"content-type", ctype),
+        (b"x-queue-wait-ms", b"%d" % call.queue_wait_ms),
+        (b"x-gpu-time-ms", b"%d" % report.gpu_time_ms),
+        (b"x-request-id", call.request_id.encode()),
+    ]
+    headers += call.limits
+    return headers
+
+
+def _sniff_report(engine: Engine, chunk: bytes) -> CacheReport | None:
+    """Find the usage block in a streamed chunk (the final one carries it)."""
+    for line in chunk.split(b"\n"):
+        if line.startswith(b"data: {") and b'"usage"' in line:
+            try:
+                parsed = orjson.loads(line[6:])
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(parsed, dict) and isinstance(parsed.get("usage"), dict):
+                return engine.report(parsed)
+    return None

@@ -1,0 +1,219 @@
+"""The control plane: health, capabilities, metrics, the model list, engine logs, cache
+flush, governed load/unload tasks and async jobs, as a FastAPI app (a little framework cost
+does not matter here; the inference paths are bare ASGI). Errors answer in the runner's
+one envelope (runner/errors.py), unknown paths and wrong methods included.
+"""
+
+from __future__ import annotations
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
+
+from runner.errors import (
+    HTTP_ERRORS,
+    Forbidden,
+    PayloadTooLarge,
+    ServiceUnavailable,
+    error_body,
+    error_headers,
+    error_status,
+    route_error,
+)
+from runner.http.headers import parse_request_headers
+from runner.http.openapi import OPENAPI_PATH, openapi_json
+from runner.http.status_page import mount_status_page
+from runner.jobs.http import JOBS_PATH, delete_job, get_job
+from runner.runtime.wiring import Runtime
+from runner.scheduler import ModelState
+from runner.telemetry.capabilities import capabilities
+from runner.telemetry.health import Life
+from tenants.identity import resolve_tenant
+
+JSON = "application/json"
+
+
+def json_response(status: int, body: object, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
+
+
+async def bounded_body(request: Request, limit: int) -> bytes:
+    """The request body, read while it stays within `limit` bytes (413 once it does not)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def control_plane(rt: Runtime) -> FastAPI:
+    app = FastAPI(title="Quorum runner", docs_url=None, redoc_url=None, openapi_url=None)
+
+    for error_type in HTTP_ERRORS:
+
+        @app.exception_handler(error_type)
+        async def _error(_: Request, exc: Exception) -> Response:
+            return Response(
+                error_body(exc),
+                error_status(exc),
+                headers=error_headers(exc),
+                media_type="application/json",
+            )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _framework_error(request: Request, exc: StarletteHTTPException) -> Response:
+        # Unknown paths and wrong methods answer in the same envelope as everything else.
+        error = route_error(exc.status_code, str(exc.detail))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every route of the path, not only the first one found
+            headers["Allow"] = allowed_methods(app, request)
+        return Response(error_body(error), error.status, headers=headers, media_type=JSON)
+
+    @app.exception_handler(Exception)
+    async def _internal_error(_: Request, exc: Exception) -> Response:
+        # A bug: logged with its traceback (error_body), answered in the envelope, never shown.
+        return Response(error_body(exc), 500, media_type=JSON)
+
+    @app.get("/health")
+    async def get_health() -> Response:
+        report = rt.health()
+        return json_response(report.status_code, report.body, starting_headers(rt))
+
+    @app.get("/health/live")
+    async def get_live() -> Response:
+        # Liveness (deploy/k8s): the process answers. It reads no engine, queue or store, so
+        # a slow engine, a full queue or Redis down never gets a runner restarted.
+        return json_response(200, {"status": "alive"})
+
+    @app.get("/v1/capabilities")
+    async def get_capabilities() -> Response:
+        doc = capabilities(
+            rt.settings.runner_id,
+            str(rt.health().body["status"]),
+            rt.admission.models(),
+            rt.pool.records,
+            rt.admission.stats().capabilities(),
+            rt.settings.enable_multi_tenant,
+            rt.settings.vllm_enable_prefix_caching,
+            loading=rt.loading(),
+            available=rt.refresher.current.available,
+            resources=rt.refresher.current,
+            engines=rt.watch.loads,
+            versions=rt.watch.versions,
+        )
+        status = 200 if rt.life is Life.READY else 503
+        return json_response(status, doc, {"Cache-Control": "max-age=5", **starting_headers(rt)})
+
+    async def get_metrics(request: Request) -> Response:
+        """`/metrics` and the picker's path when the bare path (runner/http/app.py) did not answer:
+        ENABLE_METRICS=false."""
+        if not rt.settings.enable_metrics:
+            raise ServiceUnavailable("metrics are disabled (ENABLE_METRICS=false)")
+        exposition = rt.metrics.paths[request.scope["path"]]
+        return Response(exposition.render(), 200, media_type=rt.metrics.content_type)
+
+    for path in rt.metrics.paths:  # `/metrics`, PICKER_METRICS_PATH
+        app.add_api_route(path, get_metrics, methods=["GET"])
+
+    @app.post("/v1/cache/flush")
+    async def cache_flush(request: Request) -> Response:
+        body = await bounded_body(request, rt.settings.max_body_bytes)
+        return json_response(200, await rt.governed.flush(body, request.headers.get("x-op-token")))
+
+    @app.post("/v1/models/load")
+    async def load_model(request: Request) -> Response:
+        body = await bounded_body(request, rt.settings.max_body_bytes)
+        task = await rt.loads.submit(body, request.headers.get("x-op-token"))
+        return json_response(
+            202, task.accepted_json(), {"Location": f"/v1/models/load/{task.task_id}"}
+        )
+
+    @app.get("/v1/models/load/{task_id}")
+    async def load_status(task_id: str) -> Response:
+        return json_response(200, (await rt.loads.get(task_id)).to_json())
+
+    @app.delete("/v1/models/load/{task_id}")
+    async def load_cancel(task_id: str, request: Request) -> Response:
+        body = await bounded_body(request, rt.settings.max_body_bytes)
+        task = await rt.loads.cancel(task_id, body, request.headers.get("x-op-token"))
+        return json_response(200, task.to_json())
+
+    @app.post("/v1/models/unload")
+    async def unload_model(request: Request) -> Response:
+        body = await bounded_body(request, rt.settings.max_body_bytes)
+        result = await rt.loads.unload(body, request.headers.get("x-op-token"))
+        answer: dict[str, object] = {
+            "modelId": result.model_id,
+            "gpuMemoryFreedMB": result.freed_mb,
+            "kvCacheFlushed": result.kv_cache_flushed,
+        }
+        if result.mode != "stop":
+            answer["mode"] = result.mode
+        return json_response(200, answer)
+
+    @app.get(JOBS_PATH + "{job_id}")
+    async def job_status(job_id: str, request: Request) -> Response:
+        answer = await get_job(rt.jobs, job_id, rt.request_tenant(request))
+        return json_response(answer.status, answer.body, answer.headers)
+
+    @app.delete(JOBS_PATH + "{job_id}")
+    async def job_cancel(job_id: str, request: Request) -> Response:
+        answer = await delete_job(rt.jobs, job_id, rt.request_tenant(request))
+        return json_response(answer.status, answer.body, answer.headers)
+
+    @app.get("/v1/models")
+    async def list_models() -> Response:
+        records = rt.pool.records
+        data = [
+            {"id": m, "object": "model", "created": records[m].loaded_at, "owned_by": "quorum"}
+            for m, view in rt.admission.models().items()
+            if view.state is ModelState.READY and m in records
+        ]
+        return json_response(200, {"object": "list", "data": data})
+
+    @app.get("/v1/models/{model_id:path}/logs")
+    async def model_logs(model_id: str, request: Request) -> Response:
+        admin_only(rt, request)
+        lines = rt.pool.logs(model_id)
+        return json_response(200, {"modelId": model_id, "lines": lines})
+
+    contract = openapi_json([m.id for m in rt.models.models], rt.settings.picker_metrics_path)
+
+    @app.get(OPENAPI_PATH)
+    async def get_openapi() -> Response:
+        # The hand-written contract (runner/http/openapi/): FastAPI's generator stays off, as it
+        # sees neither the bare data path nor the raw bodies of the routes here.
+        return Response(contract, 200, media_type="application/json")
+
+    mount_status_page(app, rt)  # GET /ui: the operators' status page (admins only)
+    return app
+
+
+def starting_headers(rt: Runtime) -> dict[str, str]:
+    """While the runner starts: `Retry-After`, the preloads' time left
+    (runner/runtime/startup.py)."""
+    if rt.life is not Life.STARTING:
+        return {}
+    return {"Retry-After": str(rt.preloads.retry_after_s())}
+
+
+def allowed_methods(app: FastAPI, request: Request) -> str:
+    """The `Allow` of a 405: the methods of every route whose path matches the request's."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        if isinstance(route, BaseRoute) and route.matches(request.scope)[0] is Match.PARTIAL:
+            methods.update(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
+
+
+def admin_only(rt: Runtime, request: Request) -> None:
+    """Engine logs are for the tenants ADMIN_TENANTS names (identified as for inference)."""
+    meta = parse_request_headers(list(request.scope["headers"]))
+    tenant = resolve_tenant(meta.authorization, meta.tenant_header, rt.tenants)
+    if tenant not in rt.settings.admins:
+        raise Forbidden("engine logs are readable by ADMIN_TENANTS only")

@@ -1,0 +1,315 @@
+"""The one request front-end the chat, audio and image paths share.
+
+Every inference request goes the same way, whatever its path:
+
+    1. identify: the runner's headers (400 naming the header), the tenant (API key,
+       X-Tenant-ID or the gateway's fairness id; 401/403)     `FrontEnd.__call__`
+    2. rate limit (tenants/)                       -> 429 + Retry-After, RateLimit-*
+    3. the path's own work (`serve(call)`): a bounded body (`read_body`: 413), its
+       fields, the model (`check_model`: 400 for a model another path serves, and what
+       the scheduler would refuse it with: 404/503)
+    4. admission, under a disconnect scope (`admitted`): the scheduler's queue (429 /
+       503 + Retry-After); a client that goes away while queued is withdrawn, while
+       served its handler is cancelled (the engine work stops)
+    5. any error before the answer started: the runner's envelope with the request id,
+       the queue wait and RateLimit-* (`send_error`); every request counted once
+       (`metrics.count_request`).
+
+Per-request state travels in one record (`Call`), not in arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Protocol
+
+from runner.errors import (
+    HTTP_ERRORS,
+    ModelNotFound,
+    PayloadTooLarge,
+    QuorumError,
+    ServiceUnavailable,
+    WrongEndpoint,
+    error_status,
+)
+from runner.http.asgi import DisconnectWatch, Receive, Scope, Send, send_error
+from runner.http.headers import (
+    DEFAULT_OBJECTIVES,
+    RequestMeta,
+    new_request_id,
+    parse_request_headers,
+)
+from runner.scheduler.grants import Admission, AdmissionRequest, Grant, Usage
+from tenants.config import TenantsConfig
+from tenants.errors import RateLimitExceeded
+from tenants.identity import DEFAULT_TENANT, resolve_tenant
+from tenants.ratelimit import RateLimiter
+
+Headers = list[tuple[bytes, bytes]]
+
+UNKNOWN_MODEL = "_unknown"
+"""The model label of a request naming no model of this runner (no client-chosen labels)."""
+NO_MODEL = ""
+"""The `model` label of a request refused before its model was read (a bad header, the
+rate limit, a body too large or not JSON): empty, which Prometheus reads as no label."""
+
+PATHS = {
+    "chat": "POST /v1/chat/completions, /v1/completions or /v1/embeddings",
+    "audio": "POST /v1/audio/transcriptions or /v1/audio/translations",
+    "images": "POST /v1/images/generations",
+}
+"""Which path serves which kind of model (`path_kind`), and where to send it."""
+_KINDS = {"chat": "a text model", "audio": "a speech model", "images": "an image model"}
+
+
+def path_kind(backend: str) -> str:
+    """The request path that serves a backend's models."""
+    return {"faster-whisper": "audio", "comfyui": "images"}.get(backend, "chat")
+
+
+class ClientGone(Exception):
+    """The client disconnected; nothing more is sent to it (counted as 499)."""
+
+
+class RequestMetrics(Protocol):
+    def count_request(self, model: str, tenant: str, status: int) -> None: ...
+
+    def count_rejection(self, reason: str, tenant: str) -> None: ...
+
+    def begin_request(self, model: str) -> None: ...
+
+    def end_request(self, model: str, seconds: float) -> None: ...
+
+
+class ModelCheck(Protocol):
+    def check(self, model: str) -> None:
+        """Raise what a request for `model` would be refused with now (the scheduler)."""
+        ...
+
+
+@dataclass(slots=True)
+class Call:
+    """One request through the front-end: who sent it, and how far it got."""
+
+    scope: Scope
+    receive: Receive
+    send: Send
+    meta: RequestMeta
+    tenant: str
+    limits: Headers = field(default_factory=list)  # RateLimit-* of this request
+    model: str = NO_MODEL
+    grant: Grant | None = None
+
+    @property
+    def request_id(self) -> str:
+        return self.meta.request_id
+
+    @property
+    def queue_wait_ms(self) -> int:
+        return self.grant.queue_wait_ms if self.grant is not None else 0
+
+    def header(self, name: bytes) -> str | None:
+        """A request header (lower-case name), repeated values joined with `, `."""
+        values = [v for k, v in self.scope["headers"] if k == name]
+        return ", ".join(v.decode("latin-1") for v in values) if values else None
+
+    def admission_request(self, cost_in: int, cost_out: int) -> AdmissionRequest:
+        meta = self.meta
+        return AdmissionRequest(
+            meta.request_id, self.model, self.tenant, meta.priority, cost_in, cost_out,
+            meta.deadline_ms,
+        )  # fmt: skip
+
+
+Serve = Callable[[Call], Awaitable[int]]
+"""A path's work on an identified, rate-limited request; returns the status it answered."""
+
+
+class FrontEnd:
+    """Steps 1, 2, 4 and 5 of the module docstring, for every request path."""
+
+    def __init__(
+        self,
+        admission: Admission,
+        limiter: RateLimiter,
+        tenants: TenantsConfig,
+        metrics: RequestMetrics,
+        *,
+        multi_tenant: bool = True,
+        models: ModelCheck | None = None,
+        path_of: Callable[[str], str | None] = lambda _model: None,
+        objectives: Mapping[bytes, str] = DEFAULT_OBJECTIVES,
+    ) -> None:
+        """`path_of(model)` names the path kind that serves a model (`chat`, `audio`,
+        `images`; None: unknown here, the scheduler says so); `objectives` maps the
+        gateway's objective names to priorities (OBJECTIVE_PRIORITIES)."""
+        self.admission = admission
+        self.limiter = limiter
+        self.tenants = tenants
+        self.metrics = metrics
+        self.multi_tenant = multi_tenant
+        self.models = models
+        self.path_of = path_of
+        self.objectives = objectives
+
+    def identify(self, meta: RequestMeta) -> str:
+        """The tenant a request belongs to (also for jobs and admin endpoints)."""
+        if not self.multi_tenant:
+            return DEFAULT_TENANT
+        return resolve_tenant(
+            meta.authorization, meta.tenant_header, self.tenants, meta.fairness_id
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send, serve: Serve) -> None:
+        call: Call | None = None
+        try:
+            meta = parse_request_headers(scope["headers"], self.objectives)  # 1
+            call = Call(scope, receive, send, meta, "_invalid")
+            call.tenant = self.identify(meta)
+            call.limits = await self._rate_limit(call.tenant)  # 2
+            status = await serve(call)  # 3, 4
+        except ClientGone:
+            status = 499
+        except HTTP_ERRORS as exc:  # 5
+            status = error_status(exc)
+            if call is None:
+                await send_error(send, exc, new_request_id())
+            else:
+                await send_error(send, exc, call.request_id, call.queue_wait_ms, call.limits)
+        if call is None:
+            self.metrics.count_request(NO_MODEL, "_invalid", status)
+        else:
+            self.metrics.count_request(call.model, call.tenant, status)
+
+    async def _rate_limit(self, tenant: str) -> Headers:
+        try:
+            decision = await self.limiter.check(tenant)
+        except RateLimitExceeded:
+            self.metrics.count_rejection("rate_limited", tenant)
+            raise
+        return self.limiter.headers(decision)
+
+    def check_model(self, call: Call, model: str, kind: str) -> None:
+        """`model` is the call's: refused now if another path serves it (400
+        `unsupported_model` naming where to send it) or with what the scheduler would
+        refuse it (404/503); admission decides again."""
+        call.model = model
+        path = self.path_of(model)
+        if path is not None and path != kind:
+            raise WrongEndpoint(model=model, kind=_KINDS[path], where=PATHS[path])
+        if self.models is not None:
+            try:
+                self.models.check(model)
+            except ModelNotFound:
+                call.model = UNKNOWN_MODEL  # never a label a client chose
+                raise
+
+    def engine_gone(self, model: str) -> QuorumError:
+        """What a request granted a slot gets when its model's engine is gone before the
+        request reached it (it died, and the scheduler hears of it a moment later): the
+        scheduler's answer for the model now (503 `model_unavailable` with the reason and
+        `Retry-After`), else 503 with `Retry-After: 1` (a restart is on its way). Never a
+        502: nothing was sent to the engine."""
+        try:
+            if self.models is not None:
+                self.models.check(model)
+        except QuorumError as exc:
+            return exc
+        error = ServiceUnavailable(f"model {model!r} is restarting; retry shortly")
+        error.headers["Retry-After"] = "1"
+        return error
+
+    async def read_body(self, call: Call, limit: int) -> bytes:
+        """The whole body, refused with 413 the moment it passes `limit` (Content-Length
+        first); a client gone meanwhile raises `ClientGone`."""
+        length = call.meta.content_length
+        if length is not None and length > limit:
+            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            message = await call.receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone
+            chunk: bytes = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+            if not message.get("more_body", False):
+                if not parts:
+                    return chunk
+                parts.append(chunk)
+                return b"".join(parts)
+            parts.append(chunk)
+
+    def admitted(self, call: Call, request: AdmissionRequest) -> Admitted:
+        """Step 4: `async with front.admitted(call, request) as grant:` (see `Admitted`)."""
+        return Admitted(self, call, request)
+
+
+class Admitted:
+    """Admission under a disconnect scope, for one call.
+
+    Entering starts watching the client (the body must have been read: the watch takes
+    `receive`), then waits for the scheduler's grant; leaving gives the grant back with
+    `usage` (set it inside the block). A client that goes away meanwhile cancels the
+    task: `ClientGone` comes out of the block, once. `disarm()` once the answer's last
+    byte is about to leave.
+    """
+
+    __slots__ = ("_call", "_front", "_request", "_started", "_watch", "grant", "usage")
+
+    def __init__(self, front: FrontEnd, call: Call, request: AdmissionRequest) -> None:
+        self._front = front
+        self._call = call
+        self._request = request
+        self._started = 0.0
+        self.grant: Grant | None = None
+        self.usage: Usage | None = None
+        task = asyncio.current_task()
+        assert task is not None
+        self._watch = DisconnectWatch(task)
+
+    def disarm(self) -> None:
+        self._watch.disarm()
+
+    async def __aenter__(self) -> Admitted:
+        asyncio.get_running_loop().create_task(self._watch.run(self._call.receive))
+        try:
+            self.grant = self._call.grant = await self._front.admission.acquire(self._request)
+        except asyncio.CancelledError:
+            self._gone()
+            raise
+        except BaseException:
+            self._watch.disarm()
+            raise
+        self._started = time.perf_counter()
+        self._front.metrics.begin_request(self._request.model)
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._watch.disarm()
+        front = self._front
+        if self.grant is not None:
+            front.metrics.end_request(self._request.model, time.perf_counter() - self._started)
+            front.admission.release(self.grant, self.usage)
+        if kind is asyncio.CancelledError:
+            self._gone()
+
+    def _gone(self) -> None:
+        """A cancellation that the client's going away caused becomes `ClientGone`."""
+        if not self._watch.gone:
+            return
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        raise ClientGone from None

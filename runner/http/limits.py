@@ -1,0 +1,292 @@
+"""Slow and oversized clients: limits on what one connection may cost the runner.
+
+A runner in a fleet faces the open network behind a gateway; without limits a 70 KB header
+or 2,000 headers are parsed and kept, and a client that sends half its headers holds a
+connection (and its memory) for ever. `GuardedHttpToolsProtocol` is uvicorn's httptools
+protocol with coalesced writes (runner/http/coalesce.py) plus these limits (`ClientLimits`,
+settings in runner/runtime/settings.py, documented in docs/configuration.md):
+
+| limit                | setting            | default | past it                             |
+|----------------------|--------------------|---------|-------------------------------------|
+| request head size *  | MAX_HEADER_BYTES   | 32 KiB  | 431 request_header_fields_too_large |
+| header count         | MAX_HEADERS        | 100     | 431                                 |
+| head read time       | HEADER_TIMEOUT_S   | 10 s    | 408 request_timeout                 |
+| body silence         | BODY_TIMEOUT_S     | 30 s    | 408 (closed only, once answering)   |
+| open connections     | MAX_CONNECTIONS    | 1024    | 503 too_many_connections            |
+
+(*) the request target and the headers' names and values; of a head still incomplete, the
+bytes read so far.
+
+The head's time counts from the connection's opening (first request) or from the
+request's first byte (later requests on a kept-alive connection); a connection that sent
+nothing is closed without an answer, as uvicorn closes an idle kept-alive one. The body's
+time counts between chunks, and not while the runner itself stops reading (its buffer is
+full, or the client waits for `100 Continue`). Every refusal is the runner's error
+envelope with `Connection: close`; then the connection stops being read (what the client
+still sends is discarded, for at most `LINGER_S`, so that its socket is not reset before
+it reads the answer) and is closed.
+
+Cost on the data path: the callbacks only count (a phase, a step, the reads, the bytes of
+a head) and compare; the head's exact size is summed only when the bytes read could exceed
+the limit; no clock is read and no timer armed per request. One sweep (`ConnectionWatch`,
+four times per shortest timeout) notes when each connection's phase or reads last changed
+and acts on those that stood still too long, so a timeout fires between its value and a
+quarter more (measured: `python -m bench.http_limits`, docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+
+from runner.errors import (
+    HeadersTooLarge,
+    QuorumError,
+    RequestTimeout,
+    TooManyConnections,
+    error_body,
+    error_headers,
+    error_status,
+)
+from runner.http.coalesce import CoalescingHttpToolsProtocol
+
+log = logging.getLogger("quorum.http")
+
+LINGER_S = 2.0
+"""After a refusal, how long what the client still sends is read and discarded."""
+
+# A connection's phase: what it is waiting for from the client.
+NEW, HEAD, BODY, IDLE, CLOSING = range(5)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLimits:
+    """What one client may cost (the table in the module docstring)."""
+
+    max_header_bytes: int = 32 * 1024
+    max_headers: int = 100
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_connections: int = 1024
+
+    @property
+    def sweep_s(self) -> float:
+        """How often deadlines are checked: a quarter of the shortest timeout, 50 ms-1 s."""
+        return min(1.0, max(0.05, min(self.header_timeout_s, self.body_timeout_s) / 4))
+
+
+class ConnectionWatch:
+    """Checks, while any connection is open, which ones stood still too long.
+
+    A connection's mark is its `step` (it changes with the phase), and in the body phase
+    also its `reads`: the head's time runs from the phase's start, the body's from the
+    last bytes read. A mark unchanged for the phase's timeout calls `on_deadline`.
+    """
+
+    def __init__(self, limits: ClientLimits) -> None:
+        self.limits = limits
+        self.timeouts = {
+            NEW: limits.header_timeout_s,
+            HEAD: limits.header_timeout_s,
+            BODY: limits.body_timeout_s,
+            CLOSING: LINGER_S,
+        }
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop, connections: set[Any]) -> None:
+        if self._timer is None:
+            self._timer = loop.call_later(self.limits.sweep_s, self._sweep, loop, connections)
+
+    def _sweep(self, loop: asyncio.AbstractEventLoop, connections: set[Any]) -> None:
+        self._timer = None
+        now = loop.time()
+        for conn in list(connections):
+            if not isinstance(conn, GuardedHttpToolsProtocol) or conn.phase == IDLE:
+                continue
+            mark = (conn.step, conn.reads if conn.phase == BODY else 0)
+            if mark != conn.mark:
+                conn.mark, conn.since = mark, now
+            elif now - conn.since >= self.timeouts[conn.phase]:
+                conn.on_deadline(now)
+        if connections:
+            self.start(loop, connections)
+
+
+class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
+    """uvicorn's httptools protocol (coalesced writes) under `ClientLimits`.
+
+    Use `protocol_with(limits)`: each server gets its own subclass holding its limits and
+    its `ConnectionWatch`.
+    """
+
+    limits: ClassVar[ClientLimits] = ClientLimits()
+    watch: ClassVar[ConnectionWatch]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.phase = NEW
+        self.step = 0  # +1 at each change of phase but the first request's NEW -> HEAD
+        self.reads = 0  # data_received calls
+        self.mark = (0, 0)  # (step, reads) as ConnectionWatch last saw them
+        self.since = 0.0  # loop time the watch first saw `mark`
+        self._head_received = 0  # bytes received while reading a head (a body's too, if
+        # they came in the same read)
+        limits = self.limits
+        self._max_headers = limits.max_headers
+        self._max_header_bytes = limits.max_header_bytes
+
+    # Connection events
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.since = self.loop.time()
+        self.watch.start(self.loop, self.connections)
+        if len(self.connections) > self.limits.max_connections:
+            self.refuse(TooManyConnections(limit=self.limits.max_connections, retry_after=1))
+
+    def data_received(self, data: bytes) -> None:
+        """uvicorn's, reading no more once refused, and refusing a head that grows past
+        MAX_HEADER_BYTES before the parser has a whole header to show.
+
+        Bytes on a connection that was waiting for a request start its head (the phase
+        changes here rather than in `on_message_begin`: one call less per request)."""
+        phase = self.phase
+        if phase == CLOSING:
+            return  # discarded while lingering
+        self._unset_keepalive_if_required()
+        self.reads += 1
+        if phase != BODY:
+            self._head_received += len(data)
+            if phase != HEAD:
+                if phase == IDLE:  # a later request: its own head time
+                    self.step += 1
+                self.phase = HEAD
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, QuorumError):
+                self.refuse(exc.__context__)
+            else:
+                self._invalid()
+            return
+        except httptools.HttpParserError:
+            self._invalid()
+            return
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        if self.phase == HEAD and self._head_received > self._max_header_bytes:
+            self.refuse(HeadersTooLarge(limit=self._max_header_bytes))
+
+    # Parser callbacks
+
+    def on_headers_complete(self) -> None:
+        """The head's limits, exactly; past one, raising stops the parser before uvicorn
+        starts the request (`data_received` answers). The exact size is summed only when
+        the bytes read could hold more."""
+        if self._head_received > self._max_header_bytes or len(self.headers) > self._max_headers:
+            self._check_head()
+        self.phase = BODY
+        self.step += 1
+        _headers_complete(self)
+
+    def on_message_complete(self) -> None:
+        self.phase = IDLE
+        self.step += 1
+        self._head_received = 0
+        _message_complete(self)
+
+    # Limits
+
+    def _check_head(self) -> None:
+        if len(self.headers) > self._max_headers:
+            raise HeadersTooLarge(f"more than {self._max_headers} request headers")
+        size = len(self.url) + sum(len(name) + len(value) for name, value in self.headers)
+        if size > self._max_header_bytes:
+            raise HeadersTooLarge(limit=self._max_header_bytes)
+
+    def on_deadline(self, now: float) -> None:
+        """The phase stood still past its timeout (`ConnectionWatch`).
+
+        1. Lingering after a refusal: close.
+        2. Nothing sent on a new connection: close, without an answer.
+        3. A body the runner is not reading now (buffer full, the client waits for
+           `100 Continue`): not the client's delay, wait another BODY_TIMEOUT_S.
+        4. A head or body too slow: 408 if no answer has started, else close.
+        """
+        if self.phase == CLOSING:  # 1
+            self.transport.close()
+            return
+        if self.phase == NEW:  # 2
+            self.transport.close()
+            return
+        cycle = self.cycle
+        if self.phase == BODY and (
+            self.flow.read_paused or (cycle is not None and cycle.waiting_for_100_continue)
+        ):  # 3
+            self.since = now
+            return
+        if self.phase == HEAD:  # 4
+            answering = cycle is not None and not cycle.response_complete
+            timeout = self.limits.header_timeout_s
+        else:
+            answering = cycle is not None and cycle.response_started
+            timeout = self.limits.body_timeout_s
+        if answering:
+            self.transport.close()
+        else:
+            self.refuse(RequestTimeout(phase=_PHASES[self.phase], timeout=timeout))
+
+    def refuse(self, error: QuorumError) -> None:
+        """Answer `error` in the envelope with `Connection: close`, read no more (what
+        arrives is discarded for at most LINGER_S), then close."""
+        if self.phase == CLOSING or self.transport.is_closing():
+            return
+        log.info("refused a client: %s", error)
+        self.phase = CLOSING
+        self.step += 1
+        if self.cycle is not None:
+            self.cycle.keep_alive = False
+        body = error_body(error)
+        head = [
+            STATUS_LINE[error_status(error)],
+            b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body),
+            b"connection: close\r\n",
+        ]
+        head += [b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in error_headers(error).items()]
+        self.transport.write(b"".join(head) + b"\r\n" + body)
+        self.loop.call_soon(self._half_close)  # after the coalesced write has left
+
+    def _half_close(self) -> None:
+        transport = self.transport
+        if transport.is_closing():
+            return
+        if transport.can_write_eof():
+            transport.write_eof()
+        else:
+            transport.close()
+
+    def _invalid(self) -> None:
+        msg = "Invalid HTTP request received."
+        self.logger.warning(msg)
+        self.send_400_response(msg)
+
+
+_PHASES = {HEAD: "request headers", BODY: "request body"}
+# The base class's callbacks, called directly: cheaper than super() on every request.
+_headers_complete = CoalescingHttpToolsProtocol.on_headers_complete
+_message_complete = CoalescingHttpToolsProtocol.on_message_complete
+
+
+def protocol_with(limits: ClientLimits) -> type[GuardedHttpToolsProtocol]:
+    """The protocol class for one server: uvicorn builds one instance per connection."""
+    attrs = {"limits": limits, "watch": ConnectionWatch(limits), "__module__": __name__}
+    return type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,), attrs)

@@ -1,0 +1,148 @@
+"""Governed lifecycle operations: parse the request, have governance approve it, run it.
+
+Every lifecycle call goes the same way:
+
+    1. parse the body strictly (duplicate keys, NaN, floats -> 400) and check its fields (400);
+       check what it names exists (404) - nothing is spent on a request that cannot run;
+    2. find the token (`governed_request`): body field `verifiedOpToken`, else header
+       `X-Op-Token` (401 if none);
+    3. `GovernedOps.approve` → `Verifier.authorize(token, operation, modelId, params)`,
+       where params are the body's other fields exactly as sent; governance decides
+       400/401/403/409/413/503 and audits;
+    4. only then execute what was approved.
+
+`POST /v1/cache/flush` is here (`GovernedOps.flush`); model load, unload and task cancel
+(runner/lifecycle/loads.py) go the same way with their own parsing and execution.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from adapters.base import Engine, FlushResult, FlushScope
+from governance.encoding import loads_strict
+from governance.verifier import Approval, Verifier
+from runner.errors import BadRequest, MissingOpToken, ModelNotFound, ServiceUnavailable
+from runner.telemetry.metrics import Metrics
+
+_TENANT = re.compile(r"[A-Za-z0-9._-]{1,64}")
+FLUSH_SCOPES = ("all", "model", "tenant", "tag")
+_FLUSH_FIELDS = frozenset({"scope", "modelId", "tenantId", "tag", "verifiedOpToken"})
+
+
+@dataclass(frozen=True, slots=True)
+class GovernedRequest:
+    """A lifecycle request as governance sees it."""
+
+    model_id: str | None
+    params: dict[str, Any]
+    token: object
+
+
+def parse_body(body: bytes) -> dict[str, Any]:
+    """Strict JSON object, or 400."""
+    try:
+        value = loads_strict(body)
+    except ValueError as exc:
+        raise BadRequest(f"request body is not valid strict JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise BadRequest("request body must be a JSON object")
+    return value
+
+
+def governed_request(doc: dict[str, Any], header_token: str | None) -> GovernedRequest:
+    """Split a lifecycle body into modelId, params (the other fields as sent) and token."""
+    model_id = doc.get("modelId")
+    if model_id is not None and (not isinstance(model_id, str) or not model_id):
+        raise BadRequest("modelId must be a non-empty string or null")
+    token = doc.get("verifiedOpToken")
+    if token is None:
+        token = header_token
+    if token is None:
+        raise MissingOpToken()
+    params = {k: v for k, v in doc.items() if k not in ("modelId", "verifiedOpToken")}
+    return GovernedRequest(model_id, params, token)
+
+
+def flush_scope(doc: dict[str, Any], engines: Mapping[str, Engine]) -> FlushScope:
+    """Validate a flush body (the seed's fields only) into a scope.
+
+    1. Only known fields; `scope` one of all, model, tenant, tag.
+    2. Each selector the scope needs is present and well-formed; modelId names a loaded model.
+    """
+    unknown = set(doc) - _FLUSH_FIELDS
+    if unknown:
+        raise BadRequest(f"unknown field(s) in flush request: {', '.join(sorted(unknown))}")
+    scope = doc.get("scope")
+    if scope not in FLUSH_SCOPES:
+        raise BadRequest(f"scope must be one of {', '.join(FLUSH_SCOPES)}")
+    model_id, tenant_id, tag = doc.get("modelId"), doc.get("tenantId"), doc.get("tag")
+    if model_id is not None and (not isinstance(model_id, str) or not model_id):
+        raise BadRequest("modelId must be a non-empty string or null")
+    if tenant_id is not None and (
+        not isinstance(tenant_id, str) or not _TENANT.fullmatch(tenant_id)
+    ):
+        raise BadRequest("tenantId must be 1-64 characters of A-Z a-z 0-9 . _ -")
+    if tag is not None and (not isinstance(tag, str) or not 1 <= len(tag) <= 64):
+        raise BadRequest("tag must be a string of 1-64 characters")
+    if scope == "model" and model_id is None:
+        raise BadRequest("scope 'model' needs modelId")
+    if scope == "tenant" and tenant_id is None:
+        raise BadRequest("scope 'tenant' needs tenantId")
+    if scope == "tag" and tag is None:
+        raise BadRequest("scope 'tag' needs tag")
+    if model_id is not None and model_id not in engines:
+        loaded = ", ".join(sorted(engines)) or "none"
+        raise ModelNotFound(f"model {model_id!r} is not loaded; loaded models: {loaded}")
+    return FlushScope(scope, model_id, tenant_id, tag)
+
+
+def merge_flushes(results: list[FlushResult]) -> dict[str, object]:
+    """The seed's flush answer over every engine asked."""
+    body: dict[str, object] = {
+        "flushed": any(r.flushed for r in results),
+        "entriesRemoved": sum(r.entries_removed for r in results),
+        "memoryFreedMB": sum(r.memory_freed_mb for r in results),
+    }
+    if not body["flushed"]:
+        reasons = sorted({r.reason for r in results if r.reason})
+        body["reason"] = "; ".join(reasons) if reasons else "no engine in scope"
+    return body
+
+
+class GovernedOps:
+    """The governed operations of one runner: approve any of them; flush the cache."""
+
+    def __init__(
+        self, verifier: Verifier | None, engines: Mapping[str, Engine], metrics: Metrics
+    ) -> None:
+        self.verifier = verifier
+        self.engines = engines
+        self.metrics = metrics
+
+    async def approve(self, operation: str, request: GovernedRequest) -> Approval:
+        """Step 3: governance decides; every decision is counted."""
+        if self.verifier is None:
+            raise ServiceUnavailable(
+                "lifecycle operations are disabled: no signer registry (GOVERNANCE_REGISTRY)"
+            )
+        try:
+            approval = await self.verifier.authorize(
+                request.token, operation, request.model_id, request.params
+            )
+        except Exception as exc:
+            self.metrics.count_lifecycle(operation, getattr(exc, "code", "internal_error"))
+            raise
+        self.metrics.count_lifecycle(operation, "approved")
+        return approval
+
+    async def flush(self, body: bytes, header_token: str | None) -> dict[str, object]:
+        doc = parse_body(body)  # 1
+        scope = flush_scope(doc, self.engines)
+        request = governed_request(doc, header_token)  # 2
+        await self.approve("cache-flush", request)  # 3
+        targets = [self.engines[scope.model_id]] if scope.model_id else list(self.engines.values())
+        return merge_flushes([await engine.flush(scope) for engine in targets])  # 4

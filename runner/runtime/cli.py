@@ -1,0 +1,82 @@
+"""The `quorum` command: `quorum serve` starts the runner; other groups add tools: the
+signers' `token` and `registry` (governance/cli.py), the operators' `status`, `load`,
+`unload`, `flush`, `cancel`, `tasks` and `logs` (client/cli/, over HTTP)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from client.cli import add_commands as add_operator_commands
+from governance.cli import add_commands
+
+if TYPE_CHECKING:
+    from runner.http.app import RunnerApp
+    from runner.runtime.settings import Settings
+
+
+def app_from_environment(port: int | None = None) -> tuple[Settings, RunnerApp] | str:
+    """The runner's settings and app as `quorum serve` builds them from the environment
+    (and `port`, when given); the reason as text when the configuration is invalid."""
+    from governance.errors import ConfigInvalid
+    from runner.errors import ConfigError
+    from runner.http.app import build_app
+    from runner.jobs.webhooks import load_secret
+    from runner.lifecycle.gate import governance_from
+    from runner.runtime.logs import configure
+    from runner.runtime.models_file import default_models_path, load_models_file
+    from runner.runtime.settings import load_settings
+    from tenants.config import build_config
+    from tenants.errors import InvalidTenantConfig
+
+    try:
+        settings = load_settings()
+        if port is not None:
+            settings = settings.model_copy(update={"port": port})
+        models = load_models_file(settings.models_config or default_models_path())
+        tenants = build_config(os.environ, settings.tenants_file)
+        if settings.webhook_secret is not None:
+            load_secret(settings.webhook_secret.get_secret_value(), "WEBHOOK_SECRET")
+        verifier = governance_from(settings)
+    except (ConfigError, InvalidTenantConfig, ConfigInvalid) as exc:
+        return str(exc)
+    configure(settings.log_level, settings.log_format)
+    return settings, build_app(settings, models, tenants, verifier)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from runner.http.server import client_limits, serve
+
+    built = app_from_environment(args.port)
+    if isinstance(built, str):
+        print(f"quorum: {built}", file=sys.stderr)
+        return 2
+    settings, app = built
+    ok = serve(
+        app, settings.host, settings.port, settings.shutdown_grace_s, client_limits(settings)
+    )
+    return 0 if ok else 3
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="quorum", description="Quorum model runner")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="start the runner (configuration from the environment)")
+    s.add_argument("--port", type=int, default=None, help="override PORT")
+    s.set_defaults(func=_serve)
+    add_commands(sub)
+    add_operator_commands(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

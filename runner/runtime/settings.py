@@ -1,0 +1,192 @@
+"""Runner configuration, read once at start-up from the environment.
+
+Every variable of the seed contract is here, plus the runner's own (`HOST`,
+`PORT`, `RUNNER_ID`, `REDIS_URL`, `MODELS_CONFIG`, ...). `docs/configuration.md`
+is the table of all of them; keep the two in step.
+
+Invalid configuration never starts a half-configured runner: `load_settings`
+raises `ConfigError` whose message names each bad variable and its problem.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from runner.errors import ConfigError
+from runner.http.headers import DEFAULT_OBJECTIVE_PRIORITIES, parse_objective_priorities
+from runner.telemetry.metrics import PICKER_PATH
+
+
+def default_llama_server_bin() -> str:
+    """Where `scripts/install-llama-server` puts its build (QUORUM_CACHE, else ~/.cache/quorum)."""
+    from adapters.llama_server.engine import LLAMA_SERVER_VERSION
+
+    cache = os.environ.get("QUORUM_CACHE") or os.path.expanduser("~/.cache/quorum")
+    return os.path.join(cache, "llama-server", LLAMA_SERVER_VERSION, "llama-server")
+
+
+def _default_runner_id() -> str:
+    return f"quorum-{socket.gethostname()}"
+
+
+class Settings(BaseSettings):
+    """All settings; field names are the env var names, case-insensitive."""
+
+    model_config = SettingsConfigDict(case_sensitive=False, extra="ignore", frozen=True)
+
+    # Seed contract: GPU allocation and model storage.
+    cuda_visible_devices: str | None = None
+    hf_home: str | None = None
+    model_base_path: str = "/models"
+    # Seed contract: vLLM engine defaults (used by the vLLM backend).
+    vllm_enable_prefix_caching: bool = True
+    vllm_max_model_len: int | None = Field(default=None, gt=0)
+    vllm_gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+    # Seed contract: multi-tenancy and governance.
+    enable_multi_tenant: bool = True
+    default_rate_limit: str | None = None
+    verified_op_token_key_path: str | None = None
+    # Seed contract: logging, metrics, queue.
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+    log_format: Literal["json", "text"] = "json"
+    enable_metrics: bool = True
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    metrics_names: Literal["seed", "quorum", "both"] = "both"  # runner/telemetry/seed_metrics.py
+    # The endpoint picker's `vllm:*` family (runner/telemetry/metrics.py); /metrics merges it in.
+    # `/metrics` itself (merged) or a path under it, never one of the API's own routes
+    picker_metrics_path: str = Field(default=PICKER_PATH, pattern=r"^/metrics(/[A-Za-z0-9._~-]+)*$")
+    max_queue_depth: int = Field(default=16, ge=1, le=1_000_000)
+    queue_timeout_ms: int = Field(default=30_000, ge=1)
+
+    # The runner's own.
+    host: str = "0.0.0.0"
+    port: int = Field(default=8080, ge=0, le=65535)
+    runner_id: str = Field(default_factory=_default_runner_id, min_length=1, max_length=128)
+    redis_url: str | None = None
+    models_config: str | None = None
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    engine_connect_timeout_s: float = Field(default=5.0, gt=0)
+    engine_read_timeout_s: float = Field(default=300.0, gt=0)
+    shutdown_grace_s: float = Field(default=30.0, ge=0)
+    # Slow and oversized clients (runner/http/limits.py).
+    max_header_bytes: int = Field(default=32_768, ge=1024, le=1_048_576)
+    max_headers: int = Field(default=100, ge=8, le=10_000)
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_timeout_s: float = Field(default=30.0, gt=0)
+    max_connections: int = Field(default=1024, ge=1)
+    # Scheduling and tenants (tenants/ reads TENANT_RATE_LIMIT_<tenant> itself).
+    tenants_file: str | None = None
+    rate_limit_fail_open: bool = True
+    rate_limit_store_timeout_ms: int = Field(default=250, ge=1, le=60_000)  # connect and command
+    queue_low_aging_ms: int = Field(default=10_000, ge=0)
+    # The gateway's x-llm-d-inference-objective names -> X-Priority (runner/http/headers.py).
+    objective_priorities: str = DEFAULT_OBJECTIVE_PRIORITIES
+    # Engines the runner starts (docs/engines.md).
+    llama_server_bin: str = Field(default_factory=lambda: default_llama_server_bin())
+    engine_load_timeout_s: float = Field(default=300.0, gt=0)
+    llama_slot_cache_entries: int = Field(default=64, ge=0, le=100_000)
+    engine_stop_grace_s: float = Field(default=10.0, ge=0)
+    unload_drain_timeout_s: float = Field(default=30.0, ge=0)
+    engine_restart_backoff_s: float = Field(default=1.0, gt=0)  # the first; then x2, x4, ...
+    runner_memory_mb: int | None = Field(default=None, ge=1)
+    admin_tenants: str = ""  # comma-separated tenants that may read engine logs
+    engine_stats_interval_s: float = Field(default=2.0, gt=0)  # vLLM /metrics, ComfyUI /queue
+    engine_probe_misses: int = Field(default=3, ge=1, le=1000)  # runner/engines/probes.py
+    engine_probe_timeout_s: float = Field(default=5.0, gt=0)
+    # vLLM backend (docs/engines.md).
+    vllm_bin: str = "vllm"
+    vllm_enable_sleep_mode: bool = False
+    vllm_cache_salt_secret: str | None = Field(default=None, min_length=16)
+    # ComfyUI backend (docs/engines.md).
+    comfyui_path: str | None = None
+    comfyui_python: str | None = None
+    comfyui_cpu: bool = False
+    comfyui_image_metadata: bool = False  # keep ComfyUI's workflow text chunks in the PNGs
+    images_dir: str | None = None
+    images_url_ttl_s: float = Field(default=3600.0, gt=0)
+    images_public_url: str | None = None
+    # Speech: the audio API and faster-whisper workers (docs/configuration.md).
+    audio_max_bytes: int = Field(default=26_214_400, ge=1024)  # OpenAI's 25 MiB
+    whisper_device: Literal["cpu", "cuda", "auto"] = "cpu"
+    whisper_compute_type: Literal[
+        "default", "auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16",
+        "int16", "float16", "bfloat16", "float32",
+    ] = "int8"  # fmt: skip
+    whisper_cpu_threads: int = Field(default=0, ge=0, le=1024)  # 0: CTranslate2 decides
+    whisper_load_timeout_s: float = Field(default=120.0, gt=0)
+    whisper_allow_download: bool = False  # size names may be fetched from the Hub
+    # Async jobs (Prefer: respond-async) and their signed webhooks.
+    webhook_secret: SecretStr | None = None  # whsec_<base64>; checked at start-up
+    job_retention_s: int = Field(default=86_400, ge=1)
+    # Governance (docs/governance.md).
+    governance_registry: str | None = None
+    governance_audit_log: str | None = None
+    governance_legacy_hmac: bool = False
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # load_settings reads the environment it is given (tests pass their own),
+        # so the process environment must not leak in behind its back.
+        return (init_settings,)
+
+    @property
+    def admins(self) -> frozenset[str]:
+        return frozenset(t.strip() for t in self.admin_tenants.split(",") if t.strip())
+
+    @property
+    def objectives(self) -> dict[bytes, str]:
+        """OBJECTIVE_PRIORITIES as the table the request headers are read with."""
+        return parse_objective_priorities(self.objective_priorities)
+
+    @field_validator("objective_priorities")
+    @classmethod
+    def _objective_table(cls, value: str) -> str:
+        parse_objective_priorities(value)  # ValueError names the bad entry
+        return value
+
+    @field_validator("log_level", "log_format", "whisper_device", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        assert value is not None
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read settings from `environ` (default: the process environment).
+
+    Raises ConfigError naming every invalid variable.
+    """
+    env = dict(os.environ if environ is None else environ)
+    # Empty strings mean "unset" for optional values, as in most container setups.
+    known = {name.upper() for name in Settings.model_fields}
+    values = {k.lower(): v for k, v in env.items() if k.upper() in known and v != ""}
+    try:
+        return Settings(**values)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            name = str(err["loc"][0]).upper() if err["loc"] else "?"
+            problems.append(f"{name}={env.get(name, '')!r}: {err['msg']}")
+        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None

@@ -1,0 +1,307 @@
+"""Prometheus metrics: two registries per runner app (so tests never share state).
+
+`registry`, served at `/metrics`: names are `quorum_*`, and the seed's own names for five
+of them (`vllm_requests_total`, ...) are derived from these at scrape time
+(runner/telemetry/seed_metrics.py, METRICS_NAMES); `promtool check metrics` finds nothing to say.
+`picker_registry`, served at PICKER_METRICS_PATH (`/metrics/picker`): the `vllm:*` family
+the endpoint picker reads, its gauges (runner/telemetry/picker_metrics.py) and vLLM's own metrics
+(scraped off the hot path) re-exposed beside them. A `:` is reserved for recording rules
+(promtool flags it), hence the path of its own; PICKER_METRICS_PATH=/metrics merges the
+two for a picker that reads `/metrics` only (`route`). Each scrape collects only what its
+path writes. Tenant label values are capped (MAX_TENANT_LABELS distinct ones, then
+"_other") so a client inventing tenant ids cannot blow up the series count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.registry import Collector
+
+from adapters.vllm.metrics import VllmMetricsCollector
+from runner.audio.metrics import RTF_BUCKETS
+from runner.telemetry.exposition import Exposition
+from runner.telemetry.histogram import LabelledHistogram
+from runner.telemetry.metrics_port import serve_paths
+
+METRICS_PATH = "/metrics"
+PICKER_PATH = "/metrics/picker"  # PICKER_METRICS_PATH's default
+MAX_TENANT_LABELS = 1000
+_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class Metrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "quorum_requests_total",
+            "Inference requests answered, by model, tenant and status",
+            ["model", "tenant", "status"],
+            registry=r,
+        )
+        self.duration = LabelledHistogram(  # observed per request: runner/telemetry/histogram.py
+            "quorum_inference_duration_seconds",
+            "Time from admission to the last byte of the engine's answer",
+            ["model"],
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "quorum_requests_in_flight",
+            "Inference requests being served by an engine now",
+            ["model"],
+            registry=r,
+        )
+        self.cache_hits = Counter(
+            "quorum_cache_hits_total",
+            "Answers the engine served partly from its prefix cache",
+            ["model"],
+            registry=r,
+        )
+        self.cache_tokens = Counter(
+            "quorum_cache_tokens_reused_total",
+            "Prompt tokens served from the prefix cache",
+            ["model"],
+            registry=r,
+        )
+        self.queue_wait = LabelledHistogram(
+            "quorum_queue_wait_seconds",
+            "Time requests waited in the runner's queue",
+            ["priority"],
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.rejections = Counter(
+            "quorum_rejections_total",
+            "Requests refused before reaching an engine",
+            ["reason", "tenant"],
+            registry=r,
+        )
+        self.tokens = Counter(
+            "quorum_tenant_tokens_total",
+            "Tokens the engines reported, by tenant and kind",
+            ["tenant", "kind"],
+            registry=r,
+        )
+        self.ratelimit_store_errors = Counter(
+            "quorum_ratelimit_store_errors_total",
+            "Rate-limit decisions that could not reach the shared store",
+            registry=r,
+        )
+        self.lifecycle = Counter(
+            "quorum_lifecycle_decisions_total",
+            "Governed lifecycle calls by operation and outcome (approved, or the refusal code)",
+            ["operation", "outcome"],
+            registry=r,
+        )
+        self.load_tasks = Counter(
+            "quorum_load_tasks_total",
+            "Model load tasks by outcome (completed, failed, cancelled)",
+            ["outcome"],
+            registry=r,
+        )
+        self.load_seconds = Histogram(
+            "quorum_model_load_seconds",
+            "Time from engine start to healthy, per backend",
+            ["backend"],
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self._answered: dict[str, int] = {}
+        self._hits: dict[str, int] = {}
+        r.register(_CacheHitRate(self._answered, self._hits))
+        # The endpoint picker's `vllm:*` family: vLLM's own, as last scraped, and the
+        # picker's gauges (registered by the runtime, runner/telemetry/picker_metrics.py).
+        self.picker_registry = CollectorRegistry(auto_describe=True)
+        self.vllm = VllmMetricsCollector()
+        self.picker_registry.register(self.vllm)
+        # Speech (runner/audio/metrics.py's SpeechMetrics protocol).
+        self.audio_seconds = Counter(
+            "quorum_audio_seconds_total",
+            "Seconds of audio transcribed or translated (segments done), by model and tenant",
+            ["model", "tenant"],
+            registry=r,
+        )
+        self.realtime_factor = Histogram(
+            "quorum_audio_realtime_factor",
+            "Engine time / audio duration of completed transcriptions (below 1: faster "
+            "than real time)",
+            ["model"],
+            buckets=RTF_BUCKETS,
+            registry=r,
+        )
+        self.transcriptions = Counter(
+            "quorum_transcriptions_total",
+            "Transcriptions and translations that ended, by model, tenant and outcome",
+            ["model", "tenant", "status"],
+            registry=r,
+        )
+        self.worker_restarts = Counter(
+            "quorum_speech_worker_restarts_total",
+            "Speech workers started again after one crashed",
+            ["model"],
+            registry=r,
+        )
+        self._tenants: set[str] = set()
+        self._children: dict[tuple[object, ...], Any] = {}
+        self.exposition = Exposition(self.registry)  # what /metrics writes, and how
+        self.picker_exposition = Exposition(self.picker_registry)
+        self.paths: dict[str, Exposition] = {}
+        self.route(PICKER_PATH)
+
+    def route(self, picker_path: str) -> None:
+        """Serve the picker's family at `picker_path` (PICKER_METRICS_PATH): on a path of
+        its own, or, when that is `/metrics`, merged into `/metrics` after the runner's."""
+        if picker_path == METRICS_PATH:
+            self.exposition.sources = (self.registry, self.picker_registry)
+            self.paths = {METRICS_PATH: self.exposition}
+        else:
+            self.exposition.sources = (self.registry,)
+            self.paths = {METRICS_PATH: self.exposition, picker_path: self.picker_exposition}
+
+    def tenant_label(self, tenant: str) -> str:
+        if tenant in self._tenants:
+            return tenant
+        if len(self._tenants) >= MAX_TENANT_LABELS:
+            return "_other"
+        self._tenants.add(tenant)
+        return tenant
+
+    def _child(self, metric: MetricWrapperBase | LabelledHistogram, *labels: str) -> Any:
+        """`metric.labels(*labels)`, cached: `labels()` costs more than the update itself."""
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def count_request(self, model: str, tenant: str, status: int) -> None:
+        self._child(self.requests, model, self.tenant_label(tenant), str(status)).inc()
+        if status == 200:
+            self._answered[model] = self._answered.get(model, 0) + 1
+
+    def begin_request(self, model: str) -> None:
+        self._child(self.in_flight, model).inc()
+
+    def end_request(self, model: str, seconds: float) -> None:
+        self._child(self.in_flight, model).dec()
+        self._child(self.duration, model).observe(seconds)
+
+    def count_cache(self, model: str, tokens_reused: int) -> None:
+        self._hits[model] = self._hits.get(model, 0) + 1
+        self._child(self.cache_hits, model).inc()
+        self._child(self.cache_tokens, model).inc(tokens_reused)
+
+    def observe_queue_wait(self, priority: str, seconds: float) -> None:
+        self._child(self.queue_wait, priority).observe(seconds)
+
+    def watch_queue(self, depths: Callable[[], dict[str, int]]) -> None:
+        """Report `quorum_queue_depth{priority}` from `depths()` at every scrape."""
+        self.registry.register(_QueueDepth(depths))
+
+    def serve_separately(self, port: int, host: str) -> None:
+        """Also serve the metrics paths on METRICS_PORT (runner/telemetry/metrics_port.py)."""
+        serve_paths(port, host, self.paths, default=METRICS_PATH)
+
+    def count_rejection(self, reason: str, tenant: str) -> None:
+        self._child(self.rejections, reason, self.tenant_label(tenant)).inc()
+
+    def count_lifecycle(self, operation: str, outcome: str) -> None:
+        self._child(self.lifecycle, operation, outcome).inc()
+
+    def count_tokens(self, tenant: str, input_tokens: int, output_tokens: int) -> None:
+        label = self.tenant_label(tenant)
+        if input_tokens:
+            self._child(self.tokens, label, "input").inc(input_tokens)
+        if output_tokens:
+            self._child(self.tokens, label, "output").inc(output_tokens)
+
+    def count_load(self, outcome: str) -> None:
+        self._child(self.load_tasks, outcome).inc()
+
+    def observe_load(self, backend: str, seconds: float) -> None:
+        self._child(self.load_seconds, backend).observe(seconds)
+
+    def observe_transcription(
+        self, model: str, tenant: str, outcome: str, audio_seconds: float, rtf: float | None
+    ) -> None:
+        label = self.tenant_label(tenant)
+        if audio_seconds > 0:
+            self._child(self.audio_seconds, model, label).inc(audio_seconds)
+        if rtf is not None:
+            self._child(self.realtime_factor, model).observe(rtf)
+        self._child(self.transcriptions, model, label, outcome).inc()
+
+    def count_worker_restart(self, model: str) -> None:
+        self._child(self.worker_restarts, model).inc()
+
+    def cache_hit_rates(self) -> dict[str, float]:
+        """Per model, answers served partly from the prefix cache over answered requests."""
+        return {m: self._hits.get(m, 0) / n for m, n in self._answered.items() if n}
+
+    def render(self) -> bytes:
+        """The text format of `/metrics` as served (runner/telemetry/exposition.py)."""
+        return self.exposition.render()
+
+
+class _CacheHitRate(Collector):
+    """`quorum_cache_hit_rate{model}`: answers served partly from the prefix cache, over
+    answered requests (the seed's "cache hit rate per model")."""
+
+    def __init__(self, answered: dict[str, int], hits: dict[str, int]) -> None:
+        self.answered = answered
+        self.hits = hits
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "quorum_cache_hit_rate",
+            "Share of answers that reused cached prompt tokens",
+            labels=["model"],
+        )
+        for model, n in self.answered.items():
+            family.add_metric([model], self.hits.get(model, 0) / n if n else 0.0)
+        yield family
+
+
+class _QueueDepth(Collector):
+    def __init__(self, depths: Callable[[], dict[str, int]]) -> None:
+        self.depths = depths
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "quorum_queue_depth",
+            "Requests waiting in the runner's queue, by priority",
+            labels=["priority"],
+        )
+        for priority, depth in self.depths().items():
+            family.add_metric([priority], depth)
+        yield family
+
+
+class SchedulerMetrics:
+    """The scheduler's observer: queue waits and refusals into Prometheus."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def on_queued(self, tenant: str, priority: str) -> None:
+        return None
+
+    def on_granted(self, tenant: str, priority: str, wait_s: float) -> None:
+        self.metrics.observe_queue_wait(priority, wait_s)
+
+    def on_rejected(self, reason: str, tenant: str) -> None:
+        self.metrics.count_rejection(reason, tenant)

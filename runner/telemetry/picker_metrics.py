@@ -1,0 +1,228 @@
+"""The endpoint picker's view of the runner: vLLM's metric names, whatever engine serves.
+
+Kubernetes' Gateway API Inference Extension routes across model-server pods with an
+endpoint picker (llm-d's router) that scrapes each pod's metrics path (`/metrics/picker`
+here, PICKER_METRICS_PATH; the picker's `metrics-data-source` `path` in
+deploy/k8s/base/epp-config.yaml) and, with no engine label on the pod, reads vLLM's names.
+It reads typed samples only, and of a family it takes the last sample, so each name below
+is one unlabelled sample of the runner's own, typed `gauge`:
+
+- `vllm:num_requests_waiting`: requests waiting in the runner's queue (every tenant's
+  queue, every model; the scheduler's waiting room);
+- `vllm:num_requests_running`: requests the scheduler granted that an engine is serving
+  now (a request queued inside the engine, vLLM's own `waiting`, counts here: the runner
+  handed it over);
+- `vllm:kv_cache_usage_perc` (0..1): KV cache in use over every engine that has one
+  (vLLM: its own gauge at the engine watch's last poll; llama-server: its slots' cached
+  tokens at the last 5 s snapshot), weighted by each cache's size; 0 when none has one;
+- `vllm:cache_config_info{block_size,num_gpu_blocks}` (value 1): vLLM engines' paged KV
+  cache, blocks summed over engines that share one block size; absent where no engine
+  says (llama-server, whisper and ComfyUI have no paged blocks);
+- `vllm:lora_requests_info{max_lora,running_lora_adapters,waiting_lora_adapters}`
+  (value: the scrape's Unix time, the picker takes the newest): the models ready
+  (`running`) and loading (`waiting`), comma-separated, so the picker's LoRA-affinity
+  scorer prefers a runner that already holds the requested model; `max_lora` is how many
+  models the runner would hold if asked (resident ones, plus those that load on a
+  request, `autoload`).
+
+When an engine is vLLM its own series of these names are shadowed
+(`VllmMetricsCollector.shadow`): the runner's aggregate replaces them, never two values
+for one name; vLLM's other series are served beside them, on the same path (the
+`vllm:*` names stay off `/metrics`: promtool flags a `:`, runner/telemetry/metrics.py). Everything
+is read at scrape time from what the runner already keeps in memory (the scheduler's
+counts, the last snapshot, the engine watch's last poll): no engine call and nothing
+sorted, O(models) per scrape.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+
+from adapters.vllm.metrics import VllmMetricsCollector
+from runner.engines.engine_watch import EngineLoad, EngineWatch
+from runner.engines.pool import ModelPool
+from runner.runtime.models_file import ModelSpec
+from runner.scheduler import ModelState, SchedulerAdmission
+from runner.scheduler.models import ModelView
+from runner.telemetry.snapshot import ResourceSnapshot
+
+WAITING = "vllm:num_requests_waiting"
+RUNNING = "vllm:num_requests_running"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+CACHE_CONFIG = "vllm:cache_config_info"
+LORA_INFO = "vllm:lora_requests_info"
+NAMES = (WAITING, RUNNING, KV_USAGE, CACHE_CONFIG, LORA_INFO)
+
+
+@dataclass(frozen=True, slots=True)
+class KvCache:
+    """One engine's KV cache: the share in use (0..1) and its size (0: not known)."""
+
+    usage: float
+    size_mb: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PickerView:
+    """What the picker's gauges say, gathered once per scrape."""
+
+    waiting: int
+    running: int
+    kv_usage: float
+    cache_config: tuple[int, int] | None  # (block_size, num_gpu_blocks)
+    running_models: tuple[str, ...]
+    waiting_models: tuple[str, ...]
+    max_models: int
+
+
+def kv_usage(caches: Iterable[KvCache]) -> float:
+    """The share of the runner's KV cache in use.
+
+    1. No engine with a KV cache: 0.
+    2. Every cache's size known: the usages weighted by size.
+    3. Otherwise the plain mean of the usages.
+    4. Clamped to 0..1.
+    """
+    known = list(caches)
+    if not known:  # 1
+        return 0.0
+    total = sum(c.size_mb for c in known)
+    if all(c.size_mb > 0 for c in known):  # 2
+        share = sum(c.usage * c.size_mb for c in known) / total
+    else:  # 3
+        share = sum(c.usage for c in known) / len(known)
+    return min(max(share, 0.0), 1.0)  # 4
+
+
+def cache_config(samples: Iterable[Sample]) -> tuple[int, int] | None:
+    """`(block_size, num_gpu_blocks)` out of vLLM's `vllm:cache_config_info` samples.
+
+    1. Samples whose `block_size` and `num_gpu_blocks` are not whole numbers (vLLM writes
+       "None" before it has profiled memory) are left out.
+    2. None left, or engines with different block sizes (no one figure is true): None.
+    3. Otherwise the one block size and the blocks summed over engines.
+    """
+    sizes: set[int] = set()
+    blocks = 0
+    for s in samples:
+        try:  # 1
+            size, count = int(s.labels["block_size"]), int(s.labels["num_gpu_blocks"])
+        except (KeyError, ValueError):
+            continue
+        sizes.add(size)
+        blocks += count
+    if len(sizes) != 1:  # 2
+        return None
+    return sizes.pop(), blocks  # 3
+
+
+def picker_view(
+    models: Mapping[str, ModelView],
+    queue_depth: int,
+    specs: Mapping[str, ModelSpec],
+    snapshot: ResourceSnapshot,
+    loads: Mapping[str, EngineLoad],
+    cache_samples: Iterable[Sample],
+) -> PickerView:
+    """The picker's figures from the scheduler's models and queue, the models' specs, the
+    last snapshot, the engine watch's last poll and vLLM's `cache_config_info` samples.
+
+    1. Waiting: the scheduler's queue; running: its requests in flight, over all models.
+    2. KV caches: a vLLM model's from its engine's own figures, a llama-server model's
+       from the snapshot; other backends have none.
+    3. Models ready are running, models loading are waiting; `max_models` counts those
+       and the ones not resident that a request would load.
+    """
+    kv: list[KvCache] = []  # 2
+    measured = {m.model: m for m in snapshot.models}
+    for model, spec in specs.items():
+        if spec.backend == "vllm" and (load := loads.get(model)) is not None:
+            kv.append(KvCache(load.kv_cache_utilization, load.kv_cache_mb))
+        elif spec.backend == "llama-server" and (memory := measured.get(model)) is not None:
+            kv.append(KvCache(memory.kv_utilization, memory.kv_mb))
+    ready = tuple(sorted(m for m, v in models.items() if v.state is ModelState.READY))  # 3
+    loading = tuple(sorted(m for m, v in models.items() if v.state is ModelState.LOADING))
+    on_request = sum(
+        1
+        for m, spec in specs.items()
+        if spec.autoload and not ((v := models.get(m)) is not None and v.state.holds_memory)
+    )
+    return PickerView(
+        waiting=queue_depth,  # 1
+        running=sum(v.in_flight for v in models.values()),
+        kv_usage=kv_usage(kv),
+        cache_config=cache_config(cache_samples),
+        running_models=ready,
+        waiting_models=loading,
+        max_models=len(ready) + len(loading) + on_request,
+    )
+
+
+def families(view: PickerView, now: float) -> list[Metric]:
+    """The five families of `view`, each one unlabelled (or info-labelled) gauge sample."""
+    waiting = GaugeMetricFamily(WAITING, "Requests waiting in the runner's queue, all tenants")
+    waiting.add_metric([], view.waiting)
+    running = GaugeMetricFamily(RUNNING, "Requests being served by an engine")
+    running.add_metric([], view.running)
+    usage = GaugeMetricFamily(KV_USAGE, "KV-cache usage over the runner's engines, 0..1")
+    usage.add_metric([], view.kv_usage)
+    config = GaugeMetricFamily(
+        CACHE_CONFIG, "The engines' paged KV cache", labels=["block_size", "num_gpu_blocks"]
+    )
+    if view.cache_config is not None:
+        config.add_metric([str(n) for n in view.cache_config], 1.0)
+    lora = GaugeMetricFamily(
+        LORA_INFO,
+        "Models ready (running) and loading (waiting); value: when this was read",
+        labels=["max_lora", "running_lora_adapters", "waiting_lora_adapters"],
+    )
+    lora.add_metric(
+        [str(view.max_models), ",".join(view.running_models), ",".join(view.waiting_models)],
+        now,
+    )
+    return [waiting, running, usage, config, lora]
+
+
+class PickerCollector(Collector):
+    """The picker's gauges, gathered from `read()` at each scrape."""
+
+    def __init__(self, read: Callable[[], PickerView], clock: Callable[[], float] = time.time):
+        self.read = read
+        self.clock = clock
+
+    def describe(self) -> Iterator[Metric]:
+        """The families' names, so the registry checks them without gathering figures."""
+        yield from families(PickerView(0, 0, 0.0, None, (), (), 0), 0.0)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from families(self.read(), self.clock())
+
+
+def picker_collector(
+    admission: SchedulerAdmission,
+    pool: ModelPool,
+    snapshot: Callable[[], ResourceSnapshot],
+    watch: EngineWatch,
+    vllm: VllmMetricsCollector,
+) -> PickerCollector:
+    """The runner's picker gauges, read from what it holds; vLLM's own series of the same
+    names are shadowed from now on."""
+    vllm.shadow(NAMES)
+
+    def read() -> PickerView:
+        return picker_view(
+            admission.models(),
+            admission.queue_depth(),
+            pool.specs(),
+            snapshot(),
+            watch.loads,
+            vllm.samples(CACHE_CONFIG),
+        )
+
+    return PickerCollector(read)
