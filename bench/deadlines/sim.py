@@ -99,7 +99,7 @@ class Replay:
             low_aging_s=config.low_aging_s,
             fair=variant.fair,
         )
-        self.core = Scheduler(self.config, _Engine(self), started_at=0.0)
+        self.core = Scheduler(self.config, _Engine(self))
         self.duration_s = duration_s
         self.fates: dict[int, Fate] = {}
         self.now = 0.0

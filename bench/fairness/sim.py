@@ -80,7 +80,7 @@ class Replay:
             low_aging_s=config.low_aging_s,
             fair=config.fair,
         )
-        self.core = Scheduler(self.config, _Engine(self), started_at=0.0)
+        self.core = Scheduler(self.config, _Engine(self))
         self.slot_rate = capacity / slots
         self.duration_s = duration_s
         self.estimate_output = estimate_output

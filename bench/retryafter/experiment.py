@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import math
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -30,9 +31,13 @@ def scheduler_with(policy: Callable[[policies.Known], int]) -> type[Scheduler]:
     """A `Scheduler` class whose refusals say what `policy` says."""
 
     class PolicyScheduler(Scheduler):
-        def __init__(self, config: SchedulerConfig, effects: Any, *, started_at: float) -> None:
-            super().__init__(config, effects, started_at=started_at)
+        def __init__(
+            self, config: SchedulerConfig, effects: Any, *, started_at: float | None = None
+        ) -> None:
+            super().__init__(config, effects)
             self.book = policies.Bookkeeping()
+            start = time.monotonic() if started_at is None else started_at  # the runner's clock
+            self.drain = policies.DrainMeter(config.stats_window_s, start)
 
         def _grant(self, ticket: Ticket, now: float) -> None:
             super()._grant(ticket, now)
@@ -40,13 +45,15 @@ def scheduler_with(policy: Callable[[policies.Known], int]) -> type[Scheduler]:
                 self.book.granted(ticket.ticket_id, now)
 
         def on_serve_done(self, event: ServeDone) -> None:
+            if event.ticket_id in self._serving:
+                self.drain.record(event.at)
             self.book.done(event.ticket_id, event.at)
             super().on_serve_done(event)
 
         def _retry_after(self, now: float) -> int:
             known = policies.Known(
                 position=len(self._waiting) + 1,
-                drain_per_s=self._drain.rate(now),
+                drain_per_s=self.drain.rate(now),
                 fallback_s=self.config.queue_timeout_s or 30.0,
                 concurrency=len(self._serving) or 1,  # refused: every slot is busy
                 in_flight_ages=self.book.ages(now),

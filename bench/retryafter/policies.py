@@ -30,6 +30,41 @@ class Known:
     pending_returns: int  # refused clients whose Retry-After has not elapsed yet
 
 
+class DrainMeter:
+    """Slots freed per second (requests finishing at the engine) over the last `window_s`:
+    the `drain_rate` policy's input, as the runner measured it up to bf9f859.
+
+    Completions are counted in one-second buckets, so any rate is measured, not
+    only rates below a sample cap. Before a full window has passed, the rate is
+    taken over the time since start, so a fresh runner does not report an
+    inflated rate.
+    """
+
+    def __init__(self, window_s: float, started_at: float) -> None:
+        self._window_s = window_s
+        self._started_at = started_at
+        self._buckets: deque[list[int]] = deque()  # [second, completions]
+        self._total = 0
+
+    def record(self, at: float) -> None:
+        second = math.floor(at)
+        buckets = self._buckets
+        if buckets and buckets[-1][0] == second:
+            buckets[-1][1] += 1
+        else:
+            buckets.append([second, 1])
+        self._total += 1
+
+    def rate(self, now: float) -> float:
+        buckets = self._buckets
+        while buckets and now - (buckets[0][0] + 1) > self._window_s:
+            self._total -= buckets.popleft()[1]
+        span = min(self._window_s, now - self._started_at)
+        if not self._total or span <= 0:
+            return 0.0
+        return self._total / max(span, 1.0)
+
+
 def drain_rate(k: Known) -> int:
     """The runner's formula up to bf9f859: `ceil((depth + 1) / measured drain rate)`, the
     queue timeout when nothing drained, clamped to 1..3600."""

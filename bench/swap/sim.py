@@ -199,7 +199,7 @@ class Ours(Policy):
 
     def attach(self, machine: Machine) -> None:
         super().attach(machine)
-        self.core = Scheduler(self.config, _MachineEffects(machine), started_at=0.0)
+        self.core = Scheduler(self.config, _MachineEffects(machine))
 
     def on_arrival(self, req: Request) -> None:
         request = AdmissionRequest(str(req.rid), req.model, req.tenant, req.band, 100, 100)

@@ -6,7 +6,6 @@ from runner.scheduler.core import Scheduler
 from runner.scheduler.effects import Effects, ModelEffects, ModelNotice
 from runner.scheduler.errors import (
     ModelDoesNotFit,
-    ModelEngineCrashed,
     ModelFailed,
     ModelLoadFailed,
     ModelNotLoaded,
@@ -24,7 +23,6 @@ __all__ = [
     "Effects",
     "ModelDoesNotFit",
     "ModelEffects",
-    "ModelEngineCrashed",
     "ModelFailed",
     "ModelLoadFailed",
     "ModelNotLoaded",

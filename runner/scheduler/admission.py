@@ -181,7 +181,7 @@ class SchedulerAdmission:
         self._tick_interval_s = tick_interval_s
         self._observer: SchedulerObserver = observer or NullObserver()
         self._effects = _FutureEffects(self._observer, models or NoModels())
-        self.core = Scheduler(config, self._effects, started_at=clock())
+        self.core = Scheduler(config, self._effects)
         self._ids = itertools.count(1)
         self._ticker: asyncio.Task[None] | None = None
         self._handling = False
@@ -245,10 +245,6 @@ class SchedulerAdmission:
     def queue_depth(self) -> int:
         return self.core.queue_depth()
 
-    async def idle(self) -> None:
-        """Return once every event posted so far has been handled (they are, when posted)."""
-        await asyncio.sleep(0)
-
     def stats(self) -> QueueStats:
         return self.core.stats(self._clock())
 
@@ -308,16 +304,6 @@ class SchedulerAdmission:
 
     def models(self) -> dict[str, ModelView]:
         return self.core.models()
-
-    def resident(self) -> dict[str, ModelView]:
-        return self.core.resident()
-
-    def loading(self) -> list[str]:
-        return self.core.loading()
-
-    def post(self, event: Event) -> None:
-        """Hand any event to the core (handled now, or right after the one being handled)."""
-        self._post(event)
 
     def _post(self, event: Event) -> None:
         """Handle one event now, or queue it behind the one being handled (no re-entry)."""

@@ -79,7 +79,7 @@ class SchedulerConfig:
       `None` never promotes.
     - `fair`: VTC across tenants within a band; `False` is plain FCFS in the band
       (the benchmark's baseline).
-    - `stats_window_s`: how far back wait statistics and the drain rate look.
+    - `stats_window_s`: how far back wait statistics look.
     - `swap_max_wait_s`: after a swap is decided, the longest a victim with
       requests still waiting keeps serving them before it stops taking more
       (llama-swap #612); within it, a victim batches for as long as its own last

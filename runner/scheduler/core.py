@@ -2,7 +2,7 @@
 
 One `Scheduler` owns all scheduling state. It is fed events one at a time
 (`handle`), decides, and acts only through `Effects`. It reads no clock (every
-event carries its time), does no I/O, and needs no lock: `loop.py` calls it from
+event carries its time), does no I/O, and needs no lock: `admission.py` calls it from
 the event loop's one thread.
 
 It is one class by composition: this file holds the request half (waiting room,
@@ -52,10 +52,10 @@ from runner.scheduler.events import (
     Ticket,
 )
 from runner.scheduler.lifecycle import ModelLifecycle
-from runner.scheduler.models import Gate, ModelState, ModelTable, ModelView, admission
+from runner.scheduler.models import Gate, ModelTable, ModelView, admission
 from runner.scheduler.retry_after import PromisedReturns, retry_after_s
 from runner.scheduler.slot_groups import SlotCounts, next_ticket
-from runner.scheduler.stats import DrainMeter, QueueStats, WaitWindow
+from runner.scheduler.stats import QueueStats, WaitWindow
 from runner.scheduler.swaps import Swaps
 from runner.scheduler.waiting import WaitingRoom
 from tenants.fairness import VirtualTokenCounter, service_cost
@@ -64,14 +64,13 @@ from tenants.fairness import VirtualTokenCounter, service_cost
 class Scheduler:
     """The whole state machine; see the module docstring."""
 
-    def __init__(self, config: SchedulerConfig, effects: Effects, *, started_at: float) -> None:
+    def __init__(self, config: SchedulerConfig, effects: Effects) -> None:
         self.config = config
         self._effects = effects
         self._waiting = WaitingRoom()
         self._vtc = VirtualTokenCounter(config.tenant_weights, config.default_weight)
         self._serving: dict[int, Ticket] = {}
         self._waits = WaitWindow(config.stats_window_s)
-        self._drain = DrainMeter(config.stats_window_s, started_at)
         self._returns = PromisedReturns()  # refused clients due back (`retry_after.py`)
         self._service = ServiceTimes()
         self._deadlines = DeadlineBook()
@@ -185,7 +184,7 @@ class Scheduler:
         """A granted request finished at the engine.
 
         1. Not in flight (unknown, or already done): ignore, so counts never go negative.
-        2. Free its slot, count the drain, and mark the model used.
+        2. Free its slot and mark the model used.
         3. Correct the tenant's service with the usage the engine reported.
         4. Hand the freed slot to the next waiter of its slot group.
         5. Move model lifecycles on (a draining model may now be stopped).
@@ -196,7 +195,6 @@ class Scheduler:
             return
         model = ticket.model  # 2
         self.slots.finished(model)
-        self._drain.record(now)
         self._service.finished(ticket, now)
         self._touch(model, now)
         if event.usage is not None:  # 3
@@ -275,7 +273,6 @@ class Scheduler:
             depth_by_priority=self.depth_by_priority(),
             avg_wait_ms=self._waits.avg_ms(now),
             p95_wait_ms=self._waits.p95_ms(now),
-            drain_per_s=self._drain.rate(now),
             in_flight=dict(self.slots.by_model),
             forecast_by_model=self.outlook.by_model(now, list(self.table.records)),
         )
@@ -290,27 +287,6 @@ class Scheduler:
             model: record.view(model, self.slots.by_model[model], self._waiting.model_depth(model))
             for model, record in self.table.records.items()
         }
-
-    def resident(self) -> dict[str, ModelView]:
-        """The models holding memory (loading, ready, draining, stopping, asleep)."""
-        return {m: v for m, v in self.models().items() if v.state.holds_memory}
-
-    def loading(self) -> list[str]:
-        return [m for m, r in self.table.records.items() if r.state is ModelState.LOADING]
-
-    def wanted(self) -> dict[str, tuple[str, ...]]:
-        """Models waiting for memory to load, with the victims chosen for each."""
-        return {model: want.victims for model, want in self.table.wants.items()}
-
-    def status(self, model: str) -> str:
-        """The model's state (`models.ModelState`); `queued` while it holds nothing and a
-        load of it waits for memory."""
-        record = self.table.get(model)
-        if record is not None and record.state.holds_memory:
-            return record.state.value
-        if model in self.table.wants:
-            return "queued"
-        return record.state.value if record is not None else ModelState.ABSENT.value
 
     # -- the request half, also used by the model half (`swaps.Requests`) ------------
 

@@ -15,14 +15,16 @@ Exception tree::
         ├── ModelLoadFailed          503  model_load_failed: the load it waited for failed
         ├── ModelDoesNotFit          503  model_does_not_fit: no eviction can make room
         ├── ModelUnloading           503  model_unloading: unloaded or evicted
-        ├── ModelFailed              503  model_unavailable: its engine failed (no restart)
-        └── ModelEngineCrashed       502  engine_crashed: the engine died while it waited
+        └── ModelFailed              503  model_unavailable: its engine failed (no restart)
 
 Every refusal a client may retry carries `Retry-After` (the `retry_after` field, seconds:
-from the measured drain rate for the queue ones, from the model's state for the others);
-the model ones carry `model` (and `reason`) in the envelope. `DeadlineExceeded` carries
-none: the client's own deadline has passed, so no retry can meet it. Which state gives which row
-is decided in one place: `models.refusal` (and `docs/api.md` lists it).
+for the queue ones when a place opens, `retry_after.retry_after_s`; from the model's state
+for the others); the model ones carry `model` (and `reason`) in the envelope.
+`DeadlineExceeded` carries none: the client's own deadline has passed, so no retry can meet
+it. Which model state gives which row is decided in one place, `models.admission`
+(`models.unload_refusal` for an unload, `models.cut_short` for a request cut by a drain
+timeout); `docs/api.md` lists it. A model that is not in the catalog is `runner.errors`'s
+404 `model_not_found`.
 """
 
 from __future__ import annotations
@@ -88,8 +90,4 @@ ModelUnloading = SchedulerError.row(
 ModelFailed = SchedulerError.row(
     "ModelFailed", "model_unavailable", None,
     "Model {model!r} is unavailable: {reason}", extra=("model", "reason"),
-)  # fmt: skip
-ModelEngineCrashed = SchedulerError.row(
-    "ModelEngineCrashed", "engine_crashed", 502,
-    "The engine for model {model!r} crashed: {reason}", extra=("model", "reason"),
 )  # fmt: skip

@@ -1,7 +1,7 @@
-"""Measurements the scheduler reports: queue waits and how fast the queue drains.
+"""Measurements the scheduler reports: the queue's snapshot and its recent waits.
 
-Both look back over a sliding window on the injected clock, so they describe
-recent load, not the process's lifetime.
+Waits look back over a sliding window on the injected clock, so they describe recent
+load, not the process's lifetime.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ class QueueStats:
     depth_by_priority: dict[str, int]
     avg_wait_ms: int
     p95_wait_ms: int
-    drain_per_s: float
     in_flight: dict[str, int]
     # ms a new request (of a new tenant) would wait now, per model and priority
     forecast_by_model: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -94,37 +93,3 @@ class WaitWindow:
         if not waits:
             return 0
         return round(1000 * waits[math.ceil(0.95 * len(waits)) - 1])
-
-
-class DrainMeter:
-    """Slots freed per second (requests finishing at the engine) over the last `window_s`.
-
-    Completions are counted in one-second buckets, so any rate is measured, not
-    only rates below a sample cap. Before a full window has passed, the rate is
-    taken over the time since start, so a fresh runner does not report an
-    inflated rate.
-    """
-
-    def __init__(self, window_s: float, started_at: float) -> None:
-        self._window_s = window_s
-        self._started_at = started_at
-        self._buckets: deque[list[int]] = deque()  # [second, completions]
-        self._total = 0
-
-    def record(self, at: float) -> None:
-        second = math.floor(at)
-        buckets = self._buckets
-        if buckets and buckets[-1][0] == second:
-            buckets[-1][1] += 1
-        else:
-            buckets.append([second, 1])
-        self._total += 1
-
-    def rate(self, now: float) -> float:
-        buckets = self._buckets
-        while buckets and now - (buckets[0][0] + 1) > self._window_s:
-            self._total -= buckets.popleft()[1]
-        span = min(self._window_s, now - self._started_at)
-        if not self._total or span <= 0:
-            return 0.0
-        return self._total / max(span, 1.0)

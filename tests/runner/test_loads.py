@@ -22,6 +22,7 @@ from runner.runtime.models_file import ModelSpec
 from runner.scheduler import ModelPolicy, SchedulerAdmission, SchedulerConfig
 from runner.tasks import LoadTask, MemoryTaskStore, TaskStatus, TaskStoreUnavailable
 from runner.tasks.eta import EtaEstimator, LoadSpeed
+from tests.runner.scheduler.fakes import state
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -192,7 +193,7 @@ async def test_loads_cancel_calls_the_load_off(setup: Setup) -> None:
     cancelled = await setup.loads.cancel(task.task_id, b"", "token")
     await _settled()
     assert cancelled.status is TaskStatus.CANCELLED
-    assert setup.admission.core.status("g") == "stopping"
+    assert state(setup.admission.core, "g") == "stopping"
 
 
 async def _until(check: Callable[[], bool]) -> None:
@@ -207,7 +208,7 @@ async def test_loads_cancel_on_another_replica_stops_the_load(setup: Setup) -> N
     task = await setup.loads.submit(_body(), None)
     await _settled()
     await setup.store.put(task.cancel(now=setup.clock[0]))  # as replica r2 does
-    await _until(lambda: setup.admission.core.status("g") == "stopping")
+    await _until(lambda: state(setup.admission.core, "g") == "stopping")
     assert (await setup.loads.get(task.task_id)).status is TaskStatus.CANCELLED
 
 
@@ -218,8 +219,8 @@ async def test_loads_cancel_on_another_replica_after_ready_unloads(setup: Setup)
     await _settled()
     await setup.store.put(task.cancel(now=setup.clock[0]))
     setup.admission.model_ready("g", 1, 123)  # before the owner's next read of its task
-    await _until(lambda: setup.admission.core.status("g") != "ready")
-    assert setup.admission.core.status("g") in ("draining", "stopping")
+    await _until(lambda: state(setup.admission.core, "g") != "ready")
+    assert state(setup.admission.core, "g") in ("draining", "stopping")
     assert (await setup.loads.get(task.task_id)).status is TaskStatus.CANCELLED
 
 

@@ -24,6 +24,7 @@ from runner.scheduler.events import (
     UnloadRequested,
 )
 from runner.scheduler.grants import AdmissionRequest, Usage
+from runner.scheduler.models import ModelState, ModelView
 
 
 @dataclass
@@ -93,14 +94,31 @@ class FakeEffects:
         return next(err for tid, err in self.rejected if tid == ticket_id)
 
 
+def state(core: Scheduler, model: str) -> str:
+    """`model`'s state as the runner reads it (`Scheduler.models`); `absent` when unknown."""
+    view = core.models().get(model)
+    return view.state.value if view is not None else ModelState.ABSENT.value
+
+
 class Driver:
     """A scheduler, its fake effects and a fake clock the test moves by hand."""
 
     def __init__(self, config: SchedulerConfig, *, now: float = 0.0, capacity_mb: int = 0) -> None:
         self.now = now
         self.effects = FakeEffects(capacity_mb=capacity_mb)
-        self.core = Scheduler(config, self.effects, started_at=now)
+        self.core = Scheduler(config, self.effects)
         self._next_id = 0
+
+    def state(self, model: str) -> str:
+        return state(self.core, model)
+
+    def resident(self) -> dict[str, ModelView]:
+        """The models holding memory (loading, ready, draining, stopping, asleep)."""
+        return {m: v for m, v in self.core.models().items() if v.state.holds_memory}
+
+    def victims(self) -> dict[str, tuple[str, ...]]:
+        """The loads waiting for memory, with the victims chosen for each."""
+        return {model: want.victims for model, want in self.core.table.wants.items()}
 
     def arrive(
         self,

@@ -66,10 +66,10 @@ class SchedulerMachine(RuleBasedStateMachine):
         return [t for t in self.model_of if not self.endings(t)]
 
     def in_phase(self, phase: ModelState) -> list[str]:
-        return sorted(m for m, view in self.d.core.resident().items() if view.state is phase)
+        return sorted(m for m, view in self.d.resident().items() if view.state is phase)
 
     def concurrency(self, model: str) -> int:
-        view = self.d.core.resident().get(model)
+        view = self.d.resident().get(model)
         return CONFIG.concurrency(model) if view is None else view.concurrency
 
     # -- rules ------------------------------------------------------------------
@@ -139,10 +139,10 @@ class SchedulerMachine(RuleBasedStateMachine):
     def pool_stops(self, data: st.DataObject) -> None:
         self.d.stopped(data.draw(st.sampled_from(self.in_phase(ModelState.STOPPING))))
 
-    @precondition(lambda self: bool(self.d.core.resident()))
+    @precondition(lambda self: bool(self.d.resident()))
     @rule(data=st.data())
     def engine_crashes(self, data: st.DataObject) -> None:
-        self.d.crashed(data.draw(st.sampled_from(sorted(self.d.core.resident()))))
+        self.d.crashed(data.draw(st.sampled_from(sorted(self.d.resident()))))
 
     # -- invariants -------------------------------------------------------------
 
@@ -169,7 +169,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def nobody_waits_beside_a_free_slot(self) -> None:
         for ticket_id in self.undecided():
             model = self.model_of[ticket_id]
-            if self.d.core.status(model) == "ready":
+            if self.d.state(model) == "ready":
                 slots = self.d.core.slots
                 own_full = self.d.core.in_flight(model) >= self.concurrency(model)
                 assert own_full or slots.group_in_flight(model) >= slots.capacity(model)
@@ -181,14 +181,14 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     @invariant()
     def memory_is_never_overcommitted(self) -> None:
-        held = sum(view.mem_mb for view in self.d.core.resident().values())
+        held = sum(view.mem_mb for view in self.d.resident().values())
         assert held <= CAPACITY_MB
 
     @invariant()
     def stopped_models_wait_for_the_pool(self) -> None:
         """Every model named by the last step's `stop_models` is stopping (nothing else)."""
         for call in self.d.effects.stops[self.stops_seen :]:
-            assert all(self.d.core.status(model) == "stopping" for model in call)
+            assert all(self.d.state(model) == "stopping" for model in call)
         self.stops_seen = len(self.d.effects.stops)
 
     def settle(self) -> None:

@@ -29,7 +29,7 @@ def test_scheduler_stats_forecast_per_priority_and_model() -> None:
 def test_stats_forecast_per_priority_is_the_longest_over_models() -> None:
     """`forecastWaitMs` takes, per priority, the longest wait any model forecasts."""
     stats = QueueStats(
-        0, 16, {}, 0, 0, 0.0, {},
+        0, 16, {}, 0, 0, {},
         forecast_by_model={
             "a": {"high": 100, "normal": 900, "low": 900},
             "b": {"high": 300, "normal": 300, "low": 2000},
@@ -41,7 +41,7 @@ def test_stats_forecast_per_priority_is_the_longest_over_models() -> None:
 def test_forecast_gauges_report_the_snapshot_in_seconds() -> None:
     """Both gauge families carry the snapshot's figures, in seconds, at scrape time."""
     stats = QueueStats(
-        0, 16, {}, 0, 0, 0.0, {}, forecast_by_model={"m": {"high": 0, "normal": 1500, "low": 4000}}
+        0, 16, {}, 0, 0, {}, forecast_by_model={"m": {"high": 0, "normal": 1500, "low": 4000}}
     )
     registry = CollectorRegistry()
     registry.register(ForecastGauges(lambda: stats))

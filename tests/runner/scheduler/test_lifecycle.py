@@ -49,11 +49,11 @@ def test_lifecycle_load_with_free_memory_starts_at_once() -> None:
     d = driver()
     d.load("a", policy(8))
     assert d.effects.started == ["a"]
-    assert d.core.status("a") == "loading" and d.core.loading() == ["a"]
+    assert d.state("a") == "loading" and list(d.resident()) == ["a"]
     assert d.effects.decisions == ["load a (8000 MB): 20000 MB free"]
     d.now = 4.0
     d.ready("a", 7500, concurrency=2)
-    view = d.core.resident()["a"]
+    view = d.resident()["a"]
     assert (view.state, view.mem_mb, view.concurrency, view.since) == (
         ModelState.READY,
         7500,
@@ -68,7 +68,7 @@ def test_lifecycle_load_reserves_memory_while_loading() -> None:
     d.load("a", policy(8))
     d.load("b", policy(8))
     assert d.effects.started == ["a"]
-    assert d.core.status("b") == "queued"  # a is loading: never a victim; b waits
+    assert "b" in d.victims() and d.state("b") == "absent"  # a is loading, never a victim
 
 
 def test_lifecycle_autoload_request_loads_and_is_granted_when_ready() -> None:
@@ -96,12 +96,10 @@ def test_lifecycle_attached_models_stay_ready() -> None:
     """Models in model_concurrency are always ready and never loaded or evicted."""
     d = Driver(SchedulerConfig(model_concurrency={"attached": 1}, unlisted_ready=False))
     assert d.effects.granted_ids == [] and d.arrive(model="attached") in d.effects.granted_ids
-    assert d.core.status("attached") == "ready"
+    assert d.state("attached") == "ready"
     d.load("attached", policy(4))
     d.unload("attached")
-    assert (
-        d.effects.started == [] and d.effects.stops == [] and d.core.status("attached") == "ready"
-    )
+    assert d.effects.started == [] and d.effects.stops == [] and d.state("attached") == "ready"
 
 
 def test_lifecycle_evicts_the_least_recently_used_idle_model() -> None:
@@ -143,7 +141,7 @@ def test_lifecycle_busy_victim_is_drained_before_it_stops() -> None:
     d.now = 3.0
     d.done(d.arrive(model="a"))  # b is now the least recently used, and busy
     d.load("c", policy(10), evict_first="b")
-    assert d.effects.stops == [] and d.core.status("b") == "draining"
+    assert d.effects.stops == [] and d.state("b") == "draining"
     d.now = 9.0
     d.done(busy)
     assert d.effects.stops == [["b"]] and d.effects.started == ["a", "b"]
@@ -207,7 +205,7 @@ def test_lifecycle_batching_is_bounded_by_swap_max_wait() -> None:
     running = d.arrive(model="a")
     waiting = [d.arrive(model="a") for _ in range(4)]
     target = d.arrive(model="c")  # needs all 20 GB: a must go
-    assert d.core.status("a") == "ready"  # still serving its batch
+    assert d.state("a") == "ready"  # still serving its batch
     current = running
     for at in (2.0, 4.0):
         d.now = at
@@ -215,7 +213,7 @@ def test_lifecycle_batching_is_bounded_by_swap_max_wait() -> None:
         current = d.effects.granted_ids[-1]
     assert d.effects.granted_ids[-2:] == waiting[:2]
     d.tick(2.5)  # 6.5 s: the batch window (5 s from the decision at 1.0) is over
-    assert d.core.status("a") == "draining"
+    assert d.state("a") == "draining"
     d.now = 7.0
     d.done(current)
     assert waiting[2] not in d.effects.granted_ids
@@ -224,22 +222,22 @@ def test_lifecycle_batching_is_bounded_by_swap_max_wait() -> None:
     assert d.effects.started[-1] == "c"
     d.ready("c", 20 * GB)
     assert d.effects.granted_ids[-1] == target
-    assert d.core.wanted() == {"a": ("c",)}  # a's last two waiters want it back: c goes next
+    assert d.victims() == {"a": ("c",)}  # a's last two waiters want it back: c goes next
 
 
 def test_lifecycle_batching_lasts_as_long_as_the_victims_reload() -> None:
     """A victim that reloads in less than swap_max_wait_s batches only that long."""
     d = driver(a=policy(10, autoload=True), c=policy(20, autoload=True))
     resident_with(d, "a", 10, load_s=3.0)
-    assert d.core.resident()["a"].load_s == 3.0
+    assert d.resident()["a"].load_s == 3.0
     d.now = 1.0
     running = d.arrive(model="a")
     waiting = d.arrive(model="a")
     d.arrive(model="c")
     d.tick(2.9)
-    assert d.core.status("a") == "ready"
+    assert d.state("a") == "ready"
     d.tick(0.1)  # 3 s after the decision: a reload of a would have taken that long
-    assert d.core.status("a") == "draining"
+    assert d.state("a") == "draining"
     d.done(running)
     assert waiting not in d.effects.granted_ids and d.effects.stopped == ["a"]
 
@@ -289,7 +287,7 @@ def test_lifecycle_unload_drains_in_flight_and_refuses_the_queue() -> None:
     d.done(running)
     assert d.effects.stops == [["a"]] and d.effects.cuts == {}
     d.stopped("a")
-    assert d.core.status("a") == "absent" and d.core.resident() == {}
+    assert d.state("a") == "absent" and d.resident() == {}
 
 
 def test_lifecycle_unload_drain_is_bounded() -> None:
@@ -317,7 +315,7 @@ def test_lifecycle_evicted_drain_timeout_cut_names_the_model_loaded_instead() ->
     resident_with(d, "b", 10)
     d.arrive(model="b")
     d.load("c", policy(10))
-    assert d.core.status("b") == "draining"
+    assert d.state("b") == "draining"
     d.tick(2.0)
     assert d.effects.stopped == ["b"]
     cut = d.effects.cuts["b"]
@@ -355,10 +353,10 @@ def test_lifecycle_restart_policy_keeps_waiters_waiting() -> None:
     running = d.arrive(model="a")
     waiter = d.arrive(model="a")
     d.crashed("a")
-    assert d.core.is_waiting(waiter) and d.core.status("a") == "failed"
+    assert d.core.is_waiting(waiter) and d.state("a") == "failed"
     assert d.effects.started == ["a"]  # not yet: the first restart waits 1 s
     d.tick(1.0)
-    assert d.core.status("a") == "loading" and d.effects.started == ["a", "a"]
+    assert d.state("a") == "loading" and d.effects.started == ["a", "a"]
     d.done(running)  # the request the crash cut short ends
     d.ready("a", 8 * GB)
     assert d.effects.granted_ids[-1] == waiter
@@ -371,9 +369,9 @@ def test_lifecycle_crash_loop_ends_failed_with_the_reason() -> None:
     resident_with(d, "a", 8)
     for attempt, backoff in enumerate((1.0, 2.0, 4.0, 8.0, 16.0)):
         d.crashed("a", "engine exited (exit code 1)")
-        assert d.core.status("a") == "failed", attempt
+        assert d.state("a") == "failed", attempt
         d.tick(backoff)
-        assert d.core.status("a") == "loading", attempt
+        assert d.state("a") == "loading", attempt
         d.ready("a", 8 * GB)
     d.arrive(model="a")  # in flight
     waiter = d.arrive(model="a")
@@ -383,7 +381,7 @@ def test_lifecycle_crash_loop_ends_failed_with_the_reason() -> None:
     assert view.reason == "engine exited (exit code 1); not restarted after 6 crashes in a row"
     assert isinstance(d.effects.rejection(waiter), ModelFailed)
     d.tick(60.0)
-    assert d.core.status("a") == "failed"
+    assert d.state("a") == "failed"
 
 
 def test_lifecycle_load_failure_rejects_the_waiters() -> None:
@@ -415,9 +413,9 @@ def test_lifecycle_unexpected_stop_rejects_waiters() -> None:
     waiter = d.arrive(model="a")
     d.stopped("a")
     assert isinstance(d.effects.rejection(waiter), ModelFailed)
-    assert d.core.status("a") == "failed"
+    assert d.state("a") == "failed"
     d.tick(60.0)
-    assert d.core.status("a") == "failed" and d.effects.started == ["a"]
+    assert d.state("a") == "failed" and d.effects.started == ["a"]
 
 
 def test_lifecycle_high_band_load_is_planned_first() -> None:
@@ -433,20 +431,20 @@ def test_lifecycle_high_band_load_is_planned_first() -> None:
     d.done(1)
     d.arrive(model="n")
     d.arrive(model="h", priority="high")
-    assert d.core.wanted() == {"n": ("a",), "h": ()}  # n's swap was committed first
+    assert d.victims() == {"n": ("a",), "h": ()}  # n's swap was committed first
     d.stopped("a")
     d.ready("n", 10 * GB)
     d.done(d.effects.granted_ids[-1])
-    assert d.core.wanted() == {"h": ("n",)}
+    assert d.victims() == {"h": ("n",)}
 
 
 def test_lifecycle_resident_reports_use() -> None:
-    """resident() gives state, memory, in-flight, waiting and last use per managed model."""
+    """A model's view gives its state, memory, in-flight, waiting and last use."""
     d = driver(a=policy(8, keep_alive_s=100.0))
     resident_with(d, "a", 8)
     d.now = 5.0
     d.arrive(model="a")
     d.arrive(model="a")
-    view = d.core.resident()["a"]
+    view = d.resident()["a"]
     assert (view.in_flight, view.waiting, view.last_used) == (1, 1, 5.0)
     assert view.keep_alive_until == 105.0 and view.evicting_for is None

@@ -19,6 +19,8 @@ from runner.scheduler import (
 from runner.scheduler.config import ModelPolicy
 from runner.scheduler.effects import ModelNotice
 from runner.scheduler.grants import AdmissionRequest, Grant, Usage
+from runner.scheduler.models import ModelState
+from tests.runner.scheduler.fakes import state
 
 
 class FakeClock:
@@ -75,8 +77,8 @@ async def admission(
 
 async def queued(admission: SchedulerAdmission, tenant: str) -> asyncio.Task[Grant]:
     task = asyncio.create_task(admission.acquire(request(tenant)))
-    await asyncio.sleep(0)  # let acquire post its event
-    await admission.idle()
+    await asyncio.sleep(0)  # acquire runs up to its await: its request was handled
+    assert not task.done()  # and waits
     return task
 
 
@@ -110,7 +112,6 @@ async def test_admission_cancel_while_queued_withdraws(
     leaver.cancel()
     with pytest.raises(asyncio.CancelledError):
         await leaver
-    await admission.idle()
     assert admission.queue_depth() == 1
     admission.release(first, None)
     await stayer
@@ -132,7 +133,6 @@ async def test_admission_grant_racing_a_cancel_gives_the_slot_back(
     admission.release(first, None)
     with pytest.raises(asyncio.CancelledError):
         await racer
-    await admission.idle()
     assert admission.core.in_flight("m") == 0
     third = await admission.acquire(request("c"))
     assert third.queue_wait_ms == 0
@@ -233,12 +233,12 @@ async def test_admission_autoload_request_waits_for_the_load(clock: FakeClock) -
     waiter = asyncio.create_task(adm.acquire(AdmissionRequest("r", "auto", "t", "normal", 1, 1)))
     await asyncio.sleep(0)
     assert pool.started == ["auto"] and not waiter.done()
-    assert [m for m in adm.loading()] == ["auto"]
+    assert adm.models()["auto"].state is ModelState.LOADING
     clock.now += 7.0
     adm.model_ready("auto", 2, 3900)
     grant = await waiter
     assert grant.queue_wait_ms == 7000
-    assert adm.resident()["auto"].mem_mb == 3900
+    assert adm.models()["auto"].mem_mb == 3900
     await adm.stop()
 
 
@@ -250,11 +250,11 @@ async def test_admission_pool_answering_inside_start_load_is_not_re_entered(
     adm = managed(clock, pool)
     await adm.start()
     adm.request_load("other", ModelPolicy(1000))
-    assert adm.core.status("other") == "ready"
+    assert state(adm.core, "other") == "ready"
     grant = await adm.acquire(AdmissionRequest("r", "auto", "t", "normal", 1, 1))
     assert grant.queue_wait_ms == 0 and pool.started == ["other", "auto"]
     adm.request_unload("other")
-    assert adm.core.status("other") == "absent" and pool.stopped == ["other"]
+    assert state(adm.core, "other") == "absent" and pool.stopped == ["other"]
     await adm.stop()
 
 
@@ -265,6 +265,6 @@ async def test_admission_without_a_pool_refuses_managed_loads(clock: FakeClock) 
     adm.listen(notices.append)
     await adm.start()
     adm.request_load("x", ModelPolicy(1000))
-    assert adm.core.status("x") == "absent" and adm.core.wanted() == {}
+    assert state(adm.core, "x") == "absent" and adm.core.table.wants == {}
     assert notices[-1].refused is not None and "does not fit" in notices[-1].refused
     await adm.stop()
