@@ -150,7 +150,6 @@ class EngineProcess:
     exit: ExitInfo | None = field(default=None, init=False)
     pid: int | None = field(default=None, init=False)
     started_at: float | None = field(default=None, init=False)
-    ready_at: float | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.ring = LogRing(self.log_lines)
@@ -237,7 +236,6 @@ class EngineProcess:
                     if self._exited.is_set():
                         continue
                     self._move(EngineState.READY)
-                    self.ready_at = self.clock()
                     return
                 if self.clock() >= deadline:  # 4
                     await self._terminate(grace_s=2.0)
@@ -300,10 +298,6 @@ class EngineProcess:
         self._kill_cause = cause
         self._signal(signal.SIGKILL)
         return True
-
-    def kill_now(self) -> None:
-        """SIGKILL the process group at once (runner exit paths that cannot await)."""
-        self._signal(signal.SIGKILL)
 
     def _signal(self, sig: signal.Signals) -> None:
         if self.pid is None:

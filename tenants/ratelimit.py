@@ -162,11 +162,6 @@ class RateLimiter:
     def storage(self) -> Storage:
         return self._storage
 
-    @property
-    def store_down(self) -> bool:
-        """Whether the last store call failed (an outage is in progress)."""
-        return self._down_since is not None
-
     async def hit(self, tenant: str) -> RateDecision | None:
         """Count one request for `tenant`.
 
@@ -251,11 +246,6 @@ class RateLimiter:
             (b"ratelimit-remaining", b"%d" % decision.remaining),
             (b"ratelimit-reset", b"%d" % decision.reset_after_s),
         ]
-
-    def reload(self, config: TenantsConfig) -> None:
-        """Use a new configuration from the next request on."""
-        self._config = config
-        self._plans.clear()
 
     async def aclose(self) -> None:
         """Release the store's connections (see `tenants.storage.close_storage`)."""

@@ -305,11 +305,6 @@ class ComfyUIClient:
             )
         return response.content
 
-    async def object_info(self, node_class: str | None = None) -> dict[str, Any]:
-        path = "/object_info" if node_class is None else f"/object_info/{node_class}"
-        data = await self._json(path, "GET /object_info")
-        return data if isinstance(data, dict) else {}
-
     async def models(self, folder: str) -> list[str]:
         """File names ComfyUI sees in a model folder (`checkpoints`, ...); [] if unknown."""
         response = await self._call("GET", f"/models/{folder}", "GET /models")

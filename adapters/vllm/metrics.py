@@ -43,13 +43,6 @@ class VllmLoad:
     prefix_cache_hits: float  # tokens, cumulative
     prefix_cache_queries: float  # tokens, cumulative
 
-    @property
-    def prefix_cache_hit_rate(self) -> float:
-        """Hits over queries since the engine started (0 when nothing was asked)."""
-        return (
-            self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
-        )
-
 
 def parse_families(text: str) -> list[Metric]:
     """The `vllm:*` metric families of a `/metrics` answer (others dropped).

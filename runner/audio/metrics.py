@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from typing import Protocol
 
-OUTCOMES = ("ok", "cancelled", "invalid_audio", "engine_crashed", "error")
 RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
 
 
@@ -50,27 +49,3 @@ class SpeechMetrics(Protocol):
     def count_worker_restart(self, model: str) -> None:
         """The model pool started a new worker after one crashed."""
         ...
-
-
-class NullSpeechMetrics:
-    """Reports nothing (tools and tests that do not look at metrics)."""
-
-    def count_request(self, model: str, tenant: str, status: int) -> None:
-        return None
-
-    def count_rejection(self, reason: str, tenant: str) -> None:
-        return None
-
-    def begin_request(self, model: str) -> None:
-        return None
-
-    def end_request(self, model: str, seconds: float) -> None:
-        return None
-
-    def observe_transcription(
-        self, model: str, tenant: str, outcome: str, audio_seconds: float, rtf: float | None
-    ) -> None:
-        return None
-
-    def count_worker_restart(self, model: str) -> None:
-        return None

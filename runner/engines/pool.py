@@ -221,12 +221,6 @@ class ModelPool:
                 record.launched = None
         await self.launcher.close()
 
-    def kill_all(self) -> None:
-        """SIGKILL every engine now (last resort on the way out)."""
-        for record in self.records.values():
-            if record.launched is not None and record.launched.watch is not None:
-                record.launched.watch.kill_now()
-
     def engine_pids(self) -> list[int]:
         """Every engine process alive for this runner (sleeping ones and shared servers too)."""
         pids = {

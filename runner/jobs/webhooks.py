@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -88,11 +87,6 @@ def load_secret(secret: str, setting: str = "WEBHOOK_SECRET") -> Webhook:
     if not 24 <= len(raw) <= 64:
         raise ConfigError(f"{setting} must hold 24 to 64 bytes, not {len(raw)}")
     return Webhook(secret)
-
-
-def generate_secret() -> str:
-    """A fresh secret in the library's form: `whsec_` and 32 random bytes in base64."""
-    return SECRET_PREFIX + base64.b64encode(os.urandom(32)).decode()
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,8 @@ Implementations:
   the runner's accounted leases say. Without a GPU, "measured" memory means the
   engine process tree's resident memory (see `runner/memory/proc.py`), not
   accelerator memory.
-- `FakeTelemetry` (`runner/memory/fake.py`): several GPUs whose figures tests set.
+- `FakeTelemetry` (`tests/runner/memory/fake_telemetry.py`): several GPUs whose figures
+  tests set.
 
 Calls are synchronous and cheap (NVML answers in about a millisecond per GPU;
 a /proc scan takes a few); code on the event loop may still run them in a

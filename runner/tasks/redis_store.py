@@ -35,7 +35,6 @@ from runner.tasks.store import (
     check_new,
     fail_each,
     interrupted_reason,
-    is_stale,
     stale_reason,
 )
 
@@ -207,15 +206,6 @@ class RedisTaskStore:
             detail=f"model {task.model_id!r} kept a stale task", retry_after=1
         )
 
-    async def active_for_model(self, model_id: str, runner_id: str) -> LoadTask | None:
-        async with _translated():
-            task_id = await self._client.get(self.model_key(runner_id, model_id))
-            if task_id is None:
-                return None
-            raw = await self._client.get(self.task_key(_text(task_id)))
-        task = None if raw is None else _decode(raw)
-        return task if task is not None and task.status.active else None
-
     async def list_active(self) -> list[LoadTask]:
         async with _translated():
             ids = sorted(_text(m) for m in await self._client.smembers(self.active_key))
@@ -233,10 +223,6 @@ class RedisTaskStore:
     ) -> int:
         mine = [t for t in await self.list_active() if t.runner_id == runner_id]
         return await fail_each(self, (t.fail(interrupted_reason(reason, t), now=now) for t in mine))
-
-    async def fail_stale(self, *, now: float) -> int:
-        old = [t for t in await self.list_active() if is_stale(t, now, self._stale_after_s)]
-        return await fail_each(self, (t.fail(stale_reason(t, now), now=now) for t in old))
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -15,8 +15,8 @@ Both stores keep the same promises (one parametrized suite tests them):
   failed as interrupted and a new task takes its place. So
   the owner must `put` its task at least every `stale_after_s` (progress updates do).
 - Finished tasks stay readable for `retention_s` (24 h by default), then read as absent
-  (404). Active tasks never expire; `mark_interrupted` fails them at their runner's
-  restart, `fail_stale` when their runner is gone for good.
+  (404). Active tasks never expire: `mark_interrupted` fails them at their runner's
+  restart, and a new load of the same model on the same runner fails a stale one (above).
 
 `MemoryTaskStore` is here; `RedisTaskStore` (its layout and scripts) is in
 `runner/tasks/redis_store.py`. The shared helpers below (`interrupted_reason`,
@@ -50,8 +50,6 @@ class TaskStore(Protocol):
         model: (task, created)."""
         ...
 
-    async def active_for_model(self, model_id: str, runner_id: str) -> LoadTask | None: ...
-
     async def list_active(self) -> list[LoadTask]:
         """Every active task, oldest first."""
         ...
@@ -60,10 +58,6 @@ class TaskStore(Protocol):
         self, runner_id: str, reason: str = "runner restarted", *, now: float
     ) -> int:
         """Fail every active task of `runner_id`; return how many were failed."""
-        ...
-
-    async def fail_stale(self, *, now: float) -> int:
-        """Fail every active task not written for `stale_after_s`; return how many."""
         ...
 
     async def aclose(self) -> None: ...
@@ -162,9 +156,6 @@ class MemoryTaskStore:
         self._by_model[_index(task)] = task.task_id  # 3
         return self._put(task), True
 
-    async def active_for_model(self, model_id: str, runner_id: str) -> LoadTask | None:
-        return self._active((runner_id, model_id))
-
     def _active(self, index: tuple[str, str]) -> LoadTask | None:
         self._purge()
         task_id = self._by_model.get(index)
@@ -182,10 +173,6 @@ class MemoryTaskStore:
     ) -> int:
         mine = [t for t in await self.list_active() if t.runner_id == runner_id]
         return await fail_each(self, (t.fail(interrupted_reason(reason, t), now=now) for t in mine))
-
-    async def fail_stale(self, *, now: float) -> int:
-        old = [t for t in await self.list_active() if is_stale(t, now, self._stale_after_s)]
-        return await fail_each(self, (t.fail(stale_reason(t, now), now=now) for t in old))
 
     def _purge(self) -> None:
         now = self._clock()

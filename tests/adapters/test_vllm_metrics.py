@@ -38,13 +38,12 @@ def test_scrape_metrics_reads_load_figures() -> None:
     load = scrape_metrics(TEXT)
     assert (load.running, load.waiting, load.kv_cache_usage) == (3, 5, 0.25)
     assert (load.prefix_cache_hits, load.prefix_cache_queries) == (100.0, 400.0)
-    assert load.prefix_cache_hit_rate == 0.25
 
 
 def test_scrape_metrics_missing_families_read_zero() -> None:
     """An engine that has not served anything yet reads all zeros."""
     load = scrape_metrics("")
-    assert (load.running, load.waiting, load.kv_cache_usage, load.prefix_cache_hit_rate) == (
+    assert (load.running, load.waiting, load.kv_cache_usage, load.prefix_cache_queries) == (
         0,
         0,
         0.0,

@@ -8,11 +8,11 @@ import sys
 import pytest
 
 from runner.engines.pool import ModelPool
-from runner.memory.fake import FakeTelemetry
 from runner.memory.leases import MemoryLeaseStore
 from runner.runtime.models_file import ModelsFile, ModelSpec
 from runner.runtime.settings import load_settings
 from tests.runner.engines.support import load
+from tests.runner.memory.fake_telemetry import FakeTelemetry
 from tests.support.runner_proc import fixture_bin
 
 

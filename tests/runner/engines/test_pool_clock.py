@@ -7,11 +7,11 @@ import sys
 import pytest
 
 from runner.engines.pool import ModelPool
-from runner.memory.fake import FakeTelemetry
 from runner.memory.leases import LeaseStore, MemoryLeaseStore
 from runner.runtime.models_file import ModelsFile, ModelSpec
 from runner.runtime.settings import load_settings
 from tests.runner.engines.support import load
+from tests.runner.memory.fake_telemetry import FakeTelemetry
 from tests.support.runner_proc import fixture_bin
 
 pytestmark = pytest.mark.timeout(30)

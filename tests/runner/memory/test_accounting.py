@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from runner.memory import BudgetTelemetry, GpuAccount, Lease, account, overcommitted
-from runner.memory.fake import FakeTelemetry
+from tests.runner.memory.fake_telemetry import FakeTelemetry
 
 GPU_MB = 24576
 

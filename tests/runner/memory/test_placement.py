@@ -16,7 +16,7 @@ from runner.memory import (
     place,
     tensor_split,
 )
-from runner.memory.fake import FakeTelemetry
+from tests.runner.memory.fake_telemetry import FakeTelemetry
 
 GPU_MB = 24576
 

@@ -13,7 +13,6 @@ import pytest
 
 from runner.errors import ConfigError
 from runner.memory import BudgetTelemetry, NvmlTelemetry, telemetry_from_settings
-from runner.memory.fake import FakeTelemetry
 from runner.memory.proc import (
     child_pids,
     mem_available_mb,
@@ -24,6 +23,7 @@ from runner.memory.proc import (
     tree_resident_mb,
 )
 from tests.runner.memory.fake_nvml import FakeNvml
+from tests.runner.memory.fake_telemetry import FakeTelemetry
 
 ALLOC_TREE = Path(__file__).with_name("alloc_tree.py")
 

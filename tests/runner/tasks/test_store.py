@@ -63,6 +63,13 @@ def new(model: str = MODEL, runner: str = "runner-a", now: float = NOW) -> LoadT
     return LoadTask.new(model, runner, now=now, eta=60)
 
 
+async def active(store: TaskStore, runner: str, model: str = MODEL) -> LoadTask | None:
+    """The runner's active task for `model`, as `list_active` shows it."""
+    found = [t for t in await store.list_active() if (t.runner_id, t.model_id) == (runner, model)]
+    assert len(found) <= 1, found
+    return found[0] if found else None
+
+
 async def test_store_put_then_get_roundtrips(store: TaskStore) -> None:
     """A stored task reads back equal, field for field."""
     task = new().start_loading(eta=30, now=NOW + 1).progress_to(0.5, eta=15, now=NOW + 2)
@@ -97,10 +104,10 @@ async def test_store_create_or_join_joins_active_task(replicas: Replicas) -> Non
     joined, created_again = await b.create_or_join(new(runner="runner-a", now=NOW + 3))
     assert not created_again
     assert joined == first
-    assert await b.active_for_model(MODEL, "runner-a") == first
+    assert await active(b, "runner-a") == first
     own, created_own = await b.create_or_join(new(runner="runner-b", now=NOW + 4))
     assert created_own and own.task_id != first.task_id
-    assert await a.active_for_model(MODEL, "runner-b") == own
+    assert await active(a, "runner-b") == own
 
 
 async def test_store_create_or_join_race_creates_one(replicas: Replicas) -> None:
@@ -124,7 +131,7 @@ async def test_store_create_or_join_after_finish_creates_new(store: TaskStore) -
     second, created = await store.create_or_join(new(now=NOW + 2))
     assert created
     assert second.task_id != first.task_id
-    assert await store.active_for_model(MODEL, "runner-a") == second
+    assert await active(store, "runner-a") == second
 
 
 async def test_store_create_or_join_other_models_are_independent(store: TaskStore) -> None:
@@ -166,15 +173,15 @@ async def test_store_create_or_join_refuses_finished_task(store: TaskStore) -> N
         await store.create_or_join(new().fail("x", now=NOW))
 
 
-async def test_store_active_for_model_follows_lifecycle(store: TaskStore) -> None:
-    """active_for_model sees the task while it runs and forgets it once it finishes."""
-    assert await store.active_for_model(MODEL, "runner-a") is None
+async def test_store_active_task_follows_lifecycle(store: TaskStore) -> None:
+    """list_active shows the task while it runs and forgets it once it finishes."""
+    assert await active(store, "runner-a") is None
     task, _ = await store.create_or_join(new())
     loading = task.start_loading(eta=9, now=NOW + 1)
     await store.put(loading)
-    assert await store.active_for_model(MODEL, "runner-a") == loading
+    assert await active(store, "runner-a") == loading
     await store.put(loading.complete(100, 2000, now=NOW + 2))
-    assert await store.active_for_model(MODEL, "runner-a") is None
+    assert await active(store, "runner-a") is None
 
 
 async def test_store_list_active_excludes_finished(store: TaskStore) -> None:
@@ -197,7 +204,7 @@ async def test_store_put_refuses_stale_write_after_cancel(replicas: Replicas) ->
     answer = await a.put(loading.progress_to(0.9, eta=1, now=NOW + 3))
     assert answer == cancelled
     assert await a.get(task.task_id) == cancelled
-    assert await a.active_for_model(MODEL, "runner-a") is None
+    assert await active(a, "runner-a") is None
 
 
 async def test_store_put_refuses_backwards_move(store: TaskStore) -> None:
@@ -267,18 +274,6 @@ async def test_store_mark_interrupted_uses_given_reason(store: TaskStore) -> Non
     stored = await store.get(task.task_id)
     assert stored is not None
     assert stored.error == "interrupted: runner drained while the task was queued"
-
-
-async def test_store_fail_stale_fails_only_silent_tasks(store: TaskStore) -> None:
-    """fail_stale fails tasks not written for stale_after_s and leaves fresh ones running."""
-    silent, _ = await store.create_or_join(new("org/silent", runner="runner-gone"))
-    busy, _ = await store.create_or_join(new("org/busy"))
-    now = NOW + STALE_AFTER_S + 5
-    await store.put(busy.start_loading(eta=9, now=now - 1))
-    assert await store.fail_stale(now=now) == 1
-    failed = await store.get(silent.task_id)
-    assert failed is not None and failed.status is TaskStatus.FAILED
-    assert [t.task_id for t in await store.list_active()] == [busy.task_id]
 
 
 async def test_memory_store_finished_task_expires_after_retention() -> None:

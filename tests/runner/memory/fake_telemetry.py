@@ -1,8 +1,5 @@
-"""`FakeTelemetry`: several GPUs whose figures a test sets by hand.
-
-It lives in the package (not under tests/) so any test module (pool, load
-tasks, capabilities, health) can build one; the runner never constructs it.
-"""
+"""`FakeTelemetry`: several GPUs whose figures a test sets by hand (the runner's
+`runner.memory.telemetry.Telemetry` protocol, for tests that have no GPU to read)."""
 
 from __future__ import annotations
 
