@@ -7,11 +7,12 @@ of a runner is what the runner answers (docs/client.md).
 - `RunnerPool` / `AsyncRunnerPool`: several runners; capabilities polled within their
   5 s cache; `pick(model)` with its reason; inference helpers that fall over; loads.
 - `Runner` / `AsyncRunner`: one runner's documents and governed operations.
+  Each pair is one set of flows (`client/steps.py`) behind a blocking and an async
+  façade (`client/facades.py`).
 - `read_token` / `parse_token`: an op token to carry (signing stays with `quorum token`).
 - `client/errors.py`: every exception, in one tree.
 """
 
-from client.async_pool import AsyncRunnerPool
 from client.capabilities import Capabilities, parse_capabilities
 from client.errors import (
     Attempt,
@@ -25,11 +26,10 @@ from client.errors import (
     RunnerRefused,
     RunnerUnreachable,
 )
+from client.facades import AsyncRunner, AsyncRunnerPool, Runner, RunnerPool
 from client.inference import Answer
 from client.lifecycle import LoadProgress, LoadResult
 from client.pick import Candidate, Choice, pick
-from client.pool import RunnerPool
-from client.runner import AsyncRunner, Runner
 from client.state import Reach, RunnerState
 from client.tokens import OpToken, parse_token, read_token
 

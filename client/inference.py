@@ -1,19 +1,19 @@
 """Inference through a pool: pick a runner, send, and on refusal fall over to the next.
 
-`send_flow` is the one decision path for chat, completions, embeddings and
-transcriptions; `Request` says what to send. The answer comes back with the runner's
-`X-*` headers (`X-Cache-Hit`, `X-Cache-Tokens-Reused`, `X-Queue-Wait-Ms`, `X-GPU-Time-Ms`,
-`X-Request-Id`, ...) and every attempt made on the way.
+`send_flow` is the one decision path for `chat`, `completions`, `embeddings` and
+`transcriptions` (the pool's flows, below); `Request` says what to send. The answer comes
+back with the runner's `X-*` headers (`X-Cache-Hit`, `X-Cache-Tokens-Reused`,
+`X-Queue-Wait-Ms`, `X-GPU-Time-Ms`, `X-Request-Id`, ...) and every attempt made on the way.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from client.core import PoolCore
+from client.core import PoolCore, refresh
 from client.errors import (
     Attempt,
     ClientError,
@@ -22,7 +22,7 @@ from client.errors import (
     RunnerUnreachable,
 )
 from client.pick import left_out
-from client.steps import Call, Flow, NoReply, Refresh, Reply, Sleep, refusal
+from client.steps import Call, Flow, NoReply, Reply, Sleep, refusal
 
 FALL_OVER_STATUSES = (429, 503)
 STALE_VIEW_CODES = ("model_not_loaded", "model_not_found")
@@ -33,7 +33,7 @@ MIN_WAIT_S = 0.05
 @dataclass(frozen=True, slots=True)
 class Request:
     path: str
-    json: Any = None
+    json: object = None
     files: Mapping[str, tuple[str, bytes, str]] | None = None
     data: Mapping[str, str] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -51,6 +51,8 @@ class Answer:
     """Every try, this one last."""
 
     def json(self) -> Any:
+        """The body, parsed (JSON, as `httpx.Response.json()`: read it as the endpoint's
+        OpenAI-shaped answer)."""
         return json.loads(self.content)
 
     @property
@@ -112,7 +114,7 @@ def send_flow(
     last: ClientError | None = None
     tried: set[str] = set()
     headers = {**core.headers, **request.headers}
-    yield Refresh()  # 1
+    yield from refresh(core)  # 1
     while True:
         choice = core.choose(model, priority, exclude=tried)  # 2
         if choice is None:  # 4
@@ -124,7 +126,7 @@ def send_flow(
             if waits and elapsed + min(waits) <= deadline_s:  # b
                 yield Sleep(max(min(waits), MIN_WAIT_S))
                 tried.clear()
-                yield Refresh()
+                yield from refresh(core)
                 continue
             raise DeadlineExceeded(model, attempts, last)  # c
         url = choice.url
@@ -162,3 +164,95 @@ def send_flow(
 
 def _x_headers(reply: Reply) -> dict[str, str]:
     return {k: v for k, v in reply.headers.items() if k.startswith("x-") or k == "retry-after"}
+
+
+def chat(
+    pool: PoolCore,
+    /,
+    model: str,
+    messages: Sequence[Mapping[str, object]],
+    *,
+    priority: str | None = None,
+    tenant: str | None = None,
+    deadline_s: float | None = None,
+    cache_mode: str | None = None,
+    cache_tag: str | None = None,
+    **fields: object,
+) -> Flow[Answer]:
+    """POST /v1/chat/completions (not streamed: stream with `openai_client`); `fields` are
+    the body's other fields (`max_tokens=16`, ...)."""
+    body = {"model": model, "messages": list(messages), **fields}
+    request = Request("/v1/chat/completions", body)
+    return _send(pool, model, request, priority, tenant, deadline_s, cache_mode, cache_tag)
+
+
+def completions(
+    pool: PoolCore,
+    /,
+    model: str,
+    prompt: str | list[str],
+    *,
+    priority: str | None = None,
+    tenant: str | None = None,
+    deadline_s: float | None = None,
+    **fields: object,
+) -> Flow[Answer]:
+    """POST /v1/completions."""
+    request = Request("/v1/completions", {"model": model, "prompt": prompt, **fields})
+    return _send(pool, model, request, priority, tenant, deadline_s)
+
+
+def embeddings(
+    pool: PoolCore,
+    /,
+    model: str,
+    text: str | list[str],
+    *,
+    priority: str | None = None,
+    tenant: str | None = None,
+    deadline_s: float | None = None,
+    **fields: object,
+) -> Flow[Answer]:
+    """POST /v1/embeddings."""
+    request = Request("/v1/embeddings", {"model": model, "input": text, **fields})
+    return _send(pool, model, request, priority, tenant, deadline_s)
+
+
+def transcriptions(
+    pool: PoolCore,
+    /,
+    model: str,
+    audio: bytes,
+    *,
+    filename: str = "audio.wav",
+    priority: str | None = None,
+    tenant: str | None = None,
+    deadline_s: float | None = None,
+    **fields: str,
+) -> Flow[Answer]:
+    """POST /v1/audio/transcriptions (multipart; `fields` are the form's other fields)."""
+    files = {"file": (filename, audio, "application/octet-stream")}
+    request = Request("/v1/audio/transcriptions", files=files, data={"model": model, **fields})
+    return _send(pool, model, request, priority, tenant, deadline_s)
+
+
+def _send(
+    pool: PoolCore,
+    model: str,
+    request: Request,
+    priority: str | None,
+    tenant: str | None,
+    deadline_s: float | None,
+    cache_mode: str | None = None,
+    cache_tag: str | None = None,
+) -> Flow[Answer]:
+    """`send_flow` with the pool's defaults for what the call leaves out."""
+    priority = priority or pool.priority
+    headers = request_headers(tenant or pool.tenant, priority, cache_mode, cache_tag)
+    return send_flow(
+        pool,
+        model,
+        replace(request, headers=headers),
+        priority=priority,
+        deadline_s=pool.deadline_s if deadline_s is None else deadline_s,
+    )

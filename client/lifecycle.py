@@ -1,5 +1,5 @@
 """Governed operations on one runner, as flows: load (and follow its task), unload, flush,
-cancel a load.
+cancel a load; and a pool's load, sent to the runner its token is addressed to.
 
 The load follows the contract's flow (seed 002, `executeModelLoad` / `pollModelLoadTask`):
 POST /v1/models/load answers 202 with a task; GET /v1/models/load/{taskId} until the task
@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from client.core import PoolCore, refresh
 from client.errors import (
     LoadCancelled,
     LoadFailed,
@@ -164,7 +165,7 @@ def cancel_flow(
 
 def governed_flow(
     url: str, path: str, token: OpToken, operation: str, epoch: Callable[[], float] = time.time
-) -> Flow[dict[str, Any]]:
+) -> Flow[dict[str, object]]:
     """POST the body the signers approved for `operation` (unload, flush); 200 -> its JSON."""
     if token.operation != operation:
         raise ValueError(f"the token approves {token.operation!r}, not {operation}")
@@ -173,6 +174,32 @@ def governed_flow(
     if not isinstance(doc, dict):
         raise RunnerRefused(url, reply.status, "bad_answer", "the answer is not a JSON object")
     return doc
+
+
+def pool_load(
+    pool: PoolCore,
+    token: OpToken,
+    *,
+    model: str | None = None,
+    url: str | None = None,
+    progress: ProgressCallback | None = None,
+    interval_s: float = 1.0,
+    timeout_s: float | None = None,
+) -> Flow[LoadResult]:
+    """Load what `token` approves on the runner it is addressed to (the runner whose
+    `runnerId` is its `aud`, once capabilities are fresh), or on `url` (`load_flow`)."""
+    yield from refresh(pool)
+    result = yield from load_flow(
+        pool.target(token, url),
+        token,
+        model=model,
+        progress=progress,
+        interval_s=interval_s,
+        timeout_s=timeout_s,
+        clock=pool.clock,
+        epoch=pool.epoch,
+    )
+    return result
 
 
 def _opt_int(value: object) -> int | None:

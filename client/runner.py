@@ -1,21 +1,20 @@
-"""One runner, addressed by URL: its documents and its governed operations.
+"""One runner, addressed by URL: its documents and governed operations, as flows.
 
-`Runner` (httpx.Client) and `AsyncRunner` (httpx.AsyncClient) have the same methods; each
-builds a flow (client/lifecycle.py, client/steps.py) and runs it with its driver. The
-CLI (`quorum status|load|unload|flush|tasks|logs`) is built on `Runner`.
+`RunnerCore` is the address and who asks; each function below builds one operation's
+flow from it (client/steps.py). `Runner` and `AsyncRunner` (client/facades.py) run them
+with a blocking or an async httpx client. The CLI (`quorum status|load|unload|flush|
+cancel|tasks|logs`) is built on `Runner`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import TypedDict
 from urllib.parse import quote
 
-import httpx
-
 from client.capabilities import Capabilities, parse_capabilities
-from client.core import normalize
+from client.core import identity_headers, normalize
 from client.errors import RunnerRefused
 from client.lifecycle import (
     LoadProgress,
@@ -28,219 +27,98 @@ from client.lifecycle import (
 )
 from client.steps import Call, Flow, Reply, call, expect, refusal
 from client.tokens import OpToken
-from client.transport import drive_async, drive_sync
-
-DEFAULT_TIMEOUT_S = 10.0
 
 
-def identity_headers(tenant: str | None, api_key: str | None) -> dict[str, str]:
-    """How the runner knows who asks: X-Tenant-ID, and the tenant's API key if keys are on."""
-    headers = {}
-    if tenant:
-        headers["X-Tenant-ID"] = tenant
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    return headers
+class RunnerOptions(TypedDict, total=False):
+    """`RunnerCore`'s keyword arguments, for the façades that pass them on."""
+
+    tenant: str | None
+    api_key: str | None
+    clock: Callable[[], float]
+    epoch: Callable[[], float]
 
 
-class _Flows:
-    """The flows of one runner's operations (no I/O)."""
+class RunnerCore:
+    """One runner's base URL, who asks (`tenant`, `api_key`) and the clocks (no I/O)."""
 
     def __init__(
         self,
         url: str,
-        tenant: str | None,
-        api_key: str | None,
-        clock: Callable[[], float],
-        epoch: Callable[[], float],
+        *,
+        tenant: str | None = None,
+        api_key: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        epoch: Callable[[], float] = time.time,
     ) -> None:
         self.url = normalize(url)
         self.headers = identity_headers(tenant, api_key)
         self.clock = clock
         self.epoch = epoch
 
-    def _get(self, path: str) -> Flow[Reply]:
-        return call(Call("GET", self.url + path, headers=self.headers))
 
-    def _capabilities(self) -> Flow[Capabilities]:
-        reply = yield from self._get("/v1/capabilities")
-        if reply.status not in (200, 503) or not isinstance(reply.json(), dict):
-            raise refusal(reply, self.epoch())
-        return parse_capabilities(reply.json())
-
-    def _load(
-        self,
-        token: OpToken,
-        model: str | None,
-        progress: ProgressCallback | None,
-        interval_s: float,
-        timeout_s: float | None,
-    ) -> Flow[LoadResult]:
-        return load_flow(
-            self.url,
-            token,
-            model=model,
-            progress=progress,
-            interval_s=interval_s,
-            timeout_s=timeout_s,
-            clock=self.clock,
-            epoch=self.epoch,
-        )
-
-    def _logs(self, model: str) -> Flow[list[str]]:
-        path = f"/v1/models/{quote(model, safe='/')}/logs"
-        call = Call("GET", self.url + path, headers=self.headers)
-        reply = yield from expect(call, 200, self.epoch())
-        doc = reply.json()
-        lines = doc.get("lines") if isinstance(doc, dict) else None
-        if not isinstance(lines, list):
-            raise RunnerRefused(self.url, reply.status, "bad_answer", "no lines in the answer")
-        return [str(line) for line in lines]
+def get(runner: RunnerCore, path: str) -> Flow[Reply]:
+    """Any GET, as it came back (health, metrics, ...); RunnerUnreachable if no answer."""
+    return call(Call("GET", runner.url + path, headers=runner.headers))
 
 
-class Runner(_Flows):
-    """One runner over a blocking `httpx.Client` (yours, or one made and closed here)."""
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        tenant: str | None = None,
-        api_key: str | None = None,
-        client: httpx.Client | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        clock: Callable[[], float] = time.monotonic,
-        epoch: Callable[[], float] = time.time,
-        sleep: Callable[[float], object] = time.sleep,
-    ) -> None:
-        super().__init__(url, tenant, api_key, clock, epoch)
-        self._own = client is None
-        self.client = client or httpx.Client(timeout=timeout_s)
-        self._sleep = sleep
-
-    def __enter__(self) -> Runner:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self._own:
-            self.client.close()
-
-    def _run(self, flow: Flow[Any]) -> Any:
-        return drive_sync(flow, self.client, sleep=self._sleep)
-
-    def get(self, path: str) -> Reply:
-        """Any GET, as it came back (health, metrics, ...); RunnerUnreachable if no answer."""
-        reply: Reply = self._run(self._get(path))
-        return reply
-
-    def capabilities(self) -> Capabilities:
-        view: Capabilities = self._run(self._capabilities())
-        return view
-
-    def load(
-        self,
-        token: OpToken,
-        *,
-        model: str | None = None,
-        progress: ProgressCallback | None = None,
-        interval_s: float = 1.0,
-        timeout_s: float | None = None,
-    ) -> LoadResult:
-        """Load the model the token approves and follow the task (client/lifecycle.py)."""
-        result: LoadResult = self._run(self._load(token, model, progress, interval_s, timeout_s))
-        return result
-
-    def task(self, task_id: str) -> LoadProgress:
-        found: LoadProgress = self._run(task_flow(self.url, task_id, self.epoch))
-        return found
-
-    def cancel_load(self, task_id: str, token: OpToken) -> LoadProgress:
-        done: LoadProgress = self._run(cancel_flow(self.url, task_id, token, self.epoch))
-        return done
-
-    def unload(self, token: OpToken) -> Mapping[str, Any]:
-        return dict(self._run(governed_flow(self.url, "/v1/models/unload", token, "model-unload")))
-
-    def flush(self, token: OpToken) -> Mapping[str, Any]:
-        return dict(self._run(governed_flow(self.url, "/v1/cache/flush", token, "cache-flush")))
-
-    def logs(self, model: str) -> list[str]:
-        """An engine's log lines (ADMIN_TENANTS only: 403 RunnerRefused otherwise)."""
-        lines: list[str] = self._run(self._logs(model))
-        return lines
+def capabilities(runner: RunnerCore) -> Flow[Capabilities]:
+    """GET /v1/capabilities (200, or 503 while starting or stopping), typed."""
+    reply = yield from get(runner, "/v1/capabilities")
+    if reply.status not in (200, 503) or not isinstance(reply.json(), dict):
+        raise refusal(reply, runner.epoch())
+    return parse_capabilities(reply.json())
 
 
-class AsyncRunner(_Flows):
-    """One runner over an `httpx.AsyncClient`; the same methods as `Runner`, awaited."""
+def load(
+    runner: RunnerCore,
+    token: OpToken,
+    *,
+    model: str | None = None,
+    progress: ProgressCallback | None = None,
+    interval_s: float = 1.0,
+    timeout_s: float | None = None,
+) -> Flow[LoadResult]:
+    """Load the model the token approves and follow the task (`lifecycle.load_flow`)."""
+    return load_flow(
+        runner.url,
+        token,
+        model=model,
+        progress=progress,
+        interval_s=interval_s,
+        timeout_s=timeout_s,
+        clock=runner.clock,
+        epoch=runner.epoch,
+    )
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        tenant: str | None = None,
-        api_key: str | None = None,
-        client: httpx.AsyncClient | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        clock: Callable[[], float] = time.monotonic,
-        epoch: Callable[[], float] = time.time,
-    ) -> None:
-        super().__init__(url, tenant, api_key, clock, epoch)
-        self._own = client is None
-        self.client = client or httpx.AsyncClient(timeout=timeout_s)
 
-    async def __aenter__(self) -> AsyncRunner:
-        return self
+def task(runner: RunnerCore, task_id: str) -> Flow[LoadProgress]:
+    """One look at a load task (404 -> RunnerRefused)."""
+    return task_flow(runner.url, task_id, runner.epoch)
 
-    async def __aexit__(self, *_: object) -> None:
-        await self.aclose()
 
-    async def aclose(self) -> None:
-        if self._own:
-            await self.client.aclose()
+def cancel_load(runner: RunnerCore, task_id: str, token: OpToken) -> Flow[LoadProgress]:
+    """Cancel a load task with a `task-cancel` token signed for its id."""
+    return cancel_flow(runner.url, task_id, token, runner.epoch)
 
-    async def _run(self, flow: Flow[Any]) -> Any:
-        return await drive_async(flow, self.client)
 
-    async def get(self, path: str) -> Reply:
-        reply: Reply = await self._run(self._get(path))
-        return reply
+def unload(runner: RunnerCore, token: OpToken) -> Flow[dict[str, object]]:
+    """POST /v1/models/unload with the body its `model-unload` token approves."""
+    return governed_flow(runner.url, "/v1/models/unload", token, "model-unload", runner.epoch)
 
-    async def capabilities(self) -> Capabilities:
-        view: Capabilities = await self._run(self._capabilities())
-        return view
 
-    async def load(
-        self,
-        token: OpToken,
-        *,
-        model: str | None = None,
-        progress: ProgressCallback | None = None,
-        interval_s: float = 1.0,
-        timeout_s: float | None = None,
-    ) -> LoadResult:
-        flow = self._load(token, model, progress, interval_s, timeout_s)
-        result: LoadResult = await self._run(flow)
-        return result
+def flush(runner: RunnerCore, token: OpToken) -> Flow[dict[str, object]]:
+    """POST /v1/cache/flush with the body its `cache-flush` token approves."""
+    return governed_flow(runner.url, "/v1/cache/flush", token, "cache-flush", runner.epoch)
 
-    async def task(self, task_id: str) -> LoadProgress:
-        found: LoadProgress = await self._run(task_flow(self.url, task_id, self.epoch))
-        return found
 
-    async def cancel_load(self, task_id: str, token: OpToken) -> LoadProgress:
-        done: LoadProgress = await self._run(cancel_flow(self.url, task_id, token, self.epoch))
-        return done
-
-    async def unload(self, token: OpToken) -> Mapping[str, Any]:
-        flow = governed_flow(self.url, "/v1/models/unload", token, "model-unload")
-        return dict(await self._run(flow))
-
-    async def flush(self, token: OpToken) -> Mapping[str, Any]:
-        flow = governed_flow(self.url, "/v1/cache/flush", token, "cache-flush")
-        return dict(await self._run(flow))
-
-    async def logs(self, model: str) -> list[str]:
-        lines: list[str] = await self._run(self._logs(model))
-        return lines
+def logs(runner: RunnerCore, model: str) -> Flow[list[str]]:
+    """An engine's log lines (ADMIN_TENANTS only: 403 RunnerRefused otherwise)."""
+    path = f"/v1/models/{quote(model, safe='/')}/logs"
+    reply = yield from expect(
+        Call("GET", runner.url + path, headers=runner.headers), 200, runner.epoch()
+    )
+    doc = reply.json()
+    lines = doc.get("lines") if isinstance(doc, dict) else None
+    if not isinstance(lines, list):
+        raise RunnerRefused(runner.url, reply.status, "bad_answer", "no lines in the answer")
+    return [str(line) for line in lines]

@@ -3,13 +3,14 @@
 A flow (`Flow[T]`) yields steps and gets their outcomes back, and returns its result:
 
     Call(method, url, ...)  ──▶  Reply(status, headers, content) | NoReply(reason, sent)
+    Calls((call, ...))      ──▶  (Reply | NoReply, ...)   in order; concurrent where it can
     Sleep(seconds)          ──▶  None
-    Refresh()               ──▶  None   (the pool polls the runners whose cache expired)
 
 `client/transport.py` runs a flow with `httpx.Client` (`drive_sync`) or
-`httpx.AsyncClient` (`drive_async`): the decisions (what to ask, when to wait, where to go
-next) live in one place and are tested without a network, as httpx's own sans-I/O
-design and Cog's message types suggest.
+`httpx.AsyncClient` (`drive_async`), and `client/facades.py` gives every flow a blocking
+and an awaitable method: the decisions (what to ask, when to wait, where to go next) live
+in one place and are tested without a network, as httpx's own sans-I/O design and Cog's
+message types suggest.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ T = TypeVar("T")
 class Call:
     method: str
     url: str
-    json: Any = None
+    json: object = None
     headers: Mapping[str, str] = field(default_factory=dict)
     files: Mapping[str, tuple[str, bytes, str]] | None = None
     """Multipart files: field name -> (file name, bytes, content type)."""
@@ -39,13 +40,16 @@ class Call:
 
 
 @dataclass(frozen=True, slots=True)
-class Sleep:
-    seconds: float
+class Calls:
+    """Several calls at once (a pool's capabilities polls): `drive_async` makes them
+    concurrently, `drive_sync` one by one; the outcomes come back in their order."""
+
+    calls: tuple[Call, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class Refresh:
-    """Poll the runners whose capabilities cache has expired."""
+class Sleep:
+    seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +80,10 @@ class NoReply:
     """The request may have reached the runner (a read failed, not the connect)."""
 
 
-Step = Call | Sleep | Refresh
-Outcome = Reply | NoReply | None
+Step = Call | Calls | Sleep
+Outcome = Reply | NoReply | tuple[Reply | NoReply, ...] | None
 Flow = Generator[Step, Outcome, T]
+"""A flow: yields steps, is sent their outcomes, returns its result (a `T`)."""
 
 
 def refusal(reply: Reply, now_epoch: float) -> RunnerRefused:

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from client.steps import Call, Flow, NoReply, Outcome, Refresh, Reply, Sleep, Step
+from client.steps import Call, Calls, Flow, NoReply, Outcome, Reply, Step
 
 T = TypeVar("T")
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
@@ -20,11 +20,7 @@ NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 def drive_sync(
-    flow: Flow[T],
-    client: httpx.Client,
-    *,
-    refresh: Callable[[], object] = lambda: None,
-    sleep: Callable[[float], object] = time.sleep,
+    flow: Flow[T], client: httpx.Client, *, sleep: Callable[[float], object] = time.sleep
 ) -> T:
     """Run `flow` to its result, performing its steps one by one."""
     outcome: Outcome = None
@@ -35,16 +31,11 @@ def drive_sync(
             result: T = done.value
             return result
         if isinstance(step, Call):
-            try:
-                outcome = _reply(step, client.request(step.method, step.url, **_kwargs(step)))
-            except httpx.TransportError as exc:
-                outcome = _no_reply(step, exc)
-        elif isinstance(step, Sleep):
-            sleep(step.seconds)
-            outcome = None
+            outcome = _send_sync(client, step)
+        elif isinstance(step, Calls):
+            outcome = tuple(_send_sync(client, call) for call in step.calls)
         else:
-            assert isinstance(step, Refresh)
-            refresh()
+            sleep(step.seconds)
             outcome = None
 
 
@@ -52,10 +43,10 @@ async def drive_async(
     flow: Flow[T],
     client: httpx.AsyncClient,
     *,
-    refresh: Callable[[], Awaitable[object]] | None = None,
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
 ) -> T:
-    """Run `flow` to its result; cancelling the caller stops it between steps."""
+    """Run `flow` to its result; `Calls` concurrently. Cancelling the caller stops it
+    between steps (and cancels the calls in progress)."""
     outcome: Outcome = None
     while True:
         try:
@@ -64,19 +55,26 @@ async def drive_async(
             result: T = done.value
             return result
         if isinstance(step, Call):
-            try:
-                response = await client.request(step.method, step.url, **_kwargs(step))
-                outcome = _reply(step, response)
-            except httpx.TransportError as exc:
-                outcome = _no_reply(step, exc)
-        elif isinstance(step, Sleep):
+            outcome = await _send_async(client, step)
+        elif isinstance(step, Calls):
+            outcome = tuple(await asyncio.gather(*(_send_async(client, c) for c in step.calls)))
+        else:
             await sleep(step.seconds)
             outcome = None
-        else:
-            assert isinstance(step, Refresh)
-            if refresh is not None:
-                await refresh()
-            outcome = None
+
+
+def _send_sync(client: httpx.Client, step: Call) -> Reply | NoReply:
+    try:
+        return _reply(step, client.request(step.method, step.url, **_kwargs(step)))
+    except httpx.TransportError as exc:
+        return _no_reply(step, exc)
+
+
+async def _send_async(client: httpx.AsyncClient, step: Call) -> Reply | NoReply:
+    try:
+        return _reply(step, await client.request(step.method, step.url, **_kwargs(step)))
+    except httpx.TransportError as exc:
+        return _no_reply(step, exc)
 
 
 def _kwargs(step: Call) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from client.errors import (
     RunnerRefused,
     RunnerUnreachable,
 )
-from client.runner import Runner
+from client.facades import Runner
 
 if TYPE_CHECKING:
     from rich.console import Console

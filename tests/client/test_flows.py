@@ -1,15 +1,18 @@
 """The client's decisions over a mock transport: cache, marking, fall-over, waits, loads.
 
 httpx's MockTransport stands in for the runners here (their answers in the runner's own
-shapes); tests/client/test_real_runners.py runs the same paths against real runners.
+shapes); tests/client/test_real_runners.py runs the same paths against real runners. Each
+test runs through both façades (`facade`: the blocking classes over `httpx.Client`, the
+async ones over `httpx.AsyncClient`), which share one flow per operation.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -22,6 +25,7 @@ from client import (
     LoadFailed,
     LoadProgress,
     NoRunnerAvailable,
+    OpToken,
     Reach,
     Runner,
     RunnerPool,
@@ -31,6 +35,23 @@ from client import (
 from tests.client.docs import caps
 
 Handler = Callable[[httpx.Request], httpx.Response]
+Pool = RunnerPool | AsyncRunnerPool
+OneRunner = Runner | AsyncRunner
+T = TypeVar("T")
+FACADES = ("blocking", "async")
+
+
+@pytest.fixture(params=FACADES)
+def facade(request: pytest.FixtureRequest) -> str:
+    """Which façade a test drives: `blocking` (httpx.Client) or `async` (httpx.AsyncClient)."""
+    return str(request.param)
+
+
+async def done(result: T | Awaitable[T]) -> T:
+    """What a façade's method returned: the result, or (async façade) the result awaited."""
+    if inspect.isawaitable(result):
+        return await result
+    return result
 
 
 class Clock:
@@ -46,6 +67,9 @@ class Clock:
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
         self.now += seconds
+
+    async def asleep(self, seconds: float) -> None:
+        self.sleep(seconds)
 
 
 def error(status: int, code: str, retry_after: int | None = None) -> httpx.Response:
@@ -76,31 +100,50 @@ def capabilities(doc: dict[str, Any]) -> Handler:
     return lambda _: httpx.Response(200, json=doc, headers={"Cache-Control": "max-age=5"})
 
 
-def pool_of(routes: dict[str, Handler], calls: list[str], clock: Clock, **kw: Any) -> RunnerPool:
-    client = httpx.Client(transport=runners(routes, calls))
-    urls = sorted({key.split()[0] for key in routes} | set(kw.pop("extra", ())))
-    return RunnerPool(
-        [f"http://{u}" for u in urls], client=client, clock=clock, sleep=clock.sleep, **kw
-    )
+def pool_of(
+    facade: str, routes: dict[str, Handler], calls: list[str], clock: Clock, **kw: Any
+) -> Pool:
+    """A pool of the runners `routes` names (and `extra` ones that never answer)."""
+    urls = [
+        f"http://{u}" for u in sorted({key.split()[0] for key in routes} | set(kw.pop("extra", ())))
+    ]
+    transport = runners(routes, calls)
+    if facade == "blocking":
+        client = httpx.Client(transport=transport)
+        return RunnerPool(urls, client=client, clock=clock, sleep=clock.sleep, **kw)
+    aclient = httpx.AsyncClient(transport=transport)
+    return AsyncRunnerPool(urls, client=aclient, clock=clock, sleep=clock.asleep, **kw)
 
 
-def test_pool_refresh_honours_the_cache() -> None:
+def runner_of(facade: str, routes: dict[str, Handler], calls: list[str], clock: Clock) -> OneRunner:
+    """Runner `http://a` answering `routes`."""
+    transport = runners(routes, calls)
+    if facade == "blocking":
+        client = httpx.Client(transport=transport)
+        return Runner("http://a", client=client, clock=clock, sleep=clock.sleep)
+    aclient = httpx.AsyncClient(transport=transport)
+    return AsyncRunner("http://a", client=aclient, clock=clock, sleep=clock.asleep)
+
+
+async def test_pool_refresh_honours_the_cache(facade: str) -> None:
     """Capabilities are asked again only once the runner's max-age has passed."""
     calls: list[str] = []
     clock = Clock()
-    pool = pool_of({"a /v1/capabilities": capabilities(caps("a", loaded=("m",)))}, calls, clock)
-    pool.pick("m")
-    pool.pick("m")
+    pool = pool_of(
+        facade, {"a /v1/capabilities": capabilities(caps("a", loaded=("m",)))}, calls, clock
+    )
+    await done(pool.pick("m"))
+    await done(pool.pick("m"))
     clock.now += 4.9
-    pool.pick("m")
+    await done(pool.pick("m"))
     assert calls == ["a /v1/capabilities"]
     clock.now += 0.2
-    pool.pick("m")
+    await done(pool.pick("m"))
     assert calls == ["a /v1/capabilities"] * 2
     assert pool.state("http://a").age(clock.now) == 0.0
 
 
-def test_pool_marks_starting_stopping_and_silent_runners() -> None:
+async def test_pool_marks_starting_stopping_and_silent_runners(facade: str) -> None:
     """503 with health starting/stopping, and no answer at all, are marked and left out;
     a runner that later fails keeps its last good view, ageing."""
     calls: list[str] = []
@@ -110,8 +153,8 @@ def test_pool_marks_starting_stopping_and_silent_runners() -> None:
         "t /v1/capabilities": lambda _: httpx.Response(503, json=caps("t", health="stopping")),
         "u /v1/capabilities": capabilities(caps("u", loaded=("m",))),
     }
-    pool = pool_of(routes, calls, clock, extra=["gone"])
-    assert pool.pick("m").url == "http://u"
+    pool = pool_of(facade, routes, calls, clock, extra=["gone"])
+    assert (await done(pool.pick("m"))).url == "http://u"
     reach = {s.url: s.reach for s in pool.states()}
     assert reach == {
         "http://gone": Reach.UNREACHABLE,
@@ -122,13 +165,13 @@ def test_pool_marks_starting_stopping_and_silent_runners() -> None:
     del routes["u /v1/capabilities"]
     clock.now += 6
     with pytest.raises(NoRunnerAvailable) as raised:
-        pool.pick("m")
+        await done(pool.pick("m"))
     assert raised.value.excluded["http://u"].startswith("unreachable (ConnectError")
     state = pool.state("http://u")
     assert state.view is not None and state.view.runner_id == "u" and state.age(clock.now) == 6
 
 
-def test_chat_falls_over_on_503_and_returns_runner_headers() -> None:
+async def test_chat_falls_over_on_503_and_returns_runner_headers(facade: str) -> None:
     """The chosen runner answers 503 queue_full: the chat goes to the next runner; the
     answer carries that runner's X-* headers and both attempts."""
     calls: list[str] = []
@@ -139,8 +182,8 @@ def test_chat_falls_over_on_503_and_returns_runner_headers() -> None:
         "b /v1/capabilities": capabilities(caps("b", loaded=("m",), free_mb=100)),
         "b /v1/chat/completions": chat_ok,
     }
-    pool = pool_of(routes, calls, clock, tenant="acme", priority="high")
-    answer = pool.chat("m", [{"role": "user", "content": "hi"}], max_tokens=4)
+    pool = pool_of(facade, routes, calls, clock, tenant="acme", priority="high")
+    answer = await done(pool.chat("m", [{"role": "user", "content": "hi"}], max_tokens=4))
     assert answer.url == "http://b" and answer.json()["choices"][0]["message"]["content"] == "hi"
     assert answer.headers == {"x-queue-wait-ms": "7", "x-cache-hit": "false"}
     assert answer.queue_wait_ms == 7 and answer.cache_hit is False
@@ -149,10 +192,10 @@ def test_chat_falls_over_on_503_and_returns_runner_headers() -> None:
         ("http://b", 200, None),
     ]
     assert pool.state("http://a").retry_after_s(clock.now) == 4
-    assert pool.pick("m").url == "http://b"  # a's Retry-After now counts as its wait
+    assert (await done(pool.pick("m"))).url == "http://b"  # a's Retry-After now counts as its wait
 
 
-def test_chat_sends_tenant_priority_and_body() -> None:
+async def test_chat_sends_tenant_priority_and_body(facade: str) -> None:
     """The helpers send X-Tenant-ID, X-Priority and the cache headers with the body."""
     seen: list[httpx.Request] = []
 
@@ -164,8 +207,10 @@ def test_chat_sends_tenant_priority_and_body() -> None:
         "a /v1/capabilities": capabilities(caps("a", loaded=("m",))),
         "a /v1/chat/completions": record,
     }
-    pool = pool_of(routes, [], Clock(), tenant="acme")
-    pool.chat("m", [{"role": "user", "content": "x"}], priority="low", cache_tag="s1", seed=3)
+    pool = pool_of(facade, routes, [], Clock(), tenant="acme")
+    await done(
+        pool.chat("m", [{"role": "user", "content": "x"}], priority="low", cache_tag="s1", seed=3)
+    )
     request = seen[0]
     assert request.headers["x-tenant-id"] == "acme" and request.headers["x-priority"] == "low"
     assert request.headers["x-cache-tag"] == "s1"
@@ -176,7 +221,7 @@ def test_chat_sends_tenant_priority_and_body() -> None:
     }
 
 
-def test_chat_waits_for_retry_after_within_the_deadline() -> None:
+async def test_chat_waits_for_retry_after_within_the_deadline(facade: str) -> None:
     """Every runner refused: the client waits what the runner asked, then tries again."""
     clock = Clock()
     answers = iter([error(429, "rate_limit_exceeded", retry_after=3), chat_ok()])
@@ -184,13 +229,13 @@ def test_chat_waits_for_retry_after_within_the_deadline() -> None:
         "a /v1/capabilities": capabilities(caps("a", loaded=("m",))),
         "a /v1/chat/completions": lambda _: next(answers),
     }
-    pool = pool_of(routes, [], clock, deadline_s=10)
-    answer = pool.chat("m", [])
+    pool = pool_of(facade, routes, [], clock, deadline_s=10)
+    answer = await done(pool.chat("m", []))
     assert answer.status == 200 and clock.slept == [3.0]
     assert [a.status for a in answer.attempts] == [429, 200]
 
 
-def test_chat_gives_up_when_retry_after_passes_the_deadline() -> None:
+async def test_chat_gives_up_when_retry_after_passes_the_deadline(facade: str) -> None:
     """A Retry-After beyond the deadline is not waited for: DeadlineExceeded with the
     attempts and the last refusal."""
     clock = Clock()
@@ -198,14 +243,16 @@ def test_chat_gives_up_when_retry_after_passes_the_deadline() -> None:
         "a /v1/capabilities": capabilities(caps("a", loaded=("m",))),
         "a /v1/chat/completions": lambda _: error(503, "queue_full", retry_after=30),
     }
-    pool = pool_of(routes, [], clock, deadline_s=10)
+    pool = pool_of(facade, routes, [], clock, deadline_s=10)
     with pytest.raises(DeadlineExceeded) as raised:
-        pool.chat("m", [])
+        await done(pool.chat("m", []))
     assert clock.slept == []
     assert isinstance(raised.value.last, RunnerRefused) and raised.value.last.retry_after == 30
 
 
-def test_chat_falls_over_on_stale_404_and_connection_refused_but_raises_400() -> None:
+async def test_chat_falls_over_on_stale_404_and_connection_refused_but_raises_400(
+    facade: str,
+) -> None:
     """model_not_loaded (a stale view) and a refused connection go to the next runner; a
     400 is the caller's mistake and is raised at once."""
     calls: list[str] = []
@@ -216,12 +263,12 @@ def test_chat_falls_over_on_stale_404_and_connection_refused_but_raises_400() ->
         "c /v1/capabilities": capabilities(caps("c", loaded=("m",), free_mb=10)),
         "c /v1/chat/completions": chat_ok,
     }
-    pool = pool_of(routes, calls, Clock())
-    assert pool.chat("m", []).url == "http://c"
+    pool = pool_of(facade, routes, calls, Clock())
+    assert (await done(pool.chat("m", []))).url == "http://c"
     assert pool.state("http://b").reach is Reach.UNREACHABLE
     routes["c /v1/chat/completions"] = lambda _: error(400, "invalid_request")
     with pytest.raises(RunnerRefused) as raised:
-        pool.chat("m", [])
+        await done(pool.chat("m", []))
     assert raised.value.status == 400 and raised.value.url == "http://c/v1/chat/completions"
 
 
@@ -259,7 +306,7 @@ TOKEN = parse_token(
 )
 
 
-def test_load_reports_progress_and_returns_the_result() -> None:
+async def test_load_reports_progress_and_returns_the_result(facade: str) -> None:
     """The load posts the body the token approves, reports every poll, and returns the
     completed task's figures."""
     clock = Clock()
@@ -274,13 +321,8 @@ def test_load_reports_progress_and_returns_the_result() -> None:
     posted: list[Any] = []
     post = routes["a /v1/models/load"]
     routes["a /v1/models/load"] = lambda r: posted.append(json.loads(r.content)) or post(r)
-    runner = Runner(
-        "http://a",
-        client=httpx.Client(transport=runners(routes, [])),
-        clock=clock,
-        sleep=clock.sleep,
-    )
-    result = runner.load(TOKEN, model="m", progress=seen.append, interval_s=0.5)
+    runner = runner_of(facade, routes, [], clock)
+    result = await done(runner.load(TOKEN, model="m", progress=seen.append, interval_s=0.5))
     assert posted == [{"modelId": "m", "maxContextLength": 512, "verifiedOpToken": TOKEN.raw}]
     assert [(p.status, p.progress, p.eta) for p in seen] == [
         ("accepted", 0.0, 9.0),
@@ -299,29 +341,113 @@ def test_load_reports_progress_and_returns_the_result() -> None:
         (task("cancelled", 0.3, None, error="cancelled"), LoadCancelled),
     ],
 )
-def test_load_raises_the_task_outcome(final: dict[str, Any], raised: type[Exception]) -> None:
+async def test_load_raises_the_task_outcome(
+    facade: str, final: dict[str, Any], raised: type[Exception]
+) -> None:
     """A failed task raises LoadFailed with its error; a cancelled one LoadCancelled."""
     clock = Clock()
     routes = load_routes([task("loading", 0.1, 5), final])
-    runner = Runner(
-        "http://a",
-        client=httpx.Client(transport=runners(routes, [])),
-        clock=clock,
-        sleep=clock.sleep,
-    )
+    runner = runner_of(facade, routes, [], clock)
     with pytest.raises(raised) as caught:
-        runner.load(TOKEN)
+        await done(runner.load(TOKEN))
     assert isinstance(caught.value, LoadFailed)
     assert caught.value.task_id == "load-1" and caught.value.error == final["error"]
 
 
-def test_load_refuses_a_token_for_another_model() -> None:
+async def test_load_refuses_a_token_for_another_model(facade: str) -> None:
     """A token for another model or operation is refused before anything is sent."""
     calls: list[str] = []
-    runner = Runner("http://a", client=httpx.Client(transport=runners({}, calls)))
+    runner = runner_of(facade, {}, calls, Clock())
     with pytest.raises(ValueError, match="not 'other'"):
-        runner.load(TOKEN, model="other")
+        await done(runner.load(TOKEN, model="other"))
     assert calls == []
+
+
+def token(operation: str, aud: str | None = None, **params: Any) -> OpToken:
+    claims = {"operation": operation, "modelId": "m", "params": params, "nonce": "n" * 22}
+    return parse_token({"opToken": {**claims, **({"aud": aud} if aud else {})}, "signature": "0"})
+
+
+async def test_runner_operations_send_what_the_contract_says(facade: str) -> None:
+    """Each of one runner's operations sends its request and returns the answer typed:
+    capabilities, a plain GET, a task, its cancel, unload, flush and an engine's logs."""
+    seen: list[tuple[str, str, Any]] = []
+
+    def answer(status: int, doc: dict[str, Any]) -> Handler:
+        def handle(request: httpx.Request) -> httpx.Response:
+            body = json.loads(request.content) if request.content else None
+            seen.append((request.method, request.url.path, body))
+            return httpx.Response(status, json=doc)
+
+        return handle
+
+    cancel = token("task-cancel", taskId="load-1")
+    routes = {
+        "a /v1/capabilities": answer(200, caps("a", loaded=("m",))),
+        "a /health": answer(200, {"status": "healthy"}),
+        "a /v1/models/load/load-1": answer(200, task("cancelled", 0.2, None)),
+        "a /v1/models/unload": answer(200, {"modelId": "m", "gpuMemoryFreedMB": 300}),
+        "a /v1/cache/flush": answer(200, {"entriesRemoved": 2}),
+        "a /v1/models/m/logs": answer(200, {"lines": ["one", "two"]}),
+    }
+    runner = runner_of(facade, routes, [], Clock())
+    assert (await done(runner.capabilities())).runner_id == "a"
+    assert (await done(runner.get("/health"))).json() == {"status": "healthy"}
+    assert (await done(runner.task("load-1"))).status == "cancelled"
+    assert (await done(runner.cancel_load("load-1", cancel))).status == "cancelled"
+    unloaded = await done(runner.unload(token("model-unload")))
+    assert unloaded == {"modelId": "m", "gpuMemoryFreedMB": 300}
+    assert await done(runner.flush(token("cache-flush", scope="all"))) == {"entriesRemoved": 2}
+    assert await done(runner.logs("m")) == ["one", "two"]
+    assert [(method, path) for method, path, _ in seen] == [
+        ("GET", "/v1/capabilities"),
+        ("GET", "/health"),
+        ("GET", "/v1/models/load/load-1"),
+        ("DELETE", "/v1/models/load/load-1"),
+        ("POST", "/v1/models/unload"),
+        ("POST", "/v1/cache/flush"),
+        ("GET", "/v1/models/m/logs"),
+    ]
+    assert seen[3][2] == {"verifiedOpToken": cancel.raw}
+    assert seen[5][2]["scope"] == "all"
+
+
+async def test_pool_inference_helpers_and_load_go_where_they_should(facade: str) -> None:
+    """completions, embeddings and transcriptions post their bodies to the picked runner;
+    a pool's load goes to the runner its token is addressed to (its `aud`)."""
+    seen: list[tuple[str, bytes]] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        seen.append((f"{request.url.host} {request.url.path}", request.content))
+        return chat_ok(request)
+
+    accepted = {"taskId": "load-1", "status": "loading", "progress": 0.0, "eta": 1}
+    routes = {
+        "a /v1/capabilities": capabilities(caps("a", loaded=("m",), free_mb=1900)),
+        "a /v1/completions": record,
+        "a /v1/embeddings": record,
+        "a /v1/audio/transcriptions": record,
+        "b /v1/capabilities": capabilities(caps("b", loaded=("m",), free_mb=100)),
+        "b /v1/models/load": lambda _: httpx.Response(202, json=accepted),
+        "b /v1/models/load/load-1": lambda _: httpx.Response(
+            200, json=task("completed", 1.0, 0, loadTimeMs=10)
+        ),
+    }
+    pool = pool_of(facade, routes, [], Clock())
+    await done(pool.completions("m", "once upon", max_tokens=2))
+    await done(pool.embeddings("m", ["a", "b"]))
+    await done(pool.transcriptions("m", b"RIFF", language="en"))
+    assert [where for where, _ in seen] == [
+        "a /v1/completions",
+        "a /v1/embeddings",
+        "a /v1/audio/transcriptions",
+    ]
+    assert json.loads(seen[0][1]) == {"model": "m", "prompt": "once upon", "max_tokens": 2}
+    assert json.loads(seen[1][1]) == {"model": "m", "input": ["a", "b"]}
+    assert b'name="language"' in seen[2][1] and b"RIFF" in seen[2][1]
+    loaded = await done(pool.load(token("model-load", aud="b"), interval_s=0))
+    assert (loaded.url, loaded.load_time_ms) == ("http://b", 10)
+    assert [s.reach for s in await done(pool.refresh(force=True))] == [Reach.UP, Reach.UP]
 
 
 async def test_async_pool_polls_concurrently_and_falls_over() -> None:
