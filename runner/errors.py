@@ -25,7 +25,8 @@ Exception tree (the runner's rows; the generic ones come from `faults`)::
     ├── ModelDownloadFailed          502  model_download_failed: the Hub download failed
     ├── HttpError                    4xx  http_error: another refusal of the framework's
     ├── PayloadTooLarge (faults)     413  payload_too_large: body above MAX_BODY_BYTES
-    ├── RequestTimeout               408  request_timeout: headers or body too slow (http_limits)
+    ├── RequestTimeout               408  request_timeout: headers or body too slow
+    │                                     (runner/http/limits.py)
     ├── HeadersTooLarge              431  request_header_fields_too_large: MAX_HEADER_BYTES,
     │                                     MAX_HEADERS (runner/http/limits.py)
     ├── ServiceUnavailable (faults)  503  service_unavailable: starting, stopping

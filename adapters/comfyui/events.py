@@ -15,9 +15,9 @@ order for one prompt::
     end marker:     executing {node: null, prompt_id}    (after the history entry is written)
 
 `status`, `progress_state` and binary preview frames carry nothing this adapter needs.
-`GET /history/{id}` holds the verdict once the prompt ended: `status.status_str` is
-`success` or `error`, and an interrupted prompt also reads `error`: it is told apart by an
-`execution_interrupted` entry in `status.messages`.
+`GET /history/{id}` holds the verdict once the prompt ended: its entry's
+`{"status": {"status_str"}}` is `success` or `error`, and an interrupted prompt also reads
+`error`: it is told apart by an `execution_interrupted` entry in `{"status": {"messages"}}`.
 """
 
 from __future__ import annotations

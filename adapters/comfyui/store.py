@@ -2,8 +2,8 @@
 
 OpenAI's image URLs expire (after an hour); these do too. A URL is a capability: whoever
 holds it can read the image, as with OpenAI's. The runner serves them at
-`GET /v1/images/files/{token}.png` (`http.ImageFiles`). Files live in one directory;
-which token expires when is kept in memory, so a restart forgets them and `sweep`
+`GET /v1/images/files/{token}.png` (`runner/images/handler.ImageFiles`). Files live in one
+directory; which token expires when is kept in memory, so a restart forgets them and `sweep`
 (called at start-up and now and then) removes files nobody can reach any more. `keep`
 also removes its file when the TTL has passed, so an image is not on disk longer than it
 can be fetched. File I/O here is blocking except in `keep`: callers run it in a thread.

@@ -14,7 +14,7 @@ Facts read from vLLM 0.32.0's source and checked against it running (PyPI's CPU 
   paths under `/v1`, `/v2`, `/inference`, `/cohere`: `/metrics`, `/health` and the dev
   routes answer anyone who can connect, so the engine listens on 127.0.0.1 only.
 - Tenants (`rewrite` / `place`): a client's `cache_salt` (and `kv_transfer_params`) is
-  removed; the runner's own salt per tenant and cache tag is spliced in (`vllm_salts.py`).
+  removed; the runner's own salt per tenant and cache tag is spliced in (`salts.py`).
   `X-Cache-Mode: none` sends a one-off random salt: nothing is reused, nothing reusable.
 - Reports: `usage.prompt_tokens_details.cached_tokens` (needs
   `--enable-prompt-tokens-details`). A streamed answer carries usage only in a last chunk

@@ -1,7 +1,6 @@
-"""What the audio path reports, as a Protocol the runner's `Metrics` implements.
+"""What the audio path reports, as a Protocol `runner.telemetry.metrics.Metrics` implements.
 
-The first four methods already exist on `runner.telemetry.metrics.Metrics` (the data path's);
-the last two are the speech ones. Prometheus names the runner should give them:
+The first four methods are the data path's, the last two the speech ones, exported as:
 
 | method                  | metric                                | type      | labels        |
 |-------------------------|---------------------------------------|-----------|---------------|

@@ -1,6 +1,6 @@
 """Which GPUs an engine gets, and the memory leases that tell other GPU users about it.
 
-The decisions are pure (`runner/memory/placement.place`, `runner/memory/accounting`);
+The decisions are pure (`runner/memory/placement.place`, `runner/memory/accounting.account`);
 this class gathers their inputs (telemetry, every holder's leases in the state store)
 and keeps each model's placement and lease.
 """

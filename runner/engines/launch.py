@@ -2,8 +2,8 @@
 
 Each backend's function returns a `Launched`: the supervised process (None for an
 engine attached by URL) and the engine that serves the model's requests. The command
-lines themselves are pure functions in the adapters (`adapters/llama_protocol.command_line`,
-`adapters/vllm_launch.command_line`).
+lines themselves are pure functions in the adapters
+(`adapters/llama_server/protocol.command_line`, `adapters/vllm/launch.command_line`).
 
 Two kinds of engine, served by two request paths:
 

@@ -13,7 +13,7 @@ Every inference request goes the same way, whatever its path:
        served its handler is cancelled (the engine work stops)
     5. any error before the answer started: the runner's envelope with the request id,
        the queue wait and RateLimit-* (`send_error`); every request counted once
-       (`metrics.count_request`).
+       (`Metrics.count_request`).
 
 Per-request state travels in one record (`Call`), not in arguments.
 """

@@ -1,6 +1,6 @@
 """The scheduler's only window onto the world.
 
-The scheduler decides; whoever implements `Effects` acts. `loop.py` implements
+The scheduler decides; whoever implements `Effects` acts. `admission.py` implements
 the request half with asyncio futures, hands the model half to the model pool
 (`ModelEffects`) and passes `notify` on to whoever listens (load tasks, unloads,
 metrics); tests and `bench/` implement all of it with recorders and simulators.
