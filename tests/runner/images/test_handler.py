@@ -266,7 +266,7 @@ async def test_client_disconnect_interrupts_the_prompt(runner: Runner) -> None:
         "path": "/v1/images/generations",
         "headers": [(b"x-tenant-id", b"acme"), (b"content-type", b"application/json")],
     }
-    task = asyncio.create_task(runner.http.app(scope, receive, send))
+    task = asyncio.create_task(runner.app(scope, receive, send))
 
     async def running() -> bool:
         return bool((await runner.engine.client.queue()).running)
