@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from adapters.comfyui.errors import InvalidImageRequest
-from adapters.comfyui.workflows import MAX_SEED, Value
+from adapters.comfyui.node_limits import MAX_SEED
+from adapters.comfyui.workflows import Value
 
 ResponseFormat = Literal["b64_json", "url"]
 MAX_N = 10

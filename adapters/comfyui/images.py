@@ -17,7 +17,9 @@ entry per image the workflow saved.
 async form hands `job_work(...)` to the job manager (`runner/jobs`), whose progress
 callback (`Report`) then receives progress in workflow nodes (`JobView.progress`).
 Cancelling it (client gone, `DELETE /v1/jobs/{id}`) removes the prompt from ComfyUI's queue
-or interrupts it (`follow.run`).
+or interrupts it (`follow.run`). An interrupt acts only when ComfyUI's running node ends, so
+the caller's slot is not free then: `generate` hands the caller (`release_when`) the moment
+ComfyUI lets the prompt go, and the runner keeps the slot until it (step 9).
 
 Nothing of a job stays behind at ComfyUI: its images are saved in a folder of the job's
 own and removed once read (or, for a job that failed or was cancelled, once ComfyUI no
@@ -63,6 +65,9 @@ log = logging.getLogger("quorum.comfyui")
 
 Report = Callable[[float, float | None], Awaitable[None]]
 """`report(done, total)`: progress in workflow nodes (a job's progress reporter fits)."""
+ReleaseWhen = Callable[[Awaitable[object]], None]
+"""`release_when(let_go)`: keep the request's slot until `let_go` completes (the admission
+scope's `release_when`)."""
 
 
 class ModelShape(Protocol):
@@ -153,18 +158,21 @@ class ImageGenerator:
         clock: Callable[[], float] = time.time,
         seeds: Callable[[], int] = lambda: secrets.randbits(63),
         keep_metadata: bool = False,
-        settle_poll_s: float = 1.0,
+        settle_poll_s: float = 0.2,
         settle_limit_s: float = 600.0,
         release_s: float = 30.0,
     ) -> None:
         """`release_s`: how long a prompt given up on for its silence may take to leave
-        ComfyUI before its slot is freed anyway (`generate` step 8)."""
+        ComfyUI before its slot is freed anyway (`generate` step 8). A cancelled prompt's
+        slot waits for it at most the silence bound (`timing.silence_s`, else
+        `settle_limit_s`; step 9). `settle_poll_s`: how often `/queue` is read meanwhile."""
         self.store = store
         self.timing = timing or FollowTiming()
         self.keep_metadata = keep_metadata
         self.settle_poll_s = settle_poll_s
         self.settle_limit_s = settle_limit_s
         self.release_s = release_s
+        self.hold_s = self.timing.silence_s or settle_limit_s
         self._clock = clock
         self._seeds = seeds
         self._cleanups: set[asyncio.Task[None]] = set()
@@ -175,6 +183,7 @@ class ImageGenerator:
         request: ImageRequest,
         progress: Report | None = None,
         url_for: Callable[[str], str] = file_path,
+        release_when: ReleaseWhen | None = None,
     ) -> Generated:
         """Render, submit, follow, fetch; the OpenAI answer.
 
@@ -196,6 +205,10 @@ class ImageGenerator:
            `release_s`, so the slot it frees finds ComfyUI free. ComfyUI acts on an
            interrupt only between nodes and in progress hooks; without this wait the next
            prompt would be handed to ComfyUI while the node finishes, and wait inside it.
+        9. Cancelled, or failed before its end (`follow.run` removed or interrupted the
+           prompt; it may still be running its node): `release_when` gets the moment
+           ComfyUI no longer runs or queues it (at most `hold_s`), so the caller's slot is
+           held until then and the next request waits in the runner, not inside ComfyUI.
         """
         model.ensure_ready()  # 1
         seed = request.seed if request.seed is not None else self._seeds()
@@ -215,9 +228,12 @@ class ImageGenerator:
             images = _verdict(model.model_id, finished)  # 4
             data = [await self._answer(model, ref, request, url_for) for ref in images]  # 5
         except BaseException as exc:
-            if isinstance(exc, EngineSilent):  # 8
+            silent = isinstance(exc, EngineSilent)
+            if silent:  # 8
                 await self._let_go(model, prompt_id)
-            self._clean_up_later(model, graph, token, prompt_id, ended)  # 6
+            left = self._clean_up_later(model, graph, token, prompt_id, ended)  # 6
+            if not ended and not silent and release_when is not None:  # 9
+                release_when(self._slot_free(left, prompt_id))
             if isinstance(exc, EngineUnavailable):  # 7
                 how = await model.died_within(CRASH_GRACE_S)
                 if how is not None:
@@ -270,10 +286,15 @@ class ImageGenerator:
         token: str,
         prompt_id: str,
         ended: bool,
-    ) -> None:
-        task = asyncio.create_task(self._settle_then_clean(model, graph, token, prompt_id, ended))
+    ) -> asyncio.Future[None]:
+        """Clean up in the background; the future completes once ComfyUI let the prompt go."""
+        left: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(
+            self._settle_then_clean(model, graph, token, prompt_id, ended, left)
+        )
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
+        return left
 
     async def _settle_then_clean(
         self,
@@ -282,11 +303,17 @@ class ImageGenerator:
         token: str,
         prompt_id: str,
         ended: bool,
+        left: asyncio.Future[None],
     ) -> None:
         """Wait until ComfyUI no longer runs or queues the prompt (it may still write its
-        images), at most `settle_limit_s`; ComfyUI unreachable ends the wait. Then clean."""
-        if not ended:
-            await self._left(model, prompt_id, self.settle_limit_s)
+        images), at most `settle_limit_s`; ComfyUI unreachable ends the wait. Then `left`
+        completes, and the prompt's files and history go."""
+        try:
+            if not ended:
+                await self._left(model, prompt_id, self.settle_limit_s)
+        finally:
+            if not left.done():
+                left.set_result(None)
         try:
             await self._clean_up(model, graph, token, prompt_id)
         except Exception as exc:
@@ -307,6 +334,20 @@ class ImageGenerator:
             if loop.time() >= deadline:
                 return False
             await asyncio.sleep(self.settle_poll_s)
+
+    async def _slot_free(self, left: asyncio.Future[None], prompt_id: str) -> None:
+        """Step 9: return once ComfyUI let the prompt go (`left`), at most `hold_s`."""
+        try:
+            async with asyncio.timeout(self.hold_s):
+                await asyncio.shield(left)
+        except TimeoutError:
+            log.error(
+                "prompt %s: ComfyUI still runs it %g s after it was cancelled (a node that "
+                "does not return?); its slot is given back, the next prompts wait behind it "
+                "at ComfyUI",
+                prompt_id,
+                self.hold_s,
+            )
 
     async def _let_go(self, model: ImageModel, prompt_id: str) -> None:
         """Step 8."""

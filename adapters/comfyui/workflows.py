@@ -12,7 +12,9 @@ replaced by placeholders::
 A string that is exactly one placeholder takes the parameter's typed value (an int stays an
 int); a placeholder inside a longer string is replaced by its text. Rendering (`render`)
 checks every value against its declaration first, so a bad request is refused with a 400
-naming the parameter before anything reaches ComfyUI.
+naming the parameter before anything reaches ComfyUI. A template is held to ComfyUI's own
+input limits when it is loaded (`within_comfyui`, `node_limits.py`): bounds beyond them are
+refused, missing ones become them, so what rendering lets through ComfyUI accepts.
 
 Every template must use `{{filename_prefix}}` (each job saves under its own prefix: ComfyUI
 serves an identical graph from its cache, and its `executed` event then names the files of
@@ -26,6 +28,8 @@ simply does not receive it.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,13 +39,15 @@ from typing import Any, Literal
 import orjson
 
 from adapters.comfyui.errors import InvalidWorkflowParameter
+from adapters.comfyui.node_limits import COMFYUI_VERSION, MAX_SEED, Limit, known, limit_of
 from faults import ConfigError
+
+log = logging.getLogger("quorum.comfyui")
 
 ParamKind = Literal["str", "int", "float"]
 Value = str | int | float
 _PLACEHOLDER = re.compile(r"\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}")
 _KINDS: dict[str, ParamKind] = {"str": "str", "string": "str", "int": "int", "float": "float"}
-MAX_SEED = 0xFFFF_FFFF_FFFF_FFFF  # KSampler's seed bound (nodes.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,11 +200,105 @@ def template_from_json(doc: Mapping[str, Any], source: str = "template") -> Work
     return WorkflowTemplate(name, graph, {k: param_from_json(k, v) for k, v in params.items()})
 
 
+Use = tuple[Limit, str]  # a number input a parameter feeds: its limit, where it is
+
+
+def _uses(template: WorkflowTemplate) -> tuple[dict[str, list[Use]], set[str]]:
+    """The number inputs each parameter feeds, and the node classes of unknown limits.
+
+    A literal number on a known input must be within its limit; a placeholder on one must
+    be the whole value (ComfyUI converts text with `int()`) of an int or float parameter.
+    """
+    uses: dict[str, list[Use]] = {}
+    unknown: set[str] = set()
+    for node_id, node in template.graph.items():
+        kind = node["class_type"]
+        if not known(kind):
+            unknown.add(kind)
+            continue
+        for name, value in (node.get("inputs") or {}).items():
+            limit = limit_of(kind, name)
+            if limit is None:
+                continue
+            where = f"{kind}.{name} (node {node_id})"
+            if isinstance(value, bool) or not isinstance(value, str | int | float):
+                continue  # a link to another node's output
+            if not isinstance(value, str):
+                if not limit.minimum <= value <= limit.maximum:
+                    raise ConfigError(
+                        f"workflow {template.name!r}: {where} is {value:g}, outside ComfyUI "
+                        f"{COMFYUI_VERSION}'s {limit.minimum:g}..{limit.maximum:g}"
+                    )
+                continue
+            whole = _PLACEHOLDER.fullmatch(value)
+            if whole is None:
+                if placeholders(value):
+                    raise ConfigError(
+                        f"workflow {template.name!r}: {where} takes a number, so its "
+                        "placeholder must be the whole value"
+                    )
+                continue
+            param = whole.group(1)
+            if template.params[param].kind == "str":
+                raise ConfigError(
+                    f"workflow {template.name!r}: parameter {param!r} is text but feeds "
+                    f"{where}, a number"
+                )
+            uses.setdefault(param, []).append((limit, where))
+    return uses, unknown
+
+
+def within_comfyui(template: WorkflowTemplate) -> WorkflowTemplate:
+    """`template` held to ComfyUI's input limits (`node_limits.py`; pure but for a log line).
+
+    1. The number inputs each parameter feeds (`_uses`; literal values checked there).
+    2. A declared bound beyond the tightest limit among them: ConfigError naming the
+       parameter, the node input and ComfyUI's limit.
+    3. An undeclared bound becomes that limit; the default must fit what results.
+    Node classes whose limits the runner does not know keep the template's bounds (logged).
+    """
+    uses, unknown = _uses(template)  # 1
+    params = dict(template.params)
+    for name, fed in uses.items():
+        param = params[name]
+        low, low_at = max((limit.minimum, where) for limit, where in fed)
+        high, high_at = min((limit.maximum, where) for limit, where in fed)
+        beyond = (  # 2
+            f"at least {param.minimum:g}, but {low_at} must be at least {low:g}"
+            if param.minimum is not None and param.minimum < low
+            else f"up to {param.maximum:g}, but {high_at} must be at most {high:g}"
+            if param.maximum is not None and param.maximum > high
+            else None
+        )
+        if beyond is not None:
+            raise ConfigError(
+                f"workflow {template.name!r}: parameter {name!r} allows {beyond} "
+                f"(ComfyUI {COMFYUI_VERSION})"
+            )
+        params[name] = dataclasses.replace(  # 3
+            param,
+            minimum=low if param.minimum is None else param.minimum,
+            maximum=high if param.maximum is None else param.maximum,
+        )
+        if param.default is not None:
+            try:
+                params[name].check(name, param.default)
+            except InvalidWorkflowParameter as exc:
+                raise ConfigError(f"workflow {template.name!r}: default of {exc}") from None
+    if unknown:
+        names = ", ".join(sorted(unknown))
+        log.info("workflow %r: ComfyUI's limits of %s unknown here", template.name, names)
+    if params == dict(template.params):
+        return template
+    return WorkflowTemplate(template.name, template.graph, params)
+
+
 def load_template(name_or_path: str) -> WorkflowTemplate:
-    """A built-in template by name (`txt2img`, `model-free-test`), or a JSON template file."""
+    """A built-in template by name (`txt2img`, `model-free-test`), or a JSON template file;
+    either held to ComfyUI's input limits (`within_comfyui`)."""
     builtin = BUILTIN.get(name_or_path)
     if builtin is not None:
-        return builtin
+        return within_comfyui(builtin)
     path = Path(name_or_path)
     try:
         doc = orjson.loads(path.read_bytes())
@@ -208,7 +308,7 @@ def load_template(name_or_path: str) -> WorkflowTemplate:
         raise ConfigError(f"workflow {name_or_path!r}: not JSON: {exc}") from None
     if not isinstance(doc, Mapping):
         raise ConfigError(f"workflow {name_or_path!r}: must be a JSON object")
-    return template_from_json(doc, name_or_path)
+    return within_comfyui(template_from_json(doc, name_or_path))
 
 
 _SIZE = {"minimum": 64, "maximum": 2048, "multiple_of": 8}

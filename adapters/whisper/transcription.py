@@ -40,7 +40,8 @@ class Transcription:
     (`InvalidAudio`, ...), `TranscriptionFailed`, `EngineCrashed` when the worker died, or
     `EngineSilent` when it sent nothing for the engine's `silence_s` (and was killed).
     Closed early, it stays in the engine's `in_flight` until the worker's `Done` arrives
-    (then in `done`, `error_code` "cancelled"): the worker's slot is busy until then.
+    (then in `done`, `error_code` "cancelled"): the worker's slot is busy until then, and
+    `let_go()` returns then (the runner keeps the request's slot until it does).
     """
 
     def __init__(self, engine: Owner, request_id: str) -> None:
@@ -51,6 +52,7 @@ class Transcription:
         self.seconds_done = 0.0
         self._queue: asyncio.Queue[Item] = asyncio.Queue()
         self._closed = False
+        self._settled = asyncio.Event()  # nothing more will come from the worker for it
 
     def deliver(self, item: Item) -> None:
         """From the engine: the next message, or the error that ends the request."""
@@ -61,6 +63,7 @@ class Transcription:
             self.done = item
         if isinstance(item, Done | BaseException):
             self.engine.forget(self.request_id)
+            self._settled.set()
 
     async def _next(self) -> Info | Segment | Done:
         """The worker's next message; nothing within the engine's `silence_s`: the request
@@ -112,15 +115,35 @@ class Transcription:
         """Answered (Done or an error): nothing more will come for this request."""
         self._closed = True
         self.engine.forget(self.request_id)
+        self._settled.set()
+
+    @property
+    def settled(self) -> bool:
+        """The worker is done with this request (answered, or it cannot answer any more)."""
+        return self._settled.is_set()
+
+    async def let_go(self) -> None:
+        """Return once the worker is done with this request: after an early close, when its
+        `Done` comes (it stops at its next segment) or the engine fails. A worker that
+        sends nothing for the engine's `silence_s` meanwhile is stuck, and is killed as a
+        silent request's is (`silent`)."""
+        try:
+            async with asyncio.timeout(self.engine.silence_s):
+                await self._settled.wait()
+        except TimeoutError:
+            await self.engine.silent(self.request_id)
+            self._settled.set()
 
     async def aclose(self) -> None:
-        """Stop the request if the worker is still on it; its Done is awaited by no one."""
+        """Stop the request if the worker is still on it; its Done is awaited by no one
+        (but `let_go`)."""
         if self._closed:
             return
         self._closed = True
         self.engine.cancel(self.request_id)
         if self.engine.closed:
             self.engine.forget(self.request_id)
+            self._settled.set()
 
     async def __aenter__(self) -> Transcription:
         return self

@@ -15,7 +15,10 @@ minute of audio weighs like a 600-token prompt. The estimate is the file's full 
 the usage reported at release is the audio actually transcribed (less when cancelled).
 
 **Cancel.** Cancelling the task that awaits `transcribe` (client gone, job deleted)
-withdraws a queued request, or tells the worker to stop at its next segment.
+withdraws a queued request, or tells the worker to stop at its next segment. The worker
+holds its slot until then, so the run's slot does too: the admission scope gives it back
+once the worker answered the cancel (`Transcription.let_go`, handed to `release_when`),
+and the next request waits in the runner's queue meanwhile, not inside the worker.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from adapters.errors import EngineCrashed, EngineTimeout
 from adapters.whisper.engine import WhisperEngine
 from adapters.whisper.errors import InvalidAudio, UnsupportedLanguage
 from adapters.whisper.messages import Info, Segment
+from adapters.whisper.transcription import Transcription
 from runner.audio.formats import Transcript
 from runner.audio.metrics import SpeechMetrics
 from runner.audio.probe import AudioInfo, probe_audio
@@ -188,7 +192,7 @@ class SpeechRun:
 
     async def _transcribe(self, engine: WhisperEngine) -> Transcript:
         req = self.request
-        async with engine.transcribe(
+        transcription = engine.transcribe(
             req.audio_path,
             request_id=self.caller.request_id,
             task=req.task,
@@ -196,7 +200,16 @@ class SpeechRun:
             prompt=req.prompt,
             temperature=req.temperature,
             word_timestamps=req.words,
-        ) as t:
+        )
+        try:
+            return await self._collect(transcription)
+        finally:  # left early: the slot is the worker's until it answered the cancel
+            if not transcription.settled and self.held is not None:
+                self.held.release_when(transcription.let_go())
+
+    async def _collect(self, transcription: Transcription) -> Transcript:
+        req = self.request
+        async with transcription as t:
             try:
                 info = self.info = await t.wait_info()
                 if self.on_start is not None:

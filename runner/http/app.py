@@ -22,7 +22,7 @@ import gc
 import logging
 import math
 
-from adapters.comfyui import FILES_PATH
+from adapters.comfyui import FILES_PATH, ImageStore
 from governance.verifier import Verifier
 from runner.audio.handler import AUDIO_PATHS, AudioPath
 from runner.audio.multipart import FormLimits
@@ -62,6 +62,7 @@ class RunnerApp:
         self.audio: AudioPath | None = None
         self.images: ImagesPath | None = None
         self.image_files: ImageFiles | None = None
+        self.image_store: ImageStore | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._preloading: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -134,6 +135,7 @@ class RunnerApp:
             count_images=rt.outcomes.count_images,
         )
         self.images, self.image_files = routes.images, routes.files
+        self.image_store = routes.store
         if routes.store is not None:
             self._sweeper = asyncio.get_running_loop().create_task(sweep_forever(routes.store))
 
@@ -242,6 +244,9 @@ class RunnerApp:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
+        if self.image_store is not None:  # URLs die with the runner: so do their files
+            removed = await asyncio.to_thread(self.image_store.close)
+            log.info("image store closed: %d image(s) removed", removed)
         await self.rt.refresher.stop()
         await self.rt.watch.stop()
         await self.rt.attached.stop()

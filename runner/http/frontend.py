@@ -43,7 +43,14 @@ from runner.http.headers import (
     new_request_id,
     parse_request_headers,
 )
-from runner.scheduler.grants import Admission, AdmissionRequest, Grant, Usage
+from runner.scheduler.grants import (
+    Admission,
+    AdmissionRequest,
+    Grant,
+    Usage,
+    give_back,
+    let_go_of,
+)
 from tenants.config import TenantsConfig
 from tenants.errors import RateLimitExceeded
 from tenants.identity import DEFAULT_TENANT, resolve_tenant
@@ -256,12 +263,15 @@ class Admitted:
 
     Entering starts watching the client (the body must have been read: the watch takes
     `receive`), then waits for the scheduler's grant; leaving gives the grant back with
-    `usage` (set it inside the block). A client that goes away meanwhile cancels the
-    task: `ClientGone` comes out of the block, once. `disarm()` once the answer's last
-    byte is about to leave.
+    `usage` (set it inside the block), or, where the engine goes on with the request
+    after a cancel (`release_when`), once the engine let it go. A client that goes away
+    meanwhile cancels the task: `ClientGone` comes out of the block, once. `disarm()`
+    once the answer's last byte is about to leave.
     """
 
-    __slots__ = ("_call", "_front", "_request", "_started", "_watch", "grant", "usage")
+    __slots__ = (
+        "_call", "_front", "_let_go", "_request", "_started", "_watch", "grant", "usage",
+    )  # fmt: skip
 
     def __init__(self, front: FrontEnd, call: Call, request: AdmissionRequest) -> None:
         self._front = front
@@ -270,12 +280,17 @@ class Admitted:
         self._started = 0.0
         self.grant: Grant | None = None
         self.usage: Usage | None = None
+        self._let_go: asyncio.Future[object] | None = None
         task = asyncio.current_task()
         assert task is not None
         self._watch = DisconnectWatch(task)
 
     def disarm(self) -> None:
         self._watch.disarm()
+
+    def release_when(self, let_go: Awaitable[object]) -> None:
+        """The engine goes on with the request after this block (`grants.Holding`)."""
+        self._let_go = let_go_of(let_go)
 
     async def __aenter__(self) -> Admitted:
         asyncio.get_running_loop().create_task(self._watch.run(self._call.receive))
@@ -301,7 +316,7 @@ class Admitted:
         front = self._front
         if self.grant is not None:
             front.metrics.end_request(self._request.model, time.perf_counter() - self._started)
-            front.admission.release(self.grant, self.usage)
+            give_back(front.admission, self.grant, self.usage, self._let_go)
         if kind is asyncio.CancelledError:
             self._gone()
 

@@ -15,7 +15,10 @@
        submit to end), X-Request-Id, X-Cache-Hit: false, RateLimit-*
 
 A client that goes away while queued is withdrawn; while its prompt runs, the prompt is
-interrupted (or removed from ComfyUI's queue): `follow.run` does that on cancellation.
+interrupted (or removed from ComfyUI's queue): `follow.run` does that on cancellation. Its
+slot stays taken until ComfyUI let the prompt go (an interrupt acts when the running node
+ends): `generate` hands that moment to the admission scope (`release_when`), the
+synchronous request's and the job's alike.
 """
 
 from __future__ import annotations
@@ -102,7 +105,10 @@ class ImagesPath:
         ticket = _ticket(call.request_id, call, request)
         async with self.front.admitted(call, ticket) as admitted:  # 4b
             generated = await self.generator.generate(
-                self._model(request.model), request, url_for=url_for
+                self._model(request.model),
+                request,
+                url_for=url_for,
+                release_when=admitted.release_when,
             )  # 5
             admitted.disarm()
             headers = _headers(call, call.queue_wait_ms, generated.engine_ms)
@@ -136,10 +142,10 @@ class ImagesPath:
         admission, metrics = self.front.admission, self.front.metrics
 
         async def work(progress: ProgressReporter) -> object:
-            async with Hold(admission, ticket, metrics=metrics):
+            async with Hold(admission, ticket, metrics=metrics) as held:
                 await progress.running()
                 generated: Generated = await self.generator.generate(
-                    self._model(request.model), request, progress.report, url_for
+                    self._model(request.model), request, progress.report, url_for, held.release_when
                 )
                 self.count_images(request.model, call.tenant, _images_in(generated))
                 return generated.body

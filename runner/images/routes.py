@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,12 +69,16 @@ def image_routes(
     count_images: Callable[[str, str, int], None] = lambda _model, _tenant, _n: None,
 ) -> ImageRoutes:
     """The handlers; with `keep_files` (the runner has ComfyUI models) an image store in
-    IMAGES_DIR (else a fresh temporary directory) for `response_format: url`."""
+    IMAGES_DIR (else a folder of its own under the temporary folder) for `response_format:
+    url`, the runner's own (`ImageStore`: those left by a killed runner are removed)."""
     s = settings
     store = None
     if keep_files:
-        directory = s.images_dir or tempfile.mkdtemp(prefix="quorum-images-")
-        store = ImageStore(Path(directory).expanduser(), s.images_url_ttl_s)
+        store = (
+            ImageStore(Path(s.images_dir).expanduser(), s.images_url_ttl_s)
+            if s.images_dir
+            else ImageStore.temporary(s.images_url_ttl_s)
+        )
     models = ImageModels(pool.engines)
     images = ImagesPath(
         front,

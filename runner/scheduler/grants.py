@@ -12,12 +12,21 @@ Contract:
   queued), the request is withdrawn and never reaches the engine.
 - `release` is called exactly once per grant, with the usage the engine
   reported when it is known.
+- The slot is the engine's until the engine has let the request go, not until its
+  caller is done with it: where a cancel (client gone, job deleted) does not stop the
+  engine's work at once (ComfyUI finishes its running node; the speech worker its
+  segment), the work hands its scope the engine's let-go (`release_when`) and the grant
+  is released when that completes (`give_back`). Meanwhile the slot stays taken, so the
+  next request waits in the runner's queue, counted in its `X-Queue-Wait-Ms`, never
+  inside the engine.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from types import TracebackType
@@ -68,6 +77,43 @@ class Holding(Protocol):
     grant: Grant | None
     usage: Usage | None
 
+    def release_when(self, let_go: Awaitable[object]) -> None:
+        """The engine still works on the request after the scope ends: give the slot
+        back once `let_go` completes (it must be bounded), not at the scope's end."""
+        ...
+
+
+log = logging.getLogger("quorum.scheduler")
+_LETTING_GO: set[asyncio.Future[object]] = set()
+
+
+def give_back(
+    admission: Admission,
+    grant: Grant,
+    usage: Usage | None,
+    let_go: asyncio.Future[object] | None = None,
+) -> None:
+    """Release `grant` now, or, when the engine has not let the request go yet, once
+    `let_go` completes (however it ends: a failed or cancelled wait releases too)."""
+
+    def release(done: asyncio.Future[object] | None) -> None:
+        if done is not None:
+            _LETTING_GO.discard(done)
+            if not done.cancelled() and done.exception() is not None:
+                log.warning("waiting for an engine to let go failed: %r", done.exception())
+        admission.release(grant, usage)
+
+    if let_go is None or let_go.done():
+        release(let_go)
+        return
+    _LETTING_GO.add(let_go)
+    let_go.add_done_callback(release)
+
+
+def let_go_of(awaitable: Awaitable[object]) -> asyncio.Future[object]:
+    """`awaitable` as a future running from now on (a coroutine becomes a task)."""
+    return asyncio.ensure_future(awaitable)
+
 
 class Served(Protocol):
     """The metrics of requests at the engine (in flight, and how long)."""
@@ -81,7 +127,7 @@ class Hold:
     """`async with Hold(admission, request) as held:` acquire, then release with
     `held.usage`, however the block ends (async jobs: no client to watch)."""
 
-    __slots__ = ("_admission", "_metrics", "_request", "_started", "grant", "usage")
+    __slots__ = ("_admission", "_let_go", "_metrics", "_request", "_started", "grant", "usage")
 
     def __init__(
         self, admission: Admission, request: AdmissionRequest, *, metrics: Served | None = None
@@ -92,6 +138,10 @@ class Hold:
         self._started = 0.0
         self.grant: Grant | None = None
         self.usage: Usage | None = None
+        self._let_go: asyncio.Future[object] | None = None
+
+    def release_when(self, let_go: Awaitable[object]) -> None:
+        self._let_go = let_go_of(let_go)
 
     async def __aenter__(self) -> Hold:
         self.grant = await self._admission.acquire(self._request)
@@ -110,7 +160,7 @@ class Hold:
             if self._metrics is not None:
                 elapsed = time.perf_counter() - self._started
                 self._metrics.end_request(self._request.model, elapsed)
-            self._admission.release(self.grant, self.usage)
+            give_back(self._admission, self.grant, self.usage, self._let_go)
 
 
 Admit = Callable[[AdmissionRequest], AbstractAsyncContextManager[Holding]]

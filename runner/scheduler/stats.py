@@ -36,9 +36,12 @@ class QueueStats:
         }
 
     def capabilities(self) -> dict[str, object]:
-        """The seed's `queue` section of `/v1/capabilities`, with the forecasts."""
+        """The seed's `queue` section of `/v1/capabilities`, with the forecasts and
+        `running`: the requests holding an engine slot now (`in_flight`, the scheduler's
+        own count), a request whose client left included until its engine let it go."""
         return {
             "depth": self.depth,
+            "running": sum(self.in_flight.values()),
             "maxDepth": self.max_depth,
             "avgWaitMs": self.avg_wait_ms,
             "p95WaitMs": self.p95_wait_ms,

@@ -12,9 +12,12 @@ loaded claims nothing); the KV figures of engines that report their own (vLLM's 
 and `kv_cache_usage_perc`, ComfyUI: none) replace the snapshot's estimate for them; the
 queue adds what the engines report of themselves: `queue.depth` counts requests waiting in
 the runner and inside the engines (vLLM's `num_requests_waiting`, ComfyUI's pending
-prompts), `queue.running` (an addition to the seed's keys) those the engines execute;
-`queue.forecastWaitMs` and `queue.forecastWaitMsByModel` are the scheduler's forecasts
-(`runner/scheduler/forecast.py`).
+prompts). `queue.running` (an addition to the seed's keys) is the scheduler's: the requests
+holding an engine slot now, the same count that decides who is granted next (a ComfyUI
+prompt included, and a request whose client left until its engine let it go; a poll of
+the engines would lag it by up to ENGINE_STATS_INTERVAL_S), less those the engines say
+they hold queued (counted in `depth` already). `queue.forecastWaitMs` and
+`queue.forecastWaitMsByModel` are the scheduler's forecasts (`runner/scheduler/forecast.py`).
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ def capabilities(
     loaded = [(m, e) for m, e in known if m.serving]
     engines = engines or {}
     loads = [engines[m.model] for m, _ in loaded if m.model in engines]
+    inside = sum(load.waiting for load in loads)  # granted, but queued inside an engine
     caches = loads + [  # engines that report no KV figures of their own: the snapshot's
         EngineLoad(m.kv_mb, m.kv_utilization) for m in res.models if m.model not in engines
     ]
@@ -133,8 +137,8 @@ def capabilities(
         },
         "queue": {
             **queue,
-            "depth": _int(queue.get("depth")) + sum(load.waiting for load in loads),
-            "running": sum(load.running for load in loads),
+            "depth": _int(queue.get("depth")) + inside,
+            "running": max(0, _int(queue.get("running")) - inside),
         },
         "capabilities": {
             "streaming": features["streaming"],

@@ -143,8 +143,8 @@ def test_comfyui_dropped_websocket_ends_the_job_from_history(setup: Setup) -> No
 
 
 def test_comfyui_queue_depth_in_capabilities(setup: Setup) -> None:
-    """A running prompt shows as `queue.running` (ComfyUI's /queue); a second request waits
-    in the runner's fair queue (one slot) and counts in `queue.depth`."""
+    """A running prompt shows as `queue.running` (the scheduler's slots held); a second
+    request waits in the runner's fair queue (one slot) and counts in `queue.depth`."""
     with ThreadPoolExecutor(2) as pool:
         held = pool.submit(setup.post, {"prompt": "[fake:slow] a slow kite"}, "q1")
         eventually(lambda: caps(setup.runner.url)["queue"]["running"] == 1, 20, "running")

@@ -188,6 +188,47 @@ async def test_fake_applies_free_after_the_running_prompt(
     ] == "success"
 
 
+BLUR_GRAPH = {
+    "1": {"class_type": "EmptyImage", "inputs": {"width": 72, "height": 64, "batch_size": 1,
+                                                  "color": 0}},
+    "2": {"class_type": "ImageBlur", "inputs": {"image": ["1", 0], "blur_radius": 1, "sigma": 1}},
+    "3": {"class_type": "SaveImage", "inputs": {"filename_prefix": "quorum/blur/img",
+                                                 "images": ["2", 0]}},
+}  # fmt: skip
+
+
+async def test_fake_interrupt_acts_only_when_the_running_node_ends(
+    http: httpx.AsyncClient,
+) -> None:
+    """As ComfyUI 0.3.64 (comfy_compare, docs/engines.md): an interrupt during a node deaf
+    to it (ImageBlur) changes nothing until the node ends; the prompt stays in /queue's
+    running list meanwhile, then ends interrupted before the next node, the blur executed."""
+    await http.post("/_fake/blur", json={"hold": True})
+    try:
+        prompt_id = (await http.post("/prompt", json={"prompt": BLUR_GRAPH})).json()["prompt_id"]
+
+        async def blurring() -> bool:
+            return bool((await http.get("/_fake/comfy")).json()["blurring"])
+
+        await eventually(blurring)
+        await http.post("/interrupt", json={"prompt_id": prompt_id})
+        assert (await http.get("/_fake/comfy")).json()["blurring"]
+        assert (await http.get("/queue")).json()["queue_running"][0][1] == prompt_id
+        assert (await http.get(f"/history/{prompt_id}")).json() == {}
+    finally:
+        await http.post("/_fake/blur", json={"hold": False})
+
+    async def ended() -> bool:
+        return bool((await http.get(f"/history/{prompt_id}")).json())
+
+    await eventually(ended)
+    assert (await http.get("/queue")).json()["queue_running"] == []
+    status = (await http.get(f"/history/{prompt_id}")).json()[prompt_id]["status"]
+    event, data = status["messages"][-1]
+    assert event == "execution_interrupted" and data["node_id"] == "3"
+    assert "2" in data["executed"]
+
+
 async def test_fake_legacy_mode_behaves_as_v0_3_64(tmp_path: Path) -> None:
     """--legacy: any prompt_id, a duplicate overwrites, unknown nodes are `invalid_prompt`."""
     with start_fake(

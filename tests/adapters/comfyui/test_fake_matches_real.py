@@ -42,8 +42,10 @@ def test_fake_matches_real_without_metadata(tmp_path: Path) -> None:
 
 def test_fake_matches_real_queue_and_interrupts(tmp_path: Path) -> None:
     """One queue, one prompt at a time; /queue delete and clear touch pending prompts only;
-    /interrupt (targeted or not) acts at the next node boundary."""
-    with start_fake("fake_comfyui", *FAKE_ARGS, "--base-directory", str(tmp_path)) as fake:
+    /interrupt (targeted or not) acts at the next node boundary, the prompt in /queue's
+    running list until then (a blur long enough to read /queue inside it)."""
+    args = (*FAKE_ARGS, "--blur-ms", "600", "--base-directory", str(tmp_path))
+    with start_fake("fake_comfyui", *args) as fake:
         c = _compare(fake.url)
         c.queue_and_interrupts()
         c.close()

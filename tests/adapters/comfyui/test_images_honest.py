@@ -79,10 +79,10 @@ async def test_generate_url_copy_is_removed_after_its_ttl(
     )
     assert generated.body["data"][0]["url"].startswith("/v1/images/files/")
     assert _pngs(comfy_dir) == []
-    assert len(list(store.directory.iterdir())) == 1
+    assert len(list(store.directory.glob("*.png"))) == 1
 
     async def gone() -> bool:
-        return list(store.directory.iterdir()) == []
+        return list(store.directory.glob("*.png")) == []
 
     await eventually(gone, 5)
 

@@ -64,3 +64,30 @@ async def test_transcription_silence_ends_it_with_the_engines_error() -> None:
         async for _ in t:
             pass
     assert owner.silenced == ["r"] and owner.forgotten == ["r"]
+
+
+async def test_transcription_closed_early_lets_go_when_the_worker_answers() -> None:
+    """Closed mid-way (client gone): not settled until the worker's Done for the cancel
+    comes, then `let_go` returns and the request is forgotten."""
+    owner = Owner(silence_s=None)
+    t = Transcription(owner, "r")
+    t.deliver(Info("r", 30.0, "en"))
+    await t.wait_info()
+    await t.aclose()
+    assert not t.settled and owner.forgotten == []
+    waiting = asyncio.create_task(t.let_go())
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    t.deliver(Done("r", "cancelled", 10, "cancelled"))
+    await asyncio.wait_for(waiting, 5)
+    assert t.settled and owner.forgotten == ["r"] and owner.silenced == []
+
+
+async def test_transcription_worker_silent_after_a_cancel_is_stuck() -> None:
+    """Nothing from the worker for the bound after a cancel: it is stuck, the engine is
+    told (`silent`, which kills it), and `let_go` returns."""
+    owner = Owner(silence_s=0.05)
+    t = Transcription(owner, "r")
+    await t.aclose()
+    await asyncio.wait_for(t.let_go(), 5)
+    assert t.settled and owner.silenced == ["r"]

@@ -75,6 +75,7 @@ class Api:
     metrics: RecordingMetrics
     temp_dir: Path
     model_path: str
+    admission: SchedulerAdmission
 
     async def post(
         self,
@@ -104,7 +105,7 @@ async def api(whisper_model: str, tmp_path_factory: pytest.TempPathFactory) -> A
     engines = {MODEL: engine}
     front = FrontEnd(admission, limiter, tenants, metrics, models=admission)
     app = AudioPath(front, engines, metrics, FormLimits(temp_dir=str(temp_dir)))
-    yield Api(app, engines, metrics, temp_dir, whisper_model)
+    yield Api(app, engines, metrics, temp_dir, whisper_model, admission)
     await admission.stop()
     for e in engines.values():
         await e.stop()
@@ -264,6 +265,32 @@ async def test_audio_client_gone_cancels_the_transcription(api: Api, speech: Spe
         await asyncio.sleep(0.02)
     assert any("cancelled after" in line for line in engine.logs())
     assert not os.listdir(api.temp_dir)
+
+
+async def test_audio_client_gone_keeps_the_slot_until_the_worker_answered(
+    api: Api, speech: SpeechFiles
+) -> None:
+    """The worker stops a cancelled transcription only at its next segment: the request's
+    slot stays taken until the worker answered the cancel, never freed while the worker
+    still holds it, then given back."""
+    engine = api.engines[MODEL]
+    body, ctype = form({"model": MODEL, "stream": "true"}, speech.long.read_bytes())
+    feeder = Feeder(body)
+
+    def first_delta(r: Response, chunk: bytes) -> None:
+        if b"transcript.text.delta" in chunk:
+            feeder.disconnect()
+
+    def held() -> int:
+        return api.admission.stats().in_flight.get(MODEL, 0)
+
+    r = await call(api.app, TRANSCRIBE, body, ctype, feeder=feeder, on_chunk=first_delta)
+    assert r.status == 200 and api.metrics.requests[-1][2] == 499
+    assert held() >= engine.in_flight  # the handler is done; the worker may not be
+    await engine.idle()
+    async with asyncio.timeout(10):
+        while held():
+            await asyncio.sleep(0.01)
 
 
 async def test_audio_killed_worker_is_502_and_a_new_engine_serves(

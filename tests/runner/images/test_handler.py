@@ -21,7 +21,13 @@ from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.store import FILES_PATH, ImageStore
-from adapters.comfyui.workflows import MODEL_FREE_TEST, TXT2IMG, Param, WorkflowTemplate
+from adapters.comfyui.workflows import (
+    MODEL_FREE_TEST,
+    TXT2IMG,
+    Param,
+    WorkflowTemplate,
+    within_comfyui,
+)
 from runner.http.asgi import Message, Receive, Scope, Send
 from runner.http.frontend import FrontEnd
 from runner.images.handler import ImageFiles, ImagesPath
@@ -48,8 +54,19 @@ LOOSE = WorkflowTemplate(
     TXT2IMG.graph,
     {**TXT2IMG.params, "width": Param("int", 64, 1, 4096), "height": Param("int", 64, 1, 4096)},
 )
-"""txt2img with looser size bounds than ComfyUI's EmptyLatentImage (min 16): ComfyUI's own
-validation then refuses what ours let through."""
+"""txt2img with looser size bounds than ComfyUI's EmptyLatentImage (min 16), built here
+without `load_template` (which would refuse it: `within_comfyui`), so it stands for a node
+whose limits the runner does not know: ComfyUI's own validation refuses what ours let
+through."""
+WIDE = within_comfyui(
+    WorkflowTemplate(
+        "wide",
+        MODEL_FREE_TEST.graph,
+        {**MODEL_FREE_TEST.params, "width": Param("int", 64), "height": Param("int", 64)},
+    )
+)
+"""The model-free graph with no declared size bounds, loaded as the runner loads templates:
+ComfyUI's (EmptyImage: 1..16384) are its bounds."""
 
 
 @dataclass
@@ -68,10 +85,10 @@ async def runner(comfy: FakeEngine, comfy_dir: Path, tmp_path: Path) -> AsyncIte
     engine = ComfyUIEngine("sd", server, TXT2IMG, CHECKPOINT, timing=FAST)
     loose = ComfyUIEngine("loose", server, LOOSE, CHECKPOINT, timing=FAST)
     free = ComfyUIEngine("free", server, MODEL_FREE_TEST, timing=FAST)  # declares no x_*
-    await engine.load()
-    await loose.load()
-    await free.load()
-    concurrency = {"sd": 1, "loose": 1, "free": 1}
+    wide = ComfyUIEngine("wide", server, WIDE, timing=FAST)
+    for model in (engine, loose, free, wide):
+        await model.load()
+    concurrency = {"sd": 1, "loose": 1, "free": 1, "wide": 1}
     config = SchedulerConfig(model_concurrency=concurrency, unlisted_ready=False)
     admission = SchedulerAdmission(config)
     await admission.start()
@@ -90,7 +107,7 @@ async def runner(comfy: FakeEngine, comfy_dir: Path, tmp_path: Path) -> AsyncIte
     front = FrontEnd(admission, RateLimiter(tenants), tenants, Metrics(), models=admission)
     images = ImagesPath(
         front,
-        {"sd": engine, "loose": loose, "free": free},
+        {"sd": engine, "loose": loose, "free": free, "wide": wide},
         ImageGenerator(store, timing=FAST),
         1 << 20,
         submit_job=job_submitter(manager),
@@ -108,6 +125,13 @@ async def runner(comfy: FakeEngine, comfy_dir: Path, tmp_path: Path) -> AsyncIte
     await admission.stop()
     await hook_client.aclose()
     await server.stop()
+
+
+async def _prompts_submitted(runner: Runner) -> int:
+    """`POST /prompt` calls the fake ComfyUI has seen."""
+    async with httpx.AsyncClient(base_url=runner.engine.base_url) as fake:
+        stats = (await fake.get("/_fake/stats")).json()
+    return int(stats["by_path"].get("/prompt", 0))
 
 
 def _post(runner: Runner, body: dict[str, Any], tenant: str = "acme", **headers: str) -> Any:
@@ -156,20 +180,24 @@ async def test_images_refusals_use_the_runners_envelope(
         {"model": "sd", "prompt": "x", "size": "4096x4096"},  # over the workflow's 2048
         {"model": "sd", "prompt": "x", "n": 9},  # batch_size at most 8
         {"model": "free", "prompt": "x", "x_steps": 30},  # a parameter it does not declare
+        {"model": "wide", "prompt": "x", "size": "20000x64"},  # over ComfyUI's 16384
     ],
-    ids=["size-4096", "n-9", "undeclared-x"],
+    ids=["size-4096", "n-9", "undeclared-x", "size-20000-comfyuis-limit"],
 )
 async def test_images_async_form_refuses_before_the_202_as_the_sync_form(
     runner: Runner, body: dict[str, Any]
 ) -> None:
     """With `Prefer: respond-async`, what the synchronous request refuses with 400 is the
-    same 400 (code and message), and no job is created."""
+    same 400 (code and message), no job is created and nothing reaches ComfyUI (a size
+    only ComfyUI's limits refuse included: the template took them on at load)."""
+    submitted = await _prompts_submitted(runner)
     sync = await _post(runner, body)
     async_form = await _post(runner, body, Prefer="respond-async")
     assert sync.status_code == async_form.status_code == 400, async_form.text
     assert async_form.json()["error"] == sync.json()["error"]
     assert "location" not in async_form.headers
     assert len(runner.jobs) == 0
+    assert await _prompts_submitted(runner) == submitted
 
 
 async def test_comfyui_400_is_our_400_with_the_node_errors(runner: Runner) -> None:
@@ -266,7 +294,7 @@ async def test_client_disconnect_interrupts_the_prompt(runner: Runner) -> None:
         "path": "/v1/images/generations",
         "headers": [(b"x-tenant-id", b"acme"), (b"content-type", b"application/json")],
     }
-    task = asyncio.create_task(runner.http.app(scope, receive, send))
+    task = asyncio.create_task(runner.app(scope, receive, send))
 
     async def running() -> bool:
         return bool((await runner.engine.client.queue()).running)

@@ -255,6 +255,7 @@ def test_scheduler_stats_report_recent_waits() -> None:
     stats = d.core.stats(d.now)
     assert stats.capabilities() == {
         "depth": 0,
+        "running": 1,
         "maxDepth": 100,
         "avgWaitMs": round(1000 * sum(range(21)) / 21),
         "p95WaitMs": 19000,
