@@ -2,9 +2,10 @@
 
 OpenAI's image URLs expire (after an hour); these do too. A URL is a capability: whoever
 holds it can read the image, as with OpenAI's. The runner serves them at
-`GET /v1/images/files/{token}.png` (`runner/images/handler.ImageFiles`). Which token expires when is kept
-in memory, so a URL lives no longer than the runner that answered it; `keep` removes its
-file when the TTL has passed, and `sweep` (now and then) what is left over.
+`GET /v1/images/files/{token}.png` (`runner/images/handler.ImageFiles`). Which token
+expires when is kept in memory, so a URL lives no longer than the runner that answered
+it; `keep` removes its file when the TTL has passed, and `sweep` (now and then) what is
+left over.
 
 The folder is the runner's own, provably, and nothing else in it or beside it is touched:
 
