@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
-# The Quorum runner image: the runner, llama-server and the default model (Gemma 3 270M),
-# started on the embedded default models.yaml. Built with the same scripts CI runs
+# The Quorum runner image: the runner, llama-server and the default models (SmolLM2 135M
+# Instruct, preloaded, and Gemma 3 270M), started on the embedded default models.yaml.
+# Built with the same scripts CI runs
 # (scripts/install-llama-server through scripts/install), checked by tests/deploy.
 #
 #   docker build -t quorum-runner:0.1.0 .
@@ -27,7 +28,7 @@ ENV HOME=/home/quorum \
 WORKDIR /app
 # llama-server first: it depends only on its script, so code changes reuse this layer.
 # The script installs cmake and g++ itself and caches the build under ~/.cache/quorum.
-COPY scripts/install-llama-server scripts/install-llama-server
+COPY scripts/install-llama-server scripts/progress.py scripts/
 RUN scripts/install-llama-server
 COPY pyproject.toml README.md models.yaml ./
 COPY scripts scripts
@@ -38,7 +39,7 @@ COPY adapters adapters
 COPY faults faults
 COPY client client
 # The runner into /app/.venv (editable, as CI has it: models.yaml is found beside the
-# packages) and the default model into ~/.cache/quorum/models, where models.yaml points.
+# packages) and the default models into ~/.cache/quorum/models, where models.yaml points.
 RUN scripts/install
 
 FROM ${PYTHON_IMAGE} AS runtime

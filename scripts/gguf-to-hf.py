@@ -14,13 +14,33 @@ from a GGUF adds no `<bos>` and carries no chat template; both are put back here
   special tokens.
 
 Usage: python gguf-to-hf.py MODEL.gguf OUT_DIR   (run by the vLLM venv's interpreter)
+
+Its progress goes to the file descriptor QUORUM_PROGRESS_FD names, else to stderr
+(scripts/install-vllm keeps the libraries' own output in a log and gives it the terminal):
+each phase weighs its measured share of a conversion on two cores, and the
+de-quantization moves with each tensor.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import IO, Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from progress import Progress, Steps
+
+PHASES = [
+    ("loading torch and transformers", 8.0),
+    ("reading the tokenizer", 28.0),
+    ("reading the model's metadata", 45.0),
+    ("de-quantizing the weights", 12.0),
+    ("writing bf16 safetensors", 5.0),
+    ("writing the tokenizer", 2.0),
+]
 
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
@@ -51,11 +71,19 @@ CHAT_TEMPLATE = (
 )
 
 
-def convert(gguf: Path, out: Path) -> None:
+def convert(gguf: Path, out: Path, steps: Steps) -> None:
+    steps.start("loading torch and transformers")
     import torch
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+    from transformers.utils import logging
 
+    logging.disable_progress_bar()
+    gguf_utils.tqdm = _tracked(steps)  # its loop over the GGUF's tensors reports to us
+
+    steps.start("reading the tokenizer")
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    steps.start("reading the model's metadata")
     model = AutoModelForCausalLM.from_pretrained(
         gguf.parent,
         gguf_file=gguf.name,
@@ -66,7 +94,9 @@ def convert(gguf: Path, out: Path) -> None:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    steps.start("writing bf16 safetensors")
     model.save_pretrained(out)
+    steps.start("writing the tokenizer")
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(out)
     _bos_in_front(out / "tokenizer.json", tokenizer.bos_token, tokenizer.bos_token_id)
@@ -75,6 +105,25 @@ def convert(gguf: Path, out: Path) -> None:
     config["eos_token_id"] = [1, 106]
     config.setdefault("bos_token_id", tokenizer.bos_token_id)
     generation.write_text(json.dumps(config, indent=2) + "\n")
+
+
+def _tracked(steps: Steps) -> Any:
+    """A stand-in for tqdm over the GGUF's tensors: the de-quantizing phase, each tensor
+    moving it."""
+
+    def tracked(iterable: Iterable[Any], *_: Any, **__: Any) -> Iterator[Any]:
+        steps.start("de-quantizing the weights")
+        items = list(iterable)
+        for i, item in enumerate(items):
+            steps.within(i / max(len(items), 1))
+            yield item
+
+    return tracked
+
+
+def _progress_stream() -> IO[str]:
+    fd = os.environ.get("QUORUM_PROGRESS_FD")
+    return os.fdopen(int(fd), "w") if fd else sys.stderr
 
 
 def _bos_in_front(path: Path, bos: str, bos_id: int) -> None:
@@ -100,4 +149,11 @@ def _bos_in_front(path: Path, bos: str, bos_id: int) -> None:
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit(__doc__)
-    convert(Path(sys.argv[1]).resolve(), Path(sys.argv[2]))
+    source = Path(sys.argv[1]).resolve()
+    progress = Progress(f"converting {source.name} for vLLM", stream=_progress_stream())
+    try:
+        convert(source, Path(sys.argv[2]), Steps(progress, PHASES))
+    except BaseException:
+        progress.finish(ok=False)
+        raise
+    progress.finish()

@@ -87,7 +87,7 @@ def test_dockerfile_copies_what_each_script_reads(stages: dict[str, list[Step]])
         p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
     }
     needed = {
-        "scripts/install-llama-server": {"scripts/install-llama-server"},
+        "scripts/install-llama-server": {"scripts/install-llama-server", "scripts/progress.py"},
         "scripts/install": {
             "scripts",
             "pyproject.toml",
