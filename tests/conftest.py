@@ -1,4 +1,5 @@
-"""Shared fixtures: a real Redis per test that asks for one; the artefacts kept, listed."""
+"""Shared fixtures: a real Redis per test that asks for one; the real engines, whose
+fixtures mark a test `real_engine` (tests/support/real_engines.py); the artefacts kept, listed."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support import real_engines
+from tests.support.real_engines import LlamaServer
+from tests.support.real_vllm import require_vllm
 from tests.support.redis_server import RedisServer, running_redis
 
 
@@ -14,6 +18,43 @@ def redis_server() -> Iterator[RedisServer]:
     """A fresh redis-server on a free port, stopped after the test."""
     with running_redis() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def real_llama_server() -> LlamaServer:
+    """The llama-server build and the GGUFs of scripts/install (marks the test)."""
+    return real_engines.llama_server()
+
+
+@pytest.fixture(scope="session")
+def real_vllm() -> None:
+    """vLLM's CPU build and its converted model, from scripts/install-vllm (marks the test)."""
+    require_vllm()
+
+
+@pytest.fixture(scope="session")
+def whisper_model() -> str:
+    """The real Whisper tiny.en CTranslate2 directory (marks the test)."""
+    return real_engines.whisper_model()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark `real_engine` every test that asks for a real engine's fixture or has a
+    parameter that is one (`real_engine = True`); with pytest-xdist's `--dist loadgroup`
+    they share one worker (one group), as they share the machine's cores."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if set(real_engines.FIXTURES) & set(getattr(item, "fixturenames", ())) or any(
+            getattr(value, "real_engine", False) is True for value in params.values()
+        ):
+            item.add_marker(real_engines.MARKER)
+            item.add_marker(pytest.mark.xdist_group(real_engines.MARKER))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before the test's fixtures: whether it may reach a real engine."""
+    real_engines.set_current_test(item.get_closest_marker(real_engines.MARKER) is not None)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.supervisor import free_port
 from tests.fixtures.fake_vllm import BIN, process_env
-from tests.support.real_vllm import MODEL_DIR, START_TIMEOUT_S, VLLM_BIN, cpu_args, require_vllm
+from tests.support.real_vllm import MODEL_DIR, START_TIMEOUT_S, VLLM_BIN, cpu_args
 
 START_S = 2 * START_TIMEOUT_S
 """A run here with the 2 cores at load 11 (other real engines starting) errored at set-up
@@ -268,8 +268,7 @@ def _start(argv: list[str], env: dict[str, str], timeout: float) -> Iterator[Eng
 
 
 @pytest.fixture(scope="module")
-def real() -> Iterator[Engine]:
-    require_vllm()
+def real(real_vllm: None) -> Iterator[Engine]:
     yield from _start(serve_argv(VLLM_BIN, free_port()), {}, START_S)
 
 

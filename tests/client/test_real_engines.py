@@ -5,7 +5,6 @@ supervised by a real runner process."""
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,30 +12,26 @@ from pathlib import Path
 import pytest
 
 from client import AsyncRunnerPool, RunnerPool
-from runner.runtime.settings import default_llama_server_bin
-from tests.adapters.whisper.speech import model_path
 from tests.support.fleet import loaded, wait_for
+from tests.support.real_engines import LlamaServer
 from tests.support.runner_proc import start_runner
 
 pytestmark = pytest.mark.timeout(180)
 
-GEMMA = Path("~/.cache/quorum/models/gemma-3-270m-q4_k_m.gguf").expanduser()
-
-
-def test_helpers_on_real_llama_server_and_whisper(tmp_path: Path) -> None:
+def test_helpers_on_real_llama_server_and_whisper(
+    real_llama_server: LlamaServer, whisper_model: str, tmp_path: Path
+) -> None:
     """chat, completions and embeddings reach Gemma, transcriptions reach tiny.en; every
     answer carries the runner's X-* headers; the async pool answers the same way."""
-    if not (os.path.exists(default_llama_server_bin()) and GEMMA.exists()):
-        pytest.fail("real engine not installed: run scripts/install")
     if shutil.which("espeak-ng") is None:
         pytest.fail("espeak-ng not installed: run scripts/install-system")
     speech = tmp_path / "hello.wav"
     subprocess.run(["espeak-ng", "-s", "120", "-w", str(speech), "hello world"], check=True)
     models = (
         "models:\n"
-        f"  - {{id: gemma, backend: llama-server, path: {GEMMA}, context_length: 512,"
-        " parallel: 1, preload: true, embeddings: true, pooling: mean}\n"
-        f"  - {{id: whisper, backend: faster-whisper, path: {model_path()}, preload: true}}\n"
+        f"  - {{id: gemma, backend: llama-server, path: {real_llama_server.gemma},"
+        " context_length: 512, parallel: 1, preload: true, embeddings: true, pooling: mean}\n"
+        f"  - {{id: whisper, backend: faster-whisper, path: {whisper_model}, preload: true}}\n"
     )
     env = {"RUNNER_ID": "real", "WHISPER_CPU_THREADS": "1"}
     with (

@@ -11,17 +11,16 @@ the exit late, where a queued request once met the dead engine. The shape is
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import httpx
 import pytest
 
-from runner.runtime.settings import default_llama_server_bin
-from tests.adapters.whisper.speech import model_path, speech_files
+from tests.adapters.whisper.speech import speech_files
 from tests.fixtures.fake_vllm import BIN as VLLM_BIN
 from tests.fixtures.fake_vllm import process_env as vllm_env
 from tests.runner.audio.runner_kit import transcribe, whisper_models_file, worker_pids
+from tests.support import real_engines
 from tests.support.crash_contract import CrashKind, run_crash_contract
 from tests.support.engines import CHECKPOINT, comfyui_root, processes_with
 from tests.support.real_vllm import (
@@ -35,7 +34,6 @@ from tests.support.runner_proc import RunnerProcess, fixture_bin
 
 pytestmark = pytest.mark.timeout(240)
 
-GGUF = Path("~/.cache/quorum/models/gemma-3-270m-q4_k_m.gguf").expanduser()
 LONG_PROMPT = " ".join(f"word{i}" for i in range(600))  # a minute of the fake's chunks
 
 
@@ -56,13 +54,10 @@ def _child(runner: RunnerProcess, *parts: str) -> int:
 
 
 def _llama_models(tmp: Path, restart: bool) -> str:
-    bin_path = default_llama_server_bin()
-    for need in (bin_path, str(GGUF)):
-        if not os.path.exists(need):
-            pytest.fail(f"real engine not installed ({need}): run scripts/install")
+    gguf = real_engines.llama_server().gemma
     return (
         "models:\n  - id: gemma\n    backend: llama-server\n"
-        f"    path: {GGUF}\n    context_length: 1024\n    parallel: 1\n"
+        f"    path: {gguf}\n    context_length: 1024\n    parallel: 1\n"
         f"    preload: true\n    restart: {str(restart).lower()}\n"
     )
 
@@ -84,6 +79,7 @@ LLAMA = CrashKind(
     ),
     quick=lambda url, tenant: _chat(url, "gemma", "hi", tenant, max_tokens=2),
     ready_timeout=120,
+    real_engine=True,
 )
 
 
@@ -96,7 +92,8 @@ def _whisper_models(tmp: Path, restart: bool) -> str:
     (tmp / "speech").mkdir()
     files = speech_files(tmp / "speech")
     _SPEECH.update(long=files.long, hello=files.hello)
-    return whisper_models_file(model_path(), parallel=1, preload=True, restart=restart)
+    model = real_engines.whisper_model()
+    return whisper_models_file(model, parallel=1, preload=True, restart=restart)
 
 
 WHISPER = CrashKind(
@@ -109,6 +106,7 @@ WHISPER = CrashKind(
         url, _SPEECH["hello"], headers={"X-Tenant-ID": tenant}, timeout=120
     ),
     env=lambda _tmp: {"WHISPER_CPU_THREADS": "1"},
+    real_engine=True,
 )
 
 
@@ -195,6 +193,7 @@ VLLM_REAL = CrashKind(
     # queued requests wait through vLLM's restart (30 s idle, minutes on a busy machine)
     env=lambda _tmp: {"QUEUE_TIMEOUT_MS": "600000"},
     ready_timeout=START_TIMEOUT_S + 60,
+    real_engine=True,
 )
 
 

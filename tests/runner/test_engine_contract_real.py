@@ -1,5 +1,6 @@
 """One engine contract, run against the real engines: llama-server (scripts/install) and
-vLLM's CPU build (scripts/install-vllm), both serving Gemma 3 270M.
+vLLM's CPU build (scripts/install-vllm), both serving Gemma 3 270M (not the default
+SmolLM2 on llama-server: the same model on both, and vLLM serves Gemma).
 
 The same tests, for both: chat and completions whole and streamed; the cache report from
 the engine's own figures; tenants never reuse each other's prompts; a tag flush, a tenant
@@ -29,7 +30,7 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from runner.runtime.settings import default_llama_server_bin
+from tests.support import real_engines
 from tests.support.engines import (
     eventually,
     flush,
@@ -51,32 +52,29 @@ from tests.support.tokens import DEV_REGISTRY
 
 pytestmark = pytest.mark.timeout(600)
 
-GGUF = Path("~/.cache/quorum/models/gemma-3-270m-q4_k_m.gguf").expanduser()
 # ~700 tokens: several of vLLM's 128-token blocks, so a repeat reuses most of it.
 PREAMBLE = "You are the assistant of one tenant. Keep the account details private. " * 50
 
 
 @dataclass(frozen=True)
 class Kind:
-    """One real engine kind behind the runner."""
+    """One real engine kind behind the runner (`real_engine`: its tests are marked so)."""
 
     name: str
     model: str
     headers_report_streams: bool  # a stream's headers carry the engine's cache figure
     block: int  # the unit the engine reuses prompts in (tokens)
+    real_engine: bool = True
 
     def models_file(self) -> str:
         if self.name == "vllm":  # the default models file's entry, as scripts/run serves it
             require_vllm()
             return models_file(default_entry(preload=True))
-        missing = [p for p in (default_llama_server_bin(), str(GGUF)) if not os.path.exists(p)]
-        if missing:
-            pytest.fail(f"real engine not installed ({', '.join(missing)}): run scripts/install")
         return (
             "models:\n"
             f"  - id: {self.model}\n"
             "    backend: llama-server\n"
-            f"    path: {GGUF}\n"
+            f"    path: {real_engines.llama_server().gemma}\n"
             "    context_length: 2048\n"
             "    parallel: 2\n"
             "    preload: true\n"
@@ -103,9 +101,9 @@ class Runner:
         return self.kind.model
 
 
-@pytest.fixture(scope="module", params=list(KINDS))
+@pytest.fixture(scope="module", params=[pytest.param(k, id=k.name) for k in KINDS.values()])
 def runner(request: pytest.FixtureRequest) -> Iterator[Runner]:
-    kind = KINDS[request.param]
+    kind: Kind = request.param
     env = {"GOVERNANCE_REGISTRY": str(DEV_REGISTRY), "ENGINE_STATS_INTERVAL_S": "0.5"}
     with start_runner(
         models_file=kind.models_file(), env=env, ready_timeout=START_TIMEOUT_S + 60

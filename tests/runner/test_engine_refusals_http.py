@@ -13,8 +13,7 @@ import pytest
 from tests.fixtures.fake_vllm import BIN as VLLM_BIN
 from tests.fixtures.fake_vllm import process_env
 from tests.fixtures.launch import start_fake
-from tests.runner.test_llama_real import BIN as LLAMA_BIN
-from tests.runner.test_llama_real import MODEL_PATH, _require_engine
+from tests.support.real_engines import LlamaServer
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(180)
@@ -41,12 +40,12 @@ def _error(r: httpx.Response, status: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def runner() -> Iterator[RunnerProcess]:
-    _require_engine()
+def runner(real_llama_server: LlamaServer) -> Iterator[RunnerProcess]:
+    llama = real_llama_server
     models = (
         "models:\n"
-        f"  - {{id: gemma, backend: llama-server, path: '{MODEL_PATH}', context_length: 256,"
-        f" parallel: 1, preload: true, bin: '{LLAMA_BIN}'}}\n"
+        f"  - {{id: gemma, backend: llama-server, path: '{llama.gemma}', context_length: 256,"
+        f" parallel: 1, preload: true, bin: '{llama.bin}'}}\n"
         f"  - {{id: v, backend: vllm, hf: org/v, context_length: 64, parallel: 1,"
         f" preload: true, bin: '{VLLM_BIN}'}}\n"
     )

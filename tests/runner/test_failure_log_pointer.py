@@ -5,14 +5,14 @@ llama-server and faster-whisper are the real engines, ComfyUI the fake."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
-from runner.runtime.settings import default_llama_server_bin
+from tests.support import real_engines
 from tests.support.engines import CHECKPOINT, caps, comfyui_root
 from tests.support.runner_proc import start_runner, wait_started
 
@@ -29,9 +29,7 @@ def _broken_whisper(tmp: Path) -> tuple[str, dict[str, str]]:
 
 
 def _broken_llama(tmp: Path) -> tuple[str, dict[str, str]]:
-    binary = default_llama_server_bin()
-    if not os.path.exists(binary):
-        pytest.fail(f"real engine not installed ({binary}): run scripts/install")
+    real_engines.llama_server()  # the real binary, which the runner finds by default
     gguf = tmp / "broken.gguf"
     gguf.write_bytes(b"GGUF" + b"\0" * 4096)  # the real llama-server exits on it
     return f"models:\n  - {{id: w, backend: llama-server, path: '{gguf}', preload: true}}\n", {}
@@ -43,15 +41,27 @@ def _broken_comfyui(tmp: Path) -> tuple[str, dict[str, str]]:
     return models, {"COMFYUI_PATH": str(root), "COMFYUI_CPU": "true"}
 
 
+@dataclass(frozen=True)
+class Broken:
+    """A models file (and env) whose one model fails to start; `real_engine`: the real
+    llama-server's (tests/conftest.py marks the test)."""
+
+    make: Callable[[Path], tuple[str, dict[str, str]]]
+    real_engine: bool = False
+
+
 @pytest.mark.parametrize(
-    "broken", [_broken_llama, _broken_whisper, _broken_comfyui], ids=["llama", "whisper", "comfyui"]
+    "broken",
+    [
+        pytest.param(Broken(_broken_llama, real_engine=True), id="llama"),
+        pytest.param(Broken(_broken_whisper), id="whisper"),
+        pytest.param(Broken(_broken_comfyui), id="comfyui"),
+    ],
 )
-def test_failed_start_points_at_the_models_own_logs(
-    broken: Callable[[Path], tuple[str, dict[str, str]]], tmp_path: Path
-) -> None:
+def test_failed_start_points_at_the_models_own_logs(broken: Broken, tmp_path: Path) -> None:
     """The model's failure names `GET /v1/models/w/logs`, which answers admins with the
     engine's output (and nothing else names a path that does not exist)."""
-    models, env = broken(tmp_path)
+    models, env = broken.make(tmp_path)
     with start_runner(
         models_file=models, env={**env, "ADMIN_TENANTS": "ops"}, wait_ready=False
     ) as runner:

@@ -57,6 +57,7 @@ def _port(argv: list[str]) -> int:
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.usefixtures("real_llama_server")
 def test_hang_contract_busy_llama_server_answers_its_probe_and_is_kept(tmp_path: Path) -> None:
     """A real llama-server with its one slot busy (a long stream) answers `/health` at once,
     from its HTTP thread, every time it is asked while it generates; the runner, probing it

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.adapters.whisper.speech import model_path, speech_files
+from tests.adapters.whisper.speech import speech_files
 from tests.runner.audio.runner_kit import metric, transcribe, whisper_models_file, worker_pids
 from tests.support.engines import CHECKPOINT, comfyui_root, eventually, processes_with
 from tests.support.runner_proc import RunnerProcess, start_runner, wait_started
@@ -71,10 +71,12 @@ def test_job_crash_comfyui_running_job_engine_crashed_queued_unavailable(tmp_pat
         _kill_under_jobs(runner, submit, pid, "image_generation")
 
 
-def test_job_crash_whisper_running_job_engine_crashed_queued_unavailable(tmp_path: Path) -> None:
+def test_job_crash_whisper_running_job_engine_crashed_queued_unavailable(
+    whisper_model: str, tmp_path: Path
+) -> None:
     """The real speech worker killed under a running transcription job, another queued."""
     files = speech_files(tmp_path)
-    models = whisper_models_file(model_path(), parallel=1, preload=True, restart=False)
+    models = whisper_models_file(whisper_model, parallel=1, preload=True, restart=False)
     env = {"WHISPER_CPU_THREADS": "1"}
     with start_runner(models_file=models, env=env, wait_ready=False) as runner:
         wait_started(runner, 60)

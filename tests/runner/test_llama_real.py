@@ -1,4 +1,6 @@
-"""The runner with the real llama-server and the real Gemma 3 270M GGUF (scripts/install).
+"""The runner with the real llama-server and the real Gemma 3 270M GGUF (scripts/install;
+Gemma, not the default SmolLM2: the cache tests need its longer tokenization of the
+tenants' system prompts, and nothing here reads an answer's words).
 
 One runner per module (two slots, multi-tenant) serves the chat, embeddings and prefix
 cache tests; the crash and attached-by-URL tests start their own.
@@ -20,31 +22,23 @@ import pytest
 
 from adapters.llama_server.engine import LLAMA_SERVER_VERSION
 from adapters.supervisor import free_port
-from runner.runtime.settings import default_llama_server_bin
 from tests.fixtures.launch import start_fake
+from tests.support.real_engines import LlamaServer
 from tests.support.runner_proc import RunnerProcess, start_runner, wait_started
 from tests.support.tokens import DEV_REGISTRY, dev_token
 
 pytestmark = pytest.mark.timeout(180)
 
-MODEL_PATH = Path("~/.cache/quorum/models/gemma-3-270m-q4_k_m.gguf").expanduser()
-BIN = default_llama_server_bin()
 MODEL = "gemma"
 SECRET_A = "You are the private assistant of tenant A. The vault code is 7741. " * 6
 
 
-def _require_engine() -> None:
-    missing = [p for p in (BIN, str(MODEL_PATH)) if not os.path.exists(p)]
-    if missing:
-        pytest.fail(f"real engine not installed ({', '.join(missing)}): run scripts/install")
-
-
-def _models(extra: str = "", parallel: int = 2) -> str:
+def _models(gguf: Path, extra: str = "", parallel: int = 2) -> str:
     return (
         "models:\n"
         f"  - id: {MODEL}\n"
         "    backend: llama-server\n"
-        f"    path: {MODEL_PATH}\n"
+        f"    path: {gguf}\n"
         "    context_length: 1024\n"
         f"    parallel: {parallel}\n"
         "    preload: true\n"
@@ -54,10 +48,10 @@ def _models(extra: str = "", parallel: int = 2) -> str:
 
 
 @pytest.fixture(scope="module")
-def runner() -> Iterator[RunnerProcess]:
-    _require_engine()
+def runner(real_llama_server: LlamaServer) -> Iterator[RunnerProcess]:
     env = {"GOVERNANCE_REGISTRY": str(DEV_REGISTRY)}
-    with start_runner(models_file=_models(), env=env, ready_timeout=120) as r:
+    models = _models(real_llama_server.gemma)
+    with start_runner(models_file=models, env=env, ready_timeout=120) as r:
         yield r
 
 
@@ -205,12 +199,13 @@ def test_llama_capabilities_report_engine_and_memory(runner: RunnerProcess) -> N
 
 
 @pytest.fixture
-def hand_started_llama() -> Iterator[str]:
+def hand_started_llama(real_llama_server: LlamaServer) -> Iterator[str]:
     """llama-server started by hand with its defaults (shared RAM cache, similarity slots)."""
-    _require_engine()
+    llama = real_llama_server
     port = free_port()
+    argv = [llama.bin, "-m", str(llama.gemma), "--host", "127.0.0.1", "--port", str(port)]
     proc = subprocess.Popen(
-        [BIN, "-m", str(MODEL_PATH), "--host", "127.0.0.1", "--port", str(port), "-c", "4096"],
+        [*argv, "-c", "4096"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -254,18 +249,19 @@ def test_llama_attached_by_url_isolated_unless_shared_cache(
 
 
 @pytest.mark.parametrize("restart", [False, True])
-def test_llama_kill_9_midstream(restart: bool) -> None:
+def test_llama_kill_9_midstream(real_llama_server: LlamaServer, restart: bool) -> None:
     """kill -9 of the real engine mid-stream: the client gets an error event naming the
     crash, the model reads failed with its exit code, /health and the other model answer.
     Restart off: the queued request gets 503 model_unavailable naming the signal.
     Restart on: the model comes back and the queued request is served by the restarted
     engine."""
-    _require_engine()
     with start_fake("fake_openai", "--latency-ms", "1") as other:
         extra = f"    restart: {str(restart).lower()}\n"
         extra += f"  - id: echo\n    backend: openai\n    url: {other.url}\n"
         with start_runner(
-            models_file=_models(extra, parallel=1), ready_timeout=120, wait_ready=False
+            models_file=_models(real_llama_server.gemma, extra, parallel=1),
+            ready_timeout=120,
+            wait_ready=False,
         ) as r:
             wait_started(r, 120)
             pid = _engine_pid(r.proc.pid)

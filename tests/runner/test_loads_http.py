@@ -7,7 +7,6 @@ matters, and the real llama-server with Gemma where memory must be real (evictio
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from collections.abc import Iterator
@@ -18,15 +17,14 @@ from typing import Any
 import httpx
 import pytest
 
-from runner.runtime.settings import default_llama_server_bin
 from tests.support.engines import processes_with
+from tests.support.real_engines import LlamaServer
 from tests.support.redis_server import RedisServer
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
 from tests.support.tokens import DEV_REGISTRY, dev_token
 
 pytestmark = pytest.mark.timeout(180)
 
-GEMMA = Path("~/.cache/quorum/models/gemma-3-270m-q4_k_m.gguf").expanduser()
 ENV = {"GOVERNANCE_REGISTRY": str(DEV_REGISTRY)}
 
 
@@ -216,12 +214,11 @@ def test_restart_mid_load_reads_failed_and_second_replica_answers(
 
 
 @pytest.fixture
-def gemma_pair() -> Iterator[RunnerProcess]:
+def gemma_pair(real_llama_server: LlamaServer) -> Iterator[RunnerProcess]:
     """Two real Gemma engines that do not both fit in the runner's memory budget."""
-    if not (os.path.exists(default_llama_server_bin()) and GEMMA.exists()):
-        pytest.fail("real engine not installed: run scripts/install")
-    models = "models:\n" + _entry("g1", path=str(GEMMA), preload=True, context_length=512)
-    models += _entry("g2", path=str(GEMMA), context_length=512)
+    gemma = str(real_llama_server.gemma)
+    models = "models:\n" + _entry("g1", path=gemma, preload=True, context_length=512)
+    models += _entry("g2", path=gemma, context_length=512)
     # One engine holds ~350 MB resident (weights mapped + KV + buffers): one fits, two do not.
     env = {**ENV, "RUNNER_MEMORY_MB": "560"}
     with start_runner(models_file=models, env=env, ready_timeout=120) as r:
@@ -269,12 +266,11 @@ def test_evict_model_and_unload_during_stream(gemma_pair: RunnerProcess) -> None
     assert [m["id"] for m in _caps(url)["models"]["loaded"]] == ["g2"]
 
 
-def test_pinned_model_never_evicted_load_fails_with_reason() -> None:
+def test_pinned_model_never_evicted_load_fails_with_reason(real_llama_server: LlamaServer) -> None:
     """With g1 pinned and no room, loading g2 fails, saying what did not fit."""
-    if not (os.path.exists(default_llama_server_bin()) and GEMMA.exists()):
-        pytest.fail("real engine not installed: run scripts/install")
-    models = "models:\n" + _entry("g1", path=str(GEMMA), preload=True, pin=True)
-    models += _entry("g2", path=str(GEMMA))
+    gemma = str(real_llama_server.gemma)
+    models = "models:\n" + _entry("g1", path=gemma, preload=True, pin=True)
+    models += _entry("g2", path=gemma)
     with start_runner(
         models_file=models, env={**ENV, "RUNNER_MEMORY_MB": "560"}, ready_timeout=120
     ) as r:

@@ -3,16 +3,16 @@ runner/runtime/startup.py), and `Preloads`, the record that gives its Retry-Afte
 
 from __future__ import annotations
 
-import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
 import pytest
 import yaml
 
-from runner.runtime.settings import default_llama_server_bin
 from runner.runtime.startup import Preloads
+from tests.support import real_engines
 from tests.support.runner_proc import REPO_ROOT, RunnerProcess, fixture_bin, start_runner
 
 # A stand-in llama-server that answers 503 "Loading model" for 3 s before it serves.
@@ -31,23 +31,26 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
 def _default_llama_model() -> tuple[str, str]:
-    """The default models file's llama-server model (models.yaml: the real llama-server and
-    Gemma of scripts/install, preloaded), alone: its models file and its id."""
+    """The default models file's preloaded llama-server model (models.yaml: the real
+    llama-server and SmolLM2 of scripts/install), alone: its models file and its id."""
+    real_engines.llama_server()
     entries = yaml.safe_load((REPO_ROOT / "models.yaml").read_text())["models"]
-    entry = next(m for m in entries if m["backend"] == "llama-server")
-    missing = [
-        p for p in (default_llama_server_bin(), os.path.expanduser(entry["path"]))
-        if not os.path.exists(p)
-    ]  # fmt: skip
-    if missing:
-        pytest.fail(f"real engine not installed ({', '.join(missing)}): run scripts/install")
+    entry = next(m for m in entries if m["backend"] == "llama-server" and m.get("preload"))
     return yaml.safe_dump({"models": [entry]}, sort_keys=False), entry["id"]
 
 
-PRELOADS = {
-    "stand-in": lambda: (_SLOW_PRELOAD + "\n", "m"),  # loads for 3 s
-    "llama-server-real": _default_llama_model,  # loads in about a second here
-}
+@dataclass(frozen=True)
+class Preload:
+    """A models file with one preloaded model, and its id (`real_engine`: a real one)."""
+
+    make: Callable[[], tuple[str, str]]
+    real_engine: bool = False
+
+
+PRELOADS = [
+    pytest.param(Preload(lambda: (_SLOW_PRELOAD + "\n", "m")), id="stand-in"),  # loads for 3 s
+    pytest.param(Preload(_default_llama_model, real_engine=True), id="llama-server-real"),
+]
 
 
 @dataclass
@@ -80,14 +83,14 @@ def _poll_from_spawn(runner: RunnerProcess, deadline_s: float) -> list[Seen]:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("preload", list(PRELOADS))
-def test_startup_answers_503_starting_with_retry_after_then_200(preload: str) -> None:
+@pytest.mark.parametrize("preload", PRELOADS)
+def test_startup_answers_503_starting_with_retry_after_then_200(preload: Preload) -> None:
     """From spawn (`python -m runner` is `quorum serve`), a runner preloading an engine (a
     stand-in that loads for 3 s; the real llama-server with the default model) answers
     /health 503 `starting` and capabilities 503 with Retry-After (the model in
     `models.loading`), then 200 once the model is loaded and it serves a chat; never a
     refused connection after the first answer."""
-    models, model = PRELOADS[preload]()
+    models, model = preload.make()
     with start_runner(models_file=models, wait_ready=False) as runner:
         seen = _poll_from_spawn(runner, 45)
         first = seen[0]

@@ -6,6 +6,7 @@ real, ComfyUI and vLLM the fakes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -96,24 +97,23 @@ def _long_whole_chat(url: str) -> httpx.Response:
 # A request far longer than a 1 s drain timeout, by kind and shape: 600 tokens from the real
 # Gemma (LLAMA.busy streams them), 60 s of speech for the real worker, a minute of the vLLM
 # fake's chunks.
-LONG = {
-    "llama-server-stream": (LLAMA, LLAMA.busy),
-    "llama-server-whole": (LLAMA, _long_whole_chat),
-    "faster-whisper-whole": (WHISPER, WHISPER.busy),
-    "vllm-fake-stream": (VLLM, VLLM.busy),
-}
+LONG = [
+    pytest.param(LLAMA, LLAMA.busy, id="llama-server-stream"),
+    pytest.param(LLAMA, _long_whole_chat, id="llama-server-whole"),
+    pytest.param(WHISPER, WHISPER.busy, id="faster-whisper-whole"),
+    pytest.param(VLLM, VLLM.busy, id="vllm-fake-stream"),
+]
 
 
-@pytest.mark.parametrize("case", list(LONG))
+@pytest.mark.parametrize(("kind", "long_request"), LONG)
 def test_unload_drain_timeout_cuts_the_request_with_model_unloading(
-    case: str, tmp_path: Path
+    kind: CrashKind, long_request: Callable[[str], httpx.Response], tmp_path: Path
 ) -> None:
     """Unload while the real engine works on a long request, UNLOAD_DRAIN_TIMEOUT_S=1: when
     the timeout passes the engine is stopped under the request, which is answered 503
     `model_unloading` naming the unload and the drain timeout (a stream: one SSE error
     event with that code, no [DONE]), not the generic 502 `engine_unavailable`; the unload
     answers 200 and the model is not loaded after it."""
-    kind, long_request = LONG[case]
     env = {**kind.env(tmp_path), **GOVERNED, "UNLOAD_DRAIN_TIMEOUT_S": "1"}
     with start_runner(
         models_file=kind.models_file(tmp_path, False), env=env, wait_ready=False

@@ -29,7 +29,6 @@ from tests.support.real_vllm import (
     cpu_args,
     default_entry,
     models_file,
-    require_vllm,
 )
 from tests.support.runner_proc import start_runner, wait_started
 
@@ -67,6 +66,7 @@ BROKEN = {
 
 
 @pytest.mark.parametrize("how", list(BROKEN))
+@pytest.mark.usefixtures("real_vllm")
 def test_real_vllm_preload_failure_fails_the_model_with_vllms_reason(
     how: str, tmp_path: Path
 ) -> None:
@@ -76,7 +76,6 @@ def test_real_vllm_preload_failure_fails_the_model_with_vllms_reason(
     503 `unhealthy` (its only model) and capabilities' `health` agrees; a request gets 503
     `model_unavailable` with that reason and Retry-After; `GET /v1/models/{id}/logs` shows
     vLLM's own words to admins."""
-    require_vllm()
     broken = BROKEN[how]
     models = models_file(default_entry(preload=True, **broken.changes))
     env = {"ADMIN_TENANTS": "ops"}

@@ -45,6 +45,8 @@ class CrashKind:
     preloaded, `restart` as given). `engine_pid(runner)`: the engine process serving it.
     `busy(url)`: a request that keeps the engine busy for seconds (read whole, streams
     too). `quick(url, tenant)`: a short request. `env(tmp)`: the runner's settings.
+    `real_engine`: the kind is a real engine, so a test it parametrizes is marked
+    `real_engine` (tests/conftest.py) and runs in the full tier only.
     """
 
     name: str
@@ -55,6 +57,7 @@ class CrashKind:
     quick: Callable[[str, str], httpx.Response]
     env: Callable[[Path], Mapping[str, str]] = lambda _tmp: {}
     ready_timeout: float = 60.0
+    real_engine: bool = False
 
 
 @dataclass(frozen=True)

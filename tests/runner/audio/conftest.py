@@ -1,4 +1,5 @@
-"""Session-wide speech files, the real tiny.en model, and a runner process serving it."""
+"""Session-wide speech files and a runner process serving the real tiny.en model (the
+`whisper_model` fixture of tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.adapters.whisper.speech import SpeechFiles, model_path, speech_files
+from tests.adapters.whisper.speech import SpeechFiles, speech_files
 from tests.runner.audio.runner_kit import SECRET, whisper_models_file
 from tests.support.runner_proc import RunnerProcess, start_runner
 
@@ -17,12 +18,6 @@ from tests.support.runner_proc import RunnerProcess, start_runner
 def speech(tmp_path_factory: pytest.TempPathFactory) -> SpeechFiles:
     """espeak-ng speech, a 60 s recording, a too-short and a corrupt file."""
     return speech_files(tmp_path_factory.mktemp("speech"))
-
-
-@pytest.fixture(scope="session")
-def whisper_model() -> str:
-    """The real Whisper tiny.en CTranslate2 directory."""
-    return model_path()
 
 
 @dataclass(frozen=True)
