@@ -18,6 +18,7 @@ from tests.support.runner_proc import start_runner
 
 pytestmark = pytest.mark.timeout(180)
 
+
 def test_helpers_on_real_llama_server_and_whisper(
     real_llama_server: LlamaServer, whisper_model: str, tmp_path: Path
 ) -> None:

@@ -154,12 +154,12 @@ def test_models_lists_loaded_models(fleet: Fleet) -> None:
 )
 def test_invalid_header_is_400_naming_it(fleet: Fleet, header: str, value: str) -> None:
     """Each invalid header value is refused with 400 and the header's name, before the engine."""
-    before = fleet.engines["echo"].stats()["requests"]
+    before = fleet.engines["echo"].received("/v1/chat/completions")
     r = fleet.client.post("/v1/chat/completions", json=CHAT, headers={header: value})
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "invalid_header"
     assert header in r.json()["error"]["message"]
-    assert fleet.engines["echo"].stats()["requests"] == before
+    assert fleet.engines["echo"].received("/v1/chat/completions") == before
 
 
 def test_unknown_model_is_404_listing_loaded(fleet: Fleet) -> None:

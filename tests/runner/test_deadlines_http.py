@@ -52,7 +52,7 @@ def _post(runner: RunnerProcess, content: str, headers: dict[str, str]) -> httpx
 
 def _seen(engine: FakeEngine) -> list[str]:
     """The prompts the engine received, in order."""
-    return [req["body"]["messages"][0]["content"] for req in engine.stats()["recent"]]
+    return [body["messages"][0]["content"] for body in engine.bodies("/v1/chat/completions")]
 
 
 def test_unreachable_deadline_is_refused_at_once_with_forecast(

@@ -86,7 +86,7 @@ def test_gateway_fairness_id_alone_is_rate_limited_as_its_tenant() -> None:
         newer = _post(r, {"x-llm-d-inference-fairness-id": "t1"})
         assert newer.status_code == 429  # the newer header names the same tenant
         assert _post(r, {**gateway, "X-Tenant-ID": "other"}).status_code == 200  # header wins
-        assert engine.stats()["requests"] == 3
+        assert engine.received("/v1/chat/completions") == 3
         assert _samples(r, "requests", tenant="t1", status="200") == 2
         assert _samples(r, "requests", tenant="t1", status="429") == 2
         assert _samples(r, "rejections", tenant="t1", reason="rate_limited") == 2
@@ -122,7 +122,7 @@ def test_gateway_fairness_id_and_objective_queue_as_tenant_and_priority() -> Non
             _wait_for(lambda: len(_waiting_by_tenant(r)) == 2)
             assert _waiting_by_tenant(r)[1] == {"tenant": "t2", "high": 1, "normal": 0, "low": 0}
         assert low.result().status_code == 200 and high.result().status_code == 200
-        order = [req["body"]["messages"][0]["content"] for req in engine.stats()["recent"]]
+        order = [body["messages"][0]["content"] for body in engine.bodies("/v1/chat/completions")]
         assert order == ["blocker", "t2-critical", "t1-low"]
         assert _samples(r, "requests", tenant="t1", status="200") == 1
         assert _samples(r, "requests", tenant="t2", status="200") == 1
