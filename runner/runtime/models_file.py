@@ -219,5 +219,5 @@ def load_models_file(path: str | None) -> ModelsFile:
 
 def default_models_path() -> str | None:
     """`models.yaml` at the repository root, used when MODELS_CONFIG is unset."""
-    candidate = Path(__file__).resolve().parents[1] / "models.yaml"
+    candidate = Path(__file__).resolve().parents[2] / "models.yaml"  # runner/runtime/..
     return str(candidate) if candidate.is_file() else None

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from runner.errors import ConfigError
-from runner.runtime.models_file import ModelSpec, load_models_file
+from runner.runtime.models_file import ModelSpec, default_models_path, load_models_file
+from tests.support.runner_proc import REPO_ROOT
 
 
 def _write(tmp_path: Path, text: str) -> str:
@@ -140,3 +141,12 @@ def test_models_file_bad_faster_whisper_entry_is_refused(
     with pytest.raises(ConfigError) as info:
         load_models_file(_write(tmp_path, f"models:\n  - {entry}\n"))
     assert fragment in str(info.value)
+
+
+def test_default_models_path_is_the_repositorys_models_yaml() -> None:
+    """With MODELS_CONFIG unset the runner reads the repository's models.yaml (scripts/run
+    served no model at all when this pointed inside runner/), and it loads."""
+    path = default_models_path()
+    assert path == str(REPO_ROOT / "models.yaml")
+    ids = [spec.id for spec in load_models_file(path).models]
+    assert ids[0] == "smollm2-135m-instruct" and "gemma-3-270m" in ids
