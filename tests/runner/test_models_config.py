@@ -111,7 +111,7 @@ models:
     by_id = {m.id: m for m in f.models}
     assert by_id["dir"].local_path() == tmp_path and by_id["dir"].slots == 2
     pkg = by_id["pkg"].local_path()
-    assert pkg is not None and pkg.is_dir() and pkg.name == "pool"
+    assert pkg is not None and pkg.is_dir() and pkg.name == "engines"
     assert by_id["size"].local_path() is None and by_id["size"].slots == 1
 
 
