@@ -7,7 +7,7 @@
 #   docker build -t quorum-runner:0.1.0 .
 #   docker run -p 8080:8080 quorum-runner:0.1.0
 #
-# GPU variant (vLLM 0.33.0, the `gpu` extra of pyproject.toml; CUDA comes with its wheels,
+# GPU variant (vLLM 0.32.0, the `gpu` extra of pyproject.toml; CUDA comes with its wheels,
 # the host needs the NVIDIA driver and container toolkit):
 #
 #   docker build --build-arg QUORUM_EXTRAS=gpu -t quorum-runner:0.1.0-gpu .

@@ -4,7 +4,8 @@
 
 What it does, page cache warm (one untimed load of each kind first):
 - api (when the runner has `POST /v1/models/load`): one runner (dev governance keys) serves
-  the repository's default model entry (`models.yaml`: gemma-3-270m, llama-server) with
+  the default models file's Gemma 3 270M entry (`models.yaml`: gemma-3-270m, llama-server;
+  not the preloaded SmolLM2: the figures in docs/benchmarks.md are Gemma's) with
   `preload: false`. Each load: a governed POST /v1/models/load, then GET
   /v1/models/load/{taskId} every `--task-poll-ms` until `completed`; recorded: the task's
   `loadTimeMs`, the pool's own "ready in N ms" (spawn to healthy), the wall time the
