@@ -116,7 +116,9 @@ def test_engine_dies_midstream_client_gets_error_event_and_runner_serves_on() ->
 def test_engine_killed_with_restart_comes_back() -> None:
     """kill -9 of an engine with restart on: failed, then loaded again by itself."""
     for runner in _runner("llama-server-ok", restart=True):
-        pids = _engine_pids("fake_llama_cli fake_openai")
+        # its own engine only: another test's (or another suite's) may run beside it
+        children = child_pids(runner.proc.pid) or []
+        pids = [pid for pid in _engine_pids("fake_llama_cli fake_openai") if pid in children]
         assert pids
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
