@@ -40,15 +40,19 @@ def whisper_model() -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark `real_engine` every test that asks for a real engine's fixture or has a
-    parameter that is one (`real_engine = True`); with pytest-xdist's `--dist loadgroup`
-    they share one worker (one group), as they share the machine's cores."""
+    parameter that is one (`real_engine = True`). The groups of pytest-xdist's `--dist
+    loadgroup` (scripts/test): the real-engine tests share one worker, one at a time, as
+    they share the machine's cores; every other test goes with its module, whose module
+    fixtures (a runner, an engine) then start once."""
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if set(real_engines.FIXTURES) & set(getattr(item, "fixturenames", ())) or any(
+        real = set(real_engines.FIXTURES) & set(getattr(item, "fixturenames", ())) or any(
             getattr(value, "real_engine", False) is True for value in params.values()
-        ):
+        )
+        if real:
             item.add_marker(real_engines.MARKER)
-            item.add_marker(pytest.mark.xdist_group(real_engines.MARKER))
+        group = real_engines.MARKER if real else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(tryfirst=True)
