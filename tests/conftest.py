@@ -3,6 +3,7 @@ fixtures mark a test `real_engine` (tests/support/real_engines.py); the artefact
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +12,9 @@ from tests.support import real_engines
 from tests.support.real_engines import LlamaServer
 from tests.support.real_vllm import require_vllm
 from tests.support.redis_server import RedisServer, running_redis
+
+_STARTED = time.time()
+"""When this session began (conftest is imported before any test runs)."""
 
 
 @pytest.fixture
@@ -62,9 +66,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Name the artefacts (screenshots) this session kept, so CI logs show where they are."""
-    from tests.support.artefacts import KEPT
+    """Name the artefacts (screenshots) this session kept, by this process or by its
+    pytest-xdist workers, so CI logs show where they are."""
+    from tests.support.artefacts import kept_since
 
-    for path in KEPT:
-        if path.exists():
-            terminalreporter.write_line(f"artefact kept: {path}")
+    for path in kept_since(_STARTED):
+        terminalreporter.write_line(f"artefact kept: {path}")
