@@ -151,6 +151,7 @@ if __name__ == "__main__":
         sys.exit(__doc__)
     source = Path(sys.argv[1]).resolve()
     progress = Progress(f"converting {source.name} for vLLM", stream=_progress_stream())
+    progress.keep_ticking()  # reading the GGUF's metadata reports nothing for a minute or two
     try:
         convert(source, Path(sys.argv[2]), Steps(progress, PHASES))
     except BaseException:

@@ -87,6 +87,7 @@ class Progress:
         self._drawn_at = -1.0
         self._last_step = -1
         self._last_line_at = self.started
+        self._stop: threading.Event | None = None
         if not self.tty:
             self._line(f"{label} ...")
 
@@ -104,8 +105,21 @@ class Progress:
         with self._lock:
             self._show(force=False, ticking=True)
 
+    def keep_ticking(self, every: float = 0.5) -> None:
+        """`tick()` from a thread of its own until `finish()`: for a step whose phases
+        report nothing for minutes (the clock still moves, the log still gets its line)."""
+        stop = self._stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(every):
+                self.tick()
+
+        threading.Thread(target=loop, daemon=True).start()
+
     def finish(self, ok: bool = True) -> float:
         """The last line: done (or failed) after the elapsed time, which is returned."""
+        if self._stop is not None:
+            self._stop.set()
         with self._lock:
             spent = self.clock() - self.started
             word = "done" if ok else "failed"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,21 @@ def test_follow_runs_the_command_and_shows_its_tail_when_it_fails(
     assert code == 3
     assert "building: failed in" in err and "the reason" in err
     assert (tmp_path / "log").read_text() == "[ 50%] half\nthe reason\n"
+
+
+def test_progress_keeps_ticking_until_it_finishes() -> None:
+    """A step whose phase reports nothing still writes its heartbeat, from its own thread,
+    and stops writing once finished."""
+    out, clock = io.StringIO(), Clock()
+    p = progress.Progress("converting", stream=out, tty=False, heartbeat=30, clock=clock)
+    p.update(0.36, "reading")
+    clock.now = 31
+    p.keep_ticking(every=0.01)
+    deadline = time.monotonic() + 10
+    while "converting: 36% after 31s (reading)" not in out.getvalue():
+        assert time.monotonic() < deadline, out.getvalue()
+        time.sleep(0.01)
+    p.finish()
+    clock.now = 100
+    time.sleep(0.05)
+    assert out.getvalue().splitlines()[-1] == "converting: done in 31s"
