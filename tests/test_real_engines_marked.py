@@ -36,29 +36,40 @@ def test_real_engines_are_located_in_one_place() -> None:
     assert found == []
 
 
-def _collected(marks: str, *paths: str) -> set[str]:
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q"]
+COLLECT = """
+import sys, pytest
+class Marks:
+    def pytest_collection_finish(self, session):
+        for item in session.items:
+            print(("REAL " if item.get_closest_marker("real_engine") else "QUICK ") + item.nodeid)
+argv = ["-p", "no:cacheprovider", "--collect-only", "-q", *sys.argv[1:]]
+sys.exit(pytest.main(argv, plugins=[Marks()]))
+"""
+
+
+def _collected(*paths: str) -> tuple[set[str], set[str]]:
+    """The tests of `paths` as collected (tests/conftest.py marking them): (real, quick)."""
     done = subprocess.run(
-        [*argv, "-m", marks, *paths], cwd=REPO_ROOT, capture_output=True, text=True, timeout=100
-    )
-    assert done.returncode in (0, 5), done.stdout + done.stderr  # 5: none selected
-    return {line for line in done.stdout.splitlines() if "::" in line}
+        [sys.executable, "-c", COLLECT, *paths],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=100,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    real = {line.removeprefix("REAL ") for line in lines if line.startswith("REAL ")}
+    quick = {line.removeprefix("QUICK ") for line in lines if line.startswith("QUICK ")}
+    return real, quick
 
 
 def test_marks_come_from_fixtures_and_parameters() -> None:
     """A test asking for a real engine's fixture is marked (directly or through another
     fixture); a parametrized one is marked for its real kinds only; others are not."""
-    files = (
+    real, quick = _collected(
         "tests/runner/test_llama_real.py",  # through its module's `runner` fixture
         "tests/runner/test_crash_contract.py",  # CrashKind(real_engine=True) parameters
         "tests/runner/test_chat.py",  # fakes only
     )
-    real = _collected("real_engine", *files)
-    quick = _collected("not real_engine", *files)
     assert real and quick and not real & quick
-    assert {t for t in real if "test_llama_real.py" in t} == {
-        t for t in real | quick if "test_llama_real.py" in t
-    }
+    assert {t for t in real | quick if "test_llama_real.py" in t} <= real
     crash = {t.split("[")[1] for t in real if "test_crash_contract.py" in t}
     assert {c.split("-")[0] for c in crash} == {"llama", "faster", "vllm"}
     assert not any("vllm-fake" in c or "comfyui" in c for c in crash)
