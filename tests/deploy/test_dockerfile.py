@@ -55,7 +55,7 @@ def _env(steps: list[Step]) -> dict[str, str]:
 def _script_calls(path: Path) -> set[str]:
     """The project scripts a shell script runs (`scripts/...` as a command word)."""
     calls = set()
-    for line in path.read_text().splitlines():
+    for line in path.read_text().replace("\\\n", " ").splitlines():  # continuations joined
         words = shlex.split(line, comments=True)
         for word in words[:2]:  # `scripts/x ...` or `exec scripts/x ...`
             if word.startswith("scripts/"):
