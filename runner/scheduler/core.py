@@ -20,9 +20,16 @@ Order of service when a slot frees (in the model's slot group):
 2. within a band, fair share across tenants by weighted service (VTC, see
    `tenants/fairness.py`); with `fair=False`, plain arrival order;
 3. FIFO within a tenant.
+
+A tenant with an in-flight cap (`max_in_flight`) at its cap is passed over: its waiters
+keep their place and are served when one of its requests ends. Across replicas
+(`shared_in_flight`) a capped tenant's request also needs a permit of the cap, held in
+the shared store (`PermitEffects`: asked for here, granted back as `PermitGranted`).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from faults import QuorumError
 from runner.scheduler.config import SchedulerConfig
@@ -33,7 +40,7 @@ from runner.scheduler.deadlines import (
     deadline_exceeded,
     deadline_refusal,
 )
-from runner.scheduler.effects import Effects
+from runner.scheduler.effects import Effects, PermitEffects
 from runner.scheduler.errors import (
     QueueFull,
     QueueTimeout,
@@ -44,10 +51,12 @@ from runner.scheduler.errors import (
 from runner.scheduler.events import (
     Band,
     Event,
+    PermitGranted,
     RequestArrived,
     RequestCancelled,
     RunnerStopping,
     ServeDone,
+    TenantsChanged,
     Tick,
     Ticket,
 )
@@ -57,6 +66,7 @@ from runner.scheduler.retry_after import PromisedReturns, retry_after_s
 from runner.scheduler.slot_groups import SlotCounts, next_ticket
 from runner.scheduler.stats import DrainMeter, QueueStats, WaitWindow
 from runner.scheduler.swaps import Swaps
+from runner.scheduler.tenant_caps import TenantCaps
 from runner.scheduler.waiting import WaitingRoom
 from tenants.fairness import VirtualTokenCounter, service_cost
 
@@ -64,9 +74,17 @@ from tenants.fairness import VirtualTokenCounter, service_cost
 class Scheduler:
     """The whole state machine; see the module docstring."""
 
-    def __init__(self, config: SchedulerConfig, effects: Effects, *, started_at: float) -> None:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        effects: Effects,
+        *,
+        started_at: float,
+        permits: PermitEffects | None = None,
+    ) -> None:
         self.config = config
         self._effects = effects
+        self.caps = TenantCaps(config, permits)
         self._waiting = WaitingRoom()
         self._vtc = VirtualTokenCounter(config.tenant_weights, config.default_weight)
         self._serving: dict[int, Ticket] = {}
@@ -98,6 +116,10 @@ class Scheduler:
                 self.on_tick(event)
             case RunnerStopping():
                 self.on_shutdown(event)
+            case TenantsChanged():
+                self.on_tenants_changed(event)
+            case PermitGranted():
+                self.on_permit(event)
             case _:  # a model event
                 self.lifecycle.handle(event)
 
@@ -107,15 +129,17 @@ class Scheduler:
         1. After shutdown, refuse.
         2. By its model (`models.admission`): refused (unknown, not loaded, unloading,
            failed); open with a free slot, its own and its slot group's
-           (`slot_groups.py`; so nobody waits for it): granted at once.
+           (`slot_groups.py`; so nobody waits for it), its tenant below its in-flight cap
+           (`eligible`): granted at once.
            Otherwise (full, loading, wanted, restarting, coming back) it may wait.
         3. The tenant at its queue cap: refuse with `TenantQueueFull`.
         4. The queue at `max_queue_depth`: refuse with `QueueFull`.
         5. A deadline the forecast wait exceeds (`deadlines.deadline_refusal`): refuse
            with `DeadlineUnreachable`, the forecast and `Retry-After`.
         6. Otherwise wait (until its deadline, if it has one); a tenant joining the
-           backlog gets its counter lifted. An `autoload` model that is not resident is
-           now wanted: plan its load.
+           backlog gets its counter lifted; a capped tenant without a permit asks for one
+           (shared caps). An `autoload` model that is not resident is now wanted: plan
+           its load.
         """
         now = event.at
         req = event.request
@@ -134,7 +158,7 @@ class Scheduler:
         if not isinstance(gate, Gate):
             self._effects.reject(ticket, gate)
             return
-        if gate is Gate.OPEN and self.slots.has_room(model):
+        if gate is Gate.OPEN and self.slots.has_room(model) and self.eligible(ticket.tenant):
             self._vtc.on_backlogged(ticket.tenant, self._waiting.tenants())
             self._grant(ticket, now)
             return
@@ -164,6 +188,7 @@ class Scheduler:
         self._vtc.on_backlogged(ticket.tenant, self._waiting.tenants())  # 6
         self._waiting.add(ticket)
         self._deadlines.add(ticket)
+        self._want_permit(ticket.tenant)
         if gate is Gate.AUTOLOAD:
             record = self.table.records[model]
             self.swaps.want(model, record.policy, None, now, governed=False)
@@ -196,6 +221,8 @@ class Scheduler:
             return
         model = ticket.model  # 2
         self.slots.finished(model)
+        capped = self.caps.capped(ticket.tenant)
+        self.caps.finished(ticket.tenant)
         self._drain.record(now)
         self._service.finished(ticket, now)
         self._touch(model, now)
@@ -203,7 +230,53 @@ class Scheduler:
             actual = service_cost(event.usage.input_tokens, event.usage.output_tokens)
             self._vtc.correct(ticket.tenant, ticket.cost, actual)
         self.dispatch(model, now)  # 4
+        if capped:  # its waiters for other models may go now
+            self._dispatch_tenant(ticket.tenant, now)
+            self._want_permit(ticket.tenant)
         self.swaps.advance(now)  # 5
+
+    def on_tenants_changed(self, event: TenantsChanged) -> None:
+        """New tenant policies: weights, queue caps and in-flight caps from now on; a
+        raised cap lets waiters go at once. Requests in flight and their tickets keep
+        what they were admitted with."""
+        self.config = replace(
+            self.config,
+            tenant_weights=dict(event.tenant_weights),
+            default_weight=event.default_weight,
+            tenant_queue_caps=dict(event.tenant_queue_caps),
+            default_tenant_queue_cap=event.default_tenant_queue_cap,
+            tenant_in_flight_caps=dict(event.tenant_in_flight_caps),
+            default_in_flight_cap=event.default_in_flight_cap,
+        )
+        self.caps.config = self.config
+        self._vtc.set_weights(event.tenant_weights, event.default_weight)
+        for tenant in list(self._waiting.tenants()):
+            self._dispatch_tenant(tenant, event.at)
+            self._want_permit(tenant)
+
+    def on_permit(self, event: PermitGranted) -> None:
+        """A permit of the tenant's shared cap: serve one of its waiters with it, or give
+        it back if none can go now."""
+        tenant = event.tenant
+        self.caps.granted(tenant)
+        self._dispatch_tenant(tenant, event.at)
+        self.caps.return_unused(tenant)
+        self._want_permit(tenant)
+
+    def eligible(self, tenant: str) -> bool:
+        """Whether a request of `tenant` may be granted now (`tenant_caps.py`)."""
+        return self.caps.eligible(tenant)
+
+    def _dispatch_tenant(self, tenant: str, now: float) -> None:
+        """Dispatch every model `tenant` has a waiter for (it may have become eligible)."""
+        if not self._waiting.tenant_depth(tenant):
+            return
+        models = {t.model for t in self._waiting if t.tenant == tenant}
+        for model in sorted(models):
+            self.dispatch(model, now)
+
+    def _want_permit(self, tenant: str) -> None:
+        self.caps.want(tenant, self._waiting.tenant_depth(tenant))
 
     def on_tick(self, event: Tick) -> None:
         """Time passed: time out and promote waiters (done on every event), expire
@@ -324,7 +397,7 @@ class Scheduler:
         while self._waiting:  # nobody waits: nothing to hand out (the common case)
             members = self.slots.members(model)  # 1
             ready = [m for m in members if self.gate(m) is Gate.OPEN and self.slots.has_room(m)]
-            ticket = next_ticket(ready, self._waiting, self._choose)  # 2
+            ticket = next_ticket(ready, self._waiting, self._choose, self.eligible)  # 2
             if ticket is None:
                 return
             self._waiting.remove(ticket.ticket_id)
@@ -377,6 +450,7 @@ class Scheduler:
         if not self._effects.grant(ticket, round(1000 * wait_s)):
             return
         self.slots.started(ticket.model)
+        self.caps.started(ticket.tenant)
         self._serving[ticket.ticket_id] = ticket
         self._service.started(ticket, now)
         self._vtc.charge(ticket.tenant, ticket.cost)
