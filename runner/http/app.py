@@ -131,7 +131,7 @@ class RunnerApp:
             rt.settings,
             job_submitter(rt.jobs),
             keep_files=any(m.backend == "comfyui" for m in rt.models.models),
-            count_images=rt.outcomes.count_images,
+            count_images=rt.count_images,
         )
         self.images, self.image_files = routes.images, routes.files
         if routes.store is not None:
@@ -177,6 +177,7 @@ class RunnerApp:
         if s.enable_metrics and s.metrics_port and s.metrics_port != s.port:
             rt.metrics.serve_separately(s.metrics_port, s.host)
         front = rt.front = rt.front_end(rt.limiter)
+        await rt.tenancy.start(rt.apply_tenants, rt.admission.permit_granted)
         records = rt.pool.records
         self.chat = ChatPath(
             front, rt.pool.engines, rt.metrics, s.max_body_bytes,
@@ -255,6 +256,7 @@ class RunnerApp:
         await self.rt.loads.store.aclose()
         await self.rt.pool.leases.aclose()
         await self.rt.job_store.aclose()
+        await self.rt.tenancy.aclose()
         if self.rt.webhook_client is not None:
             await self.rt.webhook_client.aclose()
 

@@ -8,7 +8,9 @@ pays for it, so it does only what the features need. Through the one front-end
     1. identify the tenant, rate limit                     (front-end)  -> 400/401/403/429
     2. read the body, bounded                                            -> 413
     3. parse it once; the model (`check_model`); the numeric fields the runner can
-       check (`runner/http/body_checks.py`: token limits, sampling ranges)    -> 400 / 404 / 503
+       check (`runner/http/body_checks.py`: token limits, sampling ranges); the
+       tenant's token budgets reserve the request's upper bound (runner/tenancy/guard.py)
+                                                           -> 400 / 403 / 404 / 429 / 503
     4. drop `x_*` extension fields, let the adapter adjust; re-serialize only if changed
     5. admission (the scheduler's queue), under the disconnect scope     -> 503 + Retry-After
     6. forward; stream chunk by chunk, or read the JSON answer and its cache report;
@@ -40,6 +42,7 @@ from runner.http.body_checks import check_generation
 from runner.http.frontend import Admitted, Call, FrontEnd
 from runner.scheduler.grants import Usage
 from runner.telemetry.metrics import Metrics
+from runner.tenancy.guard import output_bound
 
 log = logging.getLogger("quorum.chat")
 
@@ -74,10 +77,18 @@ class ChatPath:
         body = await self.front.read_body(call, self.max_body)  # 2
         obj, model = _parse(body)  # 3
         self.front.check_model(call, model, "chat")
-        if call.scope["path"] != "/v1/embeddings":
-            check_generation(obj, self.context_of(model))
+        context = self.context_of(model)
+        embeddings = call.scope["path"] == "/v1/embeddings"
+        if not embeddings:
+            check_generation(obj, context)
         engine = self.engines.get(model)
         changed = _strip_extensions(obj)  # 4
+        if call.policy.token_budgets:
+            output, cap = output_bound(obj, context, embeddings)
+            await self.front.reserve_tokens(call, model, body, obj, output)
+            if cap is not None and call.held is not None:  # the bound must hold
+                obj["max_tokens"] = cap
+                changed = True
         meta = call.meta
         if engine is not None:
             changed |= engine.rewrite(obj, meta.cache_mode, call.tenant)
@@ -98,10 +109,15 @@ class ChatPath:
                 status, report = await self._forward(call, admitted, engine, placement, obj)  # 6
             finally:
                 engine.done(placement, report)
+                call.engine_ms = report.gpu_time_ms
                 if report.input_tokens or report.output_tokens:
                     admitted.usage = Usage(report.input_tokens, report.output_tokens)
+                    call.prompt_tokens, call.completion_tokens = (
+                        report.input_tokens, report.output_tokens,
+                    )  # fmt: skip
+                    call.cached_tokens = report.tokens_reused
                     self.metrics.count_tokens(
-                        call.tenant, report.input_tokens, report.output_tokens
+                        call.tenant, call.model, report.input_tokens, report.output_tokens
                     )
         return status
 
@@ -115,6 +131,7 @@ class ChatPath:
     ) -> tuple[int, CacheReport]:
         """Step 6: one exchange with the engine; its failures become one engine error."""
         path = call.scope["path"]
+        call.reached_engine = True
         try:
             resp = await engine.http.post(path, placement.body)
             try:
@@ -133,6 +150,7 @@ class ChatPath:
         """A whole answer with its report; an engine's refusal becomes our envelope."""
         if resp.status != 200:
             log.info("engine for %s answered %d: %r", call.model, resp.status, payload[:2000])
+            call.reached_engine = False  # refused: it did no work to pay for
             raise refusal(resp.status, payload, call.model)
         report = NO_REPORT
         try:
@@ -183,6 +201,7 @@ class ChatPath:
             if first:
                 await send({"type": "http.response.body", "body": first, "more_body": True})
             async for chunk in chunks:
+                call.generated += chunk.count(b'"content":"')
                 has_usage = b'"usage"' in chunk
                 if has_usage:  # read before `strip` may take it out
                     report = _sniff_report(engine, chunk) or report
