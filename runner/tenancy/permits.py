@@ -91,7 +91,7 @@ class SharedPermits:
                 if cap is None:
                     self._wanted.discard(tenant)
                     self._granted(tenant)  # no cap any more: the scheduler will not use it
-                    return
+                    continue
                 holder = f"{self._replica}:{next(self._ids)}"
                 try:
                     taken = await self.store.acquire(tenant, cap, holder, self._ttl_s)
@@ -101,8 +101,8 @@ class SharedPermits:
                 if taken:
                     self._held.setdefault(tenant, []).append(holder)
                     self._wanted.discard(tenant)
-                    self._granted(tenant)
-                    return
+                    self._granted(tenant)  # the scheduler may want the next one at once
+                    continue
                 self._freed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._freed.wait(), self._retry_s)
