@@ -286,3 +286,101 @@ def status_page() -> dict[str, Schema]:
             ),
         },
     }
+
+
+POLICY: Schema = {
+    "type": "object",
+    "description": "A tenant's policy: the tenants file's schema for one tenant "
+    "(docs/tenants.md); API keys as `sha256:<64 hex>` only.",
+    "additionalProperties": False,
+    "properties": {
+        "rate_limit": {"type": "string"},
+        "weight": {"type": "number", "exclusiveMinimum": 0},
+        "max_queued": {"type": "integer", "minimum": 1},
+        "api_keys": {
+            "type": "array",
+            "items": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
+        },
+        "models": {"type": "array", "items": {"type": "string"}},
+        "priority": {"type": "object"},
+        "max_in_flight": {"type": "integer", "minimum": 1},
+        "token_budgets": {"type": "array", "items": {"type": "object"}},
+    },
+}
+CHANGED = json_answer(
+    _strict(
+        ["tenantId", "version", "policySha256", "approvedBy", "deleted"],
+        {
+            "tenantId": {"type": "string"},
+            "version": {"type": "integer"},
+            "policySha256": {"type": "string"},
+            "approvedBy": {"type": "array", "items": {"type": "string"}},
+            "deleted": {"type": "boolean"},
+        },
+    ),
+    "Applied: every replica serves it within a second.",
+)
+
+
+def tenants() -> dict[str, Schema]:
+    """`/v1/tenants` (governed policy changes, the admins' list) and `/v1/usage`."""
+    tenant = path_param("tenantId", "A tenant id: 1-64 of `[A-Za-z0-9._-]`.")
+    governed = errors(400, 401, 403, 404, 409, 413, 503)
+    who = {"security": OPTIONAL_KEY, "parameters": params("X-Tenant-ID")}
+    query = [
+        {"name": n, "in": "query", "required": False, "schema": {"type": "string"}}
+        for n in ("from", "to", "tenant", "model")
+    ] + [
+        {"name": "group_by", "in": "query", "required": False,
+         "schema": {"type": "string", "enum": ["hour", "day"]}},
+    ]  # fmt: skip
+    return {
+        "/v1/tenants": _get(
+            "Every tenant policy, its source, version and approvers (ADMIN_TENANTS)",
+            "tenants",
+            {"200": json_answer({"type": "object"}, "The policies."), **errors(400, 401, 403)},
+            **who,
+        ),
+        "/v1/tenants/{tenantId}": {
+            "parameters": [tenant],
+            "put": {
+                "summary": "Set a tenant's policy (governed: operation tenant-policy)",
+                "tags": ["tenants"],
+                "parameters": params("X-Op-Token"),
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        JSON: {
+                            "schema": _strict(
+                                ["policy"], {"policy": POLICY, "verifiedOpToken": OP_TOKEN}
+                            )
+                        }
+                    },
+                },
+                "responses": {"200": CHANGED, **governed},
+            },
+            "delete": {
+                "summary": "Remove a tenant's policy (governed: operation tenant-policy, "
+                "policy null)",
+                "tags": ["tenants"],
+                "parameters": params("X-Op-Token"),
+                "requestBody": {
+                    "required": False,
+                    "content": {JSON: {"schema": _strict([], {"verifiedOpToken": OP_TOKEN})}},
+                },
+                "responses": {"200": CHANGED, **governed},
+            },
+        },
+        "/v1/usage": {
+            "get": {
+                "summary": "Usage per tenant, model and hour or day (a tenant: its own)",
+                "tags": ["tenants"],
+                **who,
+                "parameters": [*params("X-Tenant-ID"), *query],
+                "responses": {
+                    "200": json_answer({"type": "object", "required": ["data"]}, "The rows."),
+                    **errors(400, 401, 403, 503),
+                },
+            }
+        },
+    }
