@@ -21,33 +21,18 @@ Order of service when a slot frees (in the model's slot group):
    `tenants/fairness.py`); with `fair=False`, plain arrival order;
 3. FIFO within a tenant.
 
-A tenant with an in-flight cap (`max_in_flight`) at its cap is passed over: its waiters
-keep their place and are served when one of its requests ends. Across replicas
-(`shared_in_flight`) a capped tenant's request also needs a permit of the cap, held in
-the shared store (`PermitEffects`: asked for here, granted back as `PermitGranted`).
+A tenant at its in-flight cap (`max_in_flight`) is passed over: its waiters keep their
+place (`tenant_caps.TenantCaps` counts, asks for cross-replica permits and applies
+policy changes; it reaches this half through `dispatch_tenant` and `tenant_depth`).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from faults import QuorumError
 from runner.scheduler.config import SchedulerConfig
-from runner.scheduler.deadlines import (
-    DeadlineBook,
-    Outlook,
-    ServiceTimes,
-    deadline_exceeded,
-    deadline_refusal,
-)
+from runner.scheduler.deadlines import DeadlineBook, Outlook, ServiceTimes, deadline_exceeded
 from runner.scheduler.effects import Effects, PermitEffects
-from runner.scheduler.errors import (
-    QueueFull,
-    QueueTimeout,
-    SchedulerError,
-    SchedulerStopped,
-    TenantQueueFull,
-)
+from runner.scheduler.errors import SchedulerError, SchedulerStopped
 from runner.scheduler.events import (
     Band,
     Event,
@@ -61,7 +46,8 @@ from runner.scheduler.events import (
     Ticket,
 )
 from runner.scheduler.lifecycle import ModelLifecycle
-from runner.scheduler.models import Gate, ModelState, ModelTable, ModelView, admission
+from runner.scheduler.models import Gate, ModelTable, ModelView
+from runner.scheduler.refusals import queue_timeout, wait_refusal
 from runner.scheduler.retry_after import PromisedReturns, retry_after_s
 from runner.scheduler.slot_groups import SlotCounts, next_ticket
 from runner.scheduler.stats import DrainMeter, QueueStats, WaitWindow
@@ -84,7 +70,7 @@ class Scheduler:
     ) -> None:
         self.config = config
         self._effects = effects
-        self.caps = TenantCaps(config, permits)
+        self.caps = TenantCaps(config, permits, self)
         self._waiting = WaitingRoom()
         self._vtc = VirtualTokenCounter(config.tenant_weights, config.default_weight)
         self._serving: dict[int, Ticket] = {}
@@ -100,6 +86,9 @@ class Scheduler:
         )
         self.swaps = Swaps(config, self.table, self, effects)
         self.lifecycle = ModelLifecycle(config, self.table, self.swaps, self, effects)
+        # what the model table answers (read-only; safe to call between events)
+        self.gate, self.status = self.table.gate, self.table.status
+        self.loading, self.wanted = self.table.loading, self.table.wanted
 
     # -- events ------------------------------------------------------------------
 
@@ -119,7 +108,7 @@ class Scheduler:
             case TenantsChanged():
                 self.on_tenants_changed(event)
             case PermitGranted():
-                self.on_permit(event)
+                self.caps.on_permit(event.tenant, event.at)
             case _:  # a model event
                 self.lifecycle.handle(event)
 
@@ -130,7 +119,7 @@ class Scheduler:
         2. By its model (`models.admission`): refused (unknown, not loaded, unloading,
            failed); open with a free slot, its own and its slot group's
            (`slot_groups.py`; so nobody waits for it), its tenant below its in-flight cap
-           (`eligible`): granted at once.
+           (`tenant_caps.TenantCaps.eligible`): granted at once.
            Otherwise (full, loading, wanted, restarting, coming back) it may wait.
         3. The tenant at its queue cap: refuse with `TenantQueueFull`.
         4. The queue at `max_queue_depth`: refuse with `QueueFull`.
@@ -158,37 +147,23 @@ class Scheduler:
         if not isinstance(gate, Gate):
             self._effects.reject(ticket, gate)
             return
-        if gate is Gate.OPEN and self.slots.has_room(model) and self.eligible(ticket.tenant):
+        if gate is Gate.OPEN and self.slots.has_room(model) and self.caps.eligible(ticket.tenant):
             self._vtc.on_backlogged(ticket.tenant, self._waiting.tenants())
             self._grant(ticket, now)
             return
-        cap = self.config.tenant_queue_cap(ticket.tenant)  # 3
-        mine = self._waiting.tenant_depth(ticket.tenant)
-        if cap is not None and mine >= cap:
-            error: SchedulerError = TenantQueueFull(
-                tenant=ticket.tenant, tenantQueueDepth=mine, tenantMaxDepth=cap,
-                retry_after=self._retry_after(now),
-            )  # fmt: skip
-            self._effects.reject(ticket, error)
+        refusal = wait_refusal(  # 3, 4, 5
+            ticket, self.config, self._waiting,
+            forecast_s=lambda: self.outlook.wait_s(model, ticket.band, ticket.tenant, now),
+            avg_wait_ms=lambda: self._waits.avg_ms(now),
+            retry_after=lambda: self._retry_after(now),
+        )  # fmt: skip
+        if refusal is not None:
+            self._effects.reject(ticket, refusal)
             return
-        depth = len(self._waiting)  # 4
-        if depth >= self.config.max_queue_depth:
-            error = QueueFull(
-                queueDepth=depth, maxDepth=self.config.max_queue_depth,
-                avgWaitMs=self._waits.avg_ms(now), retry_after=self._retry_after(now),
-            )  # fmt: skip
-            self._effects.reject(ticket, error)
-            return
-        if req.deadline_ms is not None:  # 5
-            forecast = self.outlook.wait_s(model, ticket.band, ticket.tenant, now)
-            refusal = deadline_refusal(forecast, req.deadline_ms)
-            if refusal is not None:
-                self._effects.reject(ticket, refusal)
-                return
         self._vtc.on_backlogged(ticket.tenant, self._waiting.tenants())  # 6
         self._waiting.add(ticket)
         self._deadlines.add(ticket)
-        self._want_permit(ticket.tenant)
+        self.caps.want(ticket.tenant)
         if gate is Gate.AUTOLOAD:
             record = self.table.records[model]
             self.swaps.want(model, record.policy, None, now, governed=False)
@@ -205,6 +180,7 @@ class Scheduler:
         ticket = self._waiting.remove(event.ticket_id)
         if ticket is not None:
             self._left_queue(ticket)
+            self.caps.trim(ticket.tenant)
 
     def on_serve_done(self, event: ServeDone) -> None:
         """A granted request finished at the engine.
@@ -221,8 +197,7 @@ class Scheduler:
             return
         model = ticket.model  # 2
         self.slots.finished(model)
-        capped = self.caps.capped(ticket.tenant)
-        self.caps.finished(ticket.tenant)
+        capped = self.caps.finished(ticket.tenant)
         self._drain.record(now)
         self._service.finished(ticket, now)
         self._touch(model, now)
@@ -231,52 +206,25 @@ class Scheduler:
             self._vtc.correct(ticket.tenant, ticket.cost, actual)
         self.dispatch(model, now)  # 4
         if capped:  # its waiters for other models may go now
-            self._dispatch_tenant(ticket.tenant, now)
-            self._want_permit(ticket.tenant)
+            self.caps.may_go(ticket.tenant, now)
         self.swaps.advance(now)  # 5
 
     def on_tenants_changed(self, event: TenantsChanged) -> None:
         """New tenant policies: weights, queue caps and in-flight caps from now on; a
         raised cap lets waiters go at once. Requests in flight and their tickets keep
         what they were admitted with."""
-        self.config = replace(
-            self.config,
-            tenant_weights=dict(event.tenant_weights),
-            default_weight=event.default_weight,
-            tenant_queue_caps=dict(event.tenant_queue_caps),
-            default_tenant_queue_cap=event.default_tenant_queue_cap,
-            tenant_in_flight_caps=dict(event.tenant_in_flight_caps),
-            default_in_flight_cap=event.default_in_flight_cap,
-        )
-        self.caps.config = self.config
+        self.config = self.caps.changed(self.config, event)
         self._vtc.set_weights(event.tenant_weights, event.default_weight)
         for tenant in list(self._waiting.tenants()):
-            self._dispatch_tenant(tenant, event.at)
-            self._want_permit(tenant)
+            self.caps.may_go(tenant, event.at)
 
-    def on_permit(self, event: PermitGranted) -> None:
-        """A permit of the tenant's shared cap: serve one of its waiters with it, or give
-        it back if none can go now."""
-        tenant = event.tenant
-        self.caps.granted(tenant)
-        self._dispatch_tenant(tenant, event.at)
-        self.caps.return_unused(tenant)
-        self._want_permit(tenant)
-
-    def eligible(self, tenant: str) -> bool:
-        """Whether a request of `tenant` may be granted now (`tenant_caps.py`)."""
-        return self.caps.eligible(tenant)
-
-    def _dispatch_tenant(self, tenant: str, now: float) -> None:
+    def dispatch_tenant(self, tenant: str, now: float) -> None:
         """Dispatch every model `tenant` has a waiter for (it may have become eligible)."""
-        if not self._waiting.tenant_depth(tenant):
-            return
-        models = {t.model for t in self._waiting if t.tenant == tenant}
-        for model in sorted(models):
+        for model in self._waiting.models_of(tenant):
             self.dispatch(model, now)
 
-    def _want_permit(self, tenant: str) -> None:
-        self.caps.want(tenant, self._waiting.tenant_depth(tenant))
+    def tenant_depth(self, tenant: str) -> int:
+        return self._waiting.tenant_depth(tenant)
 
     def on_tick(self, event: Tick) -> None:
         """Time passed: time out and promote waiters (done on every event), expire
@@ -289,26 +237,11 @@ class Scheduler:
 
         Wanted loads are dropped; the pool tears the engines down itself.
         """
-        self.swaps.stopped = True
-        for model, want in list(self.table.wants.items()):
-            del self.table.wants[model]
-            if want.governed:
-                record = self.table.records[model]
-                self.swaps.notify(model, record, refused="the runner is shutting down")
+        self.swaps.stop()
         for ticket in self._waiting:
             self._drop(ticket, SchedulerStopped(retry_after=1))
 
     # -- queries (read-only; safe to call between events) --------------------------
-
-    def gate(self, model: str) -> Gate | QuorumError:
-        """What a request for `model` meets now (`models.admission`)."""
-        return admission(
-            model,
-            self.table.get(model),
-            model in self.table.wants,
-            self.table.records.keys(),
-            self.config.failed_retry_after_s,
-        )
 
     def queue_depth(self) -> int:
         return len(self._waiting)
@@ -368,23 +301,6 @@ class Scheduler:
         """The models holding memory (loading, ready, draining, stopping, asleep)."""
         return {m: v for m, v in self.models().items() if v.state.holds_memory}
 
-    def loading(self) -> list[str]:
-        return [m for m, r in self.table.records.items() if r.state is ModelState.LOADING]
-
-    def wanted(self) -> dict[str, tuple[str, ...]]:
-        """Models waiting for memory to load, with the victims chosen for each."""
-        return {model: want.victims for model, want in self.table.wants.items()}
-
-    def status(self, model: str) -> str:
-        """The model's state (`models.ModelState`); `queued` while it holds nothing and a
-        load of it waits for memory."""
-        record = self.table.get(model)
-        if record is not None and record.state.holds_memory:
-            return record.state.value
-        if model in self.table.wants:
-            return "queued"
-        return record.state.value if record is not None else ModelState.ABSENT.value
-
     # -- the request half, also used by the model half (`swaps.Requests`) ------------
 
     def dispatch(self, model: str, now: float) -> None:
@@ -397,7 +313,7 @@ class Scheduler:
         while self._waiting:  # nobody waits: nothing to hand out (the common case)
             members = self.slots.members(model)  # 1
             ready = [m for m in members if self.gate(m) is Gate.OPEN and self.slots.has_room(m)]
-            ticket = next_ticket(ready, self._waiting, self._choose, self.eligible)  # 2
+            ticket = next_ticket(ready, self._waiting, self._choose, self.caps.eligible)  # 2
             if ticket is None:
                 return
             self._waiting.remove(ticket.ticket_id)
@@ -423,12 +339,7 @@ class Scheduler:
         timeout = self.config.queue_timeout_s  # 2
         if timeout is not None:
             for ticket in self._waiting.overdue(now, timeout):
-                waited_ms = round(1000 * (now - ticket.arrived_at))
-                retry = self._retry_after(now)
-                error = QueueTimeout(
-                    queueWaitMs=waited_ms, queueTimeoutMs=round(1000 * timeout), retry_after=retry
-                )
-                self._drop(ticket, error)
+                self._drop(ticket, queue_timeout(ticket, now, timeout, self._retry_after(now)))
         if self.config.low_aging_s is not None and self._waiting.band_depth(Band.LOW):  # 3
             self._waiting.promote_low(now, self.config.low_aging_s)
 
@@ -460,6 +371,7 @@ class Scheduler:
     def _drop(self, ticket: Ticket, error: QuorumError) -> None:
         self._waiting.remove(ticket.ticket_id)
         self._left_queue(ticket)
+        self.caps.trim(ticket.tenant)
         self._effects.reject(ticket, error)
 
     def _left_queue(self, ticket: Ticket) -> None:

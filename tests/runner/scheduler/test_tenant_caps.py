@@ -87,3 +87,21 @@ def test_tenant_caps_shared_need_a_permit_per_request() -> None:
     d.cancel(d.arrive("acme"))  # asks, then leaves before the permit comes
     d.core.handle(PermitGranted("acme", d.now))
     assert permits.released == ["acme", "acme"]
+
+
+def test_tenant_caps_shared_keep_a_permit_for_a_full_model() -> None:
+    """Shared caps: a permit that finds the model's slots full is kept (not given back and
+    asked for again in a loop) and serves the waiter when a slot frees."""
+    permits = Permits()
+    config = capped({"acme": 2}, shared=True, slots=1)
+    d = Driver(config)
+    d.core = type(d.core)(config, d.effects, started_at=0.0, permits=permits)
+    other = d.arrive("globex")  # holds the model's one slot
+    waiter = d.arrive("acme")
+    assert permits.wanted == ["acme"]
+    d.core.handle(PermitGranted("acme", d.now))
+    assert d.effects.granted_ids == [other]
+    assert permits.released == [] and permits.wanted == ["acme"]  # kept, not asked again
+    d.done(other)
+    assert d.effects.granted_ids == [other, waiter]
+    assert permits.released == []
