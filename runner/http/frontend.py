@@ -16,8 +16,8 @@ Every inference request goes the same way, whatever its path:
        served its handler is cancelled (the engine work stops)
     5. any error before the answer started: the runner's envelope with the request id,
        the queue wait and RateLimit-* (`send_error`); every request counted once
-       (`metrics.count_request`) and in the usage (`usage.request`), its token
-       reservation settled (`settle_tokens`).
+       (`metrics.count_request`); what it cost (`runner/tenancy/guard.Spent`) settles
+       its token reservation and goes to the usage (`_account`).
 
 Per-request state travels in one record (`Call`), not in arguments.
 """
@@ -48,7 +48,7 @@ from runner.http.headers import (
     parse_request_headers,
 )
 from runner.scheduler.grants import Admission, AdmissionRequest, Grant, Usage
-from runner.tenancy.guard import Budgets, Held, prompt_bound, request_headers
+from runner.tenancy.guard import Budgets, Held, Spent, request_headers
 from runner.tenancy.usage import UsageRecorder
 from tenants.config import TenantPolicy, TenantsConfig
 from tenants.errors import ModelNotAllowed
@@ -112,11 +112,7 @@ class Call:
     grant: Grant | None = None
     policy: TenantPolicy = field(default_factory=TenantPolicy)  # as the request came in
     held: Held | None = None  # its token reservation, until settled
-    reached_engine: bool = False  # the engine was sent the request
-    prompt_tokens: int = 0  # what the engine reported (0: unknown)
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    generated: int = 0  # content chunks streamed (a cancelled stream's output)
+    spent: Spent = field(default_factory=Spent)  # what it cost (guard.Spent.used)
     engine_ms: int = 0
 
     @property
@@ -205,13 +201,7 @@ class FrontEnd:
             self.metrics.count_request(NO_MODEL, "_invalid", status)
             return
         self.metrics.count_request(call.model, call.tenant, status)
-        self.settle_tokens(call)
-        if self.usage is not None and call.model is not NO_MODEL:
-            self.usage.request(
-                call.tenant, call.model, status, prompt=call.prompt_tokens,
-                completion=call.completion_tokens, cached=call.cached_tokens,
-                engine_ms=call.engine_ms, queue_ms=call.queue_wait_ms,
-            )  # fmt: skip
+        self._account(call, status)
 
     def _police(self, call: Call) -> None:
         """The tenant's policy as it is now, and the priority the request is served at
@@ -235,17 +225,15 @@ class FrontEnd:
             raise error
         return self.limiter.headers(decision) + headers
 
-    async def reserve_tokens(
-        self, call: Call, model: str, body: bytes, obj: dict[str, object], output: int
-    ) -> None:
-        """Reserve the request's upper bound against its tenant's token budgets (429,
-        400 or 503 when refused); the headers join the call's."""
+    async def reserve_tokens(self, call: Call, model: str) -> None:
+        """Reserve the request's bounds (`call.spent`) against its tenant's token budgets
+        (429, 400 or 503 when refused); the headers join the call's."""
         if self.budgets is None or not call.policy.token_budgets:
             return
-        bound = prompt_bound(body, obj)
+        spent = call.spent
         try:
             call.held, headers = await self.budgets.reserve(
-                call.tenant, call.policy, model, bound, output
+                call.tenant, call.policy, model, spent.input_bound, spent.output_bound
             )
         except QuorumError as exc:
             if exc.status == 429:
@@ -253,21 +241,18 @@ class FrontEnd:
             raise
         call.limits += headers
 
-    def settle_tokens(self, call: Call) -> None:
-        """Replace the reservation by the tokens the request used: the engine's usage
-        when it reported one; else, once the engine was reached, the prompt's bound and
-        the chunks it streamed (a cancelled stream pays what was generated); else 0."""
-        held = call.held
-        if held is None or self.budgets is None:
-            return
-        if call.prompt_tokens or call.completion_tokens:
-            used_in, used_out = call.prompt_tokens, call.completion_tokens
-        elif call.reached_engine:
-            used_in, used_out = held.input_bound, min(call.generated, held.output_bound)
-            call.prompt_tokens, call.completion_tokens = used_in, used_out
-        else:
-            used_in = used_out = 0
-        self.budgets.settle(held, used_in, used_out)
+    def _account(self, call: Call, status: int) -> None:
+        """Step 5: what the request is charged (`guard.Spent.used`) replaces its token
+        reservation and goes to the usage, with its outcome and times."""
+        used_in, used_out = call.spent.used()
+        if self.budgets is not None:
+            self.budgets.settle(call.held, used_in, used_out)
+        if self.usage is not None and call.model is not NO_MODEL:
+            self.usage.request(
+                call.tenant, call.model, status, prompt=used_in, completion=used_out,
+                cached=call.spent.cached, engine_ms=call.engine_ms,
+                queue_ms=call.queue_wait_ms,
+            )  # fmt: skip
 
     def check_model(self, call: Call, model: str, kind: str) -> None:
         """`model` is the call's: refused now if the tenant may not use it (403

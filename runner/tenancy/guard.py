@@ -12,6 +12,12 @@ The bounds (never below what the engine will report):
   the context is full); where the runner knows no context, `FALLBACK_OUTPUT_TOKENS`, and
   the request is sent with `max_tokens` set to it, so the bound holds. Embeddings: 0.
 
+What a request is charged when it ends (`Spent.used`, the same figure for its budgets
+and for usage): the engine's own figures when it reported them; for a stream cut short
+(client gone, engine failed) the prompt as the engine's first chunk gave it (else its
+bound) and the content chunks received plus `CUT_ALLOWANCE_TOKENS`; for a request sent
+without an answer, its bounds; for one never sent (or refused by the engine), nothing.
+
 Headers: `x-ratelimit-limit-tokens`, `-remaining-tokens`, `-reset-tokens` (OpenAI's
 names; reset as a duration like `1m30s`) of the tightest budget that applies, after
 this request's reservation; the request rate's trio (`-requests`) beside `RateLimit-*`.
@@ -38,6 +44,9 @@ log = logging.getLogger("quorum.tenancy.budgets")
 TEMPLATE_TOKENS_PER_MESSAGE = 16
 TEMPLATE_TOKENS = 64
 FALLBACK_OUTPUT_TOKENS = 4096
+CUT_ALLOWANCE_TOKENS = 8
+"""Tokens a stream cut short may have been generated beyond the chunks the runner read
+before the engine saw the cut (llama-server, seen: 2 past the client's last chunk)."""
 Headers = list[tuple[bytes, bytes]]
 
 
@@ -89,8 +98,48 @@ def output_bound(
 
 
 @dataclass(slots=True)
+class Spent:
+    """What one request cost: the engine's figures, or what the runner saw of its work."""
+
+    input_bound: int = 0  # the most it can cost (`prompt_bound`, `output_bound`)
+    output_bound: int = 0
+    reached_engine: bool = False  # sent to the engine and not refused by it
+    streamed: bool = False  # the engine's answer is a stream
+    ended: bool = False  # the stream ran to its end
+    reported: bool = False  # the engine's own final figures came (usage, timings)
+    prompt: int = 0  # the engine's figures (prompt: also a stream's first chunk's)
+    completion: int = 0
+    cached: int = 0
+    generated: int = 0  # content chunks received from the engine (a stream)
+
+    def used(self) -> tuple[int, int]:
+        """The (input, output) tokens the request is charged, budgets and usage alike.
+
+        1. The engine reported its figures (a whole answer's usage; a stream's final
+           usage or timings): those.
+        2. A stream without them: the prompt as the engine's first chunk gave it
+           (llama-server), else its bound; the content chunks received, plus
+           `CUT_ALLOWANCE_TOKENS` (at most the output bound) if it was cut short (client
+           gone, engine failed).
+        3. Sent to the engine without an answer (a whole answer cut short or failed):
+           the bounds (what it did is unknown; never charged less than it may have used).
+        4. Never sent, or refused by the engine: nothing.
+        """
+        if self.reported:  # 1
+            return self.prompt, self.completion
+        if not self.reached_engine:  # 4
+            return 0, 0
+        if self.streamed:  # 2
+            made = self.generated
+            if not self.ended:
+                made = max(made, min(made + CUT_ALLOWANCE_TOKENS, self.output_bound))
+            return self.prompt or self.input_bound, made
+        return self.input_bound, self.output_bound  # 3
+
+
+@dataclass(slots=True)
 class Held:
-    """A request's reservation and its bounds, until it is settled."""
+    """A request's reservation, until it is settled."""
 
     reservation: Reservation
     input_bound: int
