@@ -1,6 +1,6 @@
 """`quorum usage` and `quorum tenant set|delete|show`: billable usage and tenant policy.
 
-    quorum usage [--from T] [--to T] [--tenant ID] [--model M] [--group-by hour|day]
+    quorum usage [--from T] [--to T] [--tenant-id ID] [--model M] [--group-by hour|day]
                  [--json | --csv]
     quorum tenant set ID --policy FILE --token FILE     governed PUT /v1/tenants/{id}
     quorum tenant delete ID --token FILE                governed DELETE /v1/tenants/{id}
@@ -8,6 +8,10 @@
 
 `--policy` is JSON or YAML; the token must be a `tenant-policy` token for ID whose
 `policySha256` is the file's (RFC 8785; checked here, exit 2 and nothing sent if not).
+`quorum usage` prints a table (one row per tenant, model and hour or day: requests
+ok/cancelled/refused/failed, prompt, completion and cached tokens, engine and queue
+seconds; images and audio seconds when any row has them), `--json` the API's document,
+`--csv` the API's field names as a header and one line per row.
 """
 
 from __future__ import annotations
@@ -178,17 +182,26 @@ def usage(args: argparse.Namespace) -> int:
             writer = csv.writer(sys.stdout)
             writer.writerow([*USAGE_COLUMNS, *(f"requests_{o}" for o in _OUTCOMES)])
             for row in rows:
-                outcomes = [row["requestsByOutcome"][o] for o in _OUTCOMES]
-                writer.writerow([*(row[c] for c in USAGE_COLUMNS), *outcomes])
+                counts = [row["requestsByOutcome"][o] for o in _OUTCOMES]
+                writer.writerow([*(row[c] for c in USAGE_COLUMNS), *counts])
         else:
             from rich.markup import escape
             from rich.table import Table
 
-            table = Table(title=f"usage by {doc['groupBy']}")
-            for column in USAGE_COLUMNS:
-                table.add_column(column, justify="left" if column in _TEXT else "right")
+            by = doc["groupBy"]
+            media = any(row["images"] or row["audioSeconds"] for row in rows)
+            fields = USAGE_COLUMNS[4:] if media else USAGE_COLUMNS[4:9]
+            table = Table(title=f"usage by {by}", caption="outcomes: ok/cancelled/refused/failed")
+            for column in _TABLE[: len(_TABLE) if media else -2]:
+                left = column in ("start", "tenant", "model")
+                table.add_column(column, justify="left" if left else "right", no_wrap=left)
             for row in rows:
-                table.add_row(*(escape(str(row[c])) for c in USAGE_COLUMNS))
+                start = str(row["start"]).replace("T", " ")[: 10 if by == "day" else 16]
+                outcomes = "/".join(str(row["requestsByOutcome"][o]) for o in _OUTCOMES)
+                figures = [f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c])
+                           for c in fields]  # fmt: skip
+                table.add_row(start, escape(row["tenant"]), escape(row["model"]),
+                              str(row["requests"]), outcomes, *figures)  # fmt: skip
             out().print(table)
         return OK
 
@@ -196,4 +209,7 @@ def usage(args: argparse.Namespace) -> int:
 
 
 _OUTCOMES = ("ok", "cancelled", "refused", "failed")
-_TEXT = ("start", "tenant", "model")
+_TABLE = (
+    "start", "tenant", "model", "requests", "outcomes", "prompt", "output", "cached",
+    "engine s", "queue s", "images", "audio s",
+)  # fmt: skip
