@@ -136,7 +136,7 @@ def mount_tenant_routes(app: FastAPI, rt: Runtime) -> None:
             if tenant is not None and tenant != asker:
                 raise Forbidden("a tenant reads its own usage only")
             tenant = asker
-        group_by = q.get("group_by") or "hour"
+        group_by = q.get("group_by", "hour")
         if group_by not in ("hour", "day"):
             raise BadRequest("group_by must be hour or day")
         now = time.time()
