@@ -62,8 +62,10 @@ def r(tmp_path: Path) -> Iterator[RunnerProcess]:
     with (
         start_fake("fake_openai", "--latency-ms", "0", "--chunks", "6") as echo,
         start_fake("fake_openai", "--latency-ms", "0") as other,
+        start_fake("fake_openai", "--chunks", "200", "--chunk-delay-ms", "50") as slow,
+        start_fake("fake_dies_midstream", "--how", "abort", "--after", "3") as dies,
         start_runner(
-            {"echo": echo.url, "secret": other.url},
+            {"echo": echo.url, "secret": other.url, "echo-slow": slow.url, "echo-dies": dies.url},
             env={
                 "TENANTS_FILE": str(path),
                 "ADMIN_TENANTS": "ops",
@@ -218,3 +220,58 @@ def test_tenant_policy_sighup_rereads_the_file(tmp_path: Path) -> None:
         deadline = time.monotonic() + 10
         wait_for(lambda: httpx.post(url, json=chat("other"), headers=head).status_code == 200)
         assert time.monotonic() < deadline
+
+
+def _raw(r: RunnerProcess, body: dict[str, Any], key: str = KEY_ACME) -> tuple[bytes, int]:
+    """The body's exact bytes and its prompt bound (runner/tenancy/guard.py)."""
+    raw = json.dumps(body).encode()
+    return raw, len(raw) + 16 * len(body["messages"]) + 64
+
+
+def _acme_rows(r: RunnerProcess) -> dict[str, dict[str, Any]]:
+    rows = _usage(r, KEY_OPS, tenant="acme").json()["data"]
+    return {row["model"]: row for row in rows}
+
+
+def test_tenant_policy_cut_short_and_failed_requests_pay_what_they_used(
+    r: RunnerProcess,
+) -> None:
+    """A cancelled stream pays its prompt and what was generated (the chunks read plus the
+    documented allowance), not its reservation; a stream the engine broke pays the same
+    way; a whole answer that never came pays its bounds; the budget's counter is exactly
+    what usage shows (one figure for both)."""
+    url = r.url + "/v1/chat/completions"
+    head = {**auth(KEY_ACME), "Content-Type": "application/json"}
+    slow = chat("echo-slow", max_tokens=100, stream=True)
+    raw, slow_bound = _raw(r, slow)
+    with httpx.stream("POST", url, content=raw, headers=head, timeout=30) as streamed:
+        assert streamed.status_code == 200
+        seen = 0
+        for line in streamed.iter_lines():
+            seen += '"content":"' in line
+            if seen == 3:
+                break  # the client goes away after 3 tokens
+    wait_for(lambda: _acme_rows(r).get("echo-slow", {}).get("requests") == 1)
+    row = _acme_rows(r)["echo-slow"]
+    assert row["requestsByOutcome"]["cancelled"] == 1
+    assert row["promptTokens"] == slow_bound  # the fake gives no prompt length: its bound
+    assert 3 + 8 <= row["completionTokens"] < 100  # what was made, not max_tokens
+
+    broken = chat("echo-dies", max_tokens=50, stream=True)
+    raw, broken_bound = _raw(r, broken)
+    answer = httpx.post(url, content=raw, headers=head, timeout=30)
+    assert answer.status_code == 200 and '"engine_unavailable"' in answer.text
+    whole = chat("echo-dies", max_tokens=5)
+    raw, whole_bound = _raw(r, whole)
+    assert httpx.post(url, content=raw, headers=head, timeout=30).status_code == 502
+    wait_for(lambda: _acme_rows(r).get("echo-dies", {}).get("requests") == 2)
+    dies = _acme_rows(r)["echo-dies"]
+    assert dies["requestsByOutcome"]["failed"] == 2
+    assert dies["promptTokens"] == broken_bound + whole_bound
+    assert dies["completionTokens"] == (3 + 8) + 5  # 3 chunks read + allowance; the bound
+
+    charged = sum(x["promptTokens"] + x["completionTokens"] for x in _acme_rows(r).values())
+    probe = chat(max_tokens=1)
+    raw, probe_bound = _raw(r, probe)
+    after = httpx.post(url, content=raw, headers=head, timeout=30)
+    assert remaining(after) == 3000 - charged - (probe_bound + 1)
