@@ -11,6 +11,7 @@ runner: no 5xx, every status and body as documented.
 
     paths.py        the data path (chat, audio, images) and jobs, and shared helpers
     control.py      the lifecycle calls, the runner's state, the status page
+    tenants.py      /v1/tenants and /v1/usage (issue 26)
     components.py   the error envelope, headers, shared bodies
 """
 
@@ -33,8 +34,9 @@ from runner.http.openapi.components import (
     error_schema,
     header_refs,
 )
-from runner.http.openapi.control import lifecycle, runner_state, status_page, tenants
+from runner.http.openapi.control import lifecycle, runner_state, status_page
 from runner.http.openapi.paths import data_path, jobs
+from runner.http.openapi.tenants import tenants
 from runner.telemetry.metrics import PICKER_PATH
 
 OPENAPI_PATH = "/openapi.json"
