@@ -90,9 +90,9 @@ def test_tenant_policy_entitlements_refuse_and_filter(r: RunnerProcess) -> None:
     assert refused.json()["error"]["code"] == "model_not_allowed"
     assert refused.headers["x-effective-priority"] == "low"
     listed = httpx.get(r.url + "/v1/models", headers=auth(KEY_ACME)).json()["data"]
-    assert [m["id"] for m in listed] == ["echo"]
+    assert sorted(m["id"] for m in listed) == ["echo", "echo-dies", "echo-slow"]  # echo*
     everything = httpx.get(r.url + "/v1/models", headers=auth(KEY_OPS)).json()["data"]
-    assert sorted(m["id"] for m in everything) == ["echo", "secret"]
+    assert sorted(m["id"] for m in everything) == ["echo", "echo-dies", "echo-slow", "secret"]
 
 
 def test_tenant_policy_priority_default_and_ceiling(r: RunnerProcess) -> None:
