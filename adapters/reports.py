@@ -1,4 +1,10 @@
-"""Cache and timing figures out of OpenAI-shaped engine answers (vLLM and llama-server)."""
+"""Cache and timing figures out of OpenAI-shaped engine answers (vLLM and llama-server).
+
+Tokens: `usage` when the answer has it; else llama-server's `timings`, which ride on a
+stream's last chunk even without `stream_options.include_usage`: the prompt is
+`prompt_n` (evaluated) plus `cache_n` (taken from the cache), the completion `predicted_n`
+(the same figures its `/metrics` counters add up).
+"""
 
 from __future__ import annotations
 
@@ -25,6 +31,9 @@ def report_from_openai(response: dict[str, Any]) -> CacheReport:
     timings = response.get("timings")
     if isinstance(timings, dict):
         reused = reused or _int(timings.get("cache_n"))
+        if not isinstance(usage, dict):
+            inp = _int(timings.get("prompt_n")) + _int(timings.get("cache_n"))
+            out = _int(timings.get("predicted_n"))
         total = 0.0
         for key in ("prompt_ms", "predicted_ms"):
             v = timings.get(key)

@@ -17,7 +17,7 @@ from typing import Any
 
 from governance import signing
 from governance.audit import MemoryAuditSink
-from governance.encoding import b64url_decode, loads_strict
+from governance.encoding import b64url_decode, loads_strict, policy_sha256
 from governance.errors import ConfigInvalid, GovernanceError
 from governance.factory import load_legacy_key
 from governance.nonces import MemoryNonceStore
@@ -45,6 +45,13 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         default=[],
         metavar="K=V",
         help="a request body field; V is JSON if it parses (32768 -> int), else text",
+    )
+    p.add_argument(
+        "--policy",
+        default=None,
+        metavar="FILE",
+        help="tenant-policy: the policy document (JSON or YAML) whose policySha256 the token "
+        "binds, or 'none' to delete the tenant; give --param tenantId=ID beside it",
     )
     p.add_argument("--aud", required=True, help="the runner id the token is for")
     p.add_argument("--iss", required=True, help="the registry issuer")
@@ -122,9 +129,25 @@ def _keygen(args: argparse.Namespace) -> int:
     return 0
 
 
+def read_policy(path: str) -> object:
+    """A policy document from a JSON or YAML file (`none`: null, a deletion)."""
+    if path == "none":
+        return None
+    import yaml
+
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: neither JSON nor YAML: {exc}") from None
+
+
 def _propose(args: argparse.Namespace) -> int:
     try:
         params = dict(parse_param(item) for item in args.param)
+        if args.policy is not None:
+            if args.operation != "tenant-policy":
+                raise ValueError("--policy goes with --operation tenant-policy")
+            params["policySha256"] = policy_sha256(read_policy(args.policy))
         document = signing.propose(
             operation=args.operation,
             model_id=args.model,

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import re
 from typing import Any
+
+import rfc8785
 
 MAX_SAFE_INT = 2**53 - 1
 MAX_DEPTH = 16
@@ -128,3 +131,19 @@ def canonical(value: object) -> bytes:
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     ).encode("utf-8")
+
+
+def jcs(value: object) -> bytes:
+    """RFC 8785 canonical JSON (the JSON Canonicalization Scheme), with `rfc8785`: sorted
+    keys by UTF-16 code units, no whitespace, ECMAScript number forms. ValueError for what
+    JSON cannot hold (NaN, integers past 2^53 - 1, non-string keys)."""
+    try:
+        return rfc8785.dumps(value)  # type: ignore[arg-type]  # it checks the value itself
+    except (rfc8785.CanonicalizationError, TypeError) as exc:
+        raise ValueError(f"cannot canonicalize: {exc}") from exc
+
+
+def policy_sha256(policy: object) -> str:
+    """The `policySha256` a `tenant-policy` token binds: lowercase hex SHA-256 of the
+    policy's RFC 8785 form (`null` for a deletion)."""
+    return hashlib.sha256(jcs(policy)).hexdigest()

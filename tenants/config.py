@@ -16,13 +16,23 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import yaml
 
 from tenants.errors import InvalidTenantConfig
+from tenants.policy import (
+    EVERY_MODEL,
+    Entitlements,
+    TokenBudget,
+    parse_budgets,
+    parse_in_flight,
+    parse_models,
+    parse_priority,
+)
 from tenants.rates import Rate, check_tenant_id, parse_limit, parse_rate
 
 __all__ = [
@@ -33,8 +43,10 @@ __all__ = [
     "TenantsConfig",
     "build_config",
     "limits_from_env",
+    "parse_policy_document",
     "parse_rate",
     "parse_tenants_file",
+    "read_tenants_file",
 ]
 
 TENANT_VAR_PREFIX = "TENANT_RATE_LIMIT_"
@@ -46,11 +58,21 @@ DEFAULT = "default"
 @dataclass(frozen=True, slots=True)
 class TenantPolicy:
     """What applies to one tenant: its effective rate limit (None: unlimited), its fair-share
-    weight and its cap on queued requests (None: only the global queue cap)."""
+    weight, its cap on queued requests (None: only the global queue cap), the models it may
+    use, its priority default and ceiling, its cap on requests at the engines (None: none)
+    and its token budgets (tenants/policy.py)."""
 
     rate_limit: Rate | None = None
     weight: float = 1.0
     max_queued: int | None = None
+    models: Entitlements = EVERY_MODEL
+    priority_default: str = "normal"
+    priority_max: str = "high"
+    max_in_flight: int | None = None
+    token_budgets: tuple[TokenBudget, ...] = ()
+
+    def with_rate(self, rate: Rate | None) -> TenantPolicy:
+        return replace(self, rate_limit=rate)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -60,10 +82,18 @@ class TenantsConfig:
     tenants: Mapping[str, TenantPolicy] = field(default_factory=lambda: MappingProxyType({}))
     default: TenantPolicy = TenantPolicy()
     api_keys: tuple[tuple[bytes, str], ...] = ()
+    documents: Mapping[str, Mapping[str, object]] = field(
+        default_factory=lambda: MappingProxyType({}), repr=False
+    )  # each listed tenant's policy as written (keys as digests), for `GET /v1/tenants`
 
     def policy(self, tenant: str) -> TenantPolicy:
         """The tenant's own policy, or the default one."""
         return self.tenants.get(tenant, self.default)
+
+    @property
+    def declared(self) -> frozenset[str]:
+        """The tenants the configuration names (file, API, env), and `default`."""
+        return frozenset(self.tenants) | {"default"}
 
     def rate_for(self, tenant: str) -> Rate | None:
         return self.tenants.get(tenant, self.default).rate_limit
@@ -128,64 +158,103 @@ def parse_tenants_file(text: str, source: str) -> TenantsConfig:
         weight: 2                   # fair-share weight, > 0
         max_queued: 8               # per-tenant queue cap, >= 1
         api_keys: ["sha256:<64 hex>", "a-plain-key"]
-    ```
+        models: ["gemma-*"]         # and priority, max_in_flight, token_budgets:
+    ```                             # tenants/policy.py
     """
-    return _parse_file(text, source)[0]
+    return _parse_doc(_load_yaml(text, source), source)[0]
+
+
+def read_tenants_file(tenants_file: str | Path | None) -> dict[str, Any]:
+    """The tenants file as a document (`{}` without one); unreadable or not YAML: raise."""
+    if tenants_file is None:
+        return {}
+    path = Path(tenants_file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidTenantConfig(f"{path}: cannot read tenants file: {exc}") from None
+    return _load_yaml(text, str(path))
 
 
 def build_config(
-    environ: Mapping[str, str], tenants_file: str | Path | None = None
+    environ: Mapping[str, str],
+    tenants_file: str | Path | None = None,
+    overrides: Mapping[str, Mapping[str, object] | None] | None = None,
+    file_doc: Mapping[str, Any] | None = None,
 ) -> TenantsConfig:
-    """The effective configuration: the file (if any) overlaid with the env vars.
+    """The effective configuration: the file (if any), the governed policies (`overrides`:
+    tenant -> policy document, None: deleted) over it, and the env vars over both.
 
-    1. read and parse the file, if a path is given;
+    1. read and parse the file (or take `file_doc`, already read), with each tenant the
+       overrides name replaced by its governed policy (or removed);
     2. the env default (if set) replaces the file's default limit;
-    3. file tenants without their own `rate_limit` follow the (new) default;
+    3. tenants without their own `rate_limit` follow the (new) default;
     4. each env tenant limit replaces that tenant's limit (a tenant only named in the env
-       gets the default weight and queue cap).
+       gets the default policy otherwise).
     """
-    # 1. the file
-    base, own_rate = TenantsConfig(), frozenset[str]()
-    if tenants_file is not None:
-        path = Path(tenants_file)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InvalidTenantConfig(f"{path}: cannot read tenants file: {exc}") from None
-        base, own_rate = _parse_file(text, str(path))
+    # 1. the file and the governed policies
+    source = str(tenants_file) if tenants_file is not None else "tenants"
+    doc = dict(file_doc) if file_doc is not None else read_tenants_file(tenants_file)
+    if overrides:
+        entries = dict(doc.get("tenants") or {})
+        for tenant, policy in overrides.items():
+            entries.pop(tenant, None)
+            if policy is not None:
+                entries[tenant] = dict(policy)
+        doc["tenants"] = entries
+    base, own_rate = _parse_doc(doc, source) if doc else (TenantsConfig(), frozenset[str]())
     env = limits_from_env(environ)
     # 2. the default
     default = base.default
     if DEFAULT in env:
-        default = TenantPolicy(env[DEFAULT], default.weight, default.max_queued)
+        default = default.with_rate(env[DEFAULT])
     # 3. file tenants
     tenants = {
-        tenant: policy
-        if tenant in own_rate
-        else TenantPolicy(default.rate_limit, policy.weight, policy.max_queued)
+        tenant: policy if tenant in own_rate else policy.with_rate(default.rate_limit)
         for tenant, policy in base.tenants.items()
     }
     # 4. env tenants
     for tenant, rate in env.items():
         if tenant != DEFAULT:
-            current = tenants.get(tenant, default)
-            tenants[tenant] = TenantPolicy(rate, current.weight, current.max_queued)
-    return TenantsConfig(MappingProxyType(tenants), default, base.api_keys)
+            tenants[tenant] = tenants.get(tenant, default).with_rate(rate)
+    return TenantsConfig(
+        MappingProxyType(tenants), default, base.api_keys, MappingProxyType(base.documents)
+    )
 
 
-def _parse_file(text: str, source: str) -> tuple[TenantsConfig, frozenset[str]]:
-    """The file's config and the tenants that set their own `rate_limit`."""
+def parse_policy_document(tenant: str, doc: object, source: str = "policy") -> TenantPolicy:
+    """Check one tenant's policy as `PUT /v1/tenants/{id}` sends it (the file's schema for a
+    tenant; API keys only as `sha256:<64 hex>`). Raises InvalidTenantConfig naming the field."""
+    where = f"{source} of {check_tenant_id(tenant, source)}"
+    policy = _policy(doc, where, TenantPolicy(), True)
+    assert isinstance(doc, dict)
+    keys = doc.get("api_keys") or []
+    if isinstance(keys, list) and any(not str(k).startswith("sha256:") for k in keys):
+        raise InvalidTenantConfig(f"{where}.api_keys: send keys as sha256:<64 hex> only")
+    _api_keys(doc.get("api_keys"), where)
+    return policy
+
+
+def _load_yaml(text: str, source: str) -> dict[str, Any]:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise InvalidTenantConfig(f"{source}: not valid YAML: {exc}") from None
     doc = {} if doc is None else doc
     _check_keys(doc, {"defaults", "tenants"}, source)
+    assert isinstance(doc, dict)
+    return doc
+
+
+def _parse_doc(doc: Mapping[str, Any], source: str) -> tuple[TenantsConfig, frozenset[str]]:
+    """The document's config and the tenants that set their own `rate_limit`."""
+    _check_keys(doc, {"defaults", "tenants"}, source)
     default = _policy(doc.get("defaults") or {}, f"{source}: defaults", TenantPolicy(), False)
     entries = doc.get("tenants") or {}
     if not isinstance(entries, dict):
         raise InvalidTenantConfig(f"{source}: 'tenants' must be a mapping of tenant id to policy")
     tenants: dict[str, TenantPolicy] = {}
+    documents: dict[str, Mapping[str, object]] = {}
     own_rate: set[str] = set()
     keys: dict[bytes, str] = {}
     for raw_id, raw_entry in entries.items():
@@ -195,11 +264,16 @@ def _parse_file(text: str, source: str) -> tuple[TenantsConfig, frozenset[str]]:
         tenants[tenant] = _policy(entry, where, default, True)
         if entry.get("rate_limit") is not None:
             own_rate.add(tenant)
-        for digest in _api_keys(entry.get("api_keys"), where):
+        digests = _api_keys(entry.get("api_keys"), where)
+        for digest in digests:
             if digest in keys:
                 raise InvalidTenantConfig(f"{where}: an API key is also listed for {keys[digest]}")
             keys[digest] = tenant
-    config = TenantsConfig(MappingProxyType(tenants), default, tuple(keys.items()))
+        documents[tenant] = {**entry, **({"api_keys": [f"sha256:{d.hex()}" for d in digests]}
+                                         if "api_keys" in entry else {})}  # fmt: skip
+    config = TenantsConfig(
+        MappingProxyType(tenants), default, tuple(keys.items()), MappingProxyType(documents)
+    )
     return config, frozenset(own_rate)
 
 
@@ -213,8 +287,12 @@ def _check_keys(doc: object, allowed: set[str], where: str) -> None:
         )
 
 
+_POLICY_KEYS = {"rate_limit", "weight", "max_queued", "models", "priority", "max_in_flight",
+                "token_budgets"}  # fmt: skip
+
+
 def _policy(entry: object, where: str, default: TenantPolicy, is_tenant: bool) -> TenantPolicy:
-    allowed = {"rate_limit", "weight", "max_queued"} | ({"api_keys"} if is_tenant else set())
+    allowed = _POLICY_KEYS | ({"api_keys"} if is_tenant else set())
     _check_keys(entry, allowed, where)
     assert isinstance(entry, dict)
     rate = default.rate_limit
@@ -230,7 +308,21 @@ def _policy(entry: object, where: str, default: TenantPolicy, is_tenant: bool) -
         raise InvalidTenantConfig(
             f"{where}.max_queued: must be an integer >= 1, got {max_queued!r}"
         )
-    return TenantPolicy(rate, float(weight), max_queued)
+    inherited = (default.priority_default, default.priority_max)
+    asked, ceiling = parse_priority(entry.get("priority"), where, inherited)
+    models = parse_models(entry.get("models"), where) if "models" in entry else None
+    in_flight = parse_in_flight(entry.get("max_in_flight"), where)
+    budgets = parse_budgets(entry.get("token_budgets"), where)
+    return TenantPolicy(
+        rate_limit=rate,
+        weight=float(weight),
+        max_queued=max_queued,
+        models=Entitlements(models) if "models" in entry else default.models,
+        priority_default=asked,
+        priority_max=ceiling,
+        max_in_flight=in_flight if "max_in_flight" in entry else default.max_in_flight,
+        token_budgets=budgets if "token_budgets" in entry else default.token_budgets,
+    )
 
 
 def _api_keys(raw: object, where: str) -> list[bytes]:

@@ -11,7 +11,12 @@ One row per error (`faults.QuorumError.row`); the runner's one mapping turns the
     │   ├── AuthenticationFailed  401 (WWW-Authenticate: Bearer)
     │   │    ├── MissingApiKey        missing_api_key: keys configured, none sent
     │   │    └── UnknownApiKey        invalid_api_key: the key matches no tenant
-    │   └── TenantMismatch        403 tenant_mismatch: X-Tenant-ID is not the key's tenant
+    │   ├── TenantMismatch        403 tenant_mismatch: X-Tenant-ID is not the key's tenant
+    │   ├── ModelNotAllowed       403 model_not_allowed: not in the tenant's `models`
+    │   ├── TokenBudgetExceeded   429 token_budget_exceeded: budget, remaining, requested,
+    │   │                             resetAt; Retry-After and x-ratelimit-*-tokens
+    │   ├── RequestExceedsBudget  400 request_exceeds_budget: could never fit the budget
+    │   └── TokenBudgetUnavailable 503 token_budget_unavailable: budget store unreachable
     └── ConfigError (faults)
         └── InvalidTenantConfig   invalid_tenant_config: bad env var or tenants file
                                    (start-up only)
@@ -47,4 +52,29 @@ AuthenticationFailed = TenantError.row(
 MissingApiKey = AuthenticationFailed.row("MissingApiKey", "missing_api_key")
 UnknownApiKey = AuthenticationFailed.row("UnknownApiKey", "invalid_api_key")
 TenantMismatch = TenantError.row("TenantMismatch", "tenant_mismatch", 403)
+ModelNotAllowed = TenantError.row(
+    "ModelNotAllowed", "model_not_allowed", 403,
+    "Tenant {tenant} may not use model {model!r}; its models: {allowed}", extra=("model",),
+)  # fmt: skip
+TokenBudgetExceeded = TenantError.row(
+    "TokenBudgetExceeded", "token_budget_exceeded", 429,
+    "Tenant {tenant} has {remaining} of its {budget_text} left; this request may use "
+    "{requested}", error_type="rate_limit_error",
+    extra=("budget", "remaining", "requested", "resetAt"), retry_after=True,
+    headers={
+        "x-ratelimit-limit-tokens": "{limit}",
+        "x-ratelimit-remaining-tokens": "{remaining}",
+        "x-ratelimit-reset-tokens": "{reset}",
+    },
+)  # fmt: skip
+RequestExceedsBudget = TenantError.row(
+    "RequestExceedsBudget", "request_exceeds_budget", 400,
+    "This request may use {requested} tokens, more than tenant {tenant}'s whole "
+    "{budget_text}; lower max_tokens (or send it) or the prompt", extra=("budget", "requested"),
+)  # fmt: skip
+TokenBudgetUnavailable = TenantError.row(
+    "TokenBudgetUnavailable", "token_budget_unavailable", 503,
+    "Token budgets are unavailable (their store is unreachable); retry shortly",
+    retry_after=True,
+)  # fmt: skip
 InvalidTenantConfig = ConfigError.row("InvalidTenantConfig", "invalid_tenant_config")

@@ -38,6 +38,13 @@ class VirtualTokenCounter:
         self._counters: dict[str, float] = {}
         self._last_left: str | None = None
 
+    def set_weights(self, weights: Mapping[str, float], default_weight: float) -> None:
+        """New weights from now on; the service counted so far stays."""
+        if default_weight <= 0 or any(w <= 0 for w in weights.values()):
+            raise ValueError("tenant weights must be positive")
+        self._weights = dict(weights)
+        self._default_weight = default_weight
+
     def weight(self, tenant: str) -> float:
         return self._weights.get(tenant, self._default_weight)
 

@@ -247,6 +247,12 @@ class RateLimiter:
             (b"ratelimit-reset", b"%d" % decision.reset_after_s),
         ]
 
+    def reload(self, config: TenantsConfig) -> None:
+        """Use a new configuration from the next request on (a governed tenant-policy
+        change, SIGHUP): the windows already counted stay."""
+        self._config = config
+        self._plans.clear()
+
     async def aclose(self) -> None:
         """Release the store's connections (see `tenants.storage.close_storage`)."""
         from tenants.storage import close_storage

@@ -13,8 +13,9 @@
   arbitrary slots). What the runner adds (`adapters/bodies.with_fields`): `id_slot`,
   `return_progress`.
 - What a streamed answer's first chunk reports (`report_from_progress`): the prompt tokens
-  taken from the cache, before the headers leave; the progress events the client did not
-  ask for are taken out (`strip_progress`).
+  taken from the cache, before the headers leave, and the prompt's length in tokens (what
+  a stream cut short before its usage is charged for its prompt); the progress events the
+  client did not ask for are taken out (`strip_progress`).
 - What a slot is compared by (`prompt_prefix`): the start of the prompt as text.
 
 Facts: `docs/engines.md`, from llama.cpp `tools/server`. The engine itself (slots, erase,
@@ -158,7 +159,8 @@ def strip_progress(chunk: bytes) -> bytes:
 
 
 def report_from_progress(chunk: bytes) -> CacheReport | None:
-    """The cache report carried by a stream's first chunk (`prompt_progress`), if any."""
+    """The cache report carried by a stream's first chunk (`prompt_progress`), if any:
+    the cached tokens, the time so far and, as `input_tokens`, the prompt's `total`."""
     for line in chunk.split(b"\n"):
         if not line.startswith(b"data: {") or b"prompt_progress" not in line:
             continue
@@ -168,9 +170,10 @@ def report_from_progress(chunk: bytes) -> CacheReport | None:
             continue
         progress = parsed.get("prompt_progress") if isinstance(parsed, dict) else None
         if isinstance(progress, dict):
-            cached = progress.get("cache")
+            cached, total = progress.get("cache"), progress.get("total")
             ms = progress.get("time_ms")
             n = cached if isinstance(cached, int) and cached > 0 else 0
+            prompt = total if isinstance(total, int) and total > 0 else 0
             gpu = round(ms) if isinstance(ms, int | float) and ms > 0 else 0
-            return CacheReport(n > 0, n, gpu)
+            return CacheReport(n > 0, n, gpu, prompt)
     return None

@@ -9,6 +9,18 @@ wrk.headers["Content-Type"] = "application/json"
 wrk.headers["X-Tenant-ID"] = os.getenv("BENCH_TENANT") or "bench"
 wrk.headers["X-Priority"] = os.getenv("BENCH_PRIORITY") or "normal"
 
+-- BENCH_TENANTS=a,b,c: each request names the next tenant in turn (bench/tenants).
+local tenants = {}
+for t in string.gmatch(os.getenv("BENCH_TENANTS") or "", "[^,]+") do tenants[#tenants + 1] = t end
+if #tenants > 0 then
+  local turn = 0
+  request = function()
+    turn = turn % #tenants + 1
+    wrk.headers["X-Tenant-ID"] = tenants[turn]
+    return wrk.format()
+  end
+end
+
 function done(summary, latency, requests)
   local e = summary.errors
   local fields = {

@@ -7,6 +7,8 @@
     quorum cancel TASK --token FILE              governed cancel of a load task
     quorum tasks [TASK ...]                      load tasks: the ones named, or those running
     quorum logs MODEL                            an engine's log lines (ADMIN_TENANTS only)
+    quorum usage [--from --to --group-by ...]    billable usage (table, --json, --csv)
+    quorum tenant set|delete|show ...            governed tenant policy (client/cli/tenants.py)
 
 Each takes `--url` (default `QUORUM_URL`, else http://127.0.0.1:8080), `--tenant`
 (`QUORUM_TENANT`), `--api-key` (`QUORUM_API_KEY`) and `--json` (one JSON document on
@@ -79,3 +81,7 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("model")
     add_common(p)
     p.set_defaults(func=_verb("ops", "logs"))
+
+    from client.cli.tenants import add_commands as add_tenant_commands
+
+    add_tenant_commands(subparsers)

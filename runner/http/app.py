@@ -132,7 +132,7 @@ class RunnerApp:
             rt.settings,
             job_submitter(rt.jobs),
             keep_files=any(m.backend == "comfyui" for m in rt.models.models),
-            count_images=rt.outcomes.count_images,
+            count_images=rt.count_images,
         )
         self.images, self.image_files = routes.images, routes.files
         self.image_store = routes.store
@@ -179,6 +179,7 @@ class RunnerApp:
         if s.enable_metrics and s.metrics_port and s.metrics_port != s.port:
             rt.metrics.serve_separately(s.metrics_port, s.host)
         front = rt.front = rt.front_end(rt.limiter)
+        await rt.tenancy.start(rt.apply_tenants, rt.admission.permit_granted)
         records = rt.pool.records
         self.chat = ChatPath(
             front, rt.pool.engines, rt.metrics, s.max_body_bytes,
@@ -260,6 +261,7 @@ class RunnerApp:
         await self.rt.loads.store.aclose()
         await self.rt.pool.leases.aclose()
         await self.rt.job_store.aclose()
+        await self.rt.tenancy.aclose()
         if self.rt.webhook_client is not None:
             await self.rt.webhook_client.aclose()
 

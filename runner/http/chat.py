@@ -8,7 +8,9 @@ pays for it, so it does only what the features need. Through the one front-end
     1. identify the tenant, rate limit                     (front-end)  -> 400/401/403/429
     2. read the body, bounded                                            -> 413
     3. parse it once; the model (`check_model`); the numeric fields the runner can
-       check (`runner/http/body_checks.py`: token limits, sampling ranges)    -> 400 / 404 / 503
+       check (`runner/http/body_checks.py`: token limits, sampling ranges); the
+       tenant's token budgets reserve the request's upper bound (runner/tenancy/guard.py)
+                                                           -> 400 / 403 / 404 / 429 / 503
     4. drop `x_*` extension fields, let the adapter adjust; re-serialize only if changed
     5. admission (the scheduler's queue), under the disconnect scope     -> 503 + Retry-After
     6. forward; stream chunk by chunk, or read the JSON answer and its cache report;
@@ -40,6 +42,7 @@ from runner.http.body_checks import check_generation
 from runner.http.frontend import Admitted, Call, FrontEnd
 from runner.scheduler.grants import Usage
 from runner.telemetry.metrics import Metrics
+from runner.tenancy.guard import output_bound, prompt_bound
 
 log = logging.getLogger("quorum.chat")
 
@@ -74,10 +77,20 @@ class ChatPath:
         body = await self.front.read_body(call, self.max_body)  # 2
         obj, model = _parse(body)  # 3
         self.front.check_model(call, model, "chat")
-        if call.scope["path"] != "/v1/embeddings":
-            check_generation(obj, self.context_of(model))
+        context = self.context_of(model)
+        embeddings = call.scope["path"] == "/v1/embeddings"
+        if not embeddings:
+            check_generation(obj, context)
         engine = self.engines.get(model)
         changed = _strip_extensions(obj)  # 4
+        spent = call.spent  # what it can cost at most (runner/tenancy/guard.py)
+        spent.input_bound = prompt_bound(body, obj)
+        spent.output_bound, cap = output_bound(obj, context, embeddings)
+        if call.policy.token_budgets:
+            await self.front.reserve_tokens(call, model)
+            if cap is not None and call.held is not None:  # the bound must hold
+                obj["max_tokens"] = cap
+                changed = True
         meta = call.meta
         if engine is not None:
             changed |= engine.rewrite(obj, meta.cache_mode, call.tenant)
@@ -98,10 +111,11 @@ class ChatPath:
                 status, report = await self._forward(call, admitted, engine, placement, obj)  # 6
             finally:
                 engine.done(placement, report)
-                if report.input_tokens or report.output_tokens:
-                    admitted.usage = Usage(report.input_tokens, report.output_tokens)
+                call.engine_ms = report.gpu_time_ms
+                if spent.reported:
+                    admitted.usage = Usage(spent.prompt, spent.completion)
                     self.metrics.count_tokens(
-                        call.tenant, report.input_tokens, report.output_tokens
+                        call.tenant, call.model, spent.prompt, spent.completion
                     )
         return status
 
@@ -115,6 +129,7 @@ class ChatPath:
     ) -> tuple[int, CacheReport]:
         """Step 6: one exchange with the engine; its failures become one engine error."""
         path = call.scope["path"]
+        call.spent.reached_engine = True
         try:
             resp = await engine.http.post(path, placement.body)
             try:
@@ -133,6 +148,7 @@ class ChatPath:
         """A whole answer with its report; an engine's refusal becomes our envelope."""
         if resp.status != 200:
             log.info("engine for %s answered %d: %r", call.model, resp.status, payload[:2000])
+            call.spent.reached_engine = False  # refused: it did no work to pay for
             raise refusal(resp.status, payload, call.model)
         report = NO_REPORT
         try:
@@ -142,7 +158,7 @@ class ChatPath:
                 f"engine for model {call.model!r} returned a body that is not JSON"
             ) from None
         if isinstance(parsed, dict):
-            report = engine.report(parsed)
+            report = _took(call, engine.report(parsed), final=True)
         admitted.disarm()
         headers = _response_headers(call, report, resp.header(b"content-type", JSON))
         await send_whole(call.send, 200, headers, payload)
@@ -166,13 +182,15 @@ class ChatPath:
         report the scheduler and metrics get. A failure once the answer has started
         ends it with an SSE error event.
         """
-        send, strip = call.send, placement.strip
+        send, strip, spent = call.send, placement.strip, call.spent
+        spent.streamed = True
         chunks = resp.chunks()
         first = b""
         report = NO_REPORT
         if engine.holds_headers_for_first_chunk:
             first = await anext(chunks, b"")
             report = engine.first_chunk_report(first) or NO_REPORT
+            spent.prompt = report.input_tokens  # the prompt's length, if it says
         headers = _response_headers(call, report, resp.header(b"content-type", _SSE))
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         if report.cache_hit:
@@ -183,9 +201,12 @@ class ChatPath:
             if first:
                 await send({"type": "http.response.body", "body": first, "more_body": True})
             async for chunk in chunks:
+                spent.generated += chunk.count(b'"content":"')
                 has_usage = b'"usage"' in chunk
-                if has_usage:  # read before `strip` may take it out
-                    report = _sniff_report(engine, chunk) or report
+                if has_usage or b'"timings"' in chunk:  # read before `strip` may take it out
+                    sniffed = _sniff_report(engine, chunk)
+                    if sniffed is not None:
+                        report = _took(call, sniffed, final=False)
                 if strip is not None and (has_usage or b'"prompt_progress"' in chunk):
                     chunk = strip(chunk)
                     if not chunk.strip():
@@ -198,6 +219,8 @@ class ChatPath:
             event = b"data: " + error_body(error) + b"\n\n"
             await send({"type": "http.response.body", "body": event, "more_body": False})
             return error.status, report
+        spent.ended = True
+        spent.reported = bool(spent.completion)  # the final chunk's figures came
         admitted.disarm()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return 200, report
@@ -269,14 +292,28 @@ def _response_headers(call: Call, report: CacheReport, ctype: bytes) -> list[tup
     return headers
 
 
+def _took(call: Call, report: CacheReport, *, final: bool) -> CacheReport:
+    """The engine's figures, when `report` has them: what the call cost if `final` (a
+    whole answer), else once the stream has ended (`guard.Spent.used`)."""
+    if report.input_tokens or report.output_tokens:
+        spent = call.spent
+        spent.reported = final
+        spent.prompt, spent.completion = report.input_tokens, report.output_tokens
+        spent.cached = report.tokens_reused
+    return report
+
+
 def _sniff_report(engine: Engine, chunk: bytes) -> CacheReport | None:
-    """Find the usage block in a streamed chunk (the final one carries it)."""
+    """Find the usage block (or llama-server's timings) in a streamed chunk (the final
+    one carries it)."""
     for line in chunk.split(b"\n"):
-        if line.startswith(b"data: {") and b'"usage"' in line:
+        if line.startswith(b"data: {") and (b'"usage"' in line or b'"timings"' in line):
             try:
                 parsed = orjson.loads(line[6:])
             except orjson.JSONDecodeError:
                 continue
-            if isinstance(parsed, dict) and isinstance(parsed.get("usage"), dict):
+            if isinstance(parsed, dict) and (
+                isinstance(parsed.get("usage"), dict) or isinstance(parsed.get("timings"), dict)
+            ):
                 return engine.report(parsed)
     return None

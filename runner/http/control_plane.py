@@ -6,6 +6,8 @@ one envelope (runner/errors.py), unknown paths and wrong methods included.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -30,6 +32,7 @@ from runner.runtime.wiring import Runtime
 from runner.scheduler import ModelState
 from runner.telemetry.capabilities import capabilities
 from runner.telemetry.health import Life
+from runner.tenancy.routes import mount_tenant_routes
 from tenants.identity import resolve_tenant
 
 JSON = "application/json"
@@ -91,7 +94,11 @@ def control_plane(rt: Runtime) -> FastAPI:
         return json_response(200, {"status": "alive"})
 
     @app.get("/v1/capabilities")
-    async def get_capabilities() -> Response:
+    async def get_capabilities(request: Request) -> Response:
+        available: Sequence[str] = rt.refresher.current.available
+        asker = asking_tenant(rt, request)
+        if asker is not None:  # the router asks as nobody: it sees them all
+            available = rt.tenants.policy(asker).models.filter(available)
         doc = capabilities(
             rt.settings.runner_id,
             str(rt.health().body["status"]),
@@ -101,7 +108,7 @@ def control_plane(rt: Runtime) -> FastAPI:
             rt.settings.enable_multi_tenant,
             rt.settings.vllm_enable_prefix_caching,
             loading=rt.loading(),
-            available=rt.refresher.current.available,
+            available=available,
             resources=rt.refresher.current,
             engines=rt.watch.loads,
             versions=rt.watch.versions,
@@ -167,12 +174,13 @@ def control_plane(rt: Runtime) -> FastAPI:
         return json_response(answer.status, answer.body, answer.headers)
 
     @app.get("/v1/models")
-    async def list_models() -> Response:
+    async def list_models(request: Request) -> Response:
         records = rt.pool.records
+        entitled = rt.tenants.policy(rt.request_tenant(request)).models
         data = [
             {"id": m, "object": "model", "created": records[m].loaded_at, "owned_by": "quorum"}
             for m, view in rt.admission.models().items()
-            if view.state is ModelState.READY and m in records
+            if view.state is ModelState.READY and m in records and entitled.allows(m)
         ]
         return json_response(200, {"object": "list", "data": data})
 
@@ -191,6 +199,7 @@ def control_plane(rt: Runtime) -> FastAPI:
         return Response(contract, 200, media_type="application/json")
 
     mount_status_page(app, rt)  # GET /ui: the operators' status page (admins only)
+    mount_tenant_routes(app, rt)  # /v1/tenants, /v1/usage (runner/tenancy/routes.py)
     return app
 
 
@@ -209,6 +218,15 @@ def allowed_methods(app: FastAPI, request: Request) -> str:
         if isinstance(route, BaseRoute) and route.matches(request.scope)[0] is Match.PARTIAL:
             methods.update(getattr(route, "methods", None) or ())
     return ", ".join(sorted(methods))
+
+
+def asking_tenant(rt: Runtime, request: Request) -> str | None:
+    """The tenant a request says it is (X-Tenant-ID, the fairness id or an API key),
+    identified as for inference; None when it names nobody."""
+    meta = parse_request_headers(list(request.scope["headers"]))
+    if meta.tenant_header is None and meta.authorization is None and meta.fairness_id is None:
+        return None
+    return rt.request_tenant(request)
 
 
 def admin_only(rt: Runtime, request: Request) -> None:

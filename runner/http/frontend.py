@@ -3,17 +3,21 @@
 Every inference request goes the same way, whatever its path:
 
     1. identify: the runner's headers (400 naming the header), the tenant (API key,
-       X-Tenant-ID or the gateway's fairness id; 401/403)     `FrontEnd.__call__`
+       X-Tenant-ID or the gateway's fairness id; 401/403)     `FrontEnd.__call__`;
+       the tenant's policy as it is now (the request keeps it to the end) and the
+       priority it is served at (its default, capped at its max: X-Effective-Priority)
     2. rate limit (tenants/)                       -> 429 + Retry-After, RateLimit-*
     3. the path's own work (`serve(call)`): a bounded body (`read_body`: 413), its
-       fields, the model (`check_model`: 400 for a model another path serves, and what
-       the scheduler would refuse it with: 404/503)
+       fields, the model (`check_model`: 403 for a model the tenant may not use, 400
+       for one another path serves, and what the scheduler would refuse it with:
+       404/503); token budgets (`reserve_tokens`: 429 + Retry-After, x-ratelimit-*)
     4. admission, under a disconnect scope (`admitted`): the scheduler's queue (429 /
        503 + Retry-After); a client that goes away while queued is withdrawn, while
        served its handler is cancelled (the engine work stops)
     5. any error before the answer started: the runner's envelope with the request id,
        the queue wait and RateLimit-* (`send_error`); every request counted once
-       (`Metrics.count_request`).
+       (`Metrics.count_request`); what it cost (`runner/tenancy/guard.Spent`) settles
+       its token reservation and goes to the usage (`_account`).
 
 Per-request state travels in one record (`Call`), not in arguments.
 """
@@ -23,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Protocol
 
@@ -51,9 +55,12 @@ from runner.scheduler.grants import (
     give_back,
     let_go_of,
 )
-from tenants.config import TenantsConfig
-from tenants.errors import RateLimitExceeded
+from runner.tenancy.guard import Budgets, Held, Spent, request_headers
+from runner.tenancy.usage import UsageRecorder
+from tenants.config import TenantPolicy, TenantsConfig
+from tenants.errors import ModelNotAllowed
 from tenants.identity import DEFAULT_TENANT, resolve_tenant
+from tenants.policy import effective_priority
 from tenants.ratelimit import RateLimiter
 
 Headers = list[tuple[bytes, bytes]]
@@ -107,9 +114,13 @@ class Call:
     send: Send
     meta: RequestMeta
     tenant: str
-    limits: Headers = field(default_factory=list)  # RateLimit-* of this request
+    limits: Headers = field(default_factory=list)  # RateLimit-*, x-ratelimit-*, priority
     model: str = NO_MODEL
     grant: Grant | None = None
+    policy: TenantPolicy = field(default_factory=TenantPolicy)  # as the request came in
+    held: Held | None = None  # its token reservation, until settled
+    spent: Spent = field(default_factory=Spent)  # what it cost (guard.Spent.used)
+    engine_ms: int = 0
 
     @property
     def request_id(self) -> str:
@@ -150,10 +161,13 @@ class FrontEnd:
         models: ModelCheck | None = None,
         path_of: Callable[[str], str | None] = lambda _model: None,
         objectives: Mapping[bytes, str] = DEFAULT_OBJECTIVES,
+        budgets: Budgets | None = None,
+        usage: UsageRecorder | None = None,
     ) -> None:
         """`path_of(model)` names the path kind that serves a model (`chat`, `audio`,
         `images`; None: unknown here, the scheduler says so); `objectives` maps the
-        gateway's objective names to priorities (OBJECTIVE_PRIORITIES)."""
+        gateway's objective names to priorities (OBJECTIVE_PRIORITIES); `budgets` the
+        token budgets' store, `usage` where billable usage is counted."""
         self.admission = admission
         self.limiter = limiter
         self.tenants = tenants
@@ -162,6 +176,8 @@ class FrontEnd:
         self.models = models
         self.path_of = path_of
         self.objectives = objectives
+        self.budgets = budgets
+        self.usage = usage
 
     def identify(self, meta: RequestMeta) -> str:
         """The tenant a request belongs to (also for jobs and admin endpoints)."""
@@ -177,7 +193,8 @@ class FrontEnd:
             meta = parse_request_headers(scope["headers"], self.objectives)  # 1
             call = Call(scope, receive, send, meta, "_invalid")
             call.tenant = self.identify(meta)
-            call.limits = await self._rate_limit(call.tenant)  # 2
+            self._police(call)
+            call.limits += await self._rate_limit(call.tenant)  # 2
             status = await serve(call)  # 3, 4
         except ClientGone:
             status = 499
@@ -189,21 +206,72 @@ class FrontEnd:
                 await send_error(send, exc, call.request_id, call.queue_wait_ms, call.limits)
         if call is None:
             self.metrics.count_request(NO_MODEL, "_invalid", status)
-        else:
-            self.metrics.count_request(call.model, call.tenant, status)
+            return
+        self.metrics.count_request(call.model, call.tenant, status)
+        self._account(call, status)
+
+    def _police(self, call: Call) -> None:
+        """The tenant's policy as it is now, and the priority the request is served at
+        (`tenants.policy.effective_priority`; X-Effective-Priority on every answer)."""
+        policy = call.policy = self.tenants.policy(call.tenant)
+        meta = call.meta
+        asked = meta.priority if meta.priority_asked else None
+        priority = effective_priority(asked, policy.priority_default, policy.priority_max)
+        if priority != meta.priority:
+            call.meta = replace(meta, priority=priority)
+        call.limits.append((b"x-effective-priority", _PRIORITY_BYTES[priority]))
 
     async def _rate_limit(self, tenant: str) -> Headers:
-        try:
-            decision = await self.limiter.check(tenant)
-        except RateLimitExceeded:
+        """RateLimit-* and OpenAI's x-ratelimit-*-requests; 429 over the limit."""
+        decision = await self.limiter.hit(tenant)
+        headers = request_headers(decision)
+        if decision is not None and not decision.allowed:
             self.metrics.count_rejection("rate_limited", tenant)
+            error = self.limiter.exceeded(tenant, decision)
+            error.headers.update((k.decode(), v.decode()) for k, v in headers)
+            raise error
+        return self.limiter.headers(decision) + headers
+
+    async def reserve_tokens(self, call: Call, model: str) -> None:
+        """Reserve the request's bounds (`call.spent`) against its tenant's token budgets
+        (429, 400 or 503 when refused); the headers join the call's."""
+        if self.budgets is None or not call.policy.token_budgets:
+            return
+        spent = call.spent
+        try:
+            call.held, headers = await self.budgets.reserve(
+                call.tenant, call.policy, model, spent.input_bound, spent.output_bound
+            )
+        except QuorumError as exc:
+            if exc.status == 429:
+                self.metrics.count_rejection("token_budget", call.tenant)
             raise
-        return self.limiter.headers(decision)
+        call.limits += headers
+
+    def _account(self, call: Call, status: int) -> None:
+        """Step 5: what the request is charged (`guard.Spent.used`) replaces its token
+        reservation and goes to the usage, with its outcome and times."""
+        used_in, used_out = call.spent.used()
+        if self.budgets is not None:
+            self.budgets.settle(call.held, used_in, used_out)
+        if self.usage is not None and call.model is not NO_MODEL:
+            self.usage.request(
+                call.tenant, call.model, status, prompt=used_in, completion=used_out,
+                cached=call.spent.cached, engine_ms=call.engine_ms,
+                queue_ms=call.queue_wait_ms,
+            )  # fmt: skip
 
     def check_model(self, call: Call, model: str, kind: str) -> None:
-        """`model` is the call's: refused now if another path serves it (400
+        """`model` is the call's: refused now if the tenant may not use it (403
+        `model_not_allowed`, before any queueing), if another path serves it (400
         `unsupported_model` naming where to send it) or with what the scheduler would
-        refuse it (404/503); admission decides again."""
+        refuse it (404/503, naming only the models the tenant may use); admission
+        decides again."""
+        entitled = call.policy.models
+        if not entitled.allows(model):
+            call.model = UNKNOWN_MODEL  # never a label a client chose
+            allowed = ", ".join(entitled.patterns or ()) or "none"
+            raise ModelNotAllowed(tenant=call.tenant, model=model, allowed=allowed)
         call.model = model
         path = self.path_of(model)
         if path is not None and path != kind:
@@ -211,9 +279,13 @@ class FrontEnd:
         if self.models is not None:
             try:
                 self.models.check(model)
-            except ModelNotFound:
+            except ModelNotFound as exc:
                 call.model = UNKNOWN_MODEL  # never a label a client chose
-                raise
+                if entitled.patterns is None:
+                    raise
+                known = str(exc.fields.get("models", "")).split(", ")
+                mine = ", ".join(entitled.filter(known)) or "none"
+                raise ModelNotFound(model=model, models=mine) from None
 
     def engine_gone(self, model: str) -> QuorumError:
         """What a request granted a slot gets when its model's engine is gone before the
@@ -256,6 +328,9 @@ class FrontEnd:
     def admitted(self, call: Call, request: AdmissionRequest) -> Admitted:
         """Step 4: `async with front.admitted(call, request) as grant:` (see `Admitted`)."""
         return Admitted(self, call, request)
+
+
+_PRIORITY_BYTES = {p: p.encode() for p in ("low", "normal", "high")}
 
 
 class Admitted:

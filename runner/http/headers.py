@@ -82,6 +82,7 @@ class RequestMeta:
     content_length: int | None
     fairness_id: bytes | None = None  # the gateway's tenant, validated as X-Tenant-ID
     deadline_ms: int | None = None  # X-Request-Deadline-Ms, else x-llm-d-slo-ttft-ms
+    priority_asked: bool = False  # X-Priority or the gateway's objective was sent
 
 
 def new_request_id() -> str:
@@ -141,6 +142,7 @@ def parse_request_headers(
         fairness_name = "x-llm-d-inference-fairness-id"
     if fairness is not None and not _TENANT.fullmatch(fairness):
         raise InvalidHeader(f"{fairness_name} must be 1-64 characters of A-Z a-z 0-9 . _ -")
+    asked = priority is not None or objective is not None or old_objective is not None
     if priority is None:
         objective = objective if objective is not None else old_objective
         priority_s = "normal"
@@ -182,7 +184,7 @@ def parse_request_headers(
             raise InvalidHeader("Content-Length must not be negative")
     deadline_ms = parse_deadline(deadline, slo)
     return RequestMeta(
-        tenant, priority_s, mode_s, tag_s, rid_s, auth, length_i, fairness, deadline_ms
+        tenant, priority_s, mode_s, tag_s, rid_s, auth, length_i, fairness, deadline_ms, asked
     )
 
 

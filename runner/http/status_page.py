@@ -19,7 +19,9 @@ reason), pool.records (spec.backend, loaded_at), refresher.current (total/used/f
 source, models: weights_mb, kv_mb, kv_utilization), loads.progress() (LoadTask),
 admission.stats() (QueueStats), admission.core.waiting_tickets() (tenant, band, model: counts
 only), verifier.audit_sink (records in memory, or the tail of the JSON Lines file),
-tenants (identity).
+tenants (identity; and each declared tenant's policy), admission.tenant_in_flight(),
+tenancy.budgets.store.used() (the budgets' current windows, one read), tenancy.permits
+(in flight across replicas, for shared caps).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import json
 import re
 import time
@@ -45,14 +48,19 @@ from runner.http.headers import parse_request_headers
 from runner.runtime.wiring import Runtime
 from runner.telemetry.status_view import (
     MAX_AUDIT,
+    BudgetRow,
     LoadRow,
     ModelRow,
     PageInputs,
+    TenantRow,
     Waiting,
     page_state,
 )
+from tenants.budget_store import BudgetStoreUnavailable
+from tenants.budgets import counter_key, window
 from tenants.errors import MissingApiKey, UnknownApiKey
 from tenants.identity import resolve_tenant
+from tenants.permit_store import PermitStoreUnavailable
 
 UI_DIR = Path(__file__).parent / "ui"
 STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
@@ -181,7 +189,44 @@ async def gather(rt: Runtime) -> PageInputs:
         waiting=[Waiting(t.tenant, t.band.label, t.model) for t in waiting],
         audit=audit,
         audit_source=source,
+        tenants=await _tenants(rt, {t.tenant for t in waiting}),
     )
+
+
+async def _tenants(rt: Runtime, waiting: set[str]) -> list[TenantRow]:
+    """The declared tenants and any other with requests in flight or waiting: policy,
+    in flight (here, and across replicas for a shared cap), each budget's window now."""
+    config, now = rt.tenants, time.time()
+    flight = rt.admission.tenant_in_flight()
+    names = sorted(set(config.tenants) | set(flight) | waiting)
+    windows = {
+        (t, b.key): (counter_key(t, b, window(b.per, now)[0]), window(b.per, now)[1])
+        for t in names
+        for b in config.policy(t).token_budgets
+    }
+    keys = [key for key, _ in windows.values()]
+    try:
+        counts: list[int | None] = list(await rt.tenancy.budgets.store.used(keys, now))
+    except BudgetStoreUnavailable:
+        counts = [None] * len(keys)
+    used = dict(zip(keys, counts, strict=True))
+    permits = rt.tenancy.permits
+    rows = []
+    for t in names:
+        policy = config.policy(t)
+        shared = None
+        if permits is not None and policy.max_in_flight is not None:
+            with contextlib.suppress(PermitStoreUnavailable):
+                shared = await permits.store.held(t)
+        budgets = []
+        for b in policy.token_budgets:
+            key, end = windows[t, b.key]
+            budgets.append(BudgetRow(b.text, b.tokens, b.per, b.count, b.model, used[key], end))
+        priority = (policy.priority_default, policy.priority_max)
+        cap = policy.max_in_flight
+        patterns = policy.models.patterns
+        rows.append(TenantRow(t, priority, patterns, flight.get(t, 0), shared, cap, budgets))
+    return rows
 
 
 async def _audit(rt: Runtime) -> tuple[list[Mapping[str, Any]], str]:

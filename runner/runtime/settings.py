@@ -85,6 +85,14 @@ class Settings(BaseSettings):
     rate_limit_fail_open: bool = True
     rate_limit_store_timeout_ms: int = Field(default=250, ge=1, le=60_000)  # connect and command
     queue_low_aging_ms: int = Field(default=10_000, ge=0)
+    # Tenant policy on the data path and billable usage (docs/tenants.md).
+    token_budget_fail_open: bool = False  # budgets' store unreachable: 503 (or allow)
+    token_budget_store_timeout_ms: int = Field(default=250, ge=1, le=60_000)
+    tenant_permit_ttl_s: float = Field(default=30.0, ge=1, le=3600)  # shared in-flight caps
+    usage_db: str = "~/.local/state/quorum/usage.sqlite3"  # embedded: SQLite file
+    usage_retention_days: int = Field(default=400, ge=1, le=3660)
+    usage_flush_s: float = Field(default=1.0, gt=0, le=60)
+    usage_max_keys_per_hour: int = Field(default=10_000, ge=1, le=1_000_000)
     # The gateway's x-llm-d-inference-objective names -> X-Priority (runner/http/headers.py).
     objective_priorities: str = DEFAULT_OBJECTIVE_PRIORITIES
     # Engines the runner starts (docs/engines.md).

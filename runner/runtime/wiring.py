@@ -44,6 +44,8 @@ from runner.telemetry.picker_metrics import picker_collector
 from runner.telemetry.seed_metrics import export_seed_names
 from runner.telemetry.snapshot import Refresher, SnapshotCollector
 from runner.telemetry.state_metrics import EngineQueueCollector, HealthCollector
+from runner.tenancy.build import Tenancy
+from runner.tenancy.live import tenants_event
 from tenants.config import TenantsConfig
 from tenants.identity import DEFAULT_TENANT, resolve_tenant
 from tenants.ratelimit import RateLimiter
@@ -60,6 +62,7 @@ def scheduler_config(
     attached by URL is pinned with no memory of ours, and reported ready once attached.
     """
     policies = dict(tenants.tenants)
+    caps = {t: p.max_in_flight for t, p in policies.items() if p.max_in_flight}
     return SchedulerConfig(
         max_queue_depth=settings.max_queue_depth,
         queue_timeout_s=settings.queue_timeout_ms / 1000,
@@ -73,6 +76,9 @@ def scheduler_config(
         default_weight=tenants.default.weight,
         tenant_queue_caps={t: p.max_queued for t, p in policies.items() if p.max_queued},
         default_tenant_queue_cap=tenants.default.max_queued,
+        tenant_in_flight_caps=caps,
+        default_in_flight_cap=tenants.default.max_in_flight,
+        shared_in_flight=settings.redis_url is not None,
         low_aging_s=settings.queue_low_aging_ms / 1000 or None,
     )
 
@@ -102,9 +108,13 @@ class Runtime:
     attached: AttachedWatch = field(init=False)
     hangs: HangWatch = field(init=False)
     webhook_client: httpx.AsyncClient | None = None
+    tenancy: Tenancy = field(init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
+        self.tenancy = Tenancy.from_settings(s, self.tenants, self._in_flight_cap)
+        self.metrics.declare_tenants(self.tenants.declared)
+        self.metrics.audio_usage = self.tenancy.usage.audio
         self.telemetry = telemetry_from_settings(
             s.runner_memory_mb, s.cuda_visible_devices, measure=self._engines_memory_mb
         )
@@ -133,6 +143,7 @@ class Runtime:
             scheduler_config(s, self.pool, self.tenants),
             observer=SchedulerMetrics(self.metrics),
             models=self.pool,
+            permits=self.tenancy.permits,
         )
         self.pool.attach(self.admission)
         self.attached = AttachedWatch(
@@ -219,7 +230,27 @@ class Runtime:
             models=self.admission,
             path_of=path_of,
             objectives=self.settings.objectives,
+            budgets=self.tenancy.budgets,
+            usage=self.tenancy.usage,
         )
+
+    def count_images(self, model: str, tenant: str, images: int) -> None:
+        self.outcomes.count_images(model, tenant, images)
+        self.tenancy.usage.images(model, tenant, images)
+
+    def _in_flight_cap(self, tenant: str) -> int | None:
+        return self.tenants.policy(tenant).max_in_flight
+
+    def apply_tenants(self, config: TenantsConfig) -> None:
+        """A new tenant configuration (runner/tenancy/live.py) applied to everything that
+        reads one: identity, rate limits, the scheduler, the metrics' declared tenants."""
+        self.tenants = config
+        if hasattr(self, "front"):
+            self.front.tenants = config
+        if self.limiter is not None:
+            self.limiter.reload(config)
+        self.admission.tenants_changed(tenants_event(config, time.monotonic()))
+        self.metrics.declare_tenants(config.declared)
 
     def loading(self) -> dict[str, LoadTask]:
         """Each loading model's progress: start-up's preload, governed load tasks."""

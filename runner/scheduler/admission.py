@@ -40,7 +40,7 @@ from typing import Protocol
 from faults import QuorumError
 from runner.scheduler.config import ModelPolicy, SchedulerConfig
 from runner.scheduler.core import Scheduler
-from runner.scheduler.effects import ModelEffects, ModelNotice
+from runner.scheduler.effects import ModelEffects, ModelNotice, PermitEffects
 from runner.scheduler.errors import SchedulerError, SchedulerStopped
 from runner.scheduler.events import (
     Band,
@@ -52,10 +52,12 @@ from runner.scheduler.events import (
     ModelReady,
     ModelSlept,
     ModelStopped,
+    PermitGranted,
     RequestArrived,
     RequestCancelled,
     RunnerStopping,
     ServeDone,
+    TenantsChanged,
     Tick,
     Ticket,
     UnloadRequested,
@@ -176,12 +178,14 @@ class SchedulerAdmission:
         tick_interval_s: float = 0.1,
         observer: SchedulerObserver | None = None,
         models: ModelEffects | None = None,
+        permits: PermitEffects | None = None,
     ) -> None:
+        """`permits` holds the cross-replica in-flight caps (`config.shared_in_flight`)."""
         self._clock = clock
         self._tick_interval_s = tick_interval_s
         self._observer: SchedulerObserver = observer or NullObserver()
         self._effects = _FutureEffects(self._observer, models or NoModels())
-        self.core = Scheduler(config, self._effects)
+        self.core = Scheduler(config, self._effects, permits=permits)
         self._ids = itertools.count(1)
         self._ticker: asyncio.Task[None] | None = None
         self._handling = False
@@ -250,6 +254,18 @@ class SchedulerAdmission:
 
     def depth_by_priority(self) -> dict[str, int]:
         return self.core.depth_by_priority()
+
+    # -- tenants: policies changed, permits of shared in-flight caps ------------------
+
+    def tenants_changed(self, event: TenantsChanged) -> None:
+        self._post(event)
+
+    def permit_granted(self, tenant: str) -> None:
+        self._post(PermitGranted(tenant, self._clock()))
+
+    def tenant_in_flight(self) -> dict[str, int]:
+        """Requests at the engines per tenant, on this replica."""
+        return self.core.caps.by_tenant()
 
     # -- model lifecycle: asked by the API, answered by the pool -----------------------
 

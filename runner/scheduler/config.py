@@ -75,6 +75,10 @@ class SchedulerConfig:
     - `tenant_weights`: share of service relative to `default_weight` (2.0 = twice).
     - `tenant_queue_caps`: waiting requests per tenant; `default_tenant_queue_cap`
       for the rest; `None` means only the global depth applies.
+    - `tenant_in_flight_caps`: requests of a tenant at the engines at once (its
+      `max_in_flight`); `default_in_flight_cap` for the rest; `None`: no cap. More wait
+      in the queue, in their place. `shared_in_flight`: the caps hold across replicas,
+      so a capped tenant's request also needs a permit (`PermitEffects`) to be granted.
     - `low_aging_s`: a `low` request waiting this long is promoted to `normal`;
       `None` never promotes.
     - `fair`: VTC across tenants within a band; `False` is plain FCFS in the band
@@ -104,6 +108,9 @@ class SchedulerConfig:
     default_weight: float = 1.0
     tenant_queue_caps: Mapping[str, int] = field(default_factory=dict)
     default_tenant_queue_cap: int | None = None
+    tenant_in_flight_caps: Mapping[str, int] = field(default_factory=dict)
+    default_in_flight_cap: int | None = None
+    shared_in_flight: bool = False
     low_aging_s: float | None = 10.0
     fair: bool = True
     stats_window_s: float = 60.0
@@ -131,3 +138,6 @@ class SchedulerConfig:
 
     def tenant_queue_cap(self, tenant: str) -> int | None:
         return self.tenant_queue_caps.get(tenant, self.default_tenant_queue_cap)
+
+    def in_flight_cap(self, tenant: str) -> int | None:
+        return self.tenant_in_flight_caps.get(tenant, self.default_in_flight_cap)

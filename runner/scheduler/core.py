@@ -20,43 +20,39 @@ Order of service when a slot frees (in the model's slot group):
 2. within a band, fair share across tenants by weighted service (VTC, see
    `tenants/fairness.py`); with `fair=False`, plain arrival order;
 3. FIFO within a tenant.
+
+A tenant at its in-flight cap (`max_in_flight`) is passed over: its waiters keep their
+place (`tenant_caps.TenantCaps` counts, asks for cross-replica permits and applies
+policy changes; it reaches this half through `dispatch_tenant` and `tenant_depth`).
 """
 
 from __future__ import annotations
 
 from faults import QuorumError
 from runner.scheduler.config import SchedulerConfig
-from runner.scheduler.deadlines import (
-    DeadlineBook,
-    Outlook,
-    ServiceTimes,
-    deadline_exceeded,
-    deadline_refusal,
-)
-from runner.scheduler.effects import Effects
-from runner.scheduler.errors import (
-    QueueFull,
-    QueueTimeout,
-    SchedulerError,
-    SchedulerStopped,
-    TenantQueueFull,
-)
+from runner.scheduler.deadlines import DeadlineBook, Outlook, ServiceTimes, deadline_exceeded
+from runner.scheduler.effects import Effects, PermitEffects
+from runner.scheduler.errors import SchedulerError, SchedulerStopped
 from runner.scheduler.events import (
     Band,
     Event,
+    PermitGranted,
     RequestArrived,
     RequestCancelled,
     RunnerStopping,
     ServeDone,
+    TenantsChanged,
     Tick,
     Ticket,
 )
 from runner.scheduler.lifecycle import ModelLifecycle
-from runner.scheduler.models import Gate, ModelTable, ModelView, admission
+from runner.scheduler.models import Gate, ModelTable, ModelView
+from runner.scheduler.refusals import queue_timeout, wait_refusal
 from runner.scheduler.retry_after import PromisedReturns, retry_after_s
 from runner.scheduler.slot_groups import SlotCounts, next_ticket
 from runner.scheduler.stats import QueueStats, WaitWindow
 from runner.scheduler.swaps import Swaps
+from runner.scheduler.tenant_caps import TenantCaps
 from runner.scheduler.waiting import WaitingRoom
 from tenants.fairness import VirtualTokenCounter, service_cost
 
@@ -64,9 +60,16 @@ from tenants.fairness import VirtualTokenCounter, service_cost
 class Scheduler:
     """The whole state machine; see the module docstring."""
 
-    def __init__(self, config: SchedulerConfig, effects: Effects) -> None:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        effects: Effects,
+        *,
+        permits: PermitEffects | None = None,
+    ) -> None:
         self.config = config
         self._effects = effects
+        self.caps = TenantCaps(config, permits, self)
         self._waiting = WaitingRoom()
         self._vtc = VirtualTokenCounter(config.tenant_weights, config.default_weight)
         self._serving: dict[int, Ticket] = {}
@@ -81,6 +84,9 @@ class Scheduler:
         )
         self.swaps = Swaps(config, self.table, self, effects)
         self.lifecycle = ModelLifecycle(config, self.table, self.swaps, self, effects)
+        # what the model table answers (read-only; safe to call between events)
+        self.gate, self.status = self.table.gate, self.table.status
+        self.loading, self.wanted = self.table.loading, self.table.wanted
 
     # -- events ------------------------------------------------------------------
 
@@ -97,6 +103,10 @@ class Scheduler:
                 self.on_tick(event)
             case RunnerStopping():
                 self.on_shutdown(event)
+            case TenantsChanged():
+                self.on_tenants_changed(event)
+            case PermitGranted():
+                self.caps.on_permit(event.tenant, event.at)
             case _:  # a model event
                 self.lifecycle.handle(event)
 
@@ -106,15 +116,17 @@ class Scheduler:
         1. After shutdown, refuse.
         2. By its model (`models.admission`): refused (unknown, not loaded, unloading,
            failed); open with a free slot, its own and its slot group's
-           (`slot_groups.py`; so nobody waits for it): granted at once.
+           (`slot_groups.py`; so nobody waits for it), its tenant below its in-flight cap
+           (`tenant_caps.TenantCaps.eligible`): granted at once.
            Otherwise (full, loading, wanted, restarting, coming back) it may wait.
         3. The tenant at its queue cap: refuse with `TenantQueueFull`.
         4. The queue at `max_queue_depth`: refuse with `QueueFull`.
         5. A deadline the forecast wait exceeds (`deadlines.deadline_refusal`): refuse
            with `DeadlineUnreachable`, the forecast and `Retry-After`.
         6. Otherwise wait (until its deadline, if it has one); a tenant joining the
-           backlog gets its counter lifted. An `autoload` model that is not resident is
-           now wanted: plan its load.
+           backlog gets its counter lifted; a capped tenant without a permit asks for one
+           (shared caps). An `autoload` model that is not resident is now wanted: plan
+           its load.
         """
         now = event.at
         req = event.request
@@ -133,36 +145,23 @@ class Scheduler:
         if not isinstance(gate, Gate):
             self._effects.reject(ticket, gate)
             return
-        if gate is Gate.OPEN and self.slots.has_room(model):
+        if gate is Gate.OPEN and self.slots.has_room(model) and self.caps.eligible(ticket.tenant):
             self._vtc.on_backlogged(ticket.tenant, self._waiting.tenants())
             self._grant(ticket, now)
             return
-        cap = self.config.tenant_queue_cap(ticket.tenant)  # 3
-        mine = self._waiting.tenant_depth(ticket.tenant)
-        if cap is not None and mine >= cap:
-            error: SchedulerError = TenantQueueFull(
-                tenant=ticket.tenant, tenantQueueDepth=mine, tenantMaxDepth=cap,
-                retry_after=self._retry_after(now),
-            )  # fmt: skip
-            self._effects.reject(ticket, error)
+        refusal = wait_refusal(  # 3, 4, 5
+            ticket, self.config, self._waiting,
+            forecast_s=lambda: self.outlook.wait_s(model, ticket.band, ticket.tenant, now),
+            avg_wait_ms=lambda: self._waits.avg_ms(now),
+            retry_after=lambda: self._retry_after(now),
+        )  # fmt: skip
+        if refusal is not None:
+            self._effects.reject(ticket, refusal)
             return
-        depth = len(self._waiting)  # 4
-        if depth >= self.config.max_queue_depth:
-            error = QueueFull(
-                queueDepth=depth, maxDepth=self.config.max_queue_depth,
-                avgWaitMs=self._waits.avg_ms(now), retry_after=self._retry_after(now),
-            )  # fmt: skip
-            self._effects.reject(ticket, error)
-            return
-        if req.deadline_ms is not None:  # 5
-            forecast = self.outlook.wait_s(model, ticket.band, ticket.tenant, now)
-            refusal = deadline_refusal(forecast, req.deadline_ms)
-            if refusal is not None:
-                self._effects.reject(ticket, refusal)
-                return
         self._vtc.on_backlogged(ticket.tenant, self._waiting.tenants())  # 6
         self._waiting.add(ticket)
         self._deadlines.add(ticket)
+        self.caps.want(ticket.tenant)
         if gate is Gate.AUTOLOAD:
             record = self.table.records[model]
             self.swaps.want(model, record.policy, None, now, governed=False)
@@ -179,6 +178,7 @@ class Scheduler:
         ticket = self._waiting.remove(event.ticket_id)
         if ticket is not None:
             self._left_queue(ticket)
+            self.caps.trim(ticket.tenant)
 
     def on_serve_done(self, event: ServeDone) -> None:
         """A granted request finished at the engine.
@@ -195,13 +195,33 @@ class Scheduler:
             return
         model = ticket.model  # 2
         self.slots.finished(model)
+        capped = self.caps.finished(ticket.tenant)
         self._service.finished(ticket, now)
         self._touch(model, now)
         if event.usage is not None:  # 3
             actual = service_cost(event.usage.input_tokens, event.usage.output_tokens)
             self._vtc.correct(ticket.tenant, ticket.cost, actual)
         self.dispatch(model, now)  # 4
+        if capped:  # its waiters for other models may go now
+            self.caps.may_go(ticket.tenant, now)
         self.swaps.advance(now)  # 5
+
+    def on_tenants_changed(self, event: TenantsChanged) -> None:
+        """New tenant policies: weights, queue caps and in-flight caps from now on; a
+        raised cap lets waiters go at once. Requests in flight and their tickets keep
+        what they were admitted with."""
+        self.config = self.caps.changed(self.config, event)
+        self._vtc.set_weights(event.tenant_weights, event.default_weight)
+        for tenant in list(self._waiting.tenants()):
+            self.caps.may_go(tenant, event.at)
+
+    def dispatch_tenant(self, tenant: str, now: float) -> None:
+        """Dispatch every model `tenant` has a waiter for (it may have become eligible)."""
+        for model in self._waiting.models_of(tenant):
+            self.dispatch(model, now)
+
+    def tenant_depth(self, tenant: str) -> int:
+        return self._waiting.tenant_depth(tenant)
 
     def on_tick(self, event: Tick) -> None:
         """Time passed: time out and promote waiters (done on every event), expire
@@ -214,26 +234,11 @@ class Scheduler:
 
         Wanted loads are dropped; the pool tears the engines down itself.
         """
-        self.swaps.stopped = True
-        for model, want in list(self.table.wants.items()):
-            del self.table.wants[model]
-            if want.governed:
-                record = self.table.records[model]
-                self.swaps.notify(model, record, refused="the runner is shutting down")
+        self.swaps.stop()
         for ticket in self._waiting:
             self._drop(ticket, SchedulerStopped(retry_after=1))
 
     # -- queries (read-only; safe to call between events) --------------------------
-
-    def gate(self, model: str) -> Gate | QuorumError:
-        """What a request for `model` meets now (`models.admission`)."""
-        return admission(
-            model,
-            self.table.get(model),
-            model in self.table.wants,
-            self.table.records.keys(),
-            self.config.failed_retry_after_s,
-        )
 
     def queue_depth(self) -> int:
         return len(self._waiting)
@@ -300,7 +305,7 @@ class Scheduler:
         while self._waiting:  # nobody waits: nothing to hand out (the common case)
             members = self.slots.members(model)  # 1
             ready = [m for m in members if self.gate(m) is Gate.OPEN and self.slots.has_room(m)]
-            ticket = next_ticket(ready, self._waiting, self._choose)  # 2
+            ticket = next_ticket(ready, self._waiting, self._choose, self.caps.eligible)  # 2
             if ticket is None:
                 return
             self._waiting.remove(ticket.ticket_id)
@@ -326,12 +331,7 @@ class Scheduler:
         timeout = self.config.queue_timeout_s  # 2
         if timeout is not None:
             for ticket in self._waiting.overdue(now, timeout):
-                waited_ms = round(1000 * (now - ticket.arrived_at))
-                retry = self._retry_after(now)
-                error = QueueTimeout(
-                    queueWaitMs=waited_ms, queueTimeoutMs=round(1000 * timeout), retry_after=retry
-                )
-                self._drop(ticket, error)
+                self._drop(ticket, queue_timeout(ticket, now, timeout, self._retry_after(now)))
         if self.config.low_aging_s is not None and self._waiting.band_depth(Band.LOW):  # 3
             self._waiting.promote_low(now, self.config.low_aging_s)
 
@@ -353,6 +353,7 @@ class Scheduler:
         if not self._effects.grant(ticket, round(1000 * wait_s)):
             return
         self.slots.started(ticket.model)
+        self.caps.started(ticket.tenant)
         self._serving[ticket.ticket_id] = ticket
         self._service.started(ticket, now)
         self._vtc.charge(ticket.tenant, ticket.cost)
@@ -362,6 +363,7 @@ class Scheduler:
     def _drop(self, ticket: Ticket, error: QuorumError) -> None:
         self._waiting.remove(ticket.ticket_id)
         self._left_queue(ticket)
+        self.caps.trim(ticket.tenant)
         self._effects.reject(ticket, error)
 
     def _left_queue(self, ticket: Ticket) -> None:

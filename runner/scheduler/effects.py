@@ -83,5 +83,20 @@ class NoticeEffects(Protocol):
         ...
 
 
+class PermitEffects(Protocol):
+    """Cross-replica in-flight caps (`SchedulerConfig.shared_in_flight`): the scheduler asks
+    for a permit of a capped tenant's cap, and gives each back when its request ends;
+    whoever implements this holds them in a store every replica shares and answers a
+    granted one with `PermitGranted`."""
+
+    def want_permit(self, tenant: str) -> None:
+        """Get one more permit of `tenant`'s cap for this replica (answer: PermitGranted)."""
+        ...
+
+    def release_permit(self, tenant: str) -> None:
+        """Give one permit of `tenant`'s cap back."""
+        ...
+
+
 class Effects(RequestEffects, ModelEffects, NoticeEffects, Protocol):
     """Everything the scheduler core calls."""

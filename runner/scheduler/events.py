@@ -14,6 +14,7 @@ Model lifecycle, from the API and the model pool: `LoadRequested`,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -93,6 +94,29 @@ class ServeDone:
 
     ticket_id: int
     usage: Usage | None
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class TenantsChanged:
+    """Tenant policies changed (a governed policy change, SIGHUP): the tenants' weights,
+    queue caps and in-flight caps from now on. Requests in flight keep going."""
+
+    tenant_weights: Mapping[str, float]
+    default_weight: float
+    tenant_queue_caps: Mapping[str, int]
+    default_tenant_queue_cap: int | None
+    tenant_in_flight_caps: Mapping[str, int]
+    default_in_flight_cap: int | None
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class PermitGranted:
+    """A permit of `tenant`'s cross-replica in-flight cap is now held for this replica
+    (asked for with `PermitEffects.want_permit`)."""
+
+    tenant: str
     at: float
 
 
@@ -205,4 +229,13 @@ ModelEvent = (
     | ModelSlept
     | ModelCrashed
 )
-Event = RequestArrived | RequestCancelled | ServeDone | Tick | RunnerStopping | ModelEvent
+Event = (
+    RequestArrived
+    | RequestCancelled
+    | ServeDone
+    | Tick
+    | RunnerStopping
+    | TenantsChanged
+    | PermitGranted
+    | ModelEvent
+)

@@ -311,6 +311,33 @@ class ModelTable:
         record.policy = policy
         return record
 
+    def gate(self, model: str) -> Gate | QuorumError:
+        """What a request for `model` meets now (`admission`)."""
+        return admission(
+            model,
+            self.get(model),
+            model in self.wants,
+            self.records.keys(),
+            self.config.failed_retry_after_s,
+        )
+
+    def status(self, model: str) -> str:
+        """The model's state (`ModelState`); `queued` while it holds nothing and a load
+        of it waits for memory."""
+        record = self.get(model)
+        if record is not None and record.state.holds_memory:
+            return record.state.value
+        if model in self.wants:
+            return "queued"
+        return record.state.value if record is not None else ModelState.ABSENT.value
+
+    def loading(self) -> list[str]:
+        return [m for m, r in self.records.items() if r.state is ModelState.LOADING]
+
+    def wanted(self) -> dict[str, tuple[str, ...]]:
+        """Models waiting for memory to load, with the victims chosen for each."""
+        return {model: want.victims for model, want in self.wants.items()}
+
     def holding(self) -> dict[str, ModelRecord]:
         """The models holding memory (loading, ready, draining, stopping, sleeping)."""
         return {m: r for m, r in self.records.items() if r.state.holds_memory}

@@ -23,7 +23,7 @@ next waiter among a group's members (pure). `core.Scheduler` uses both.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from runner.scheduler.config import SchedulerConfig
 from runner.scheduler.events import Band, Ticket
@@ -79,21 +79,33 @@ class SlotCounts:
         return self.group_in_flight(model) < self.capacity(model)
 
 
-def next_ticket(models: Iterable[str], waiting: WaitingRoom, choose: Chooser) -> Ticket | None:
+def next_ticket(
+    models: Iterable[str],
+    waiting: WaitingRoom,
+    choose: Chooser,
+    eligible: Callable[[str], bool] = lambda _tenant: True,
+) -> Ticket | None:
     """The next waiter to grant a freed group slot to, among `models` (the group's members
     that are open and have a slot of their own); `None` if none of them has a waiter.
 
-    1. The most important band any of them has a waiter in (high, normal, low).
-    2. Among the tenants' heads in that band, across those models (oldest first), the one
-       `choose` picks: fair share across the tenants of the shared engine, as within one
-       model.
+    1. The most important band any of them has a waiter of an `eligible` tenant in (high,
+       normal, low); a tenant at its in-flight cap is not eligible, and its waiters keep
+       their place.
+    2. Among the eligible tenants' heads in that band, across those models (oldest first),
+       the one `choose` picks: fair share across the tenants of the shared engine, as
+       within one model.
 
     The ticket is left in the waiting room; the caller removes it.
     """
     candidates = list(models)
     for band in (Band.HIGH, Band.NORMAL, Band.LOW):  # 1
         fifos = [waiting.band(model, band) for model in candidates]
-        heads = [queue[0] for fifo in fifos for queue in fifo.values() if queue]
+        heads = [
+            queue[0]
+            for fifo in fifos
+            for tenant, queue in fifo.items()
+            if queue and eligible(tenant)
+        ]
         if heads:  # 2
             return choose(sorted(heads, key=lambda ticket: ticket.ticket_id))
     return None

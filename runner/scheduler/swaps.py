@@ -68,6 +68,16 @@ class Swaps:
         self.effects = effects
         self.stopped = False
 
+    def stop(self) -> None:
+        """The runner is stopping: no more loads; the wanted ones are dropped (a governed
+        one is told it was refused)."""
+        self.stopped = True
+        for model, want in list(self.table.wants.items()):
+            del self.table.wants[model]
+            if want.governed:
+                record = self.table.records[model]
+                self.notify(model, record, refused="the runner is shutting down")
+
     def notify(self, model: str, record: ModelRecord, **extra: object) -> None:
         """Tell listeners what `model` is now (`ModelNotice`)."""
         view = record.view(model, self.requests.in_flight(model), self.requests.waiting(model))

@@ -63,6 +63,12 @@ class WaitingRoom:
         """The tenants' FIFOs waiting for `model` in `band` (read-only: a view, not a copy)."""
         return self._queues.get(model, {}).get(band, {})
 
+    def models_of(self, tenant: str) -> list[str]:
+        """The models `tenant` has a request waiting for, by name."""
+        if not self._per_tenant[tenant]:
+            return []
+        return sorted({t.model for t, _ in self._where.values() if t.tenant == tenant})
+
     def tenants(self) -> KeysView[str]:
         """Tenants with at least one waiting request (the backlog)."""
         return self._per_tenant.keys()

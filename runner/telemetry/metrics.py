@@ -8,13 +8,14 @@ the endpoint picker reads, its gauges (runner/telemetry/picker_metrics.py) and v
 (scraped off the hot path) re-exposed beside them. A `:` is reserved for recording rules
 (promtool flags it), hence the path of its own; PICKER_METRICS_PATH=/metrics merges the
 two for a picker that reads `/metrics` only (`route`). Each scrape collects only what its
-path writes. Tenant label values are capped (MAX_TENANT_LABELS distinct ones, then
-"_other") so a client inventing tenant ids cannot blow up the series count.
+path writes. Tenant label values are the declared tenants (tenants file, governed
+policies, TENANT_RATE_LIMIT_<tenant>), `default`, `_invalid` and `_other` for every other
+id, so a client inventing tenant ids cannot blow up the series count.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from prometheus_client import (
@@ -36,7 +37,7 @@ from runner.telemetry.metrics_port import serve_paths
 
 METRICS_PATH = "/metrics"
 PICKER_PATH = "/metrics/picker"  # PICKER_METRICS_PATH's default
-MAX_TENANT_LABELS = 1000
+OTHER_TENANT = "_other"
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -92,8 +93,8 @@ class Metrics:
         )
         self.tokens = Counter(
             "quorum_tenant_tokens_total",
-            "Tokens the engines reported, by tenant and kind",
-            ["tenant", "kind"],
+            "Tokens the engines reported, by tenant, model and kind",
+            ["tenant", "model", "kind"],
             registry=r,
         )
         self.ratelimit_store_errors = Counter(
@@ -155,7 +156,8 @@ class Metrics:
             ["model"],
             registry=r,
         )
-        self._tenants: set[str] = set()
+        self._tenants: frozenset[str] = frozenset({"_invalid", "default"})
+        self.audio_usage: Callable[[str, str, float], None] = lambda _m, _t, _s: None
         self._children: dict[tuple[object, ...], Any] = {}
         self.exposition = Exposition(self.registry)  # what /metrics writes, and how
         self.picker_exposition = Exposition(self.picker_registry)
@@ -172,13 +174,15 @@ class Metrics:
             self.exposition.sources = (self.registry,)
             self.paths = {METRICS_PATH: self.exposition, picker_path: self.picker_exposition}
 
+    def declare_tenants(self, tenants: Collection[str]) -> None:
+        """The tenants the configuration names (file, governed policies, env): the only
+        tenant label values besides `_other` and `_invalid` (a request not identified)."""
+        self._tenants = frozenset(tenants) | {"_invalid", "default"}
+
     def tenant_label(self, tenant: str) -> str:
-        if tenant in self._tenants:
-            return tenant
-        if len(self._tenants) >= MAX_TENANT_LABELS:
-            return "_other"
-        self._tenants.add(tenant)
-        return tenant
+        """The tenant itself if declared, else `_other`: the series are bounded by the
+        configuration, never by the first ids clients send."""
+        return tenant if tenant in self._tenants else OTHER_TENANT
 
     def _child(self, metric: MetricWrapperBase | LabelledHistogram, *labels: str) -> Any:
         """`metric.labels(*labels)`, cached: `labels()` costs more than the update itself."""
@@ -222,12 +226,12 @@ class Metrics:
     def count_lifecycle(self, operation: str, outcome: str) -> None:
         self._child(self.lifecycle, operation, outcome).inc()
 
-    def count_tokens(self, tenant: str, input_tokens: int, output_tokens: int) -> None:
+    def count_tokens(self, tenant: str, model: str, input_tokens: int, output_tokens: int) -> None:
         label = self.tenant_label(tenant)
         if input_tokens:
-            self._child(self.tokens, label, "input").inc(input_tokens)
+            self._child(self.tokens, label, model, "input").inc(input_tokens)
         if output_tokens:
-            self._child(self.tokens, label, "output").inc(output_tokens)
+            self._child(self.tokens, label, model, "output").inc(output_tokens)
 
     def count_load(self, outcome: str) -> None:
         self._child(self.load_tasks, outcome).inc()
@@ -241,6 +245,7 @@ class Metrics:
         label = self.tenant_label(tenant)
         if audio_seconds > 0:
             self._child(self.audio_seconds, model, label).inc(audio_seconds)
+            self.audio_usage(model, tenant, audio_seconds)
         if rtf is not None:
             self._child(self.realtime_factor, model).observe(rtf)
         self._child(self.transcriptions, model, label, outcome).inc()

@@ -56,6 +56,33 @@ class Waiting:
 
 
 @dataclass(frozen=True, slots=True)
+class BudgetRow:
+    """One token budget of a tenant and its current window's counter (None: the store
+    did not answer)."""
+
+    text: str  # `2000 tokens per minute`, as refusals name it
+    tokens: int
+    per: str
+    count: str
+    model: str | None
+    used: int | None
+    resets_at: int  # the window's end, Unix seconds
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRow:
+    """A tenant as the page shows it: its policy's limits and where it stands."""
+
+    tenant: str
+    priority: tuple[str, str]  # (default, max)
+    models: tuple[str, ...] | None  # None: every model
+    in_flight: int  # at this replica's engines
+    in_flight_all: int | None  # across the replicas sharing the cap (None: not shared)
+    max_in_flight: int | None
+    budgets: Sequence[BudgetRow] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class PageInputs:
     runner_id: str
     life: str
@@ -74,6 +101,7 @@ class PageInputs:
     waiting: Sequence[Waiting]
     audit: Sequence[Mapping[str, Any]]
     audit_source: str
+    tenants: Sequence[TenantRow] = ()
     now: float = field(default_factory=time.time)
 
 
@@ -86,6 +114,8 @@ def page_state(inputs: PageInputs) -> dict[str, object]:
     3. Loads in progress, oldest first.
     4. Queues: waiting requests per tenant and priority, per priority, in flight per model.
     5. Governance: the last MAX_AUDIT decisions, newest first (see `audit_row`).
+    6. Tenants in name order: priority, models, in flight against the cap, queued, and
+       each token budget with what its window has used and what remains.
     """
     return {
         "runner": {  # 1
@@ -116,7 +146,34 @@ def page_state(inputs: PageInputs) -> dict[str, object]:
             "source": inputs.audit_source,
             "decisions": [audit_row(r) for r in list(inputs.audit)[-MAX_AUDIT:]][::-1],
         },
+        "tenants": [_tenant(t, inputs) for t in sorted(inputs.tenants, key=lambda t: t.tenant)],
         "generatedAt": inputs.now,
+    }
+
+
+def _tenant(t: TenantRow, inputs: PageInputs) -> dict[str, object]:
+    queued = sum(1 for w in inputs.waiting if w.tenant == t.tenant)
+    return {
+        "tenant": t.tenant,
+        "priority": {"default": t.priority[0], "max": t.priority[1]},
+        "models": list(t.models) if t.models is not None else None,
+        "inFlight": t.in_flight,
+        "inFlightAllReplicas": t.in_flight_all,
+        "maxInFlight": t.max_in_flight,
+        "queued": queued,
+        "budgets": [
+            {
+                "budget": b.text,
+                "tokens": b.tokens,
+                "per": b.per,
+                "count": b.count,
+                "model": b.model,
+                "used": b.used,
+                "remaining": None if b.used is None else max(0, b.tokens - b.used),
+                "resetsInS": max(0, round(b.resets_at - inputs.now)),
+            }
+            for b in t.budgets
+        ],
     }
 
 

@@ -106,11 +106,12 @@ PROGRESS = {"choices": [{"delta": {"role": "assistant", "content": None}}]}
 
 
 def test_first_chunk_reports_the_cached_prompt_tokens() -> None:
-    """A stream's first chunk gives the prompt tokens served from the cache."""
+    """A stream's first chunk gives the prompt tokens served from the cache and the
+    prompt's length (`total`: what a stream cut short is charged for its prompt)."""
     hit = _event({**PROGRESS, "prompt_progress": {"total": 300, "cache": 280, "time_ms": 0}})
-    assert report_from_progress(hit + b"\n\n") == CacheReport(True, 280, 0)
+    assert report_from_progress(hit + b"\n\n") == CacheReport(True, 280, 0, 300)
     miss = _event({**PROGRESS, "prompt_progress": {"total": 300, "cache": 0, "time_ms": 12.4}})
-    assert report_from_progress(miss) == CacheReport(False, 0, 12)
+    assert report_from_progress(miss) == CacheReport(False, 0, 12, 300)
     assert report_from_progress(_event({"choices": []})) is None
     assert report_from_progress(b'data: {"prompt_progress": nope}') is None
 

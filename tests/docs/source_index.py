@@ -144,8 +144,9 @@ def product_classes() -> dict[str, list[tuple[ModuleInfo, ClassInfo]]]:
 
 @functools.cache
 def document_fields() -> frozenset[str]:
-    """Every string the product packages write as a dict literal's key: the fields of the
-    JSON documents the runner answers (and of the OpenAPI document that describes them)."""
+    """Every string the product packages write as a dict literal's key, or read as one
+    (`d["key"]`, `d.get("key")`): the fields of the JSON documents the runner answers (and
+    of the OpenAPI document that describes them) and of the engines' answers it reads."""
     names: set[str] = set()
     for name, info in modules().items():
         if name.split(".")[0] in PRODUCT:
@@ -156,7 +157,21 @@ def document_fields() -> frozenset[str]:
                         for k in node.keys
                         if isinstance(k, ast.Constant) and isinstance(k.value, str)
                     )
+                elif isinstance(node, ast.Subscript) and _is_str(node.slice):
+                    names.add(node.slice.value)  # type: ignore[attr-defined]
+                elif (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "get"
+                    and node.args
+                    and _is_str(node.args[0])
+                ):
+                    names.add(node.args[0].value)  # type: ignore[attr-defined]
     return frozenset(names)
+
+
+def _is_str(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
 
 
 def resolve_in_module(module: ModuleInfo, parts: list[str], depth: int = 0) -> bool:

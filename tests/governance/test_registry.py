@@ -135,6 +135,7 @@ def test_registry_dev_copy_is_valid() -> None:
         "model-unload": 2,
         "cache-flush": 1,
         "task-cancel": 1,
+        "tenant-policy": 2,
     }
     assert [op for op, p in registry.operations.items() if p.legacy] == ["cache-flush"]
     for name in ("admin1", "admin2", "admin3"):

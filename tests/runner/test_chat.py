@@ -60,10 +60,13 @@ def fleet() -> Iterator[Fleet]:
                 {name: e.url for name, e in engines.items()},
                 # ENGINE_STATS_INTERVAL_S: the attached watch would soon turn "down" and
                 # "hangs" failed (test_attached_watch.py); here the engine client is tested.
+                # `metered` is declared (an env limit): tenant labels are the declared
+                # tenants', any other id reads `_other` (docs/tenants.md).
                 env={
                     "ENGINE_READ_TIMEOUT_S": "1",
                     "MAX_BODY_BYTES": "65536",
                     "ENGINE_STATS_INTERVAL_S": "3600",
+                    "TENANT_RATE_LIMIT_metered": "unlimited",
                 },
             )
         )

@@ -105,6 +105,8 @@ class Kind:
             **GOVERNED,
             "MAX_QUEUE_DEPTH": "1",
             "TENANT_RATE_LIMIT_limited": "2req/min",
+            # declared, so /metrics labels it by name (undeclared ids read `_other`)
+            "TENANT_RATE_LIMIT_metered": "unlimited",
             "ENGINE_STATS_INTERVAL_S": "0.2",
             **self.env,
         }

@@ -105,7 +105,7 @@ def _operations(doc: dict[str, Any]) -> set[tuple[str, str]]:
     out = set()
     for path, item in doc["paths"].items():
         shape = _shape(path)
-        out |= {(m.upper(), shape) for m in item if m in ("get", "post", "delete")}
+        out |= {(m.upper(), shape) for m in item if m in ("get", "post", "put", "delete")}
     return out
 
 
@@ -150,7 +150,9 @@ def test_openapi_served_as_3_1_with_the_envelope(runner: RunnerProcess) -> None:
         "examples"
     ] == ["echo", "later", "sd"]
     envelope = doc["components"]["schemas"]["Error429"]["properties"]["error"]
-    assert envelope["properties"]["code"]["enum"] == ["http_error", "rate_limit_exceeded"]
+    # a token budget without room is a 429 too (issue 26: tenant token budgets)
+    codes = ["http_error", "rate_limit_exceeded", "token_budget_exceeded"]
+    assert envelope["properties"]["code"]["enum"] == codes
     headers = doc["components"]["responses"]["D429"]["headers"]
     assert {"Retry-After", "RateLimit-Limit", "X-Request-Id", "X-Queue-Wait-Ms"} <= set(headers)
 

@@ -119,7 +119,12 @@ def test_metrics_images_jobs_and_engine_queue_on_comfyui(tmp_path: Path) -> None
             "models:\n"
             f"  - {{id: sd, backend: comfyui, url: '{comfy.url}', checkpoint: {CHECKPOINT}}}\n"
         )
-        env = {"COMFYUI_PATH": str(folder), "ENGINE_STATS_INTERVAL_S": "0.2"}
+        # `acme` is declared (an env limit): tenant labels are the declared tenants' only
+        env = {
+            "COMFYUI_PATH": str(folder),
+            "ENGINE_STATS_INTERVAL_S": "0.2",
+            "TENANT_RATE_LIMIT_acme": "unlimited",
+        }
         with start_runner(models_file=models, env=env, wait_ready=False) as runner:
             wait_started(runner, 60)
             post = runner.url + "/v1/images/generations"

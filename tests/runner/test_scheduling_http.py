@@ -85,7 +85,12 @@ def test_high_priority_overtakes_ten_low_when_model_is_full(slow_engine: FakeEng
 def test_queue_full_is_503_with_seed_body_and_retry_after(slow_engine: FakeEngine) -> None:
     """Beyond MAX_QUEUE_DEPTH waiting requests the runner answers 503 queue_full + Retry-After."""
     with (
-        start_runner({"echo": slow_engine.url}, parallel=1, env={"MAX_QUEUE_DEPTH": "2"}) as r,
+        # `late` is declared (an env limit), so /metrics names it; undeclared ids read `_other`
+        start_runner(
+            {"echo": slow_engine.url},
+            parallel=1,
+            env={"MAX_QUEUE_DEPTH": "2", "TENANT_RATE_LIMIT_late": "unlimited"},
+        ) as r,
         ThreadPoolExecutor(2) as pool,
     ):
         with blocking_stream(r, slow_engine):

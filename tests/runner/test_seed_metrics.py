@@ -94,7 +94,9 @@ def test_metrics_names_setting_chooses_the_names(mode: str, seed: bool, quorum: 
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[RunnerProcess]:
-    with runner("seed", models={"m": Model("llama-server-ok", preload=True)}) as r:
+    # community-x is declared (an env limit): the tenant label names declared tenants only
+    env = {"TENANT_RATE_LIMIT_community-x": "unlimited"}
+    with runner("seed", models={"m": Model("llama-server-ok", preload=True)}, env=env) as r:
         answer = httpx.post(
             r.url + "/v1/chat/completions",
             json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},

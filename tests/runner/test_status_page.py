@@ -2,8 +2,9 @@
 
 It renders for an admin, follows a governed load from `absent` through `loading` to
 `ready`, shows a tenant's queued requests (counts, never prompts), the governance decision
-that approved the load (who signed) and an engine restart; a screenshot is kept as an
-artefact. Anyone else gets 401 (no identity) or 403 (not an admin).
+that approved the load (who signed) and an engine restart, and each tenant's budgets and
+in-flight cap; screenshots are kept as artefacts. Anyone else gets 401 (no identity) or
+403 (not an admin).
 """
 
 from __future__ import annotations
@@ -13,16 +14,18 @@ import json
 import os
 import signal
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 
 from runner.memory.proc import child_pids
+from tests.fixtures.launch import start_fake
 from tests.support.artefacts import artefact
 from tests.support.chromium import Page, open_browser
 from tests.support.fleet import Model, full_queue, load_token, runner, wait_for
-from tests.support.runner_proc import RunnerProcess
+from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -135,3 +138,65 @@ def test_status_page_in_chromium_for_a_non_admin_is_403(r: RunnerProcess) -> Non
         page.navigate(r.url + "/ui")
         text = page.evaluate("document.body.innerText")
     assert json.loads(text)["error"]["code"] == "forbidden"
+
+
+TENANTS = """
+tenants:
+  ops: {}
+  acme:
+    models: [echo]
+    priority: {default: low, max: normal}
+    max_in_flight: 1
+    token_budgets:
+      - {tokens: 5000, per: hour}
+      - {tokens: 900, per: minute, count: output}
+"""
+
+
+def test_status_page_in_chromium_shows_each_tenants_budgets_and_cap(tmp_path: Path) -> None:
+    """The tenants' view: each declared tenant's priority, models, in flight against its
+    cap, queued requests, and each token budget with what its window has used and what is
+    left (the same figures as state.json, which are the budget's counters); a screenshot
+    is kept."""
+    path = tmp_path / "tenants.yaml"
+    path.write_text(TENANTS)
+    env = {"TENANTS_FILE": str(path), "ADMIN_TENANTS": "ops"}
+    acme = {"X-Tenant-ID": "acme"}
+    url_of = "/v1/chat/completions"
+    with (
+        start_fake("fake_openai", "--chunks", "400", "--chunk-delay-ms", "100") as echo,
+        start_runner({"echo": echo.url}, env=env) as r,
+        ThreadPoolExecutor(1) as pool,
+        open_browser(headers=basic("ops")) as page,
+    ):
+        whole = {"model": "echo", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        answer = httpx.post(r.url + url_of, json=whole, headers=acme, timeout=30)
+        assert answer.status_code == 200
+        held = {**whole, "stream": True, "max_tokens": 300}
+        with httpx.stream("POST", r.url + url_of, json=held, headers=acme, timeout=60) as stream:
+            chunks = stream.iter_raw()  # keep a reference: dropping it would hang up at once
+            next(chunks)  # in flight: acme is at its cap of 1
+            queued = pool.submit(httpx.post, r.url + url_of, json=whole, headers=acme, timeout=60)
+            page.navigate(r.url + "/ui")
+            cell = "document.querySelector('#tenants tr[data-tenant=\"acme\"]')"
+            page.wait_for(f"{cell}?.querySelector('.queued')?.textContent === '1'")
+            assert page.evaluate(f"{cell}.querySelector('.in-flight').textContent") == "1 / 1"
+            text = page.evaluate(f"{cell}.textContent")
+            state = httpx.get(r.url + "/ui/state.json", headers=basic("ops")).json()
+            shot = page.screenshot(artefact("status-page-tenants.png"))
+        assert queued.result(60).status_code == 200
+    (row,) = [t for t in state["tenants"] if t["tenant"] == "acme"]
+    assert row["priority"] == {"default": "low", "max": "normal"} and row["models"] == ["echo"]
+    assert (row["inFlight"], row["maxInFlight"], row["queued"]) == (1, 1, 1)
+    hour, minute = row["budgets"]
+    usage = answer.json()["usage"]
+    # the whole answer's usage, then the stream's and the queued request's reservations
+    assert hour["used"] > usage["total_tokens"] + 300 + 4
+    assert minute["used"] == usage["completion_tokens"] + 300 + 4
+    for b in (hour, minute):
+        assert b["remaining"] == b["tokens"] - b["used"]
+        assert f"{b['remaining']} left of {b['budget']}" in text
+    assert "acme" in text and "low (max normal)" in text
+    assert [t["tenant"] for t in state["tenants"]] == ["acme", "ops"]
+    assert shot.stat().st_size > 10_000
+    assert page.console == []

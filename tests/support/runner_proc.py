@@ -77,6 +77,7 @@ def start_runner(
     path = tmp / "models.yaml"  # never the repository's default models.yaml
     path.write_text(models_file if models_file is not None else models_yaml(models or {}, parallel))
     full_env["MODELS_CONFIG"] = str(path)
+    full_env["USAGE_DB"] = str(tmp / "usage.sqlite3")  # never the user's own usage file
     full_env.update(env or {})
     log_path = tmp / "runner.log"
     with open(log_path, "wb") as log:

@@ -11,6 +11,7 @@ runner: no 5xx, every status and body as documented.
 
     paths.py        the data path (chat, audio, images) and jobs, and shared helpers
     control.py      the lifecycle calls, the runner's state, the status page
+    tenants.py      /v1/tenants and /v1/usage (issue 26)
     components.py   the error envelope, headers, shared bodies
 """
 
@@ -35,6 +36,7 @@ from runner.http.openapi.components import (
 )
 from runner.http.openapi.control import lifecycle, runner_state, status_page
 from runner.http.openapi.paths import data_path, jobs
+from runner.http.openapi.tenants import tenants
 from runner.telemetry.metrics import PICKER_PATH
 
 OPENAPI_PATH = "/openapi.json"
@@ -42,19 +44,31 @@ OPENAPI_PATH = "/openapi.json"
 _ERROR_HEADERS = {
     401: ("WWW-Authenticate",),
     405: ("Allow",),
-    429: ("Retry-After", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"),
+    429: (
+        "Retry-After",
+        "RateLimit-Limit",
+        "RateLimit-Remaining",
+        "RateLimit-Reset",
+        "x-ratelimit-limit-tokens",
+        "x-ratelimit-remaining-tokens",
+        "x-ratelimit-reset-tokens",
+        "x-ratelimit-limit-requests",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-reset-requests",
+    ),
     503: ("Retry-After",),
 }
 _ERROR_WHEN = {
     400: "A bad request: header, body or field (`param` or the message names it).",
     401: "No or a bad API key, governance token or login.",
-    403: "Not for this tenant, or the token's signers may not do this.",
+    403: "Not for this tenant (a model outside its `models`), or the token's signers may "
+    "not do this.",
     404: "No such model, task, job, image or path.",
     405: "Another method than the path takes (`Allow`).",
     408: "The request's headers or body did not arrive in time.",
     409: "A replayed governance token, or a task that cannot be cancelled any more.",
     413: "A body (or token) above its limit.",
-    429: "The tenant is over its rate limit (`Retry-After`).",
+    429: "The tenant is over its rate limit or a token budget (`Retry-After`).",
     431: "Request headers too large, or too many of them.",
     502: "The engine failed under the request.",
     503: "The runner, the model, the queue or a store cannot take it now (`Retry-After` "
@@ -119,7 +133,8 @@ def _error_responses() -> dict[str, Schema]:
         described = {"description": _ERROR_WHEN[status], "content": content}
         out[f"E{status}"] = {**described, "headers": header_refs(own, required)}
         data = (*DATA_PATH_HEADERS, "X-GPU-Time-Ms", *own)
-        limits = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
+        limits = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset",
+                  "X-Effective-Priority")  # fmt: skip
         data += tuple(h for h in limits if h not in data)
         out[f"D{status}"] = {
             **described,
@@ -143,6 +158,7 @@ def openapi_document(models: Sequence[str] = (), picker_path: str = PICKER_PATH)
         **lifecycle(),
         **runner_state(picker_path),
         **status_page(),
+        **tenants(),
     }
     for item in paths.values():  # the connection's limits, before any path is reached
         for method, operation in item.items():

@@ -121,6 +121,23 @@ HEADERS: dict[str, Schema] = {
     "RateLimit-Remaining": _int_header("Requests left in the window."),
     "RateLimit-Reset": _int_header("Seconds until the window resets."),
     "Retry-After": _int_header("Seconds to wait before trying again."),
+    "X-Effective-Priority": {
+        "description": "The priority the request was served at: the tenant's default without "
+        "X-Priority, capped at the tenant's max (docs/tenants.md).",
+        "schema": {"type": "string", "enum": ["high", "normal", "low"]},
+    },
+    "x-ratelimit-limit-tokens": _int_header("The tightest token budget that applies (tokens)."),
+    "x-ratelimit-remaining-tokens": _int_header("Tokens left in that budget's window."),
+    "x-ratelimit-reset-tokens": {
+        "description": "Until that window resets, as OpenAI writes it (`1m30s`).",
+        "schema": {"type": "string"},
+    },
+    "x-ratelimit-limit-requests": _int_header("The tenant's requests per window."),
+    "x-ratelimit-remaining-requests": _int_header("Requests left in the window."),
+    "x-ratelimit-reset-requests": {
+        "description": "Until one more request fits, as OpenAI writes it (`2s`).",
+        "schema": {"type": "string"},
+    },
     "Location": {"description": "Where to poll the task or job.", "schema": {"type": "string"}},
     "Preference-Applied": {
         "description": "`respond-async`: the request was taken as a job.",

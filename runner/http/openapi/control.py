@@ -36,7 +36,7 @@ def _governed(summary: str, body: Schema, ok: Schema, *extra: int) -> Schema:
     }
 
 
-def _strict(required: list[str], properties: Schema) -> Schema:
+def strict_body(required: list[str], properties: Schema) -> Schema:
     return {
         "type": "object",
         "required": required,
@@ -46,7 +46,7 @@ def _strict(required: list[str], properties: Schema) -> Schema:
 
 
 MODEL_ID: Schema = {"type": "string", "minLength": 1}
-LOAD_BODY = _strict(
+LOAD_BODY = strict_body(
     ["modelId"],
     {
         "modelId": MODEL_ID,
@@ -57,7 +57,7 @@ LOAD_BODY = _strict(
         "verifiedOpToken": OP_TOKEN,
     },
 )
-UNLOAD_BODY = _strict(
+UNLOAD_BODY = strict_body(
     ["modelId"],
     {
         "modelId": MODEL_ID,
@@ -65,7 +65,7 @@ UNLOAD_BODY = _strict(
         "verifiedOpToken": OP_TOKEN,
     },
 )
-FLUSH_BODY = _strict(
+FLUSH_BODY = strict_body(
     ["scope"],
     {
         "scope": {"type": "string", "enum": list(FLUSH_SCOPES)},
@@ -75,7 +75,7 @@ FLUSH_BODY = _strict(
         "verifiedOpToken": OP_TOKEN,
     },
 )
-CANCEL_BODY = _strict([], {"verifiedOpToken": OP_TOKEN})
+CANCEL_BODY = strict_body([], {"verifiedOpToken": OP_TOKEN})
 
 ACCEPTED_LOAD: Schema = {
     "type": "object",
@@ -159,7 +159,7 @@ def lifecycle() -> dict[str, Schema]:
     }
 
 
-def _get(summary: str, tag: str, responses: Schema, **extra: Any) -> Schema:
+def get_operation(summary: str, tag: str, responses: Schema, **extra: Any) -> Schema:
     return {"get": {"summary": summary, "tags": [tag], "responses": responses, **extra}}
 
 
@@ -168,14 +168,14 @@ def _metrics_paths(picker_path: str) -> dict[str, Schema]:
     text = {"description": "Prometheus text format.", "content": {"text/plain": {"schema": {}}}}
     merged = ", and the endpoint picker's `vllm:*` family" if picker_path == METRICS_PATH else ""
     out = {
-        METRICS_PATH: _get(
+        METRICS_PATH: get_operation(
             "Prometheus metrics: the runner's own and the seed's names" + merged,
             "state",
             {"200": text, **errors(503)},
         )
     }
     if picker_path != METRICS_PATH:
-        out[picker_path] = _get(
+        out[picker_path] = get_operation(
             "The endpoint picker's `vllm:*` metrics (PICKER_METRICS_PATH)",
             "state",
             {"200": text, **errors(503)},
@@ -203,7 +203,7 @@ def runner_state(picker_path: str = PICKER_PATH) -> dict[str, Schema]:
     retry = header_refs(("Retry-After",))  # while starting: the preloads' time left
     admin = {"security": OPTIONAL_KEY, "parameters": params("X-Tenant-ID")}
     return {
-        "/health": _get(
+        "/health": get_operation(
             "Readiness: able to serve",
             "state",
             {
@@ -211,12 +211,12 @@ def runner_state(picker_path: str = PICKER_PATH) -> dict[str, Schema]:
                 "503": json_answer(health, "Not ready (status says why).", retry),
             },
         ),
-        "/health/live": _get(
+        "/health/live": get_operation(
             "Liveness: the process answers",
             "state",
             {"200": json_answer({"type": "object", "required": ["status"]}, "Alive.")},
         ),
-        "/v1/capabilities": _get(
+        "/v1/capabilities": get_operation(
             "What this runner can do and how full it is",
             "state",
             {
@@ -225,19 +225,19 @@ def runner_state(picker_path: str = PICKER_PATH) -> dict[str, Schema]:
             },
         ),
         **_metrics_paths(picker_path),
-        "/v1/models": _get(
+        "/v1/models": get_operation(
             "The models ready to serve", "state", {"200": json_answer(models, "Models.")}
         ),
         "/v1/models/{modelId}/logs": {
             "parameters": [path_param("modelId", "A model of this runner.")],
-            **_get(
+            **get_operation(
                 "An engine's last output lines (ADMIN_TENANTS)",
                 "state",
                 {"200": json_answer(logs, "The lines."), **errors(400, 401, 403, 404)},
                 **admin,
             ),
         },
-        "/openapi.json": _get(
+        "/openapi.json": get_operation(
             "This document",
             "state",
             {
@@ -257,13 +257,13 @@ def status_page() -> dict[str, Schema]:
     refused = errors(400, 401, 403)
     state = {"type": "object"}
     return {
-        "/ui": _get(
+        "/ui": get_operation(
             "The operators' status page (ADMIN_TENANTS)",
             "ui",
             {"200": page("text/html", "The page."), **refused},
             **admin,
         ),
-        "/ui/state.json": _get(
+        "/ui/state.json": get_operation(
             "The state the status page shows",
             "ui",
             {"200": json_answer(state, "The page's state."), **refused},
@@ -271,7 +271,7 @@ def status_page() -> dict[str, Schema]:
         ),
         "/ui/{name}": {
             "parameters": [path_param("name", "`app.js` or `style.css`.")],
-            **_get(
+            **get_operation(
                 "The status page's script and style sheet",
                 "ui",
                 {

@@ -66,6 +66,13 @@ DATA_OK_HEADERS = header_refs(
         "RateLimit-Limit",
         "RateLimit-Remaining",
         "RateLimit-Reset",
+        "X-Effective-Priority",
+        "x-ratelimit-limit-tokens",
+        "x-ratelimit-remaining-tokens",
+        "x-ratelimit-reset-tokens",
+        "x-ratelimit-limit-requests",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-reset-requests",
     ),
     required=("X-Request-Id", "X-Cache-Hit", "X-Cache-Tokens-Reused", "X-Queue-Wait-Ms"),
 )

@@ -53,6 +53,18 @@ function fill(tbody, rows, empty) {
   if (empty) document.getElementById(empty).hidden = rows.length > 0;
 }
 
+// One token budget: a bar of what its window has used, and what is left until it resets.
+function budget(b) {
+  const line = el("div", null, "budget");
+  const known = b.used !== null;
+  line.append(bar(known ? b.used / b.tokens : 0, 0, `${b.used ?? "?"} of ${b.tokens} used`)
+    .firstChild);
+  const left = known ? `${b.remaining} left` : "unknown (store unreachable)";
+  line.append(` ${left} of ${b.budget}, resets in ${seconds(b.resetsInS)}`);
+  Object.assign(line.dataset, { per: b.per, count: b.count, remaining: b.remaining ?? "" });
+  return line;
+}
+
 function render(state) {
   const r = state.runner;
   document.getElementById("runner-id").textContent = r.id;
@@ -102,6 +114,18 @@ function render(state) {
     row([el("td", t.tenant), ...PRIORITIES.map((p) => el("td", t[p], "num"))],
       { tenant: t.tenant })));
   for (const p of PRIORITIES) document.getElementById(`q-${p}`).textContent = q.byPriority[p];
+
+  fill(document.querySelector("#tenants tbody"), state.tenants.map((t) => {
+    let flight = t.maxInFlight === null ? `${t.inFlight}` : `${t.inFlight} / ${t.maxInFlight}`;
+    if (t.inFlightAllReplicas !== null) flight += ` (all replicas ${t.inFlightAllReplicas})`;
+    const budgets = el("td");
+    for (const b of t.budgets) budgets.append(budget(b));
+    if (!t.budgets.length) budgets.textContent = "none";
+    return row([el("td", t.tenant), el("td", `${t.priority.default} (max ${t.priority.max})`),
+      el("td", t.models === null ? "all" : t.models.join(", ")),
+      el("td", flight, "num in-flight"), el("td", t.queued, "num queued"), budgets],
+      { tenant: t.tenant });
+  }), "tenants-empty");
 
   document.getElementById("audit-source").textContent = `(${state.audit.source})`;
   fill(document.querySelector("#audit tbody"), state.audit.decisions.map((d) => {

@@ -1,0 +1,1 @@
+"""bench/tenants: the cost and the guarantees of tenant policy (issue 26)."""

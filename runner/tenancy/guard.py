@@ -1,0 +1,256 @@
+"""Token budgets on the data path: what a request may cost, reserved before it queues,
+settled when it ends (tenants/budgets.py is the accounting).
+
+The bounds (never below what the engine will report):
+
+- prompt: the request body's UTF-8 bytes (a token of any byte-level or byte-fallback
+  tokenizer covers at least one byte of text, and the body holds every byte of the
+  messages) plus the chat template's allowance: `TEMPLATE_TOKENS_PER_MESSAGE` per message
+  and `TEMPLATE_TOKENS` per request (role markers, BOS, the generation prompt);
+- output: `n` x (`max_completion_tokens`, `max_tokens` or `n_predict`); without one, the
+  model's context length (llama-server's and vLLM's documented default: generate until
+  the context is full); where the runner knows no context, `FALLBACK_OUTPUT_TOKENS`, and
+  the request is sent with `max_tokens` set to it, so the bound holds. Embeddings: 0.
+
+What a request is charged when it ends (`Spent.used`, the same figure for its budgets
+and for usage): the engine's own figures when it reported them; for a stream cut short
+(client gone, engine failed) the prompt as the engine's first chunk gave it (else its
+bound) and the content chunks received plus `CUT_ALLOWANCE_TOKENS`; for a request sent
+without an answer, its bounds; for one never sent (or refused by the engine), nothing.
+
+Headers: `x-ratelimit-limit-tokens`, `-remaining-tokens`, `-reset-tokens` (OpenAI's
+names; reset as a duration like `1m30s`) of the tightest budget that applies, after
+this request's reservation; the request rate's trio (`-requests`) beside `RateLimit-*`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tenants.budget_store import BudgetStore, BudgetStoreUnavailable
+from tenants.budgets import Reservation, plan, settle
+from tenants.config import TenantPolicy
+from tenants.errors import RequestExceedsBudget, TokenBudgetExceeded, TokenBudgetUnavailable
+from tenants.ratelimit import RateDecision
+
+log = logging.getLogger("quorum.tenancy.budgets")
+
+TEMPLATE_TOKENS_PER_MESSAGE = 16
+TEMPLATE_TOKENS = 64
+FALLBACK_OUTPUT_TOKENS = 4096
+CUT_ALLOWANCE_TOKENS = 8
+"""Tokens a stream cut short may have been generated beyond the chunks the runner read
+before the engine saw the cut (llama-server, seen: 2 past the client's last chunk)."""
+Headers = list[tuple[bytes, bytes]]
+
+
+def duration(seconds: float) -> str:
+    """OpenAI's form of a reset: `0s`, `45s`, `1m30s`, `2h0m5s`."""
+    s = max(0, math.ceil(seconds))
+    hours, rest = divmod(s, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+def request_headers(decision: RateDecision | None) -> Headers:
+    """OpenAI's `x-ratelimit-*-requests` of the request rate (none when unlimited)."""
+    if decision is None:
+        return []
+    return [
+        (b"x-ratelimit-limit-requests", b"%d" % decision.limit),
+        (b"x-ratelimit-remaining-requests", b"%d" % decision.remaining),
+        (b"x-ratelimit-reset-requests", duration(decision.reset_after_s).encode()),
+    ]
+
+
+def prompt_bound(body: bytes, obj: dict[str, Any]) -> int:
+    messages = obj.get("messages")
+    count = len(messages) if isinstance(messages, list) else 1
+    return len(body) + TEMPLATE_TOKENS_PER_MESSAGE * count + TEMPLATE_TOKENS
+
+
+def output_bound(
+    obj: dict[str, Any], context: int | None, embeddings: bool
+) -> tuple[int, int | None]:
+    """(the most output tokens, the `max_tokens` to send it with when the request's own
+    does not bound it: None when it does)."""
+    if embeddings:
+        return 0, None
+    n = obj.get("n")
+    choices = n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
+    for key in ("max_completion_tokens", "max_tokens", "n_predict"):
+        value = obj.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return choices * value, None
+    if context is not None and context > 0:
+        return choices * context, None
+    return choices * FALLBACK_OUTPUT_TOKENS, FALLBACK_OUTPUT_TOKENS
+
+
+@dataclass(slots=True)
+class Spent:
+    """What one request cost: the engine's figures, or what the runner saw of its work."""
+
+    input_bound: int = 0  # the most it can cost (`prompt_bound`, `output_bound`)
+    output_bound: int = 0
+    reached_engine: bool = False  # sent to the engine and not refused by it
+    streamed: bool = False  # the engine's answer is a stream
+    ended: bool = False  # the stream ran to its end
+    reported: bool = False  # the engine's own final figures came (usage, timings)
+    prompt: int = 0  # the engine's figures (prompt: also a stream's first chunk's)
+    completion: int = 0
+    cached: int = 0
+    generated: int = 0  # content chunks received from the engine (a stream)
+
+    def used(self) -> tuple[int, int]:
+        """The (input, output) tokens the request is charged, budgets and usage alike.
+
+        1. The engine reported its figures (a whole answer's usage; a stream's final
+           usage or timings): those.
+        2. A stream without them: the prompt as the engine's first chunk gave it
+           (llama-server), else its bound; the content chunks received, plus
+           `CUT_ALLOWANCE_TOKENS` (at most the output bound) if it was cut short (client
+           gone, engine failed).
+        3. Sent to the engine without an answer (a whole answer cut short or failed):
+           the bounds (what it did is unknown; never charged less than it may have used).
+        4. Never sent, or refused by the engine: nothing.
+        """
+        if self.reported:  # 1
+            return self.prompt, self.completion
+        if not self.reached_engine:  # 4
+            return 0, 0
+        if self.streamed:  # 2
+            made = self.generated
+            if not self.ended:
+                made = max(made, min(made + CUT_ALLOWANCE_TOKENS, self.output_bound))
+            return self.prompt or self.input_bound, made
+        return self.input_bound, self.output_bound  # 3
+
+
+@dataclass(slots=True)
+class Held:
+    """A request's reservation, until it is settled."""
+
+    reservation: Reservation
+    input_bound: int
+    output_bound: int
+    settled: bool = False
+
+
+class Budgets:
+    """Reserve and settle token budgets (`BudgetStore`: memory or Redis).
+
+    With the store unreachable: refused with 503 `token_budget_unavailable` (a budget is
+    a spending limit: failing open could overshoot), or allowed without a reservation
+    when `fail_open` (TOKEN_BUDGET_FAIL_OPEN)."""
+
+    def __init__(
+        self,
+        store: BudgetStore,
+        *,
+        clock: Callable[[], float] = time.time,
+        fail_open: bool = False,
+    ) -> None:
+        self.store = store
+        self._clock = clock
+        self.fail_open = fail_open
+        self._settling: set[asyncio.Task[None]] = set()
+
+    async def reserve(
+        self,
+        tenant: str,
+        policy: TenantPolicy,
+        model: str,
+        input_bound: int,
+        output_bound: int,
+    ) -> tuple[Held | None, Headers]:
+        """Reserve the request's bounds against every budget of `policy` that applies.
+
+        1. No budget applies: nothing (no store call, no headers).
+        2. A charge larger than its whole budget: 400 `request_exceeds_budget`.
+        3. All charges at once (`BudgetStore.reserve`); the store unreachable: 503, or
+           nothing when failing open.
+        4. A budget that has no room: 429 `token_budget_exceeded` naming it, with
+           `Retry-After` (its window's end) and the tokens headers.
+        5. Reserved: the hold, and the tokens headers of the tightest budget.
+        """
+        if not policy.token_budgets:  # 1
+            return None, []
+        now = self._clock()
+        charges = plan(tenant, policy.token_budgets, model, input_bound, output_bound, now)
+        if not charges:
+            return None, []
+        for charge in charges:  # 2
+            if charge.amount > charge.limit:
+                raise RequestExceedsBudget(
+                    tenant=tenant, budget_text=charge.budget.text,
+                    budget=charge.budget.to_json(), requested=charge.amount,
+                )  # fmt: skip
+        try:  # 3
+            refused, counters = await self.store.reserve(charges, now)
+        except BudgetStoreUnavailable as exc:
+            log.error("token budget store unreachable: %s", exc)
+            if self.fail_open:
+                return None, []
+            raise TokenBudgetUnavailable(retry_after=1) from None
+        if refused:  # 4
+            charge = charges[refused - 1]
+            remaining = max(0, charge.limit - counters[refused - 1])
+            wait = max(1, math.ceil(charge.window_end - now))
+            raise TokenBudgetExceeded(
+                tenant=tenant, budget_text=charge.budget.text, budget=charge.budget.to_json(),
+                remaining=remaining, requested=charge.amount, resetAt=charge.window_end,
+                retry_after=wait, limit=charge.limit, reset=duration(wait),
+            )  # fmt: skip
+        reservation = Reservation(tenant, tuple(charges), counters)  # 5
+        return Held(reservation, input_bound, output_bound), self.headers(reservation, now)
+
+    @staticmethod
+    def headers(reservation: Reservation, now: float) -> Headers:
+        """The tokens trio of the budget with the fewest tokens left (ties: the soonest reset)."""
+        pairs = zip(reservation.charges, reservation.counters, strict=True)
+        charge, used = min(pairs, key=lambda p: (p[0].limit - p[1], p[0].window_end))
+        return [
+            (b"x-ratelimit-limit-tokens", b"%d" % charge.limit),
+            (b"x-ratelimit-remaining-tokens", b"%d" % max(0, charge.limit - used)),
+            (b"x-ratelimit-reset-tokens", duration(charge.window_end - now).encode()),
+        ]
+
+    def settle(self, held: Held | None, used_in: int, used_out: int) -> None:
+        """Replace the reservation by what the request used (in the background: the answer
+        never waits for it); once per hold."""
+        if held is None or held.settled:
+            return
+        held.settled = True
+        if used_in > held.input_bound or used_out > held.output_bound:
+            log.warning(
+                "tenant %s used %d/%d tokens above its reserved bound %d/%d",
+                held.reservation.tenant, used_in, used_out, held.input_bound, held.output_bound,
+            )  # fmt: skip
+        deltas = settle(held.reservation, used_in, used_out)
+        if not deltas:
+            return
+        task = asyncio.get_running_loop().create_task(self._adjust(deltas))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _adjust(self, deltas: list[tuple[str, int]]) -> None:
+        try:
+            await self.store.adjust(deltas, self._clock())
+        except BudgetStoreUnavailable as exc:  # the reservation stays: over-counted, safe
+            log.warning("a token budget settlement was lost (%s); the bound stays charged", exc)
+
+    async def idle(self) -> None:
+        """Wait for the settlements under way (tests, shutdown)."""
+        while self._settling:
+            await asyncio.gather(*list(self._settling), return_exceptions=True)

@@ -1,0 +1,199 @@
+"""`/v1/tenants` (governed policy changes, the list for admins) and `/v1/usage`.
+
+    PUT    /v1/tenants/{id}   {"policy": {...}, "verifiedOpToken": ...}  -> 200 {version}
+    DELETE /v1/tenants/{id}   {"verifiedOpToken": ...} (or X-Op-Token)   -> 200 {version}
+    GET    /v1/tenants        admins: every policy, its source, version, who approved it
+    GET    /v1/usage?from=&to=&tenant=&model=&group_by=hour|day
+                              admins: everyone's; any other tenant: its own only
+
+A change goes: 1. parse the body (400) and the policy (400, naming the field; API keys as
+sha256 digests only; a key of another tenant refused); a DELETE of a tenant nobody
+declared: 404; 2. governance approves operation `tenant-policy` with params
+`{"tenantId", "policySha256"}`, the SHA-256 of the policy's RFC 8785 form (`null` for a
+DELETE), M-of-N, audited, nonce spent (runner/lifecycle/governed.py); 3. the store takes
+it with a new version, and every replica applies it (runner/tenancy/live.py).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from governance.encoding import policy_sha256
+from runner.errors import BadRequest, Forbidden, MissingOpToken, NotFound, ServiceUnavailable
+from runner.lifecycle.governed import GovernedRequest
+from runner.runtime.wiring import Runtime
+from tenants.config import parse_policy_document
+from tenants.errors import InvalidTenantConfig
+from tenants.policy_store import PolicyRecord, PolicyStoreUnavailable
+from tenants.rates import TENANT_ID
+from tenants.usage import DAY, HOUR, hour_of, rows
+from tenants.usage_store import UsageStoreUnavailable
+
+MAX_BODY = 256 * 1024
+
+
+def _json(status: int, body: object) -> Response:
+    return Response(orjson.dumps(body), status, media_type="application/json")
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY:
+            raise BadRequest(f"request body is larger than {MAX_BODY} bytes")
+    if not raw.strip():
+        return {}
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise BadRequest("request body must be a JSON object") from None
+    if not isinstance(doc, dict):
+        raise BadRequest("request body must be a JSON object")
+    return doc
+
+
+def _admin(rt: Runtime, request: Request, what: str) -> str:
+    tenant = rt.request_tenant(request)
+    if tenant not in rt.settings.admins:
+        raise Forbidden(f"{what} is readable by ADMIN_TENANTS only")
+    return tenant
+
+
+def _record_json(tenant: str, source: str, record: PolicyRecord | None, doc: object) -> object:
+    return {
+        "tenantId": tenant,
+        "source": source,
+        "version": record.version if record else 0,
+        "policySha256": record.sha256 if record else policy_sha256(doc),
+        "approvedBy": list(record.approved_by) if record else [],
+        "updatedAt": record.updated_at if record else None,
+        "policy": doc,
+    }
+
+
+def _time(value: str | None, name: str, default: int) -> int:
+    """A query time: Unix seconds or RFC 3339 (`2026-01-01T00:00:00Z`)."""
+    if value is None or value == "":
+        return default
+    try:
+        if value.isdigit():
+            return int(value)
+        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp())
+    except (ValueError, OverflowError):
+        raise BadRequest(f"{name} must be Unix seconds or an RFC 3339 time") from None
+
+
+def mount_tenant_routes(app: FastAPI, rt: Runtime) -> None:
+    live = rt.tenancy.policies
+
+    @app.get("/v1/tenants")
+    async def list_tenants(request: Request) -> Response:
+        _admin(rt, request, "the tenant list")
+        config = live.current
+        listed = []
+        for tenant in sorted(set(config.documents) | set(live.records)):
+            record = live.records.get(tenant)
+            doc = record.policy if record else config.documents.get(tenant)
+            listed.append(_record_json(tenant, "api" if record else "file", record, doc))
+        return _json(200, {"version": live.version, "tenants": listed})
+
+    @app.put("/v1/tenants/{tenant_id}")
+    async def put_tenant(tenant_id: str, request: Request) -> Response:
+        doc = await _body(request)
+        unknown = set(doc) - {"policy", "verifiedOpToken"}
+        if unknown:
+            raise BadRequest(f"unknown field(s): {', '.join(sorted(unknown))}")
+        policy = doc.get("policy")
+        if not isinstance(policy, dict):
+            raise BadRequest("policy must be a JSON object (the tenants file's schema)")
+        _check(rt, tenant_id, policy)
+        return await _approve_and_store(rt, tenant_id, request, policy, doc.get("verifiedOpToken"))
+
+    @app.delete("/v1/tenants/{tenant_id}")
+    async def delete_tenant(tenant_id: str, request: Request) -> Response:
+        doc = await _body(request)
+        if set(doc) - {"verifiedOpToken"}:
+            raise BadRequest("a DELETE body holds verifiedOpToken only")
+        _tenant_id(tenant_id)
+        current = live.records.get(tenant_id)
+        if live.source(tenant_id) is None or (current is not None and current.policy is None):
+            raise NotFound(f"tenant {tenant_id!r} has no policy here")
+        return await _approve_and_store(rt, tenant_id, request, None, doc.get("verifiedOpToken"))
+
+    @app.get("/v1/usage")
+    async def usage(request: Request) -> Response:
+        asker = rt.request_tenant(request)
+        q = request.query_params
+        tenant = q.get("tenant") or None
+        if asker not in rt.settings.admins:
+            if tenant is not None and tenant != asker:
+                raise Forbidden("a tenant reads its own usage only")
+            tenant = asker
+        group_by = q.get("group_by", "hour")
+        if group_by not in ("hour", "day"):
+            raise BadRequest("group_by must be hour or day")
+        now = time.time()
+        end = _time(q.get("to"), "to", int(now) + 1)
+        start = _time(q.get("from"), "from", end - DAY)
+        retention = rt.settings.usage_retention_days * DAY
+        if not start < end or end - start > retention + DAY:
+            raise BadRequest("from must be before to, at most the retention apart")
+        recorder = rt.tenancy.usage
+        try:
+            await recorder.flush()
+            hours = await recorder.store.query(
+                hour_of(start), hour_of(end - 1) + HOUR, tenant, q.get("model") or None
+            )
+        except UsageStoreUnavailable:
+            raise ServiceUnavailable("usage store unreachable; retry shortly") from None
+        return _json(200, {"object": "list", "groupBy": group_by, "data": rows(hours, group_by)})
+
+
+def _tenant_id(tenant: str) -> None:
+    if TENANT_ID.fullmatch(tenant) is None:
+        raise BadRequest("tenant id must be 1-64 of letters, digits, '.', '_' or '-'")
+
+
+def _check(rt: Runtime, tenant: str, policy: dict[str, Any]) -> None:
+    """Step 1: the policy's schema, and the configuration it would make."""
+    _tenant_id(tenant)
+    try:
+        parse_policy_document(tenant, policy)
+        rt.tenancy.policies.check(tenant, policy)
+        policy_sha256(policy)
+    except (InvalidTenantConfig, ValueError) as exc:
+        raise BadRequest(str(exc)) from None
+
+
+async def _approve_and_store(
+    rt: Runtime, tenant: str, request: Request, policy: dict[str, Any] | None, token: object
+) -> Response:
+    """Steps 2 and 3."""
+    sha = policy_sha256(policy)
+    if token is None:
+        token = request.headers.get("x-op-token")
+    governed = GovernedRequest(None, {"tenantId": tenant, "policySha256": sha}, token)
+    if governed.token is None:
+        raise MissingOpToken()
+    approval = await rt.governed.approve("tenant-policy", governed)
+    try:
+        record = await rt.tenancy.policies.put(tenant, policy, sha, approval.principals)
+    except PolicyStoreUnavailable:
+        raise ServiceUnavailable("tenant policy store unreachable; the token is spent") from None
+    return _json(
+        200,
+        {
+            "tenantId": tenant,
+            "version": record.version,
+            "policySha256": sha,
+            "approvedBy": list(approval.principals),
+            "deleted": policy is None,
+        },
+    )

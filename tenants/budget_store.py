@@ -1,0 +1,142 @@
+"""Where the budgets' window counters live: one process (`MemoryBudgetStore`) or Redis,
+shared by every replica (`RedisBudgetStore`). Both do what `tenants.budgets.BudgetBook`
+does; `tests/tenants/test_budget_store.py` runs one suite against both.
+
+Redis: a counter is the key `quorum:budget:{<tenant>}|<per>:<count>:<model>|<start>` (the
+tenant in braces: one cluster slot for all of a tenant's counters, so one script can hold
+them all), with a TTL of the window's end plus `GRACE_S`. `reserve` is one Lua script (one
+round trip) that checks every counter and adds every charge or none; `adjust` is another.
+Failures raise `BudgetStoreUnavailable`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from faults.redis_clients import redis_client
+from tenants.budgets import BudgetBook, Charge
+
+PREFIX = "quorum:budget:"
+
+
+class BudgetStoreUnavailable(Exception):
+    """The store could not be reached; the caller decides (fail closed: 503)."""
+
+
+class BudgetStore(Protocol):
+    async def reserve(self, charges: Sequence[Charge], now: float) -> tuple[int, tuple[int, ...]]:
+        """`BudgetBook.reserve`: (0, counters after) or (refused index + 1, counters read)."""
+        ...
+
+    async def adjust(self, deltas: Sequence[tuple[str, int]], now: float) -> None: ...
+
+    async def used(self, keys: Sequence[str], now: float) -> list[int]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class MemoryBudgetStore:
+    """The counters in this process (the embedded default)."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.book = BudgetBook()
+        self._clock = clock
+
+    async def reserve(self, charges: Sequence[Charge], now: float) -> tuple[int, tuple[int, ...]]:
+        return self.book.reserve(charges, now)
+
+    async def adjust(self, deltas: Sequence[tuple[str, int]], now: float) -> None:
+        self.book.adjust(deltas, now)
+
+    async def used(self, keys: Sequence[str], now: float) -> list[int]:
+        return [self.book.used(key, now) for key in keys]
+
+    async def aclose(self) -> None:
+        return None
+
+
+_RESERVE = """
+local n = #KEYS
+local used = {}
+for i = 1, n do
+  local count = tonumber(redis.call('GET', KEYS[i]) or '0')
+  used[i] = count
+  if count + tonumber(ARGV[3 * i - 1]) > tonumber(ARGV[3 * i - 2]) then
+    return {i, unpack(used)}
+  end
+end
+for i = 1, n do
+  used[i] = redis.call('INCRBY', KEYS[i], ARGV[3 * i - 1])
+  redis.call('EXPIRE', KEYS[i], ARGV[3 * i])
+end
+return {0, unpack(used)}
+"""
+_ADJUST = """
+for i = 1, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    if redis.call('INCRBY', KEYS[i], ARGV[i]) < 0 then
+      redis.call('SET', KEYS[i], 0, 'KEEPTTL')
+    end
+  end
+end
+return 0
+"""
+
+
+def redis_key(key: str) -> str:
+    tenant, _, rest = key.partition("|")
+    return f"{PREFIX}{{{tenant}}}|{rest}"
+
+
+class RedisBudgetStore:
+    """The counters in Redis, shared by every replica."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self._client = client
+        self._reserve = client.register_script(_RESERVE)
+        self._adjust = client.register_script(_ADJUST)
+
+    @classmethod
+    def from_url(cls, url: str, timeout_s: float = 0.25) -> RedisBudgetStore:
+        return cls(redis_client(url, timeout_s))
+
+    async def reserve(self, charges: Sequence[Charge], now: float) -> tuple[int, tuple[int, ...]]:
+        if not charges:
+            return 0, ()
+        args: list[int] = []
+        for charge in charges:
+            args += [charge.limit, charge.amount, charge.ttl_s(now)]
+        keys = [redis_key(c.key) for c in charges]
+        try:
+            answer = await self._reserve(keys=keys, args=args)
+        except (RedisError, OSError) as exc:
+            raise BudgetStoreUnavailable(str(exc)) from exc
+        refused, *counters = (int(v) for v in answer)
+        if refused:  # the counters read up to the refused one; the rest were not read
+            counters += [0] * (len(charges) - len(counters))
+        return refused, tuple(counters)
+
+    async def adjust(self, deltas: Sequence[tuple[str, int]], now: float) -> None:
+        if not deltas:
+            return
+        try:
+            await self._adjust(keys=[redis_key(k) for k, _ in deltas], args=[d for _, d in deltas])
+        except (RedisError, OSError) as exc:
+            raise BudgetStoreUnavailable(str(exc)) from exc
+
+    async def used(self, keys: Sequence[str], now: float) -> list[int]:
+        if not keys:
+            return []
+        try:
+            values = await self._client.mget([redis_key(k) for k in keys])
+        except (RedisError, OSError) as exc:
+            raise BudgetStoreUnavailable(str(exc)) from exc
+        return [int(v) if v is not None else 0 for v in values]
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

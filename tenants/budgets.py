@@ -1,0 +1,171 @@
+"""Token budgets that never overshoot: reserve an upper bound at admission, settle on usage.
+
+A budget (`tenants.policy.TokenBudget`) counts tokens in fixed UTC windows (the minute,
+hour, day or calendar month). Each window has one counter per tenant and budget: what
+was reserved for requests admitted in it, corrected to what they used once they ended.
+
+    admission   plan(...) -> one Charge per budget that applies, each an upper bound of
+                what the request can cost it; the store's `reserve` checks every counter
+                and adds every charge, all or none, in one step (memory: one synchronous
+                call; Redis: one Lua script, one round trip)
+    the end     settle(reservation, used) -> per counter, used minus reserved (<= 0 while
+                the bound holds); the store's `adjust` adds it (a key whose window has
+                expired is left alone)
+
+A request is charged to the window it was admitted in. Since a counter only grows by
+reservations that fit under the budget, and only shrinks when a request used less than
+its bound, the tokens served by the requests admitted in a window never exceed the budget,
+whatever the interleaving of reservations, settlements and replicas (the property
+`tests/tenants/test_budget_properties.py` checks). The bound is the caller's duty
+(runner/tenancy/guard.py: prompt bytes plus the chat template's allowance, and max_tokens
+or the model's context).
+
+`BudgetBook` is the accounting itself, pure, with an injected time; the memory store is a
+`BudgetBook`, and the Redis store's scripts do exactly what it does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from tenants.policy import TokenBudget
+
+GRACE_S = 300
+"""A window's counter outlives the window by this long, so a late settlement finds it."""
+_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
+
+
+def window(per: str, now: float) -> tuple[int, int]:
+    """The fixed UTC window `now` falls in: (start, end), Unix seconds."""
+    size = _SECONDS.get(per)
+    if size is not None:
+        start = int(now // size) * size
+        return start, start + size
+    moment = datetime.fromtimestamp(now, UTC)
+    first = datetime(moment.year, moment.month, 1, tzinfo=UTC)
+    following = datetime(moment.year + moment.month // 12, moment.month % 12 + 1, 1, tzinfo=UTC)
+    return int(first.timestamp()), int(following.timestamp())
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """What one request reserves against one budget's current window."""
+
+    budget: TokenBudget
+    key: str  # the window's counter: tenant, budget identity, window start
+    amount: int
+    window_end: int
+
+    @property
+    def limit(self) -> int:
+        return self.budget.tokens
+
+    def ttl_s(self, now: float) -> int:
+        return max(1, math.ceil(self.window_end - now) + GRACE_S)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Charges reserved together for one request, and the counters right after."""
+
+    tenant: str
+    charges: tuple[Charge, ...]
+    counters: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """The first budget a request did not fit: its charge and the counter as it was."""
+
+    charge: Charge
+    used: int
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.charge.limit - self.used)
+
+
+def counter_key(tenant: str, budget: TokenBudget, start: int) -> str:
+    return f"{tenant}|{budget.key}|{start}"
+
+
+def plan(
+    tenant: str,
+    budgets: Sequence[TokenBudget],
+    model: str,
+    input_bound: int,
+    output_bound: int,
+    now: float,
+) -> list[Charge]:
+    """The charges of one request: for each budget that applies to `model`, the most it
+    can cost in the budget's current window (`budget.amount` of the bounds)."""
+    charges = []
+    for budget in budgets:
+        if budget.applies_to(model):
+            start, end = window(budget.per, now)
+            key = counter_key(tenant, budget, start)
+            charges.append(Charge(budget, key, budget.amount(input_bound, output_bound), end))
+    return charges
+
+
+def settle(reservation: Reservation, used_in: int, used_out: int) -> list[tuple[str, int]]:
+    """Per counter, what to add once the request ended: its cost with the tokens it used
+    (`used_in`, `used_out`) minus its reserved cost. Usage above a bound is charged as
+    used (never under-counted), which only a wrong bound can cause."""
+    deltas = []
+    for charge in reservation.charges:
+        delta = charge.budget.amount(used_in, used_out) - charge.amount
+        if delta:
+            deltas.append((charge.key, delta))
+    return deltas
+
+
+class BudgetBook:
+    """The counters, in memory; every call completes without awaiting (atomic on the
+    event loop: the one lock an in-process store needs)."""
+
+    def __init__(self) -> None:
+        self._counters: dict[str, tuple[int, float]] = {}  # key -> (count, expires at)
+
+    def __len__(self) -> int:
+        return len(self._counters)
+
+    def reserve(self, charges: Sequence[Charge], now: float) -> tuple[int, tuple[int, ...]]:
+        """All charges or none.
+
+        1. Read each counter (an expired one reads 0).
+        2. The first charge that does not fit (counter + amount > budget): refused, and
+           nothing is added; return (its index + 1, the counters read).
+        3. Add every charge; return (0, the counters after).
+        """
+        used = tuple(self.used(c.key, now) for c in charges)  # 1
+        for i, (charge, count) in enumerate(zip(charges, used, strict=True)):  # 2
+            if count + charge.amount > charge.limit:
+                return i + 1, used
+        after = []
+        for charge, count in zip(charges, used, strict=True):  # 3
+            self._counters[charge.key] = (count + charge.amount, now + charge.ttl_s(now))
+            after.append(count + charge.amount)
+        if len(self._counters) > 4 * len(charges) + 1024:
+            self._sweep(now)
+        return 0, tuple(after)
+
+    def adjust(self, deltas: Sequence[tuple[str, int]], now: float) -> None:
+        """Add each delta to its counter if the counter still exists; never below 0."""
+        for key, delta in deltas:
+            entry = self._counters.get(key)
+            if entry is not None and entry[1] > now:
+                self._counters[key] = (max(0, entry[0] + delta), entry[1])
+
+    def used(self, key: str, now: float) -> int:
+        entry = self._counters.get(key)
+        if entry is None or entry[1] <= now:
+            return 0
+        return entry[0]
+
+    def _sweep(self, now: float) -> None:
+        for key in [k for k, (_, expires) in self._counters.items() if expires <= now]:
+            del self._counters[key]

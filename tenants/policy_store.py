@@ -1,0 +1,185 @@
+"""Governed tenant policies (`PUT`/`DELETE /v1/tenants/{id}`): where every replica finds them.
+
+A record is one tenant's policy as approved (None: deleted), the version the change got,
+the SHA-256 the token bound and who approved it. Versions only grow; `snapshot` returns
+them all with the highest version.
+
+- `MemoryPolicyStore`: one process (the embedded default; lost at a restart, where the
+  tenants file rules again).
+- `RedisPolicyStore`: a versioned document in Redis (`quorum:tenants:policies`, a hash of
+  tenant -> record JSON, and `quorum:tenants:version`), changed by one Lua script that
+  bumps the version, writes the record and publishes the version on
+  `quorum:tenants:changed`; every replica subscribes (`listen`) and re-reads on a message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from faults.redis_clients import redis_client
+
+log = logging.getLogger("quorum.tenants.policies")
+
+HASH = "quorum:tenants:policies"
+VERSION = "quorum:tenants:version"
+CHANNEL = "quorum:tenants:changed"
+
+
+class PolicyStoreUnavailable(Exception):
+    """The policy store could not be reached."""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRecord:
+    tenant: str
+    policy: Mapping[str, Any] | None  # None: the tenant was deleted
+    version: int
+    sha256: str
+    approved_by: tuple[str, ...] = ()
+    updated_at: float = 0.0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        doc = asdict(self)
+        doc["approved_by"] = list(self.approved_by)
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> PolicyRecord:
+        doc = json.loads(text)
+        return cls(
+            tenant=str(doc["tenant"]),
+            policy=doc.get("policy"),
+            version=int(doc["version"]),
+            sha256=str(doc["sha256"]),
+            approved_by=tuple(doc.get("approved_by") or ()),
+            updated_at=float(doc.get("updated_at") or 0.0),
+        )
+
+
+class PolicyStore(Protocol):
+    async def put(
+        self,
+        tenant: str,
+        policy: Mapping[str, Any] | None,
+        sha256: str,
+        approved_by: tuple[str, ...],
+        now: float,
+    ) -> PolicyRecord: ...
+
+    async def snapshot(self) -> tuple[int, dict[str, PolicyRecord]]: ...
+
+    async def listen(self, changed: Callable[[], Awaitable[None]]) -> None:
+        """Call `changed` whenever another replica changed a policy (runs until cancelled)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class MemoryPolicyStore:
+    def __init__(self) -> None:
+        self.version = 0
+        self.records: dict[str, PolicyRecord] = {}
+
+    async def put(
+        self,
+        tenant: str,
+        policy: Mapping[str, Any] | None,
+        sha256: str,
+        approved_by: tuple[str, ...],
+        now: float,
+    ) -> PolicyRecord:
+        self.version += 1
+        record = PolicyRecord(tenant, policy, self.version, sha256, approved_by, now)
+        self.records[tenant] = record
+        return record
+
+    async def snapshot(self) -> tuple[int, dict[str, PolicyRecord]]:
+        return self.version, dict(self.records)
+
+    async def listen(self, changed: Callable[[], Awaitable[None]]) -> None:
+        await asyncio.Event().wait()  # one process: nobody else changes them
+
+    async def aclose(self) -> None:
+        return None
+
+
+_PUT = """
+local version = redis.call('INCR', KEYS[2])
+local text = string.gsub(ARGV[2], '"version":%-1', '"version":' .. version, 1)
+redis.call('HSET', KEYS[1], ARGV[1], text)
+redis.call('PUBLISH', ARGV[3], version)
+return version
+"""
+
+
+class RedisPolicyStore:
+    def __init__(self, client: aioredis.Redis, url: str) -> None:
+        self._client = client
+        self._url = url
+        self._put = client.register_script(_PUT)
+
+    @classmethod
+    def from_url(cls, url: str, timeout_s: float = 2.0) -> RedisPolicyStore:
+        return cls(redis_client(url, timeout_s), url)
+
+    async def put(
+        self,
+        tenant: str,
+        policy: Mapping[str, Any] | None,
+        sha256: str,
+        approved_by: tuple[str, ...],
+        now: float,
+    ) -> PolicyRecord:
+        draft = PolicyRecord(tenant, policy, -1, sha256, approved_by, now).to_json()
+        try:
+            version = await self._put(keys=[HASH, VERSION], args=[tenant, draft, CHANNEL])
+        except (RedisError, OSError) as exc:
+            raise PolicyStoreUnavailable(str(exc)) from exc
+        return PolicyRecord(tenant, policy, int(version), sha256, approved_by, now)
+
+    async def snapshot(self) -> tuple[int, dict[str, PolicyRecord]]:
+        try:
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.get(VERSION)
+                pipe.hgetall(HASH)
+                version, raw = await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise PolicyStoreUnavailable(str(exc)) from exc
+        records = {}
+        for key, value in (raw or {}).items():
+            records[key.decode() if isinstance(key, bytes) else str(key)] = PolicyRecord.from_json(
+                value
+            )
+        return int(version or 0), records
+
+    async def listen(self, changed: Callable[[], Awaitable[None]]) -> None:
+        """Subscribe to the change channel; reconnect after a failure (a second later),
+        calling `changed` then too, since messages may have been missed meanwhile."""
+        while True:
+            client = redis_client(self._url, 5.0)
+            try:
+                async with client.pubsub() as pubsub:
+                    await pubsub.subscribe(CHANNEL)
+                    await changed()
+                    async for message in pubsub.listen():
+                        if message.get("type") == "message":
+                            await changed()
+            except (RedisError, OSError) as exc:
+                log.warning("tenant policy notifications lost (%s); retrying in 1 s", exc)
+                await asyncio.sleep(1.0)
+            finally:
+                with contextlib.suppress(RedisError, OSError):
+                    await client.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
