@@ -17,8 +17,9 @@ import pytest
 
 from runner.memory.proc import child_pids
 from runner.tenancy.guard import CUT_ALLOWANCE_TOKENS
-from tests.runner.test_llama_real import MODEL, _models, _require_engine
+from tests.runner.test_llama_real import MODEL, _models
 from tests.support.fleet import wait_for
+from tests.support.real_engines import LlamaServer
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(600)
@@ -34,8 +35,9 @@ tenants:
 
 
 @pytest.fixture(scope="module")
-def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunnerProcess]:
-    _require_engine()
+def runner(
+    tmp_path_factory: pytest.TempPathFactory, real_llama_server: LlamaServer
+) -> Iterator[RunnerProcess]:
     folder = tmp_path_factory.mktemp("usage")
     (folder / "tenants.yaml").write_text(TENANTS)
     env = {
@@ -43,7 +45,9 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunnerProcess]:
         "ADMIN_TENANTS": "alpha",
         "USAGE_DB": str(folder / "usage.sqlite3"),
     }
-    with start_runner(models_file=_models(), env=env, ready_timeout=120) as r:
+    with start_runner(
+        models_file=_models(real_llama_server.gemma), env=env, ready_timeout=120
+    ) as r:
         yield r
 
 
