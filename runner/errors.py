@@ -16,6 +16,8 @@ Exception tree (the runner's rows; the generic ones come from `faults`)::
     │   │                                 (names it in `param`; runner/http/body_checks.py)
     │   └── WrongEndpoint            400  unsupported_model: a model another path serves
     ├── Forbidden (faults)           403  forbidden: not for this tenant (engine logs)
+    │   └── ModelNotAllowed          403  model_not_allowed: a model (adapter) the tenant
+    │                                     may not use
     ├── NotFound (faults)            404  not_found
     │   ├── ModelNotFound            404  model_not_found: no such model (lists the models)
     │   └── RouteNotFound            404  not_found: no such endpoint
@@ -23,6 +25,8 @@ Exception tree (the runner's rows; the generic ones come from `faults`)::
     ├── MissingOpToken               401  missing_op_token: a lifecycle call without a token
     ├── LoginRequired                401  login_required: the status page asks a browser to sign in
     ├── ModelDownloadFailed          502  model_download_failed: the Hub download failed
+    ├── AdapterRefused               409  adapter_refused: an adapter load/unload that
+    │                                     cannot run now or here (the message says why)
     ├── HttpError                    4xx  http_error: another refusal of the framework's
     ├── PayloadTooLarge (faults)     413  payload_too_large: body above MAX_BODY_BYTES
     ├── RequestTimeout               408  request_timeout: headers or body too slow
@@ -54,6 +58,7 @@ log = logging.getLogger("quorum.errors")
 
 __all__ = [
     "HTTP_ERRORS",
+    "AdapterRefused",
     "BadRequest",
     "ConfigError",
     "Forbidden",
@@ -65,6 +70,7 @@ __all__ = [
     "MethodNotAllowed",
     "MissingOpToken",
     "ModelDownloadFailed",
+    "ModelNotAllowed",
     "ModelNotFound",
     "NotFound",
     "PayloadTooLarge",
@@ -94,6 +100,11 @@ ModelNotFound = NotFound.row(
     "Model {model!r} does not exist on this runner; models: {models}", extra=("model",),
 )  # fmt: skip
 RouteNotFound = NotFound.row("RouteNotFound", "not_found")
+ModelNotAllowed = Forbidden.row(
+    "ModelNotAllowed", "model_not_allowed", None,
+    "tenant {tenant!r} may not use model {model!r}", extra=("model",),
+)  # fmt: skip
+AdapterRefused = QuorumError.row("AdapterRefused", "adapter_refused", 409)
 MethodNotAllowed = QuorumError.row(
     "MethodNotAllowed", "method_not_allowed", 405, "{path} accepts {allow} only",
     headers={"Allow": "{allow}"},

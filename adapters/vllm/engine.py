@@ -35,11 +35,12 @@ Facts read from vLLM 0.32.0's source and checked against it running (PyPI's CPU 
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import re
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,8 +48,9 @@ import httpx
 
 from adapters.base import CacheReport, FlushResult, FlushScope, Placement
 from adapters.bodies import with_fields
-from adapters.errors import EngineControlFailed
+from adapters.errors import EngineControlFailed, EngineUnavailable
 from adapters.http_client import EngineConnections
+from adapters.lora import LoraAdapter
 from adapters.supervisor import DEATH_GRACE_S, EngineProcess
 from adapters.vllm.launch import (
     SEED_QUANTIZATION,
@@ -148,7 +150,14 @@ class VllmEngine:
     standby: Standby = Standby.AWAKE
     kv_cache_tokens: int = 0
     kv_size_mb: float = 0.0
+    adapters: dict[str, str] = field(default_factory=dict)  # model id -> vLLM's lora_name
+    lora_enabled: bool = False  # started with --enable-lora (adapters may be added)
     last_load: VllmLoad | None = field(default=None, init=False)
+    _in_flight: int = field(default=0, init=False)
+    _idle: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+
+    def __post_init__(self) -> None:
+        self._idle.set()
 
     # -- data path -------------------------------------------------------------------
 
@@ -166,10 +175,16 @@ class VllmEngine:
         return changed
 
     async def place(
-        self, body: bytes, obj: dict[str, Any], tenant: str, tag: str | None
+        self,
+        body: bytes,
+        obj: dict[str, Any],
+        tenant: str,
+        tag: str | None,
+        adapter: str | None = None,
     ) -> Placement:
         """The body to send, and the stream filter the client's answer needs.
 
+        0. An adapter: `model` is its vLLM name (vLLM serves a LoRA by the request's model).
         1. Salted (cache mode `none`) or no salts: no salt added; else the current salt of
            (tenant, tag).
         2. A stream whose client did not ask for usage: ask for it
@@ -177,6 +192,11 @@ class VllmEngine:
            again (`strip_usage_chunk`).
         """
         fields: dict[str, object] = {}
+        if adapter is not None:  # 0
+            name = self.adapters.get(adapter)
+            if name is None:  # unloaded between the grant and now
+                raise EngineUnavailable(f"adapter {adapter!r} is not loaded on {self.model_id!r}")
+            fields["model"] = name
         if self.salts is not None and "cache_salt" not in obj:  # 1
             fields["cache_salt"] = self.salts.salt(tenant, tag)
         strip = None
@@ -186,12 +206,58 @@ class VllmEngine:
                 strip = strip_usage_chunk
                 more = options if isinstance(options, dict) else {}
                 fields["stream_options"] = {**more, "include_usage": True}
+        self._in_flight += 1
+        self._idle.clear()
         if not fields:
             return Placement(body)
         return Placement(with_fields(body, obj, fields), None, strip)
 
     def done(self, placement: Placement, report: CacheReport) -> None:
-        return None
+        self._in_flight = max(0, self._in_flight - 1)
+        if not self._in_flight:
+            self._idle.set()
+
+    async def drained(self, timeout_s: float) -> bool:
+        """Wait until no request placed on this engine is still running (bounded)."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    # -- adapters ----------------------------------------------------------------------
+
+    @property
+    def adapter_ids(self) -> Collection[str]:
+        return self.adapters.keys()
+
+    async def add_adapter(self, adapter: LoraAdapter) -> bool:
+        """`POST /v1/load_lora_adapter {lora_name, lora_path}` (the engine was started with
+        `--enable-lora` and VLLM_ALLOW_RUNTIME_LORA_UPDATING)."""
+        if not self.lora_enabled:
+            raise EngineControlFailed(f"vLLM {self.model_id} was started without LoRA")
+        body = {"lora_name": adapter.name, "lora_path": adapter.path}
+        await self._lora_call("/v1/load_lora_adapter", body)
+        self.adapters[adapter.id] = adapter.name
+        return True
+
+    async def remove_adapter(self, adapter_id: str) -> bool:
+        """`POST /v1/unload_lora_adapter {lora_name}`."""
+        name = self.adapters.get(adapter_id)
+        if name is not None:
+            await self._lora_call("/v1/unload_lora_adapter", {"lora_name": name})
+            del self.adapters[adapter_id]
+        return True
+
+    async def _lora_call(self, path: str, body: dict[str, str]) -> None:
+        try:
+            r = await self.control.post(path, json=body, timeout=_SLOW_CONTROL_S)
+        except httpx.HTTPError as exc:
+            raise EngineControlFailed(f"vLLM {self.model_id}: {path} failed: {exc}") from None
+        if r.status_code != 200:
+            raise EngineControlFailed(
+                f"vLLM {self.model_id}: {path} answered {r.status_code}: {r.text[:300]}"
+            )
 
     @property
     def holds_headers_for_first_chunk(self) -> bool:
@@ -379,5 +445,6 @@ async def launch(
         metrics_sink=metrics_sink,
         process=process,
     )
+    engine.lora_enabled = opts.max_loras > 0
     engine.read_startup_log(process.logs())
     return process, engine

@@ -17,6 +17,7 @@ weight dtypes, not quantization methods).
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from collections.abc import Sequence
@@ -56,7 +57,21 @@ class VllmLaunchOptions:
     enable_sleep_mode: bool = False
     cuda_visible_devices: str | None = None
     scratch_dir: str | None = None  # the engine's caches and temporary files, the runner's
+    lora_modules: tuple[tuple[str, str], ...] = ()  # (name, PEFT folder) served from start
+    max_loras: int = 0  # adapters it may hold (0: LoRA off)
+    max_lora_rank: int = 16
     extra_args: tuple[str, ...] = ()
+
+
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The `--max-lora-rank` values vLLM 0.32.0 accepts (`vllm/config/lora.py` MaxLoRARanks)."""
+
+
+def lora_rank_for(ranks: Sequence[int | None]) -> int:
+    """`--max-lora-rank`: at least vLLM's default 16 (room for adapters loaded later), and
+    the smallest accepted value holding every rank known; None when one is too large."""
+    need = max([16, *(r for r in ranks if r is not None)])
+    return next((r for r in LORA_RANKS if r >= need), 0)
 
 
 def map_quantization(seed: str | None) -> tuple[str | None, str | None]:
@@ -112,6 +127,9 @@ def launch_options(
     enable_sleep_mode: bool = False,
     cuda_visible_devices: str | None = None,
     scratch_dir: str | None = None,
+    lora_modules: Sequence[tuple[str, str]] = (),
+    adapter_capacity: int = 0,
+    lora_ranks: Sequence[int | None] = (),
     extra_args: Sequence[str] = (),
 ) -> VllmLaunchOptions:
     """The launch options for one load request (pure; UnsupportedRequest before anything runs).
@@ -120,11 +138,16 @@ def launch_options(
     2. `gpuMemoryBudgetMB` → `--gpu-memory-utilization` on that GPU; else the default.
     3. `maxContextLength` → `--max-model-len`; else VLLM_MAX_MODEL_LEN; else vLLM's own.
     4. `--max-num-seqs` = the model's slots (the runner's concurrency cap for it).
+    5. Adapters (`adapter_capacity` > 0): LoRA on, the declared ones served from start,
+       `--max-lora-rank` holding their ranks; a rank above vLLM's largest: 400.
     """
     quant, dtype = map_quantization(quantization)  # 1
     fraction = memory_fraction(gpu_memory_budget_mb, gpu_total_mb, default_gpu_memory_utilization)
     if slots < 1:
         raise UnsupportedRequest(f"model {model_id!r}: slots must be at least 1")
+    rank = lora_rank_for(lora_ranks)  # 5
+    if adapter_capacity and not rank:
+        raise UnsupportedRequest(f"model {model_id!r}: an adapter's rank is above vLLM's 512")
     return VllmLaunchOptions(
         binary=binary,
         model=model,
@@ -140,6 +163,9 @@ def launch_options(
         enable_sleep_mode=enable_sleep_mode,
         cuda_visible_devices=cuda_visible_devices,
         scratch_dir=scratch_dir,
+        lora_modules=tuple(lora_modules),
+        max_loras=max(adapter_capacity, len(lora_modules)),
+        max_lora_rank=rank,
         extra_args=tuple(extra_args),
     )
 
@@ -179,6 +205,19 @@ def command_line(opts: VllmLaunchOptions) -> list[str]:
     ]
     if opts.enable_sleep_mode:
         argv.append("--enable-sleep-mode")
+    if opts.max_loras:
+        argv += [
+            "--enable-lora",
+            "--max-loras",
+            str(min(opts.max_loras, opts.max_num_seqs)),  # in one batch
+            "--max-cpu-loras",
+            str(opts.max_loras),  # held at once
+            "--max-lora-rank",
+            str(opts.max_lora_rank),
+        ]
+    if opts.lora_modules:  # the JSON form: any path, commas and "=" included
+        argv.append("--lora-modules")
+        argv += [json.dumps({"name": n, "path": p}) for n, p in opts.lora_modules]
     argv += list(opts.extra_args)
     return argv
 
@@ -191,6 +230,8 @@ def engine_env(opts: VllmLaunchOptions) -> dict[str, str]:
     engine leaves nothing behind in the user's home or the system's temp folder.
     """
     env = {"VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    if opts.max_loras:  # /v1/load_lora_adapter and /v1/unload_lora_adapter are routed
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     if opts.cuda_visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = opts.cuda_visible_devices
     if opts.scratch_dir is not None:

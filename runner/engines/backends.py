@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
+from adapters.llama_server.prefix_store import Bounds, PrefixCache
+from adapters.lora import LoraAdapter
 from adapters.vllm.engine import CacheSalts, VllmMetricsCollector
 from faults import QuorumError
 from runner.engines.comfyui import ComfyUIServers, start_comfyui
@@ -47,6 +50,15 @@ class Launcher:
         self._secret = secret.encode() if secret else secrets.token_bytes(32)
         self._salts: dict[str, CacheSalts] = {}
         self.comfyui = ComfyUIServers(settings)
+        root = Path(settings.prefix_cache_dir).expanduser()
+        self.prefixes = PrefixCache(
+            root if settings.prefix_cache_persist else None,
+            Bounds(
+                settings.prefix_cache_max_mb * 2**20,
+                settings.llama_slot_cache_entries,
+                settings.prefix_cache_ttl_s,
+            ),
+        )
 
     async def launch(
         self,
@@ -55,9 +67,11 @@ class Launcher:
         env: Mapping[str, str],
         *,
         tensor_split: str | None = None,
+        adapters: Sequence[LoraAdapter] = (),
     ) -> Launched:
         """Start or attach `spec`'s engine; ready to serve when this returns. `env` holds the
-        GPUs the pool placed it on; `tensor_split` is llama-server's split across them."""
+        GPUs the pool placed it on; `tensor_split` is llama-server's split across them;
+        `adapters` the LoRA adapters it serves from start."""
         s = self.settings
         if spec.backend == "comfyui":
             return await start_comfyui(spec, self.comfyui)
@@ -75,6 +89,7 @@ class Launcher:
                 gpu_total_mb=total,
                 metrics=self.vllm_metrics,
                 measure=self.measure,
+                adapters=adapters,
             )
         if spec.backend == "faster-whisper":
             return await start_whisper(spec, s, env)
@@ -82,7 +97,14 @@ class Launcher:
             return await attach(spec, s, self.multi_tenant)
         if spec.backend == "llama-server":
             return await start_llama_server(
-                spec, params, s, env, self.multi_tenant, tensor_split=tensor_split
+                spec,
+                params,
+                s,
+                env,
+                self.multi_tenant,
+                tensor_split=tensor_split,
+                prefixes=self.prefixes,
+                adapters=adapters,
             )
         raise ServiceUnavailable(f"backend {spec.backend!r} cannot be started by this runner")
 

@@ -18,23 +18,30 @@ ready engine in the map its path reads (`ModelPool.engines`, `ModelPool.speech`)
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import shutil
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import httpx
 
 from adapters.base import Engine
+from adapters.errors import EngineStartFailed
 from adapters.http_client import EngineConnections
-from adapters.llama_server.engine import LlamaServerEngine
+from adapters.llama_server.engine import LlamaServerEngine, LoraSlot, PublicText
+from adapters.llama_server.prefix_store import PrefixCache
 from adapters.llama_server.protocol import (
     LLAMA_READY_MARKER,
     LaunchOptions,
     command_line,
+    kv_flags,
     new_api_key,
 )
+from adapters.lora import LoraAdapter
 from adapters.openai.engine import AttachedOpenAIEngine, Isolation
 from adapters.supervisor import EngineProcess, HealthCheck, free_port
 from adapters.whisper.engine import WhisperEngine
@@ -44,6 +51,7 @@ from runner.runtime.models_file import PACKAGE_SCHEME, ModelSpec
 from runner.runtime.settings import Settings
 
 log = logging.getLogger("quorum.pool")
+PERSIST_TIMEOUT_S = 30.0  # saving a stopping llama-server's slots (a few ms each)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +113,16 @@ class Launched:
         self.engine.cut = error
 
     async def close(self, grace_s: float) -> None:
-        """Stop the engine (SIGTERM, `grace_s`, SIGKILL): its process ends, memory returns."""
+        """Stop the engine (SIGTERM, `grace_s`, SIGKILL): its process ends, memory returns.
+        A llama-server first saves its tenants' slots into the model's prefix cache."""
         if isinstance(self.engine, WhisperEngine):
             await self.engine.stop(grace_s)  # asks the worker to exit, then ends its group
         else:
+            if isinstance(self.engine, LlamaServerEngine):
+                try:
+                    await asyncio.wait_for(self.engine.persist(), PERSIST_TIMEOUT_S)
+                except (TimeoutError, QuorumError) as exc:
+                    log.warning("model %s: saving its slots failed: %s", self.engine.model_id, exc)
             self.engine.http.close()
             if self.process is not None:
                 await self.process.stop(grace_s)
@@ -169,47 +183,73 @@ async def start_llama_server(
     env: Mapping[str, str],
     multi_tenant: bool,
     tensor_split: str | None = None,
+    *,
+    prefixes: PrefixCache,
+    adapters: Sequence[LoraAdapter] = (),
 ) -> Launched:
-    """Spawn llama-server for `spec` and wait until it is healthy (EngineStartFailed if not)."""
+    """Spawn llama-server for `spec` (with `adapters`, in that order) and wait until it is
+    healthy (EngineStartFailed if not). Its `--slot-save-path` is the model's prefix cache
+    folder (`prefixes`); its private scratch folder holds links to the adapter files."""
     model_path = spec.local_path()
     if model_path is None:
         raise ConfigError(f"model {spec.id!r}: backend llama-server needs a path to a GGUF file")
     port = free_port()
     key = new_api_key()
-    slot_dir = tempfile.mkdtemp(prefix=f"quorum-slots-{port}-")
-    opts = LaunchOptions(
-        binary=spec.executable(settings.llama_server_bin),
-        model_path=str(model_path),
-        port=port,
-        api_key=key,
-        slots=spec.slots,
-        slot_save_path=slot_dir,
-        ctx_size=params.max_context_length or spec.context_length,
-        n_gpu_layers=spec.n_gpu_layers,
-        flash_attn=spec.flash_attn,
-        embeddings=spec.embeddings,
-        pooling=spec.pooling,
-        tensor_split=tensor_split,
-        swa_full=spec.swa_full,
-        # llama-server splits --alias at commas (answers would name the first part)
-        alias=spec.id if "," not in spec.id else None,
-        extra_args=tuple(spec.args),
-    )
-    url = f"http://127.0.0.1:{port}"
-    # verify=False: plain http to 127.0.0.1, and it spares building an SSL context (~36 ms
-    # of CPU each, inside the timed load).
-    async with httpx.AsyncClient(base_url=url, timeout=2.0, verify=False) as probe:
-        process = EngineProcess(
-            name=spec.id,
-            argv=command_line(opts),
-            health=_health(probe),
-            env=env,
-            load_timeout_s=spec.load_timeout_s or settings.engine_load_timeout_s,
-            ready_marker=LLAMA_READY_MARKER,
+    scratch = tempfile.mkdtemp(prefix=f"quorum-llama-{port}-")
+    try:
+        links = []
+        for i, adapter in enumerate(adapters):  # no operator path (or comma) on its argv
+            link = os.path.join(scratch, f"lora-{i}.gguf")
+            os.symlink(os.path.abspath(os.path.expanduser(adapter.path)), link)
+            links.append(link)
+        binary = spec.executable(settings.llama_server_bin)
+        opts = LaunchOptions(
+            binary=binary,
+            model_path=str(model_path),
+            port=port,
+            api_key=key,
+            slots=spec.slots,
+            slot_save_path=scratch,
+            ctx_size=params.max_context_length or spec.context_length,
+            n_gpu_layers=spec.n_gpu_layers,
+            flash_attn=spec.flash_attn,
+            embeddings=spec.embeddings,
+            pooling=spec.pooling,
+            tensor_split=tensor_split,
+            swa_full=spec.swa_full,
+            # llama-server splits --alias at commas (answers would name the first part)
+            alias=spec.id if "," not in spec.id else None,
+            lora_paths=tuple(links),
+            extra_args=tuple(spec.args),
         )
-        await process.start()
+        store = None
+        if multi_tenant and spec.isolate_tenants and settings.llama_slot_cache_entries > 0:
+            resolved = Path(shutil.which(binary) or binary)
+            store = await asyncio.to_thread(
+                prefixes.store_for, model_path, resolved, kv_flags(command_line(opts)),
+                Path(scratch),
+            )  # fmt: skip
+            opts = replace(opts, slot_save_path=str(store.folder))
+        url = f"http://127.0.0.1:{port}"
+        # verify=False: plain http to 127.0.0.1, and it spares building an SSL context
+        # (~36 ms of CPU each, inside the timed load).
+        async with httpx.AsyncClient(base_url=url, timeout=2.0, verify=False) as probe:
+            process = EngineProcess(
+                name=spec.id,
+                argv=command_line(opts),
+                health=_health(probe),
+                env=env,
+                load_timeout_s=spec.load_timeout_s or settings.engine_load_timeout_s,
+                ready_marker=LLAMA_READY_MARKER,
+            )
+            await process.start()
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
     auth = {"Authorization": f"Bearer {key}"}
     control = httpx.AsyncClient(base_url=url, headers=auth, timeout=10.0, verify=False)
+    if adapters:
+        await _zero_global_scales(control, len(adapters), process, scratch)
     http = EngineConnections(
         url, settings.engine_connect_timeout_s, settings.engine_read_timeout_s, headers=auth
     )
@@ -221,10 +261,39 @@ async def start_llama_server(
         control,
         tenant_isolation=multi_tenant and spec.isolate_tenants,
         process=process,
-        slot_dir=slot_dir,
-        keep_caches=settings.llama_slot_cache_entries,
+        store=store,
+        adapters={a.id: LoraSlot(i, a.scale, a.cache_key) for i, a in enumerate(adapters)},
+        public=tuple(public_texts(spec)),
     )
-    return Launched(engine, process, control, scratch=slot_dir)
+    return Launched(engine, process, control, scratch=scratch)
+
+
+async def _zero_global_scales(
+    control: httpx.AsyncClient, n: int, process: EngineProcess, scratch: str
+) -> None:
+    """Every adapter's global scale set to 0 (`POST /lora-adapters`): a request that lists
+    no `lora` runs with the global scales, and `--lora` starts them at 1.0 whatever
+    `--lora-init-without-apply` says (seen on 11434: such a request ran with every adapter
+    applied at once). The runner's requests always list theirs; this is the floor."""
+    try:
+        r = await control.post("/lora-adapters", json=[{"id": i, "scale": 0.0} for i in range(n)])
+        r.raise_for_status()
+    except httpx.HTTPError as exc:
+        await control.aclose()
+        await process.stop(1.0)
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise EngineStartFailed(f"llama-server did not take its adapters' scales: {exc}") from None
+
+
+def public_texts(spec: ModelSpec) -> list[PublicText]:
+    """The model's declared public prefixes as the engine matches them: a chat's
+    `prompt_prefix` starts with `system` NUL text; a completion's with its text."""
+    return [
+        PublicText(p.name, f"system\x00{p.system}", p.system, True)
+        if p.system is not None
+        else PublicText(p.name, p.prompt or "", p.prompt or "", False)
+        for p in spec.public_prefixes
+    ]
 
 
 def whisper_model_arg(spec: ModelSpec) -> str:

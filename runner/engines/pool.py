@@ -20,12 +20,14 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from adapters.base import Engine
+from adapters.base import AdapterHost, Engine, FlushScope
 from adapters.errors import EngineStartFailed
+from adapters.llama_server.engine import LlamaServerEngine, saved_in_scope
 from adapters.supervisor import EngineProcess
 from adapters.vllm.engine import VllmEngine, VllmMetricsCollector
 from adapters.whisper.engine import WhisperEngine
 from faults import QuorumError
+from runner.engines.adapters import AdapterBook
 from runner.engines.backends import Launcher
 from runner.engines.gpus import GpuAccounting
 from runner.engines.launch import Launched, LoadParams
@@ -68,6 +70,7 @@ class ModelPool:
         self.engines: dict[str, Engine] = {}  # ready HTTP engines: the data path's routes
         self.speech: dict[str, WhisperEngine] = {}  # ready speech workers: the audio path's
         self.records: dict[str, EngineRecord] = {m.id: EngineRecord(m) for m in models.models}
+        self.adapters = AdapterBook(models)  # LoRA adapters by model id, on their bases
         self.reports: ModelReports = NoReports()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
@@ -273,8 +276,39 @@ class ModelPool:
         cpu_worker = spec.backend == "faster-whisper" and self.settings.whisper_device == "cpu"
         if spec.attached or cpu_worker:  # not our process on a GPU: nothing placed
             return await self.launcher.launch(spec, params, {})
+        adapters = await asyncio.to_thread(self.adapters.check_files, spec.id)
         env, split = await self.gpus.env_for(spec, estimate_for(spec, params.gpu_memory_budget_mb))
-        return await self.launcher.launch(spec, params, env, tensor_split=split)
+        return await self.launcher.launch(spec, params, env, tensor_split=split, adapters=adapters)
+
+    def flush_at_rest(self, scope: FlushScope) -> int:
+        """Remove the saved prompt states in `scope` of models whose engine is not running
+        (the running ones flush their own); expired ones go too. How many were in scope."""
+        held = [
+            e.store.folder
+            for e in self.engines.values()
+            if isinstance(e, LlamaServerEngine) and e.store is not None
+        ]
+        return self.launcher.prefixes.sweep(lambda v: saved_in_scope(v, scope), held)
+
+    async def restart_engine(self, model: str) -> None:
+        """Start the model's engine again beside the running one, with its adapter set as
+        the book has it now; switch the request path to the new one; stop the old one once
+        the requests on it are done (bounded by UNLOAD_DRAIN_TIMEOUT_S), saving its slots.
+        Nothing waiting or running is refused. A start that fails raises, and the old
+        engine serves on. (llama-server loads LoRA adapters only at start.)"""
+        record = self.records[model]
+        old = record.launched
+        if old is None or record.loading is not None or record.asleep:
+            raise EngineStartFailed(f"model {model!r} has no running engine to restart")
+        launched = await self._launch(record.spec, record.params)
+        record.launched = launched
+        mem = launched.memory_mb if launched.memory_mb is not None else await self._measure(record)
+        self._ready(record, mem)
+        log.info("model %s: engine started again (%d MB); the old one drains", model, mem)
+        engine = old.engine
+        if isinstance(engine, AdapterHost):
+            await engine.drained(self.settings.unload_drain_timeout_s)
+        await old.close(grace_s=self.settings.engine_stop_grace_s)
 
     async def _measure(self, record: EngineRecord) -> int:
         process = record.process

@@ -11,7 +11,10 @@ request and the settings are mapped onto it:
   `--dtype` (an unknown one is a 400 before anything runs);
 - `--max-num-seqs` = the model's slots, which is also the scheduler's concurrency cap;
 - `--enable-prefix-caching` per VLLM_ENABLE_PREFIX_CACHING, `--enable-sleep-mode` per
-  VLLM_ENABLE_SLEEP_MODE.
+  VLLM_ENABLE_SLEEP_MODE;
+- LoRA adapters (the model's `adapters`, room for `max_adapters`): `--enable-lora`, the
+  adapters' PEFT folders served from start (`--lora-modules`), more loaded later by a
+  governed `adapter-load` (`/v1/load_lora_adapter`).
 
 Tenants are kept apart by `cache_salt` (`adapters/vllm/salts.py`) for spawned and attached
 engines alike, unless the model is `single_tenant` / `shared_cache` or ENABLE_MULTI_TENANT
@@ -24,11 +27,12 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import httpx
 
 from adapters.http_client import EngineConnections
+from adapters.lora import LoraAdapter
 from adapters.supervisor import free_port
 from adapters.vllm.engine import (
     CacheSalts,
@@ -67,8 +71,10 @@ async def start_vllm(
     gpu_total_mb: int | None,
     metrics: VllmMetricsCollector | None,
     measure: Measure,
+    adapters: Sequence[LoraAdapter] = (),
 ) -> Launched:
-    """Spawn `vllm serve` for `spec` with `params`; wait until `/health` answers 200.
+    """Spawn `vllm serve` for `spec` with `params` (and `adapters`); wait until `/health`
+    answers 200.
 
     The engine's caches and temporary files go to a private scratch folder, removed when
     the engine stops (`Launched.scratch`)."""
@@ -92,6 +98,9 @@ async def start_vllm(
             enable_prefix_caching=settings.vllm_enable_prefix_caching,
             enable_sleep_mode=settings.vllm_enable_sleep_mode,
             scratch_dir=scratch,
+            lora_modules=[(a.name, a.path) for a in adapters],
+            adapter_capacity=max(spec.adapter_capacity, len(adapters)),
+            lora_ranks=[a.rank for a in adapters],
             extra_args=spec.args,
         )
         process, engine = await launch(
@@ -112,6 +121,7 @@ async def start_vllm(
         return await measure(pid) if pid is not None else None
 
     engine.memory_probe = probe  # sleep and wake-up report the memory measured after
+    engine.adapters = {a.id: a.name for a in adapters}
     return Launched(engine, process, engine.control, scratch=scratch)
 
 

@@ -184,6 +184,7 @@ class RunnerApp:
         self.chat = ChatPath(
             front, rt.pool.engines, rt.metrics, s.max_body_bytes,
             context_of=lambda m: r.context_length if (r := records.get(m)) else None,
+            adapters=rt.pool.adapters,
         )  # fmt: skip
         self.audio = AudioPath(
             front,

@@ -7,9 +7,10 @@ pays for it, so it does only what the features need. Through the one front-end
 
     1. identify the tenant, rate limit                     (front-end)  -> 400/401/403/429
     2. read the body, bounded                                            -> 413
-    3. parse it once; the model (`check_model`); the numeric fields the runner can
-       check (`runner/http/body_checks.py`: token limits, sampling ranges); the
-       tenant's token budgets reserve the request's upper bound (runner/tenancy/guard.py)
+    3. parse it once; the model: an adapter resolved to its base model, once its tenant
+       may use it (`runner/http/entitlements.py`), then `check_model`; the numeric fields
+       the runner can check (`runner/http/body_checks.py`: token limits, sampling ranges);
+       the tenant's token budgets reserve the request's upper bound (runner/tenancy/guard.py)
                                                            -> 400 / 403 / 404 / 429 / 503
     4. drop `x_*` extension fields, let the adapter adjust; re-serialize only if changed
     5. admission (the scheduler's queue), under the disconnect scope     -> 503 + Retry-After
@@ -25,20 +26,23 @@ is withdrawn, while served the engine connection is dropped (the engine then abo
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import orjson
 
-from adapters.base import NO_REPORT, CacheReport, Engine, Placement
+from adapters.base import NO_REPORT, AdapterHost, CacheReport, Engine, Placement
 from adapters.errors import EngineBadResponse
 from adapters.http_client import ClientFailure, Response, translate_failure
 from adapters.refusals import refusal
 from faults import QuorumError
+from runner.engines.adapters import AdapterBook, AdapterRecord
 from runner.errors import BadRequest, error_body
 from runner.http.asgi import FALSE_REPORT_HEADERS, JSON, Receive, Scope, Send, send_whole
 from runner.http.body_checks import check_generation
+from runner.http.entitlements import check_adapter, check_entitled
 from runner.http.frontend import Admitted, Call, FrontEnd
 from runner.scheduler.grants import Usage
 from runner.telemetry.metrics import Metrics
@@ -54,7 +58,8 @@ _SSE = b"text/event-stream"
 
 class ChatPath:
     """`engines` holds the ready engines (the model pool keeps it current);
-    `context_of(model)` its context length where known (the body checks read it)."""
+    `context_of(model)` its context length where known (the body checks read it);
+    `adapters` the runner's LoRA adapters, served on their base models' engines."""
 
     def __init__(
         self,
@@ -63,12 +68,14 @@ class ChatPath:
         metrics: Metrics,
         max_body_bytes: int,
         context_of: Callable[[str], int | None] = lambda _model: None,
+        adapters: AdapterBook | None = None,
     ) -> None:
         self.front = front
         self.engines = engines
         self.context_of = context_of
         self.metrics = metrics
         self.max_body = max_body_bytes
+        self.adapters = adapters
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.front(scope, receive, send, self._serve)
@@ -76,12 +83,17 @@ class ChatPath:
     async def _serve(self, call: Call) -> int:
         body = await self.front.read_body(call, self.max_body)  # 2
         obj, model = _parse(body)  # 3
+        adapter = self._adapter(call, model)
+        if adapter is not None:
+            model = adapter.adapter.base
         self.front.check_model(call, model, "chat")
         context = self.context_of(model)
         embeddings = call.scope["path"] == "/v1/embeddings"
         if not embeddings:
             check_generation(obj, context)
         engine = self.engines.get(model)
+        if adapter is not None and engine is not None:
+            check_adapter(adapter, _hosts(engine, adapter))
         changed = _strip_extensions(obj)  # 4
         spent = call.spent  # what it can cost at most (runner/tenancy/guard.py)
         spent.input_bound = prompt_bound(body, obj)
@@ -97,26 +109,49 @@ class ChatPath:
         if changed:
             body = orjson.dumps(obj)
         request = call.admission_request(_estimate_input_tokens(body), _estimate_output(obj))
-        async with self.front.admitted(call, request) as admitted:  # 5
-            current = self.engines.get(model)
-            if current is None:  # it stopped or crashed between the grant and now
-                raise self.front.engine_gone(model)
-            if current is not engine:  # loaded or restarted while the request waited
-                engine = current
-                if engine.rewrite(obj, meta.cache_mode, call.tenant):
-                    body = orjson.dumps(obj)
-            placement = await engine.place(body, obj, call.tenant, meta.cache_tag)
-            report = NO_REPORT
-            try:
-                status, report = await self._forward(call, admitted, engine, placement, obj)  # 6
-            finally:
-                engine.done(placement, report)
-                call.engine_ms = report.gpu_time_ms
-                if spent.reported:
-                    admitted.usage = Usage(spent.prompt, spent.completion)
-                    self.metrics.count_tokens(
-                        call.tenant, call.model, spent.prompt, spent.completion
-                    )
+        with _counted(adapter) as count:
+            async with self.front.admitted(call, request) as admitted:  # 5
+                count.running()
+                current = self.engines.get(model)
+                if current is None:  # it stopped or crashed between the grant and now
+                    raise self.front.engine_gone(model)
+                if current is not engine:  # loaded or restarted while the request waited
+                    engine = current
+                    if engine.rewrite(obj, meta.cache_mode, call.tenant):
+                        body = orjson.dumps(obj)
+                if adapter is not None:
+                    check_adapter(adapter, _hosts(engine, adapter))
+                return await self._place_and_forward(call, admitted, engine, body, obj, adapter)
+
+    def _adapter(self, call: Call, model: str) -> AdapterRecord | None:
+        """The adapter `model` names, once the tenant may use it (403 otherwise)."""
+        if self.adapters is None:
+            return None
+        check_entitled(self.adapters, call.tenant, model)
+        return self.adapters.get(model)
+
+    async def _place_and_forward(
+        self,
+        call: Call,
+        admitted: Admitted,
+        engine: Engine,
+        body: bytes,
+        obj: dict[str, Any],
+        adapter: AdapterRecord | None,
+    ) -> int:
+        """Step 6 on the granted engine, with the adapter the runner chose; usage kept."""
+        meta, spent = call.meta, call.spent
+        adapter_id = adapter.adapter.id if adapter is not None else None
+        placement = await engine.place(body, obj, call.tenant, meta.cache_tag, adapter_id)
+        report = NO_REPORT
+        try:
+            status, report = await self._forward(call, admitted, engine, placement, obj)  # 6
+        finally:
+            engine.done(placement, report)
+            call.engine_ms = report.gpu_time_ms
+            if spent.reported:
+                admitted.usage = Usage(spent.prompt, spent.completion)
+                self.metrics.count_tokens(call.tenant, call.model, spent.prompt, spent.completion)
         return status
 
     async def _forward(
@@ -234,6 +269,40 @@ async def _engine_error(exc: ClientFailure, engine: Engine) -> QuorumError:
         return engine.cut
     failure = engine.failure or await engine.diagnose()
     return translate_failure(exc, engine.model_id, failure)
+
+
+def _hosts(engine: Engine, record: AdapterRecord) -> bool:
+    """The engine has the adapter loaded now."""
+    return isinstance(engine, AdapterHost) and record.adapter.id in engine.adapter_ids
+
+
+class _Count:
+    """One request's place in its adapter's counts (waiting, then running)."""
+
+    __slots__ = ("record", "started")
+
+    def __init__(self, record: AdapterRecord | None) -> None:
+        self.record = record
+        self.started = False
+
+    def running(self) -> None:
+        if self.record is not None and not self.started:
+            self.started = True
+            self.record.started()
+
+
+@contextlib.contextmanager
+def _counted(record: AdapterRecord | None) -> Iterator[_Count]:
+    """Count the request against its adapter while it waits and runs (nothing for a base
+    model's request)."""
+    count = _Count(record)
+    if record is not None:
+        record.queued()
+    try:
+        yield count
+    finally:
+        if record is not None:
+            record.ended(count.started)
 
 
 def _parse(body: bytes) -> tuple[dict[str, Any], str]:

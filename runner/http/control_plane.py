@@ -28,6 +28,7 @@ from runner.http.headers import parse_request_headers
 from runner.http.openapi import OPENAPI_PATH, openapi_json
 from runner.http.status_page import mount_status_page
 from runner.jobs.http import JOBS_PATH, delete_job, get_job
+from runner.lifecycle.adapter_ops import adapter_entry
 from runner.runtime.wiring import Runtime
 from runner.scheduler import ModelState
 from runner.telemetry.capabilities import capabilities
@@ -112,6 +113,7 @@ def control_plane(rt: Runtime) -> FastAPI:
             resources=rt.refresher.current,
             engines=rt.watch.loads,
             versions=rt.watch.versions,
+            adapters=[adapter_entry(a, rt.adapter_ops.loaded(a)) for a in rt.pool.adapters],
         )
         status = 200 if rt.life is Life.READY else 503
         return json_response(status, doc, {"Cache-Control": "max-age=5", **starting_headers(rt)})
@@ -163,6 +165,19 @@ def control_plane(rt: Runtime) -> FastAPI:
             answer["mode"] = result.mode
         return json_response(200, answer)
 
+    @app.post("/v1/adapters/load")
+    async def load_adapter(request: Request) -> Response:
+        body = await bounded_body(request, rt.settings.max_body_bytes)
+        return json_response(
+            200, await rt.adapter_ops.load(body, request.headers.get("x-op-token"))
+        )
+
+    @app.post("/v1/adapters/unload")
+    async def unload_adapter(request: Request) -> Response:
+        body = await bounded_body(request, rt.settings.max_body_bytes)
+        answer = await rt.adapter_ops.unload(body, request.headers.get("x-op-token"))
+        return json_response(200, answer)
+
     @app.get(JOBS_PATH + "{job_id}")
     async def job_status(job_id: str, request: Request) -> Response:
         answer = await get_job(rt.jobs, job_id, rt.request_tenant(request))
@@ -176,11 +191,25 @@ def control_plane(rt: Runtime) -> FastAPI:
     @app.get("/v1/models")
     async def list_models(request: Request) -> Response:
         records = rt.pool.records
-        entitled = rt.tenants.policy(rt.request_tenant(request)).models
-        data = [
+        tenant = rt.request_tenant(request)
+        entitled = rt.tenants.policy(tenant).models
+        data: list[dict[str, object]] = [
             {"id": m, "object": "model", "created": records[m].loaded_at, "owned_by": "quorum"}
             for m, view in rt.admission.models().items()
             if view.state is ModelState.READY and m in records and entitled.allows(m)
+        ]
+        data += [  # an adapter: to the tenants bound to it and entitled to it
+            {
+                "id": a.adapter.id,
+                "object": "model",
+                "created": a.loaded_at or records[a.adapter.base].loaded_at,
+                "owned_by": "quorum",
+                "parent": a.adapter.base,
+            }
+            for a in rt.pool.adapters
+            if rt.adapter_ops.loaded(a)
+            and a.adapter.allows(tenant)
+            and entitled.allows(a.adapter.id)
         ]
         return json_response(200, {"object": "list", "data": data})
 

@@ -12,13 +12,19 @@ Every lifecycle call goes the same way:
     4. only then execute what was approved.
 
 `POST /v1/cache/flush` is here (`GovernedOps.flush`); model load, unload and task cancel
-(runner/lifecycle/loads.py) go the same way with their own parsing and execution.
+(runner/lifecycle/loads.py) and adapter load and unload (runner/lifecycle/adapter_ops.py)
+go the same way with their own parsing and execution.
+
+A flush that names no model also reaches the prompt states saved on disk for models whose
+engine is not running (warm prefixes, `adapters/llama_server/prefix_store.py`): a tenant's
+or a tag's are removed there too, everything for `all`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,11 +123,18 @@ class GovernedOps:
     """The governed operations of one runner: approve any of them; flush the cache."""
 
     def __init__(
-        self, verifier: Verifier | None, engines: Mapping[str, Engine], metrics: Metrics
+        self,
+        verifier: Verifier | None,
+        engines: Mapping[str, Engine],
+        metrics: Metrics,
+        at_rest: Callable[[FlushScope], int] = lambda _scope: 0,
     ) -> None:
+        """`at_rest(scope)` removes the saved states in `scope` of models not running
+        (blocking file work: run in a thread) and says how many."""
         self.verifier = verifier
         self.engines = engines
         self.metrics = metrics
+        self.at_rest = at_rest
 
     async def approve(self, operation: str, request: GovernedRequest) -> Approval:
         """Step 3: governance decides; every decision is counted."""
@@ -145,4 +158,9 @@ class GovernedOps:
         request = governed_request(doc, header_token)  # 2
         await self.approve("cache-flush", request)  # 3
         targets = [self.engines[scope.model_id]] if scope.model_id else list(self.engines.values())
-        return merge_flushes([await engine.flush(scope) for engine in targets])  # 4
+        results = [await engine.flush(scope) for engine in targets]  # 4
+        if scope.model_id is None:
+            removed = await asyncio.to_thread(self.at_rest, scope)
+            if removed:
+                results.append(FlushResult(True, removed, 0))
+        return merge_flushes(results)

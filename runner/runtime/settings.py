@@ -31,6 +31,12 @@ def default_llama_server_bin() -> str:
     return os.path.join(cache, "llama-server", LLAMA_SERVER_VERSION, "llama-server")
 
 
+def default_prefix_cache_dir() -> str:
+    """Where saved prompt states outlive their engine (QUORUM_CACHE, else ~/.cache/quorum)."""
+    cache = os.environ.get("QUORUM_CACHE") or os.path.expanduser("~/.cache/quorum")
+    return os.path.join(cache, "prefixes")
+
+
 def _default_runner_id() -> str:
     return f"quorum-{socket.gethostname()}"
 
@@ -99,6 +105,11 @@ class Settings(BaseSettings):
     llama_server_bin: str = Field(default_factory=lambda: default_llama_server_bin())
     engine_load_timeout_s: float = Field(default=300.0, gt=0)
     llama_slot_cache_entries: int = Field(default=64, ge=0, le=100_000)
+    # Saved prompt states (warm prefixes) that outlive the engine (docs/engines.md).
+    prefix_cache_dir: str = Field(default_factory=lambda: default_prefix_cache_dir())
+    prefix_cache_persist: bool = True  # false: a private folder per engine, removed with it
+    prefix_cache_max_mb: int = Field(default=2048, ge=1)  # per model folder
+    prefix_cache_ttl_s: float = Field(default=86_400.0, gt=0)  # unused this long: removed
     engine_stop_grace_s: float = Field(default=10.0, ge=0)
     unload_drain_timeout_s: float = Field(default=30.0, ge=0)
     engine_restart_backoff_s: float = Field(default=1.0, gt=0)  # the first; then x2, x4, ...

@@ -25,6 +25,7 @@ from runner.errors import QuorumError, ServiceUnavailable
 from runner.http.frontend import FrontEnd, path_kind
 from runner.http.headers import parse_request_headers
 from runner.jobs import JobManager, JobStore, MemoryJobStore, RedisJobStore, WebhookSender
+from runner.lifecycle.adapter_ops import AdapterOps
 from runner.lifecycle.catalog import Roots, available
 from runner.lifecycle.governed import GovernedOps
 from runner.lifecycle.loads import LoadManager
@@ -104,6 +105,7 @@ class Runtime:
     admission: SchedulerAdmission = field(init=False)
     limiter: RateLimiter | None = None
     governed: GovernedOps = field(init=False)
+    adapter_ops: AdapterOps = field(init=False)
     watch: EngineWatch = field(init=False)
     attached: AttachedWatch = field(init=False)
     hangs: HangWatch = field(init=False)
@@ -155,7 +157,9 @@ class Runtime:
             misses=s.engine_probe_misses, timeout_s=s.engine_probe_timeout_s,
         )  # fmt: skip
         self.hangs.on_hang = self.outcomes.count_engine_hang
-        self.governed = GovernedOps(self.verifier, self.pool.engines, self.metrics)
+        self.governed = GovernedOps(
+            self.verifier, self.pool.engines, self.metrics, at_rest=self.pool.flush_at_rest
+        )
         store: TaskStore = (
             RedisTaskStore.from_url(s.redis_url) if s.redis_url else MemoryTaskStore(time.time)
         )
@@ -175,6 +179,17 @@ class Runtime:
             s.runner_id,
         )
         self.loads.on_finished = self.metrics.count_load
+        self.adapter_ops = AdapterOps(
+            self.pool,
+            self.admission,
+            self.governed,
+            Roots(
+                roots.model_base,
+                roots.hf_home,
+                roots.configured + tuple(Path(a.adapter.path).parent for a in self.pool.adapters),
+            ),
+            drain_timeout_s=s.unload_drain_timeout_s,
+        )
         self.pool.on_loaded = self.metrics.observe_load
         self.preloads = Preloads(s.runner_id, time.time)
         self.refresher = Refresher(

@@ -18,6 +18,11 @@ prompt included, and a request whose client left until its engine let it go; a p
 the engines would lag it by up to ENGINE_STATS_INTERVAL_S), less those the engines say
 they hold queued (counted in `depth` already). `queue.forecastWaitMs` and
 `queue.forecastWaitMsByModel` are the scheduler's forecasts (`runner/scheduler/forecast.py`).
+
+LoRA adapters (`adapters`, each as `runner/lifecycle/adapter_ops.adapter_entry` lists it:
+base, rank, memory, state, requests running and waiting) are models a router may send
+requests for: a loaded one is listed in `models.loaded` (with its `baseModel`), every one
+in `models.available`, and all of them with their figures in `adapters`.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ def capabilities(
     resources: ResourceSnapshot | None = None,
     engines: Mapping[str, EngineLoad] | None = None,
     versions: Mapping[str, str] | None = None,
+    adapters: Sequence[Mapping[str, object]] = (),
 ) -> dict[str, object]:
     """The document (pure): models from the scheduler's view of them (`models`: the one
     state), their engine facts from the pool (`engines_of`: spec, load parameters, when
@@ -95,6 +101,7 @@ def capabilities(
         )
         for _, e in loaded
     ).to_json()
+    bases = {m.model: e for m, e in loaded}
     return {
         "runnerType": runner_type((e.spec.backend for e in engines_of.values()), versions or {}),
         "runnerId": runner_id,
@@ -108,6 +115,18 @@ def capabilities(
                     "gpuMemoryMB": m.mem_mb,
                 }
                 for m, e in loaded
+            ]
+            + [
+                {
+                    "id": a["id"],
+                    "baseModel": base,
+                    "quantization": e.params.quantization or e.spec.quantization,
+                    "contextLength": e.params.max_context_length or e.spec.context_length,
+                    "loadedAt": e.loaded_at,
+                    "gpuMemoryMB": a["memoryMB"],
+                }
+                for a in adapters
+                if a["state"] == "loaded" and (e := bases.get(base := str(a["baseModel"])))
             ],
             "loading": [
                 {
@@ -118,7 +137,7 @@ def capabilities(
                 for m, _ in known
                 if m.state is ModelState.LOADING
             ],
-            "available": list(available) or sorted(engines_of),
+            "available": (list(available) or sorted(engines_of)) + [str(a["id"]) for a in adapters],
             "failed": [
                 {"id": m.model, "error": m.reason, "exitCode": m.exit_code}
                 for m, _ in known
@@ -149,4 +168,5 @@ def capabilities(
             "functionCalling": features["functionCalling"],
         },
         "health": health,
+        "adapters": list(adapters),
     }

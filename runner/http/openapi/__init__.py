@@ -78,6 +78,28 @@ _ERROR_WHEN = {
 
 _ANY_PATH = {s: {"$ref": f"#/components/responses/E{s}"} for s in ANY_PATH_STATUSES}
 
+ADAPTER: Schema = {
+    "type": "object",
+    "required": ["id", "baseModel", "state", "rank", "memoryMB", "requests"],
+    "properties": {
+        "id": {"type": "string"},
+        "baseModel": {"type": "string"},
+        "state": {"enum": ["loaded", "available", "adding", "removing", "failed"]},
+        "rank": {"type": ["integer", "null"]},
+        "memoryMB": {"type": "number"},
+        "sha256": {"type": ["string", "null"]},
+        "governed": {"type": "boolean"},
+        "error": {"type": ["string", "null"]},
+        "loadTimeMs": {"type": "integer"},
+        "requests": {
+            "type": "object",
+            "required": ["running", "waiting"],
+            "properties": {"running": {"type": "integer"}, "waiting": {"type": "integer"}},
+        },
+    },
+}
+"""A LoRA adapter as capabilities and an adapter load list it (runner/lifecycle/adapter_ops.py)."""
+
 CAPABILITIES: Schema = {
     "type": "object",
     "required": [
@@ -116,6 +138,7 @@ CAPABILITIES: Schema = {
             "additionalProperties": {"type": "boolean"},
         },
         "health": {"type": "string"},
+        "adapters": {"type": "array", "items": ADAPTER},
     },
 }
 
@@ -150,6 +173,7 @@ def openapi_document(models: Sequence[str] = (), picker_path: str = PICKER_PATH)
     schemas: dict[str, Schema] = {
         **SCHEMAS,
         "Capabilities": CAPABILITIES,
+        "Adapter": ADAPTER,
         **{f"Error{s}": error_schema(s, codes[s]) for s in ERROR_STATUSES},
     }
     paths = {

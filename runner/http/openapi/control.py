@@ -76,6 +76,41 @@ FLUSH_BODY = strict_body(
     },
 )
 CANCEL_BODY = strict_body([], {"verifiedOpToken": OP_TOKEN})
+SHA256: Schema = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+ADAPTER_LOAD_BODY = strict_body(
+    ["adapterId", "baseModel", "path", "sha256", "tenants"],
+    {
+        "adapterId": {"type": "string", "minLength": 1, "maxLength": 256},
+        "baseModel": {"type": "string", "minLength": 1, "maxLength": 256},
+        "path": {"type": "string", "minLength": 1, "maxLength": 256},
+        "sha256": SHA256,
+        "tenants": {
+            "type": "array",
+            "minItems": 1,
+            "items": {"type": "string", "minLength": 1, "maxLength": 64},
+        },
+        "scale": {"type": "number", "exclusiveMinimum": 0, "maximum": 4},
+        "verifiedOpToken": OP_TOKEN,
+    },
+)
+ADAPTER_UNLOAD_BODY = strict_body(
+    ["adapterId", "baseModel", "sha256"],
+    {
+        "adapterId": {"type": "string", "minLength": 1, "maxLength": 256},
+        "baseModel": {"type": "string", "minLength": 1, "maxLength": 256},
+        "sha256": SHA256,
+        "verifiedOpToken": OP_TOKEN,
+    },
+)
+ADAPTER_UNLOADED: Schema = {
+    "type": "object",
+    "required": ["adapterId", "baseModel", "unloaded"],
+    "properties": {
+        "adapterId": {"type": "string"},
+        "baseModel": {"type": "string"},
+        "unloaded": {"const": True},
+    },
+}
 
 ACCEPTED_LOAD: Schema = {
     "type": "object",
@@ -155,6 +190,16 @@ def lifecycle() -> dict[str, Schema]:
             "Flush the KV cache (governed: cache-flush)",
             FLUSH_BODY,
             {"200": json_answer(FLUSHED, "What was flushed.")},
+        ),
+        "/v1/adapters/load": _governed(
+            "Load a LoRA adapter onto its base model (governed: adapter-load)",
+            ADAPTER_LOAD_BODY,
+            {"200": json_answer(ref("schemas", "Adapter"), "The adapter, loaded or ready.")},
+        ),
+        "/v1/adapters/unload": _governed(
+            "Unload a LoRA adapter (governed: adapter-unload)",
+            ADAPTER_UNLOAD_BODY,
+            {"200": json_answer(ADAPTER_UNLOADED, "The adapter is gone.")},
         ),
     }
 
