@@ -140,7 +140,9 @@ class PrefixStore:
             json.dump(data, f)
         os.replace(tmp, meta)
         self._entries[view.key] = view
-        self._used[view.key] = self.clock()
+        self._used[view.key] = now = self.clock()
+        with contextlib.suppress(OSError):
+            os.utime(path, (now, now))  # its last use, read back when the store opens
         return self.enforce()
 
     def touch(self, key: str) -> None:

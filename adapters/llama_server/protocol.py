@@ -122,7 +122,9 @@ out of `kv_flags`. `--parallel` is one of them: a state restores into any slot."
 def kv_flags(argv: list[str]) -> list[str]:
     """The command line's flags that shape the KV cache a saved state holds (the model
     path and binary are keyed by digest instead): what the prefix cache folder is keyed by
-    beside them (`prefix_store.folder_key`)."""
+    beside them (`prefix_store.folder_key`). `--ctx-size` counts per slot (the total is
+    the slots' sum), so a change of `--parallel` keeps the states."""
+    parallel = int(argv[argv.index("--parallel") + 1]) if "--parallel" in argv else 1
     out: list[str] = []
     skip = False
     for i, arg in enumerate(argv[1:], start=1):
@@ -133,6 +135,10 @@ def kv_flags(argv: list[str]) -> list[str]:
             skip = i + 1 < len(argv) and not argv[i + 1].startswith("--")
             continue
         if arg == "--lora-init-without-apply":
+            continue
+        if arg == "--ctx-size" and i + 1 < len(argv) and argv[i + 1].isdigit():
+            out += [arg, str(int(argv[i + 1]) // max(1, parallel))]
+            skip = True
             continue
         out.append(arg)
     return out

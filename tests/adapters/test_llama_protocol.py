@@ -13,6 +13,7 @@ from adapters.errors import UnsupportedRequest
 from adapters.llama_server.protocol import (
     LaunchOptions,
     command_line,
+    kv_flags,
     new_api_key,
     prompt_prefix,
     report_from_progress,
@@ -134,3 +135,26 @@ def test_prompt_prefix_is_the_prompt_start_as_text_capped() -> None:
     assert prompt_prefix({"prompt": "p" * (PREFIX_CHARS + 10)}) == "p" * PREFIX_CHARS
     assert prompt_prefix({"input": ["a", "b"]}) == '["a","b"]'
     assert prompt_prefix({}) == ""
+
+
+def test_adapters_are_loaded_unapplied_and_a_clients_lora_removed() -> None:
+    """Adapters go on the command line in order, loaded without being applied; a client's
+    own `lora` list is removed like the cache fields."""
+    argv = command_line(replace(OPTS, lora_paths=("/s/lora-0.gguf", "/s/lora-1.gguf")))
+    at = [i for i, a in enumerate(argv) if a == "--lora"]
+    assert [argv[i + 1] for i in at] == ["/s/lora-0.gguf", "/s/lora-1.gguf"]
+    assert "--lora-init-without-apply" in argv
+    assert "--lora" not in command_line(OPTS)
+    body = {"messages": [], "lora": [{"id": 0, "scale": 1.0}]}
+    assert strip_client_cache_fields(body) and "lora" not in body
+
+
+def test_kv_flags_leave_out_what_does_not_shape_a_saved_state() -> None:
+    """The prefix cache folder is keyed by the flags that shape the KV cache: not the port,
+    key, slot folder, alias, adapters or slot count (the model is keyed by its digest)."""
+    one = command_line(replace(OPTS, ctx_size=512, alias="m", lora_paths=("/s/l.gguf",)))
+    two = command_line(replace(OPTS, port=9, api_key="z" * 48, slot_save_path="/o", slots=4,
+                               ctx_size=512))  # fmt: skip
+    assert kv_flags(one) == kv_flags(two)
+    assert "--swa-full" in kv_flags(one) and "512" not in " ".join(kv_flags(command_line(OPTS)))
+    assert kv_flags(command_line(replace(OPTS, swa_full=False))) != kv_flags(command_line(OPTS))

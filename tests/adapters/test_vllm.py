@@ -17,6 +17,7 @@ from adapters.errors import (
     EngineControlFailed,
     EngineOutOfMemory,
     EngineStartFailed,
+    EngineUnavailable,
     UnsupportedRequest,
 )
 from adapters.supervisor import EngineProcess, EngineState, free_port
@@ -35,6 +36,7 @@ from adapters.vllm.engine import (
     strip_usage_chunk,
     with_fields,
 )
+from adapters.vllm.launch import lora_rank_for
 from tests.fixtures.fake_vllm import BIN, process_env
 
 SECRET = b"runner-secret-0123456789abcdef"
@@ -206,6 +208,42 @@ async def test_place_splices_the_tenant_salt_into_the_body() -> None:
     assert orjson.loads(placed.body) == {**obj, "cache_salt": salts.salt("a", "t")}
     assert placed.body.startswith(b'{"cache_salt":')  # spliced, not re-serialized
     assert orjson.loads(with_fields(b"{}", {}, {"cache_salt": "s"})) == {"cache_salt": "s"}
+
+
+def test_command_line_lora_flags_only_with_adapters() -> None:
+    """With adapters (or room for them) vLLM starts with LoRA on, the declared ones served
+    from start in the JSON form (any path), at most a batch's worth active at once, a rank
+    holding theirs, and runtime loading allowed; without, none of it."""
+    plain = _options()
+    assert "--enable-lora" not in command_line(plain)
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in engine_env(plain)
+    opts = _options(
+        slots=2,
+        lora_modules=[("alpha", "/a/al,pha=1")],
+        adapter_capacity=3,
+        lora_ranks=[8, None],
+    )
+    argv = command_line(opts)
+    assert "--enable-lora" in argv
+    assert argv[argv.index("--max-loras") + 1] == "2"  # a batch: at most the slots
+    assert argv[argv.index("--max-cpu-loras") + 1] == "3"
+    assert argv[argv.index("--max-lora-rank") + 1] == "16"
+    module = orjson.loads(argv[argv.index("--lora-modules") + 1])
+    assert module == {"name": "alpha", "path": "/a/al,pha=1"}
+    assert engine_env(opts)["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    assert lora_rank_for([100]) == 128 and lora_rank_for([1000]) == 0
+
+
+async def test_place_names_the_adapter_as_the_model() -> None:
+    """An adapter's request goes to vLLM with `model` = the adapter's vLLM name; an adapter
+    the engine does not hold is refused."""
+    engine = _engine(None)
+    engine.adapters = {"m:alpha": "alpha"}
+    obj = {"model": "m", "prompt": "x"}
+    placed = await engine.place(orjson.dumps(obj), obj, "a", None, "m:alpha")
+    assert orjson.loads(placed.body)["model"] == "alpha"
+    with pytest.raises(EngineUnavailable):
+        await engine.place(orjson.dumps(obj), obj, "a", None, "m:other")
 
 
 async def test_place_without_isolation_sends_no_salt() -> None:
