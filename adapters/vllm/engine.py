@@ -13,7 +13,8 @@ Facts read from vLLM 0.32.0's source and checked against it running (PyPI's CPU 
   inside the engine's scratch folder (removed when it stops). `--api-key` only guards
   paths under `/v1`, `/v2`, `/inference`, `/cohere`: `/metrics`, `/health` and the dev
   routes answer anyone who can connect, so the engine listens on 127.0.0.1 only.
-- Tenants (`rewrite` / `place`): a client's `cache_salt` (and `kv_transfer_params`) is
+- Tenants (`rewrite` / `place`): a client's `cache_salt` (and `kv_transfer_params`, and a
+  `lora` field meant for llama-server) is
   removed; the runner's own salt per tenant and cache tag is spliced in (`salts.py`).
   `X-Cache-Mode: none` sends a one-off random salt: nothing is reused, nothing reusable.
 - Reports: `usage.prompt_tokens_details.cached_tokens` (needs
@@ -102,7 +103,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("quorum.vllm")
-_CLIENT_FIELDS = ("cache_salt", "kv_transfer_params")
+_CLIENT_FIELDS = ("cache_salt", "kv_transfer_params", "lora")
 MemoryProbe = Callable[[], Awaitable[int | None]]
 _SLOW_CONTROL_S = 600.0  # sleep / wake up move the weights between GPU and host memory
 

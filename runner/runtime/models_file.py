@@ -68,6 +68,9 @@ ADAPTER_BACKENDS = frozenset({"llama-server", "vllm"})
 _NAME = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 _SHA256 = r"^[0-9a-f]{64}$"
 _TENANT_PATTERN = r"^[A-Za-z0-9._*?-]{1,64}$"
+_LORA_FLAGS = frozenset(
+    {"--lora", "--lora-scaled", "--lora-init-without-apply", "--enable-lora", "--lora-modules"}
+)
 
 
 def package_path(path: str) -> Path | None:
@@ -188,6 +191,12 @@ class ModelSpec(BaseModel):
             raise ValueError("adapters need an engine the runner starts (path/hf), not url")
         if self.max_adapters is not None and len(self.adapters) > self.max_adapters:
             raise ValueError("more adapters than max_adapters")
+        lora_args = [a for a in self.args if a.split("=")[0] in _LORA_FLAGS]
+        if lora_args:
+            raise ValueError(
+                f"{lora_args[0]} in args: declare LoRA adapters under adapters: (the runner "
+                "then chooses a request's adapter; with the flag alone any tenant would)"
+            )
         names = [a.name for a in self.adapters]
         if len(set(names)) != len(names):
             raise ValueError("two adapters share a name")

@@ -22,7 +22,8 @@ they hold queued (counted in `depth` already). `queue.forecastWaitMs` and
 LoRA adapters (`adapters`, each as `runner/lifecycle/adapter_ops.adapter_entry` lists it:
 base, rank, memory, state, requests running and waiting) are models a router may send
 requests for: a loaded one is listed in `models.loaded` (with its `baseModel`), every one
-in `models.available`, and all of them with their figures in `adapters`.
+in `models.available`, and all of them with their figures in `adapters` (a key present
+only on a runner with adapters).
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def capabilities(
         for _, e in loaded
     ).to_json()
     bases = {m.model: e for m, e in loaded}
-    return {
+    doc: dict[str, object] = {
         "runnerType": runner_type((e.spec.backend for e in engines_of.values()), versions or {}),
         "runnerId": runner_id,
         "models": {
@@ -168,5 +169,7 @@ def capabilities(
             "functionCalling": features["functionCalling"],
         },
         "health": health,
-        "adapters": list(adapters),
     }
+    if adapters:  # an addition, only on a runner with adapters
+        doc["adapters"] = list(adapters)
+    return doc

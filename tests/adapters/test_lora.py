@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from adapters.http_client import EngineConnections
 from adapters.lora import LoraAdapter, file_digest, read_rank, size_mb, tenant_matches
+from adapters.openai.engine import AttachedOpenAIEngine
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -73,3 +75,14 @@ def test_tenants_bound_by_id_or_pattern() -> None:
     assert tenant_matches(["*"], "anyone")
     other = LoraAdapter("m:a", "a", "m", "/x", ("*",), sha256="cd" * 32)
     assert adapter.cache_key != other.cache_key
+
+
+def test_an_attached_engine_never_takes_a_clients_adapter_choice() -> None:
+    """An engine attached by URL (a llama-server the runner cannot see into) gets no
+    client-sent `lora`, isolated or not."""
+    http = EngineConnections("http://127.0.0.1:9", 1.0, 1.0)
+    for isolation in ("none", "cache_prompt_off"):
+        engine = AttachedOpenAIEngine("m", "http://127.0.0.1:9", 1, http, isolation)
+        body = {"prompt": "x", "lora": [{"id": 0, "scale": 1.0}]}
+        assert engine.rewrite(body, "default", "t") and "lora" not in body
+    assert not AttachedOpenAIEngine("m", "http://127.0.0.1:9", 1, http).rewrite({}, "d", "t")

@@ -192,6 +192,8 @@ TWICE = "{name: a, path: /x, tenants: [t]}"
         ("{id: m, backend: vllm, path: /m, public_prefixes: [{name: p, prompt: " + "x" * 80 + "}]}",
          "public_prefixes apply to a llama-server"),
         (f"{{{LLAMA}, public_prefixes: [{{name: p, system: short}}]}}", "at least 64"),
+        (f"{{{LLAMA}, args: [--lora, /a.gguf]}}", "declare LoRA adapters under adapters"),
+        ("{id: m, backend: vllm, path: /m, args: [--enable-lora]}", "under adapters"),
     ],
 )  # fmt: skip
 def test_models_file_adapter_mistakes_refused(tmp_path: Path, entry: str, problem: str) -> None:

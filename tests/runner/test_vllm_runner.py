@@ -168,13 +168,25 @@ def test_vllm_capabilities_reflect_the_fakes_metrics(runner: RunnerProcess) -> N
     assert caps(runner.url)["resources"]["kvCacheSizeMB"] > 0  # vLLM's start-up log
     with ThreadPoolExecutor(1) as pool:
         held = pool.submit(chat, runner.url, "metrics", stream=True, max_tokens=30)
-        doc = eventually(
-            lambda: (d := caps(runner.url))["queue"]["running"] == 1 and d, 20, "running"
+        # the KV figure comes from the engine watch's next scrape (ENGINE_STATS_INTERVAL_S)
+        # after the grant: wait for both, while the stream runs
+        eventually(
+            lambda: (
+                (d := caps(runner.url))["queue"]["running"] == 1
+                and d["resources"]["kvCacheUtilization"] > 0
+            ),
+            20,
+            "running, with its KV use scraped",
         )
-        assert doc["resources"]["kvCacheUtilization"] > 0
         assert held.result(60).status_code == 200
-    eventually(lambda: caps(runner.url)["queue"]["running"] == 0, 20, "idle")
-    assert caps(runner.url)["resources"]["kvCacheUtilization"] == 0
+    eventually(
+        lambda: (
+            (d := caps(runner.url))["queue"]["running"] == 0
+            and d["resources"]["kvCacheUtilization"] == 0
+        ),
+        20,
+        "idle, with the engine's KV use scraped at 0",
+    )
 
 
 def test_vllm_sleep_and_wake_through_unload_and_load(runner: RunnerProcess) -> None:
