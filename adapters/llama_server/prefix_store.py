@@ -258,11 +258,18 @@ class PrefixCache:
     ) -> PrefixStore:
         """The opened store of a model file served by `binary` with `flags` (blocking:
         reads and may hash the files; call it in a thread)."""
-        if self.root is None:
-            store = PrefixStore(scratch / "slots", self.bounds, persistent=False, clock=self.clock)
-        else:
-            key = folder_key(self.digest(model), self.digest(binary), flags)
-            store = PrefixStore(self.root / key, self.bounds, clock=self.clock)
+        if self.root is not None:
+            try:
+                key = folder_key(self.digest(model), self.digest(binary), flags)
+                store = PrefixStore(self.root / key, self.bounds, clock=self.clock)
+                store.open()
+                return store
+            except OSError as exc:  # serve without warm prefixes rather than not at all
+                log.error(
+                    "PREFIX_CACHE_DIR %s is not usable (%s): this engine's saved prefixes "
+                    "go with it", self.root, exc.strerror or exc,
+                )  # fmt: skip
+        store = PrefixStore(scratch / "slots", self.bounds, persistent=False, clock=self.clock)
         store.open()
         return store
 

@@ -170,3 +170,14 @@ def test_prefix_cache_hashes_a_file_once_per_version(tmp_path: Path) -> None:
     model.write_bytes(b"two, longer")
     os.utime(model, (1, 1))
     assert again.digest(model) != first
+
+
+def test_unusable_root_falls_back_to_a_private_folder(tmp_path: Path) -> None:
+    """A PREFIX_CACHE_DIR that cannot be written does not stop the engine: it gets a
+    private folder, removed with it."""
+    root = tmp_path / "root"
+    root.write_text("a file, not a folder")
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"m")
+    store = PrefixCache(root, BOUNDS).store_for(model, model, [], tmp_path / "scratch")
+    assert not store.persistent and store.folder == tmp_path / "scratch" / "slots"
