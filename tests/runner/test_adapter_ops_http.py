@@ -21,7 +21,7 @@ from tests.support.tokens import DEV_REGISTRY, dev_token
 pytestmark = pytest.mark.timeout(60)
 
 
-class Setup:
+class Rig:
     def __init__(self, runner: RunnerProcess, audit: Path, adapter: Path) -> None:
         self.runner, self.audit, self.adapter = runner, audit, adapter
 
@@ -32,7 +32,7 @@ class Setup:
 
 
 @pytest.fixture
-def setup(tmp_path: Path) -> Iterator[Setup]:
+def rig(tmp_path: Path) -> Iterator[Rig]:
     audit = tmp_path / "audit.jsonl"
     folder = tmp_path / "adapters"
     folder.mkdir()
@@ -58,24 +58,22 @@ def setup(tmp_path: Path) -> Iterator[Setup]:
         runner = stack.enter_context(
             start_runner(models_file=models.replace("ECHO", echo.url), env=env)
         )
-        yield Setup(runner, audit, adapter)
+        yield Rig(runner, audit, adapter)
 
 
-def _load(setup: Setup, **fields: Any) -> httpx.Response:
+def _load(rig: Rig, **fields: Any) -> httpx.Response:
     body = {
         "adapterId": "base:new",
         "baseModel": "base",
-        "path": str(setup.adapter),
-        "sha256": hashlib.sha256(setup.adapter.read_bytes()).hexdigest(),
+        "path": str(rig.adapter),
+        "sha256": hashlib.sha256(rig.adapter.read_bytes()).hexdigest(),
         "tenants": ["team-b"],
         **fields,
     }
     body = {k: v for k, v in body.items() if v is not None}
     params = {k: v for k, v in body.items() if k != "adapterId"}
     token = dev_token("adapter-load", body.get("adapterId"), params)
-    return httpx.post(
-        setup.runner.url + "/v1/adapters/load", json={**body, "verifiedOpToken": token}
-    )
+    return httpx.post(rig.runner.url + "/v1/adapters/load", json={**body, "verifiedOpToken": token})
 
 
 @pytest.mark.parametrize(
@@ -93,43 +91,43 @@ def _load(setup: Setup, **fields: Any) -> httpx.Response:
     ],
 )
 def test_adapter_load_refused_before_a_token_is_spent(
-    setup: Setup, fields: dict[str, Any], status: int, says: str
+    rig: Rig, fields: dict[str, Any], status: int, says: str
 ) -> None:
     """What cannot run is refused with a clear 4xx before governance sees the token: the
     call is not audited (no approval, no nonce spent)."""
-    r = _load(setup, **fields)
+    r = _load(rig, **fields)
     assert r.status_code == status, r.text
     assert says in r.json()["error"]["message"]
-    assert setup.audited() == []
+    assert rig.audited() == []
 
 
-def test_adapter_load_with_a_token_for_other_params_is_403_and_audited(setup: Setup) -> None:
+def test_adapter_load_with_a_token_for_other_params_is_403_and_audited(rig: Rig) -> None:
     """A token approving other tenants than the body lists is a binding mismatch (403),
     audited as rejected; nothing is loaded."""
     body = {
         "adapterId": "base:new",
         "baseModel": "base",
-        "path": str(setup.adapter),
-        "sha256": hashlib.sha256(setup.adapter.read_bytes()).hexdigest(),
+        "path": str(rig.adapter),
+        "sha256": hashlib.sha256(rig.adapter.read_bytes()).hexdigest(),
         "tenants": ["team-b"],
     }
     params = {k: v for k, v in body.items() if k != "adapterId"}
     token = dev_token("adapter-load", "base:new", {**params, "tenants": ["*"]})
-    r = httpx.post(setup.runner.url + "/v1/adapters/load", json={**body, "verifiedOpToken": token})
+    r = httpx.post(rig.runner.url + "/v1/adapters/load", json={**body, "verifiedOpToken": token})
     assert r.status_code == 403 and r.json()["error"]["code"] == "binding_mismatch"
-    (record,) = setup.audited()
+    (record,) = rig.audited()
     assert (record["operation"], record["outcome"]) == ("adapter-load", "rejected")
-    caps = httpx.get(setup.runner.url + "/v1/capabilities").json()
+    caps = httpx.get(rig.runner.url + "/v1/capabilities").json()
     assert [a["id"] for a in caps["adapters"]] == ["base:own"]
 
 
-def test_adapter_load_onto_a_base_not_running_joins_its_set(setup: Setup) -> None:
+def test_adapter_load_onto_a_base_not_running_joins_its_set(rig: Rig) -> None:
     """Approved while its base has no engine, an adapter joins the base's set (loaded with
     it) and reads `available`; unloaded again, it is gone."""
-    r = _load(setup)
+    r = _load(rig)
     assert r.status_code == 200, r.text
     assert r.json()["state"] == "available" and r.json()["governed"] is True
-    caps = httpx.get(setup.runner.url + "/v1/capabilities").json()
+    caps = httpx.get(rig.runner.url + "/v1/capabilities").json()
     assert {a["id"]: a["state"] for a in caps["adapters"]} == {
         "base:own": "available",
         "base:new": "available",
@@ -139,21 +137,19 @@ def test_adapter_load_onto_a_base_not_running_joins_its_set(setup: Setup) -> Non
     token = dev_token(
         "adapter-unload", "base:new", {k: v for k, v in body.items() if k != "adapterId"}
     )
-    r = httpx.post(
-        setup.runner.url + "/v1/adapters/unload", json={**body, "verifiedOpToken": token}
-    )
+    r = httpx.post(rig.runner.url + "/v1/adapters/unload", json={**body, "verifiedOpToken": token})
     assert r.status_code == 200 and r.json()["unloaded"] is True
-    assert [(a["operation"], a["outcome"]) for a in setup.audited()] == [
+    assert [(a["operation"], a["outcome"]) for a in rig.audited()] == [
         ("adapter-load", "approved"),
         ("adapter-unload", "approved"),
     ]
 
 
-def test_adapter_entitlement_is_checked_before_the_model(setup: Setup) -> None:
+def test_adapter_entitlement_is_checked_before_the_model(rig: Rig) -> None:
     """A tenant not bound to an adapter gets 403 model_not_allowed whatever state its base
     is in; a bound one gets what the base's state gives (404 model_not_loaded here)."""
     chat = {"model": "base:own", "messages": [{"role": "user", "content": "hi"}]}
-    url = setup.runner.url + "/v1/chat/completions"
+    url = rig.runner.url + "/v1/chat/completions"
     r = httpx.post(url, json=chat, headers={"X-Tenant-ID": "team-b"})
     assert r.status_code == 403 and r.json()["error"]["code"] == "model_not_allowed"
     r = httpx.post(

@@ -18,7 +18,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.adapters import GGUF, adapters, answer, chat, governed, said
+from tests.support.adapters import adapters, answer, chat, governed, said
+from tests.support.real_engines import LlamaServer
 from tests.support.runner_proc import RunnerProcess, start_runner
 from tests.support.tokens import DEV_REGISTRY, dev_token
 
@@ -27,13 +28,13 @@ pytestmark = pytest.mark.timeout(300)
 ALPHA, BRAVO = "gemma:alpha", "gemma:bravo"
 
 
-def _models() -> str:
+def _models(gguf: Path) -> str:
     a = adapters()
     return f"""
 models:
   - id: gemma
     backend: llama-server
-    path: {GGUF}
+    path: {gguf}
     context_length: 512
     parallel: 2
     preload: true
@@ -43,7 +44,7 @@ models:
       - {{name: bravo, path: {a["bravo"].gguf}, tenants: [team-b, "team-b-*"]}}
   - id: other
     backend: llama-server
-    path: {GGUF}
+    path: {gguf}
     context_length: 256
     parallel: 1
     preload: true
@@ -51,9 +52,9 @@ models:
 
 
 @pytest.fixture(scope="module")
-def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunnerProcess]:
-    if not GGUF.exists():
-        pytest.fail(f"real model not installed ({GGUF}): run scripts/install")
+def runner(
+    real_llama_server: LlamaServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunnerProcess]:
     audit = tmp_path_factory.mktemp("audit") / "audit.jsonl"
     env = {
         "GOVERNANCE_REGISTRY": str(DEV_REGISTRY),
@@ -62,7 +63,8 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunnerProcess]:
         "QUEUE_TIMEOUT_MS": "240000",  # a busy 2-core machine: nothing may time out
         "MAX_QUEUE_DEPTH": "64",
     }
-    with start_runner(models_file=_models(), env=env, ready_timeout=180) as r:
+    models = _models(real_llama_server.gemma)
+    with start_runner(models_file=models, env=env, ready_timeout=180) as r:
         r.audit = audit  # type: ignore[attr-defined]
         yield r
 

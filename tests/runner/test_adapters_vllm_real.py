@@ -22,7 +22,6 @@ from tests.support.real_vllm import (
     START_TIMEOUT_S,
     default_entry,
     models_file,
-    require_vllm,
 )
 from tests.support.runner_proc import RunnerProcess, start_runner
 from tests.support.tokens import DEV_REGISTRY
@@ -33,8 +32,7 @@ ALPHA, BRAVO, CHARLIE = (f"{DEFAULT_ID}:{n}" for n in ("alpha", "bravo", "charli
 
 
 @pytest.fixture(scope="module")
-def runner() -> Iterator[RunnerProcess]:
-    require_vllm()
+def runner(real_vllm: None) -> Iterator[RunnerProcess]:
     a = adapters()
     entry = default_entry(
         preload=True,

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import stat
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.adapters import GGUF, prompt_tokens
+from tests.support.adapters import prompt_tokens
+from tests.support.real_engines import LlamaServer
 from tests.support.runner_proc import start_runner
 from tests.support.tokens import DEV_REGISTRY, dev_token
 
@@ -34,12 +36,12 @@ PUBLIC = (
 )
 
 
-def _models(parallel: int, public: bool = False) -> str:
+def _models(gguf: Path, parallel: int, public: bool = False) -> str:
     text = (
         "models:\n"
         f"  - id: {MODEL}\n"
         "    backend: llama-server\n"
-        f"    path: {GGUF}\n"
+        f"    path: {gguf}\n"
         "    context_length: 1024\n"
         f"    parallel: {parallel}\n"
         "    preload: true\n"
@@ -91,38 +93,42 @@ def _saved(root: Path) -> list[Path]:
     return sorted(root.glob("*/q-*.json"))
 
 
+@dataclass(frozen=True)
+class Llama:
+    gguf: Path  # the real Gemma 3 270M GGUF
+    cache: Path  # the prefix cache folder the test's runners share
+
+    def runner(self, parallel: int, public: bool = False) -> Any:
+        env = {"GOVERNANCE_REGISTRY": str(DEV_REGISTRY), "PREFIX_CACHE_DIR": str(self.cache)}
+        models = _models(self.gguf, parallel, public)
+        return start_runner(models_file=models, env=env, ready_timeout=180)
+
+
 @pytest.fixture
-def cache_dir(tmp_path: Path) -> Path:
-    if not GGUF.exists():
-        pytest.fail(f"real model not installed ({GGUF}): run scripts/install")
-    return tmp_path / "prefixes"
-
-
-def _runner(cache: Path, parallel: int, public: bool = False) -> Any:
-    env = {"GOVERNANCE_REGISTRY": str(DEV_REGISTRY), "PREFIX_CACHE_DIR": str(cache)}
-    return start_runner(models_file=_models(parallel, public), env=env, ready_timeout=180)
+def llama(real_llama_server: LlamaServer, tmp_path: Path) -> Llama:
+    return Llama(real_llama_server.gemma, tmp_path / "prefixes")
 
 
 def test_tenant_prefix_restored_after_reload_and_restart_gone_after_flush(
-    cache_dir: Path,
+    llama: Llama,
 ) -> None:
     """A tenant's long prompt is saved when its engine stops: after a governed unload and
     load, and after a runner restart, its first request reuses it (another tenant sending
     the same prompt does not); the files are the runner's only; a tenant flush removes them
     from disk, and the next request after a reload pays the full prompt."""
-    with _runner(cache_dir, 1) as r:
+    with llama.runner(1) as r:
         n, cached = _chat(r.url, "warm-a", PRIVATE_A, "First question?")
         assert cached == 0
         _reload(r.url)
-        assert _saved(cache_dir), "the stopping engine saved A's slot"
+        assert _saved(llama.cache), "the stopping engine saved A's slot"
         _, cached = _chat(r.url, "warm-a", PRIVATE_A, "Second question?")
         assert cached > n // 2  # A's system prompt came back from disk
         assert _chat(r.url, "warm-b", PRIVATE_A, "Second question?")[1] == 0
         r.terminate()
-    folder = next(p for p in cache_dir.iterdir() if p.is_dir())
-    assert {stat.S_IMODE(p.stat().st_mode) for p in (cache_dir, folder)} == {0o700}
+    folder = next(p for p in llama.cache.iterdir() if p.is_dir())
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (llama.cache, folder)} == {0o700}
     assert {stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir() if p.is_file()} == {0o600}
-    with _runner(cache_dir, 1) as r:
+    with llama.runner(1) as r:
         _, cached = _chat(r.url, "warm-a", PRIVATE_A, "Third question?")
         assert cached > n // 2  # across a runner restart too
         _chat(r.url, "warm-b", PRIVATE_B, "Bread?")  # B takes the slot: A's saved again
@@ -130,34 +136,34 @@ def test_tenant_prefix_restored_after_reload_and_restart_gone_after_flush(
             r.url, "/v1/cache/flush", "cache-flush", {"scope": "tenant", "tenantId": "warm-a"}
         )
         assert result.status_code == 200 and result.json()["entriesRemoved"] >= 1
-        assert not any("warm-a" in p.read_text() for p in _saved(cache_dir))
+        assert not any("warm-a" in p.read_text() for p in _saved(llama.cache))
         _reload(r.url)
         assert _chat(r.url, "warm-a", PRIVATE_A, "Fourth question?")[1] == 0
 
 
-def test_tenant_flush_reaches_saved_states_of_an_unloaded_model(cache_dir: Path) -> None:
+def test_tenant_flush_reaches_saved_states_of_an_unloaded_model(llama: Llama) -> None:
     """A tenant flush removes the tenant's saved states on disk even when the model they
     belong to is not loaded."""
-    with _runner(cache_dir, 1) as r:
+    with llama.runner(1) as r:
         _chat(r.url, "rest-a", PRIVATE_A, "One?")
         assert (
             _governed(r.url, "/v1/models/unload", "model-unload", {"modelId": MODEL}).status_code
             == 200
         )
-        assert any("rest-a" in p.read_text() for p in _saved(cache_dir))
+        assert any("rest-a" in p.read_text() for p in _saved(llama.cache))
         result = _governed(
             r.url, "/v1/cache/flush", "cache-flush", {"scope": "tenant", "tenantId": "rest-a"}
         )
         assert result.status_code == 200 and result.json()["entriesRemoved"] >= 1
-        assert not any("rest-a" in p.read_text() for p in _saved(cache_dir))
+        assert not any("rest-a" in p.read_text() for p in _saved(llama.cache))
 
 
-def test_public_prefix_shared_and_hidden_suffix_probe_gets_no_more(cache_dir: Path) -> None:
+def test_public_prefix_shared_and_hidden_suffix_probe_gets_no_more(llama: Llama) -> None:
     """With a declared public system prompt, tenants share its cached state (the public
     part is computed once, then restored), and the hidden-suffix probe (B sending exactly
     A's public prompt + private suffix, right after A) is served at most the public part
     from the cache, on an empty slot and on A's former slot alike."""
-    with _runner(cache_dir, 2, public=True) as r:
+    with llama.runner(2, public=True) as r:
         public = prompt_tokens(
             r.proc.pid,
             [{"role": "system", "content": PUBLIC}, {"role": "user", "content": "-"}],

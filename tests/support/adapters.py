@@ -2,7 +2,9 @@
 a runner's engine (its port and key, to ask it what the runner never proxies).
 
 `scripts/test` runs scripts/make-adapters before pytest, so they are there in CI; a test
-that needs them fails (never skips) when they are missing, naming the script to run.
+that needs them fails (never skips) when they are missing, naming the script to run. The
+base model they are trained on is reached through the `real_llama_server` / `real_vllm`
+fixtures (tests/support/real_engines.py), which mark the test.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from tests.support.tokens import dev_token
 
 CACHE = Path(os.environ.get("QUORUM_CACHE") or "~/.cache/quorum").expanduser()
 ADAPTERS_DIR = CACHE / "adapters" / "1" / "gemma-3-270m"
-GGUF = CACHE / "models" / "gemma-3-270m-q4_k_m.gguf"
 
 
 @dataclass(frozen=True)
