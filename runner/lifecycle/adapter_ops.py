@@ -158,10 +158,15 @@ class AdapterOps:
         if unknown:
             raise BadRequest(f"unknown field(s) in adapter load: {', '.join(sorted(unknown))}")
         adapter_id, base = _text(doc, "adapterId"), _text(doc, "baseModel")
-        path = Path(_text(doc, "path")).expanduser()
+        path = Path(_text(doc, "path").replace("\x00", "\ufffd")).expanduser()
         if not path.is_absolute():
             path = self.roots.model_base / path
-        if ".." in path.parts or not inside(path, self.roots.allowed()) or not path.exists():
+        try:
+            usable = ".." not in path.parts and inside(path, self.roots.allowed())
+            usable = usable and path.exists()
+        except (OSError, ValueError):  # a name the file system refuses
+            usable = False
+        if not usable:
             raise BadRequest("path must name an adapter file or folder inside the model roots")
         tenants = doc.get("tenants")
         if (

@@ -84,6 +84,7 @@ def _load(rig: Rig, **fields: Any) -> httpx.Response:
         ({"sha256": "ab"}, 400, "sha256"),
         ({"sha256": "0" * 64}, 400, "sha256"),
         ({"path": "/etc/hostname"}, 400, "inside the model roots"),
+        ({"path": "a\u0000b"}, 400, "inside the model roots"),  # schemathesis found a 500
         ({"baseModel": "nope"}, 404, "nope"),
         ({"baseModel": "echo"}, 400, "cannot serve adapters"),
         ({"adapterId": "base:own"}, 409, "already taken"),
