@@ -16,8 +16,6 @@ Exception tree (the runner's rows; the generic ones come from `faults`)::
     │   │                                 (names it in `param`; runner/http/body_checks.py)
     │   └── WrongEndpoint            400  unsupported_model: a model another path serves
     ├── Forbidden (faults)           403  forbidden: not for this tenant (engine logs)
-    │   └── ModelNotAllowed          403  model_not_allowed: a model (adapter) the tenant
-    │                                     may not use
     ├── NotFound (faults)            404  not_found
     │   ├── ModelNotFound            404  model_not_found: no such model (lists the models)
     │   └── RouteNotFound            404  not_found: no such endpoint
@@ -70,7 +68,6 @@ __all__ = [
     "MethodNotAllowed",
     "MissingOpToken",
     "ModelDownloadFailed",
-    "ModelNotAllowed",
     "ModelNotFound",
     "NotFound",
     "PayloadTooLarge",
@@ -100,10 +97,6 @@ ModelNotFound = NotFound.row(
     "Model {model!r} does not exist on this runner; models: {models}", extra=("model",),
 )  # fmt: skip
 RouteNotFound = NotFound.row("RouteNotFound", "not_found")
-ModelNotAllowed = Forbidden.row(
-    "ModelNotAllowed", "model_not_allowed", None,
-    "tenant {tenant!r} may not use model {model!r}", extra=("model",),
-)  # fmt: skip
 AdapterRefused = QuorumError.row("AdapterRefused", "adapter_refused", 409)
 MethodNotAllowed = QuorumError.row(
     "MethodNotAllowed", "method_not_allowed", 405, "{path} accepts {allow} only",

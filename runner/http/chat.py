@@ -7,8 +7,9 @@ pays for it, so it does only what the features need. Through the one front-end
 
     1. identify the tenant, rate limit                     (front-end)  -> 400/401/403/429
     2. read the body, bounded                                            -> 413
-    3. parse it once; the model: an adapter resolved to its base model, once its tenant
-       may use it (`runner/http/entitlements.py`), then `check_model`; the numeric fields
+    3. parse it once; the model: an adapter resolved to its base model once its tenant is
+       bound to it (`runner/http/entitlements.py`), then `check_model` (the tenant's
+       `models` entitlement, on the adapter's id for an adapter); the numeric fields
        the runner can check (`runner/http/body_checks.py`: token limits, sampling ranges);
        the tenant's token budgets reserve the request's upper bound (runner/tenancy/guard.py)
                                                            -> 400 / 403 / 404 / 429 / 503
@@ -42,7 +43,7 @@ from runner.engines.adapters import AdapterBook, AdapterRecord
 from runner.errors import BadRequest, error_body
 from runner.http.asgi import FALSE_REPORT_HEADERS, JSON, Receive, Scope, Send, send_whole
 from runner.http.body_checks import check_generation
-from runner.http.entitlements import check_adapter, check_entitled
+from runner.http.entitlements import check_adapter, check_bound
 from runner.http.frontend import Admitted, Call, FrontEnd
 from runner.scheduler.grants import Usage
 from runner.telemetry.metrics import Metrics
@@ -86,7 +87,7 @@ class ChatPath:
         adapter = self._adapter(call, model)
         if adapter is not None:
             model = adapter.adapter.base
-        self.front.check_model(call, model, "chat")
+        self.front.check_model(call, model, "chat", adapter.adapter.id if adapter else None)
         context = self.context_of(model)
         embeddings = call.scope["path"] == "/v1/embeddings"
         if not embeddings:
@@ -127,7 +128,7 @@ class ChatPath:
         """The adapter `model` names, once the tenant may use it (403 otherwise)."""
         if self.adapters is None:
             return None
-        check_entitled(self.adapters, call.tenant, model)
+        check_bound(self.adapters, call.tenant, call.policy.models, model)
         return self.adapters.get(model)
 
     async def _place_and_forward(

@@ -97,9 +97,14 @@ def control_plane(rt: Runtime) -> FastAPI:
     @app.get("/v1/capabilities")
     async def get_capabilities(request: Request) -> Response:
         available: Sequence[str] = rt.refresher.current.available
+        adapters = list(rt.pool.adapters)
         asker = asking_tenant(rt, request)
         if asker is not None:  # the router asks as nobody: it sees them all
-            available = rt.tenants.policy(asker).models.filter(available)
+            entitled = rt.tenants.policy(asker).models
+            available = entitled.filter(available)
+            adapters = [
+                a for a in adapters if a.adapter.allows(asker) and entitled.allows(a.adapter.id)
+            ]
         doc = capabilities(
             rt.settings.runner_id,
             str(rt.health().body["status"]),
@@ -113,7 +118,7 @@ def control_plane(rt: Runtime) -> FastAPI:
             resources=rt.refresher.current,
             engines=rt.watch.loads,
             versions=rt.watch.versions,
-            adapters=[adapter_entry(a, rt.adapter_ops.loaded(a)) for a in rt.pool.adapters],
+            adapters=[adapter_entry(a, rt.adapter_ops.loaded(a)) for a in adapters],
         )
         status = 200 if rt.life is Life.READY else 503
         return json_response(status, doc, {"Cache-Control": "max-age=5", **starting_headers(rt)})

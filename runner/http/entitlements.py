@@ -12,28 +12,30 @@ declaration or its governed load lists (`LoraAdapter.tenants`). A request naming
     5. otherwise: served by its base model's engine and slots, with the adapter chosen
        by the runner (the client's `lora` is removed by the engine's `rewrite`).
 
-SEAM (issue 26, tenant policy): the tenants file's `models` entitlement (ids and glob
-patterns per tenant, 403 `model_not_allowed`) is being built beside this. Once it is
-merged, `check_entitled` also asks that policy for every model id, adapters included, so
-an adapter is refused unless both its binding and the tenant's policy allow it. Until
-then only step 1's binding gates adapters, and base models are open to every tenant as
-they always were.
+Step 1 is the adapter's own binding; the tenant's `models` entitlement (the tenants
+file, docs/tenants.md) is then checked by the front-end on the adapter's id, exactly as on
+any model id (`FrontEnd.check_model(..., named=adapter id)`): a request needs both. A
+tenant entitled to an adapter's id needs no entitlement to its base model (the adapter is
+what it asked for; the base is how it is served).
 """
 
 from __future__ import annotations
 
 from runner.engines.adapters import AdapterBook, AdapterRecord, AdapterState
-from runner.errors import ModelNotAllowed
 from runner.scheduler.errors import ModelFailed, ModelUnloading
+from tenants.errors import ModelNotAllowed
+from tenants.policy import Entitlements
 
 RETRY_S = 1
 
 
-def check_entitled(adapters: AdapterBook, tenant: str, model_id: str) -> None:
-    """Step 1 (and, after issue 26, the tenant's `models` policy: see SEAM above)."""
+def check_bound(adapters: AdapterBook, tenant: str, models: Entitlements, model_id: str) -> None:
+    """Step 1: an adapter names only tenants bound to it (`models`: the tenant's own
+    entitlement, named in the refusal as every `model_not_allowed` does)."""
     record = adapters.get(model_id)
     if record is not None and not record.adapter.allows(tenant):
-        raise ModelNotAllowed(tenant=tenant, model=model_id)
+        allowed = ", ".join(models.patterns) if models.patterns is not None else "every model"
+        raise ModelNotAllowed(tenant=tenant, model=model_id, allowed=allowed)
 
 
 def check_adapter(record: AdapterRecord, loaded: bool) -> None:

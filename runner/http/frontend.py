@@ -261,17 +261,18 @@ class FrontEnd:
                 queue_ms=call.queue_wait_ms,
             )  # fmt: skip
 
-    def check_model(self, call: Call, model: str, kind: str) -> None:
+    def check_model(self, call: Call, model: str, kind: str, named: str | None = None) -> None:
         """`model` is the call's: refused now if the tenant may not use it (403
         `model_not_allowed`, before any queueing), if another path serves it (400
         `unsupported_model` naming where to send it) or with what the scheduler would
         refuse it (404/503, naming only the models the tenant may use); admission
-        decides again."""
+        decides again. `named`: the id the client sent when it is not `model` (a LoRA
+        adapter served by base model `model`): the entitlement is checked on it."""
         entitled = call.policy.models
-        if not entitled.allows(model):
+        if not entitled.allows(named or model):
             call.model = UNKNOWN_MODEL  # never a label a client chose
             allowed = ", ".join(entitled.patterns or ()) or "none"
-            raise ModelNotAllowed(tenant=call.tenant, model=model, allowed=allowed)
+            raise ModelNotAllowed(tenant=call.tenant, model=named or model, allowed=allowed)
         call.model = model
         path = self.path_of(model)
         if path is not None and path != kind:

@@ -43,14 +43,19 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     backend: llama-server
     path: {tmp_path}/base.gguf
     adapters:
-      - {{name: own, path: {adapter}, tenants: [team-a]}}
+      - {{name: own, path: {adapter}, tenants: [team-a, team-x]}}
   - id: echo
     backend: openai
     url: ECHO
 """
     with ExitStack() as stack:
         echo = stack.enter_context(start_fake("fake_openai", "--latency-ms", "0"))
+        tenants = tmp_path / "tenants.yaml"
+        tenants.write_text(
+            "tenants:\n  team-a: {models: ['base:own']}\n  team-x: {models: [echo, base]}\n"
+        )
         env = {
+            "TENANTS_FILE": str(tenants),
             "GOVERNANCE_REGISTRY": str(DEV_REGISTRY),
             "GOVERNANCE_AUDIT_LOG": str(audit),
             "LLAMA_SERVER_BIN": fixture_bin("llama-server-ok"),
@@ -157,3 +162,19 @@ def test_adapter_entitlement_is_checked_before_the_model(rig: Rig) -> None:
         url, json={**chat, "lora": [{"id": 0, "scale": 1}]}, headers={"X-Tenant-ID": "team-a"}
     )
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_loaded"
+
+
+def test_adapter_needs_both_its_binding_and_the_tenants_models_policy(rig: Rig) -> None:
+    """An adapter's id goes through the tenant's `models` entitlement like any model id: a
+    tenant bound to the adapter but whose policy lists only other models (its base
+    included) is refused 403; a tenant whose policy lists the adapter's id alone, not its
+    base, gets past both (here to the base's state: 404 model_not_loaded)."""
+    chat = {"model": "base:own", "messages": [{"role": "user", "content": "hi"}]}
+    url = rig.runner.url + "/v1/chat/completions"
+    r = httpx.post(url, json=chat, headers={"X-Tenant-ID": "team-x"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "model_not_allowed"
+    assert "echo" in r.json()["error"]["message"]
+    r = httpx.post(url, json=chat, headers={"X-Tenant-ID": "team-a"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_loaded"
+    listed = httpx.get(rig.runner.url + "/v1/capabilities", headers={"X-Tenant-ID": "team-x"})
+    assert listed.json().get("adapters", []) == []  # asked as team-x: not its adapter
