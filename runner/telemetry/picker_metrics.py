@@ -21,7 +21,7 @@ is one unlabelled sample of the runner's own, typed `gauge`:
 - `vllm:lora_requests_info{max_lora,running_lora_adapters,waiting_lora_adapters}`
   (value: the scrape's Unix time, the picker takes the newest): the runner's LoRA
   adapters, comma-separated, as the Gateway API Inference Extension's model server
-  protocol names them (its docs/proposals/003-model-server-protocol; its extractor reads the
+  protocol names them (its proposal 003, "model server protocol"; its extractor reads the
   three labels of the newest sample into `ActiveModels`, `WaitingModels` and
   `MaxActiveModels`, and the LoRA-affinity scorer prefers a pod whose active or waiting set
   holds the request's `model`): `running` the adapters loaded in a running engine, ready
