@@ -19,6 +19,7 @@ ready engine in the map its path reads (`ModelPool.engines`, `ModelPool.speech`)
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping
@@ -176,12 +177,15 @@ async def start_llama_server(
         raise ConfigError(f"model {spec.id!r}: backend llama-server needs a path to a GGUF file")
     port = free_port()
     key = new_api_key()
-    slot_dir = tempfile.mkdtemp(prefix=f"quorum-slots-{port}-")
+    slot_dir = tempfile.mkdtemp(prefix=f"quorum-slots-{port}-")  # 0700: the runner's alone
+    key_file = os.path.join(slot_dir, ".api-key")  # never on the command line (`ps`)
+    with open(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(key + "\n")
     opts = LaunchOptions(
         binary=spec.executable(settings.llama_server_bin),
         model_path=str(model_path),
         port=port,
-        api_key=key,
+        api_key_file=key_file,
         slots=spec.slots,
         slot_save_path=slot_dir,
         ctx_size=params.max_context_length or spec.context_length,
