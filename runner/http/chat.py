@@ -40,6 +40,7 @@ from runner.errors import BadRequest, error_body
 from runner.http.asgi import FALSE_REPORT_HEADERS, JSON, Receive, Scope, Send, send_whole
 from runner.http.body_checks import check_generation
 from runner.http.frontend import Admitted, Call, FrontEnd
+from runner.http.json_body import dump_json, large, load_json
 from runner.scheduler.grants import Usage
 from runner.telemetry.metrics import Metrics
 from runner.tenancy.guard import output_bound, prompt_bound
@@ -75,7 +76,10 @@ class ChatPath:
 
     async def _serve(self, call: Call) -> int:
         body = await self.front.read_body(call, self.max_body)  # 2
-        obj, model = _parse(body)  # 3
+        if large(body):  # 3: parsed off the event loop (runner/http/json_body.py)
+            obj, model = await _parse_large(body)
+        else:
+            obj, model = _parse(body)
         self.front.check_model(call, model, "chat")
         context = self.context_of(model)
         embeddings = call.scope["path"] == "/v1/embeddings"
@@ -95,7 +99,7 @@ class ChatPath:
         if engine is not None:
             changed |= engine.rewrite(obj, meta.cache_mode, call.tenant)
         if changed:
-            body = orjson.dumps(obj)
+            body = orjson.dumps(obj) if not large(body) else await dump_json(obj, len(body))
         request = call.admission_request(_estimate_input_tokens(body), _estimate_output(obj))
         async with self.front.admitted(call, request) as admitted:  # 5
             current = self.engines.get(model)
@@ -236,11 +240,25 @@ async def _engine_error(exc: ClientFailure, engine: Engine) -> QuorumError:
     return translate_failure(exc, engine.model_id, failure)
 
 
-def _parse(body: bytes) -> tuple[dict[str, Any], str]:
+def _loads(body: bytes) -> object:
     try:
-        obj = orjson.loads(body)
+        return orjson.loads(body)
     except orjson.JSONDecodeError:
         raise BadRequest("request body must be a JSON object") from None
+
+
+def _parse(body: bytes) -> tuple[dict[str, Any], str]:
+    return _checked(_loads(body))
+
+
+async def _parse_large(body: bytes) -> tuple[dict[str, Any], str]:
+    try:
+        return _checked(await load_json(body))
+    except orjson.JSONDecodeError:
+        raise BadRequest("request body must be a JSON object") from None
+
+
+def _checked(obj: object) -> tuple[dict[str, Any], str]:
     if not isinstance(obj, dict):
         raise BadRequest("request body must be a JSON object")
     model = obj.get("model")

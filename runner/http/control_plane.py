@@ -6,6 +6,7 @@ one envelope (runner/errors.py), unknown paths and wrong methods included.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import orjson
@@ -17,6 +18,7 @@ from starlette.routing import BaseRoute, Match
 from runner.errors import (
     HTTP_ERRORS,
     Forbidden,
+    LifecycleRateLimited,
     PayloadTooLarge,
     ServiceUnavailable,
     error_body,
@@ -33,7 +35,8 @@ from runner.scheduler import ModelState
 from runner.telemetry.capabilities import capabilities
 from runner.telemetry.health import Life
 from runner.tenancy.routes import mount_tenant_routes
-from tenants.identity import resolve_tenant
+from tenants.rates import parse_rate
+from tenants.throttle import RecentEvents
 
 JSON = "application/json"
 
@@ -42,8 +45,17 @@ def json_response(status: int, body: object, headers: dict[str, str] | None = No
     return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
 
 
+LIFECYCLE_MAX_BODY_BYTES = 64 * 1024
+"""A lifecycle body (the seed's fields and a token of at most 16 KiB) fits in this; a larger
+one is refused (413) before anything reads, parses or audits it."""
+
+
 async def bounded_body(request: Request, limit: int) -> bytes:
-    """The request body, read while it stays within `limit` bytes (413 once it does not)."""
+    """The request body, read while it stays within `limit` bytes (413 once it does not;
+    a Content-Length above it is refused before any byte is read)."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise PayloadTooLarge(f"request body is larger than {limit} bytes")
     parts: list[bytes] = []
     size = 0
     async for chunk in request.stream():
@@ -54,8 +66,30 @@ async def bounded_body(request: Request, limit: int) -> bytes:
     return b"".join(parts)
 
 
+class LifecycleDoor:
+    """What every lifecycle call meets before its token is looked at.
+
+    1. Its source address made LIFECYCLE_RATE_LIMIT calls lately: 429 with Retry-After
+       (nothing read, verified or audited).
+    2. A body above LIFECYCLE_MAX_BODY_BYTES: 413, before it is parsed or audited.
+    """
+
+    def __init__(self, rate: str) -> None:
+        self.calls = RecentEvents(parse_rate(rate), time.monotonic)
+
+    async def body(self, request: Request) -> bytes:
+        client = request.scope.get("client")
+        source = client[0] if client else ""
+        wait = self.calls.retry_after(source)  # 1
+        if wait:
+            raise LifecycleRateLimited(rate=self.calls.rate.text, retry_after=wait)
+        self.calls.add(source)
+        return await bounded_body(request, LIFECYCLE_MAX_BODY_BYTES)  # 2
+
+
 def control_plane(rt: Runtime) -> FastAPI:
     app = FastAPI(title="Quorum runner", docs_url=None, redoc_url=None, openapi_url=None)
+    door = LifecycleDoor(rt.settings.lifecycle_rate_limit)
 
     for error_type in HTTP_ERRORS:
 
@@ -113,6 +147,7 @@ def control_plane(rt: Runtime) -> FastAPI:
             engines=rt.watch.loads,
             versions=rt.watch.versions,
         )
+        doc["identity"] = rt.identity.mode.value  # who decides the tenant (docs/security.md)
         status = 200 if rt.life is Life.READY else 503
         return json_response(status, doc, {"Cache-Control": "max-age=5", **starting_headers(rt)})
 
@@ -124,17 +159,19 @@ def control_plane(rt: Runtime) -> FastAPI:
         exposition = rt.metrics.paths[request.scope["path"]]
         return Response(exposition.render(), 200, media_type=rt.metrics.content_type)
 
-    for path in rt.metrics.paths:  # `/metrics`, PICKER_METRICS_PATH
+    for (
+        path
+    ) in rt.api_metric_paths():  # `/metrics` (unless METRICS_ON_API_PORT=false), the picker's
         app.add_api_route(path, get_metrics, methods=["GET"])
 
     @app.post("/v1/cache/flush")
     async def cache_flush(request: Request) -> Response:
-        body = await bounded_body(request, rt.settings.max_body_bytes)
+        body = await door.body(request)
         return json_response(200, await rt.governed.flush(body, request.headers.get("x-op-token")))
 
     @app.post("/v1/models/load")
     async def load_model(request: Request) -> Response:
-        body = await bounded_body(request, rt.settings.max_body_bytes)
+        body = await door.body(request)
         task = await rt.loads.submit(body, request.headers.get("x-op-token"))
         return json_response(
             202, task.accepted_json(), {"Location": f"/v1/models/load/{task.task_id}"}
@@ -146,13 +183,13 @@ def control_plane(rt: Runtime) -> FastAPI:
 
     @app.delete("/v1/models/load/{task_id}")
     async def load_cancel(task_id: str, request: Request) -> Response:
-        body = await bounded_body(request, rt.settings.max_body_bytes)
+        body = await door.body(request)
         task = await rt.loads.cancel(task_id, body, request.headers.get("x-op-token"))
         return json_response(200, task.to_json())
 
     @app.post("/v1/models/unload")
     async def unload_model(request: Request) -> Response:
-        body = await bounded_body(request, rt.settings.max_body_bytes)
+        body = await door.body(request)
         result = await rt.loads.unload(body, request.headers.get("x-op-token"))
         answer: dict[str, object] = {
             "modelId": result.model_id,
@@ -165,18 +202,18 @@ def control_plane(rt: Runtime) -> FastAPI:
 
     @app.get(JOBS_PATH + "{job_id}")
     async def job_status(job_id: str, request: Request) -> Response:
-        answer = await get_job(rt.jobs, job_id, rt.request_tenant(request))
+        answer = await get_job(rt.jobs, job_id, rt.identify(request.scope))
         return json_response(answer.status, answer.body, answer.headers)
 
     @app.delete(JOBS_PATH + "{job_id}")
     async def job_cancel(job_id: str, request: Request) -> Response:
-        answer = await delete_job(rt.jobs, job_id, rt.request_tenant(request))
+        answer = await delete_job(rt.jobs, job_id, rt.identify(request.scope))
         return json_response(answer.status, answer.body, answer.headers)
 
     @app.get("/v1/models")
     async def list_models(request: Request) -> Response:
         records = rt.pool.records
-        entitled = rt.tenants.policy(rt.request_tenant(request)).models
+        entitled = rt.tenants.policy(rt.identify(request.scope)).models
         data = [
             {"id": m, "object": "model", "created": records[m].loaded_at, "owned_by": "quorum"}
             for m, view in rt.admission.models().items()
@@ -226,12 +263,10 @@ def asking_tenant(rt: Runtime, request: Request) -> str | None:
     meta = parse_request_headers(list(request.scope["headers"]))
     if meta.tenant_header is None and meta.authorization is None and meta.fairness_id is None:
         return None
-    return rt.request_tenant(request)
+    return rt.identify(request.scope)
 
 
 def admin_only(rt: Runtime, request: Request) -> None:
     """Engine logs are for the tenants ADMIN_TENANTS names (identified as for inference)."""
-    meta = parse_request_headers(list(request.scope["headers"]))
-    tenant = resolve_tenant(meta.authorization, meta.tenant_header, rt.tenants)
-    if tenant not in rt.settings.admins:
+    if rt.identify(request.scope) not in rt.settings.admins:
         raise Forbidden("engine logs are readable by ADMIN_TENANTS only")

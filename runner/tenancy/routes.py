@@ -60,7 +60,7 @@ async def _body(request: Request) -> dict[str, Any]:
 
 
 def _admin(rt: Runtime, request: Request, what: str) -> str:
-    tenant = rt.request_tenant(request)
+    tenant = rt.identify(request.scope)
     if tenant not in rt.settings.admins:
         raise Forbidden(f"{what} is readable by ADMIN_TENANTS only")
     return tenant
@@ -129,7 +129,7 @@ def mount_tenant_routes(app: FastAPI, rt: Runtime) -> None:
 
     @app.get("/v1/usage")
     async def usage(request: Request) -> Response:
-        asker = rt.request_tenant(request)
+        asker = rt.identify(request.scope)
         q = request.query_params
         tenant = q.get("tenant") or None
         if asker not in rt.settings.admins:

@@ -68,6 +68,7 @@ values = ["app.js", "style.css"]
 "body.modelId" = {{ dictionary = "models", probability = 0.5 }}
 "path.name" = {{ dictionary = "ui", probability = 0.5 }}
 "header.X-Tenant-ID" = {{ dictionary = "tenants", probability = 0.3 }}
+"header.x-llm-d-inference-fairness-id" = {{ dictionary = "tenants", probability = 0.7 }}
 """
 
 
@@ -88,7 +89,8 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunnerProcess]:
     with ExitStack() as stack:
         engine = stack.enter_context(start_fake("fake_openai", "--latency-ms", "0"))
         comfy = stack.enter_context(start_fake("fake_comfyui", "--base-directory", str(folder)))
-        env = {**GOVERNED, "ADMIN_TENANTS": ADMIN, "IMAGES_DIR": str(root / "images")}
+        env = {**GOVERNED, "TENANT_IDENTITY": "gateway", "ADMIN_TENANTS": ADMIN}
+        env["IMAGES_DIR"] = str(root / "images")
         yield stack.enter_context(
             start_runner(models_file=_models_file(engine.url, comfy.url), env=env)
         )
@@ -96,7 +98,7 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunnerProcess]:
 
 def _image(url: str, **headers: str) -> httpx.Response:
     body = {"model": "sd", "prompt": "a kite", "size": "64x64", "response_format": "url"}
-    headers = {"X-Tenant-ID": ADMIN, **headers}
+    headers = {"x-llm-d-inference-fairness-id": ADMIN, **headers}
     return httpx.post(url + "/v1/images/generations", json=body, headers=headers, timeout=30)
 
 

@@ -17,6 +17,7 @@ from tenants.config import (
 from tenants.errors import InvalidTenantConfig
 from tenants.rates import Rate
 
+LONG_KEY = "k0123456789abcdef0123456789abcdef0"
 FILE = """
 defaults:
   rate_limit: 50req/min
@@ -27,7 +28,7 @@ tenants:
     rate_limit: 100req/min
     weight: 2
     max_queued: 8
-    api_keys: ["sk-x-plain", "sha256:{digest}"]
+    api_keys: ["sk-x-plain-0123456789abcdef0123456789", "sha256:{digest}"]
   community-y:
     weight: 0.5
   internal:
@@ -105,11 +106,11 @@ def test_tenants_config_api_keys_plain_and_hashed(tmp_path: Path) -> None:
     """Plain and `sha256:` keys both identify their tenant; unknown keys identify none."""
     config = build_config({}, tenants_file(tmp_path))
     assert config.has_api_keys
-    assert config.tenant_for_key(b"sk-x-plain") == "community-x"
+    assert config.tenant_for_key(b"sk-x-plain-0123456789abcdef0123456789") == "community-x"
     assert config.tenant_for_key(b"sk-x-hashed") == "community-x"
-    assert config.tenant_for_key(b"sk-x-plai") is None
+    assert config.tenant_for_key(b"sk-x-plain-0123456789abcdef012345678") is None
     assert all(len(digest) == 32 for digest, _ in config.api_keys)
-    assert b"sk-x-plain" not in repr(config).encode()
+    assert b"sk-x-plain-0123456789abcdef0123456789" not in repr(config).encode()
 
 
 def test_build_config_env_overrides_file(tmp_path: Path) -> None:
@@ -144,7 +145,12 @@ def test_build_config_without_anything_is_unlimited() -> None:
         ("tenants: {x: {api_keys: k}}", "tenants.x.api_keys: must be a list"),
         ("tenants: {x: {api_keys: ['']}}", "tenants.x.api_keys: every key must be"),
         ("tenants: {x: {api_keys: ['sha256:abc']}}", "'sha256:' needs 64 hex digits"),
-        ("tenants: {x: {api_keys: [k]}, y: {api_keys: [k]}}", "also listed for x"),
+        (
+            f"tenants: {{x: {{api_keys: [{LONG_KEY}]}}, y: {{api_keys: [{LONG_KEY}]}}}}",
+            "also listed for x",
+        ),
+        ("tenants: {x: {api_keys: [short]}}", "tenants.x.api_keys: a key is shorter than 32"),
+        ("tenants: {x: {webhook_secret: s}}", "tenants.x.webhook_secret: must be whsec_"),
         ("tenants: {x: [1", "not valid YAML"),
         ("- 1", "expected a mapping, got list"),
     ],
