@@ -40,7 +40,7 @@ from runner.errors import BadRequest, error_body
 from runner.http.asgi import FALSE_REPORT_HEADERS, JSON, Receive, Scope, Send, send_whole
 from runner.http.body_checks import check_generation
 from runner.http.frontend import Admitted, Call, FrontEnd
-from runner.http.json_body import dump_json, large, load_json
+from runner.http.json_body import OFFLOAD_BYTES, dump_json, load_json
 from runner.scheduler.grants import Usage
 from runner.telemetry.metrics import Metrics
 from runner.tenancy.guard import output_bound, prompt_bound
@@ -76,7 +76,7 @@ class ChatPath:
 
     async def _serve(self, call: Call) -> int:
         body = await self.front.read_body(call, self.max_body)  # 2
-        if large(body):  # 3: parsed off the event loop (runner/http/json_body.py)
+        if len(body) >= OFFLOAD_BYTES:  # 3: off the event loop (runner/http/json_body.py)
             obj, model = await _parse_large(body)
         else:
             obj, model = _parse(body)
@@ -99,7 +99,8 @@ class ChatPath:
         if engine is not None:
             changed |= engine.rewrite(obj, meta.cache_mode, call.tenant)
         if changed:
-            body = orjson.dumps(obj) if not large(body) else await dump_json(obj, len(body))
+            size = len(body)
+            body = orjson.dumps(obj) if size < OFFLOAD_BYTES else await dump_json(obj, size)
         request = call.admission_request(_estimate_input_tokens(body), _estimate_output(obj))
         async with self.front.admitted(call, request) as admitted:  # 5
             current = self.engines.get(model)

@@ -24,10 +24,6 @@ async def _to_thread(parse: Callable[[bytes], Any], body: bytes) -> Any:
     return await asyncio.to_thread(parse, body)
 
 
-def large(body: bytes) -> bool:
-    return len(body) >= OFFLOAD_BYTES
-
-
 async def load_json(body: bytes, offload: Offload = _to_thread) -> Any:
     """`orjson.loads(body)`, in a worker thread when the body is large (raises
     orjson.JSONDecodeError as `orjson.loads` does)."""
