@@ -109,7 +109,11 @@ def test_engine_dies_midstream_client_gets_error_event_and_runner_serves_on() ->
     """A crash mid-stream: error event naming the crash, model failed, others still served."""
     for runner in _runner("llama-server-dies-midstream"):
         with httpx.stream(
-            "POST", runner.url + "/v1/chat/completions", json={**CHAT, "stream": True}, timeout=30
+            "POST",
+            runner.url + "/v1/chat/completions",
+            json={**CHAT, "stream": True},
+            headers=AS_TENANT,
+            timeout=30,
         ) as r:
             body = b"".join(r.iter_bytes())
         assert b"engine_crashed" in body or b"engine_unavailable" in body
@@ -118,7 +122,9 @@ def test_engine_dies_midstream_client_gets_error_event_and_runner_serves_on() ->
             time.sleep(0.05)
         assert _failed(runner)["exitCode"] is not None
         assert httpx.get(runner.url + "/health").status_code == 200  # "other" still loaded
-        other = httpx.post(runner.url + "/v1/chat/completions", json={**CHAT, "model": "other"})
+        other = httpx.post(
+            runner.url + "/v1/chat/completions", json={**CHAT, "model": "other"}, headers=AS_TENANT
+        )
         assert other.status_code == 200
 
 
