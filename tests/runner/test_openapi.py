@@ -152,9 +152,16 @@ def test_openapi_served_as_3_1_with_the_envelope(runner: RunnerProcess) -> None:
         "examples"
     ] == ["echo", "later", "sd"]
     envelope = doc["components"]["schemas"]["Error429"]["properties"]["error"]
-    # a token budget without room is a 429 too (issue 26: tenant token budgets)
-    codes = ["http_error", "rate_limit_exceeded", "token_budget_exceeded"]
-    assert envelope["properties"]["code"]["enum"] == codes
+    # a token budget without room (issue 26), the source's failed authentications or
+    # lifecycle calls, the tenant's live jobs (issue 25) are 429s too
+    assert envelope["properties"]["code"]["enum"] == [
+        "http_error",
+        "lifecycle_rate_limited",
+        "rate_limit_exceeded",
+        "token_budget_exceeded",
+        "too_many_auth_failures",
+        "too_many_jobs",
+    ]
     headers = doc["components"]["responses"]["D429"]["headers"]
     assert {"Retry-After", "RateLimit-Limit", "X-Request-Id", "X-Queue-Wait-Ms"} <= set(headers)
 
