@@ -35,6 +35,7 @@ from runner.scheduler import ModelState
 from runner.telemetry.capabilities import capabilities
 from runner.telemetry.health import Life
 from runner.tenancy.routes import mount_tenant_routes
+from tenants.policy import EVERY_MODEL
 from tenants.rates import parse_rate
 from tenants.throttle import RecentEvents
 
@@ -77,13 +78,17 @@ class LifecycleDoor:
     def __init__(self, rate: str) -> None:
         self.calls = RecentEvents(parse_rate(rate), time.monotonic)
 
-    async def body(self, request: Request) -> bytes:
+    def admit(self, request: Request) -> None:
+        """Step 1 (also for the governed `/v1/tenants` routes, which keep their own cap)."""
         client = request.scope.get("client")
         source = client[0] if client else ""
-        wait = self.calls.retry_after(source)  # 1
+        wait = self.calls.retry_after(source)
         if wait:
             raise LifecycleRateLimited(rate=self.calls.rate.text, retry_after=wait)
         self.calls.add(source)
+
+    async def body(self, request: Request) -> bytes:
+        self.admit(request)  # 1
         return await bounded_body(request, LIFECYCLE_MAX_BODY_BYTES)  # 2
 
 
@@ -213,7 +218,8 @@ def control_plane(rt: Runtime) -> FastAPI:
     @app.get("/v1/models")
     async def list_models(request: Request) -> Response:
         records = rt.pool.records
-        entitled = rt.tenants.policy(rt.identify(request.scope)).models
+        asker = asking_tenant(rt, request)  # a router asks as nobody: it sees them all
+        entitled = rt.tenants.policy(asker).models if asker is not None else EVERY_MODEL
         data = [
             {"id": m, "object": "model", "created": records[m].loaded_at, "owned_by": "quorum"}
             for m, view in rt.admission.models().items()
@@ -236,7 +242,7 @@ def control_plane(rt: Runtime) -> FastAPI:
         return Response(contract, 200, media_type="application/json")
 
     mount_status_page(app, rt)  # GET /ui: the operators' status page (admins only)
-    mount_tenant_routes(app, rt)  # /v1/tenants, /v1/usage (runner/tenancy/routes.py)
+    mount_tenant_routes(app, rt, door.admit)  # /v1/tenants, /v1/usage (runner/tenancy/)
     return app
 
 

@@ -90,6 +90,7 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunnerProcess]:
         engine = stack.enter_context(start_fake("fake_openai", "--latency-ms", "0"))
         comfy = stack.enter_context(start_fake("fake_comfyui", "--base-directory", str(folder)))
         env = {**GOVERNED, "TENANT_IDENTITY": "gateway", "ADMIN_TENANTS": ADMIN}
+        env["LIFECYCLE_RATE_LIMIT"] = "100000/minute"  # the fuzzer calls them fast
         env["IMAGES_DIR"] = str(root / "images")
         yield stack.enter_context(
             start_runner(models_file=_models_file(engine.url, comfy.url), env=env)

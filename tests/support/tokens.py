@@ -50,6 +50,6 @@ def admin_env(directory: Path, **keys: str) -> dict[str, str]:
     return {"ADMIN_TENANTS": "ops", "TENANTS_FILE": str(path)}
 
 
-def gateway_env() -> dict[str, str]:
-    """Settings of a runner behind a gateway whose admin is `ops` (send FAIRNESS: ops)."""
-    return {"TENANT_IDENTITY": "gateway", "ADMIN_TENANTS": "ops"}
+def gateway_env(admin: str = "ops") -> dict[str, str]:
+    """Settings of a runner behind a gateway whose admin is `admin` (send FAIRNESS: it)."""
+    return {"TENANT_IDENTITY": "gateway", "ADMIN_TENANTS": admin}

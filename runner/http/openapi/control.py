@@ -222,11 +222,17 @@ def runner_state(picker_path: str = PICKER_PATH) -> dict[str, Schema]:
             {
                 "200": json_answer(caps, "The seed's document.", cache),
                 "503": json_answer(caps, "Starting or stopping.", {**cache, **retry}),
+                **errors(400, 401, 403, 429),
             },
+            parameters=params(*IDENTITY_PARAMETERS),
         ),
         **_metrics_paths(picker_path),
         "/v1/models": get_operation(
-            "The models ready to serve", "state", {"200": json_answer(models, "Models.")}
+            "The models ready to serve (a tenant that names itself: those it may use)",
+            "state",
+            {"200": json_answer(models, "Models."), **errors(400, 401, 403, 429)},
+            security=OPTIONAL_KEY,
+            parameters=params(*IDENTITY_PARAMETERS),
         ),
         "/v1/models/{modelId}/logs": {
             "parameters": [path_param("modelId", "A model of this runner.")],
