@@ -12,6 +12,7 @@ from tenants.config import (
     TenantsConfig,
     build_config,
     limits_from_env,
+    parse_policy_document,
     parse_tenants_file,
 )
 from tenants.errors import InvalidTenantConfig
@@ -172,3 +173,15 @@ def test_parse_tenants_file_empty_is_empty() -> None:
     """An empty file is valid and configures nothing."""
     config = parse_tenants_file("", "t.yaml")
     assert dict(config.tenants) == {} and config.default == TenantPolicy()
+
+
+def test_tenants_config_webhook_secret_is_file_only_and_never_shown() -> None:
+    """A tenant's webhook_secret is read from the file, kept apart from the documents that
+    `GET /v1/tenants` shows, and refused in a policy sent to `PUT /v1/tenants/{id}`."""
+    secret = "whsec_" + "A" * 43 + "="
+    config = parse_tenants_file(f"tenants: {{acme: {{webhook_secret: '{secret}'}}}}", "t.yaml")
+    assert config.webhook_secrets == {"acme": secret}
+    assert "webhook_secret" not in config.documents["acme"]
+    assert secret not in repr(config.documents)
+    with pytest.raises(InvalidTenantConfig, match="webhook_secret: set it in the tenants file"):
+        parse_policy_document("acme", {"webhook_secret": secret})
