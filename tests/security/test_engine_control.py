@@ -7,7 +7,6 @@ is nowhere another local user can read it."""
 
 from __future__ import annotations
 
-import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,16 +14,16 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
-from runner.runtime.settings import default_llama_server_bin
 from tests.runner.audio.runner_kit import transcribe
 from tests.security.kit import SHARED_SECRET, argv_of, engine_pids, tcp_listen_ports
-from tests.support.real_vllm import DEFAULT_ID, START_TIMEOUT_S, default_entry, require_vllm
+from tests.support.real_engines import LlamaServer
+from tests.support.real_vllm import DEFAULT_ID, START_TIMEOUT_S, default_entry
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(1200)
 
-GGUF = Path("~/.cache/quorum/models/gemma-3-270m-q4_k_m.gguf").expanduser()
 SLOW_START_S = 2 * START_TIMEOUT_S  # other vLLMs may share this machine's two cores
 PREAMBLE = "You are the assistant of one tenant. Keep the account details private. " * 50
 
@@ -63,15 +62,10 @@ class VllmRunner:
 
 
 @pytest.fixture(scope="module")
-def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmRunner]:
+def vllm(real_vllm: None, whisper_model: str) -> Iterator[VllmRunner]:
     """The real vLLM (preloaded, the default models file's entry) and the real Whisper
     tiny.en, for async transcriptions with webhooks."""
-    require_vllm()
-    from tests.adapters.whisper.speech import model_path
-
-    whisper = model_path()
-    import yaml
-
+    whisper = whisper_model
     models = yaml.safe_dump(
         {
             "models": [
@@ -135,17 +129,17 @@ def test_vllm_listens_on_a_private_unix_socket_only(vllm: VllmRunner) -> None:
     assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
 
 
-def test_llama_server_control_routes_need_a_key_no_local_user_can_read() -> None:
+def test_llama_server_control_routes_need_a_key_no_local_user_can_read(
+    real_llama_server: LlamaServer,
+) -> None:
     """Attack: llama-server's `/slots/{id}?action=erase` (and `/props`, `/metrics`) need
     the runner's key, but the key was on the command line, which every local user reads
     (`ps`). The key is passed in a file only the runner's user reads; without it the
     control routes answer 401."""
-    binary = default_llama_server_bin()
-    if not (os.path.exists(binary) and GGUF.exists()):
-        pytest.fail("real llama-server not installed: run scripts/install")
     models = (
         "models:\n  - id: gemma\n    backend: llama-server\n"
-        f"    path: {GGUF}\n    context_length: 512\n    parallel: 2\n    preload: true\n"
+        f"    path: {real_llama_server.gemma}\n    context_length: 512\n    parallel: 2\n"
+        "    preload: true\n"
     )
     with start_runner(models_file=models, ready_timeout=120) as r:
         pids = engine_pids(r.proc.pid, b"llama-server")

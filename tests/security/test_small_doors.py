@@ -48,6 +48,7 @@ def test_metrics_with_tenant_ids_only_on_the_metrics_port() -> None:
     picker's aggregate path (no tenant labels) stays where the picker reads it."""
     port = free_port()
     env = {"METRICS_PORT": str(port), "METRICS_ON_API_PORT": "false"}
+    env["TENANT_RATE_LIMIT_secret-customer"] = "unlimited"  # declared: labelled by name
     with start_runner(models_file=stand_in_models(), env=env) as r:
         wait_loaded(r)
         assert chat(r.url, {"X-Tenant-ID": "secret-customer"}).status_code == 200
