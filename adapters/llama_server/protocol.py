@@ -2,8 +2,13 @@
 
 - How it is started (`command_line`): the model file, `--ctx-size`, `--parallel` = the
   model's slots, `--n-gpu-layers`, `--flash-attn`, `--metrics`, `--slots`, `--embeddings`
-  when asked, `--host 127.0.0.1`, a free port, a random per-process `--api-key` (no other
-  local process can use the engine), and the flags that close its shared caches:
+  when asked, `--host 127.0.0.1`, a free port, a random per-process key read from a file
+  only the runner's user can read (`--api-key-file`, never `--api-key` on the command
+  line, which every local user reads): llama-server then answers every route but
+  `/health` and `/v1/health` with 401 without it (seen on build 11434: `/slots`,
+  `/slots/{id}?action=erase`, `/props`, `/metrics`, `/models`, the completions routes),
+  so no other local process and no request a tenant makes the runner send can use the
+  engine; and the flags that close its shared caches:
   `--cache-ram 0` (no host-memory prompt cache shared by every request),
   `--slot-prompt-similarity 0` (no similarity slot choice) and a private `--slot-save-path`
   (without it slot erase answers 501); `--alias` the model id, so answers name the model
@@ -49,7 +54,7 @@ class LaunchOptions:
     binary: str
     model_path: str
     port: int
-    api_key: str
+    api_key_file: str  # holds the per-process key (mode 0600, in the runner's own folder)
     slots: int
     slot_save_path: str
     ctx_size: int | None = None
@@ -74,8 +79,8 @@ def command_line(opts: LaunchOptions) -> list[str]:
         "127.0.0.1",
         "--port",
         str(opts.port),
-        "--api-key",
-        opts.api_key,
+        "--api-key-file",
+        opts.api_key_file,
         "--parallel",
         str(opts.slots),
         "--metrics",
@@ -113,7 +118,16 @@ def command_line(opts: LaunchOptions) -> list[str]:
 
 
 KV_NEUTRAL_FLAGS = frozenset(
-    {"--host", "--port", "--api-key", "--slot-save-path", "--alias", "--lora", "--parallel"}
+    {
+        "--host",
+        "--port",
+        "--api-key",
+        "--api-key-file",
+        "--slot-save-path",
+        "--alias",
+        "--lora",
+        "--parallel",
+    }
 )
 """Flags (each with its value) that do not change what a saved slot state holds: left
 out of `kv_flags`. `--parallel` is one of them: a state restores into any slot."""

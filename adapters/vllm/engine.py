@@ -3,16 +3,17 @@
 Facts read from vLLM 0.32.0's source and checked against it running (PyPI's CPU build,
 `scripts/install-vllm`; the files are named where each is used):
 
-- Command line (`command_line`, pure): `vllm serve MODEL --host 127.0.0.1 --port P
-  --api-key K --served-model-name ID --gpu-memory-utilization F [--max-model-len N]
+- Command line (`command_line`, pure): `vllm serve MODEL --uds SOCKET (or --host
+  127.0.0.1 --port P) --served-model-name ID --gpu-memory-utilization F [--max-model-len N]
   [--quantization awq|gptq] [--dtype float16|bfloat16] --enable-prefix-caching|
   --no-enable-prefix-caching --max-num-seqs S --enable-prompt-tokens-details
-  --enable-per-request-metrics [--enable-sleep-mode]`; env `VLLM_SERVER_DEV_MODE=1`
+  --enable-per-request-metrics [--enable-sleep-mode]`; env `VLLM_API_KEY`, `VLLM_SERVER_DEV_MODE=1`
   (without it `/reset_prefix_cache`, `/sleep`, `/wake_up`, `/is_sleeping` are not routed:
   404), `VLLM_NO_USAGE_STATS=1`, `CUDA_VISIBLE_DEVICES`, and `VLLM_CACHE_ROOT` / `TMPDIR`
   inside the engine's scratch folder (removed when it stops). `--api-key` only guards
   paths under `/v1`, `/v2`, `/inference`, `/cohere`: `/metrics`, `/health` and the dev
-  routes answer anyone who can connect, so the engine listens on 127.0.0.1 only.
+  routes answer anyone who can connect, so a vLLM the runner starts listens on a Unix
+  socket in its private scratch folder (adapters/vllm/launch.py), nowhere else.
 - Tenants (`rewrite` / `place`): a client's `cache_salt` (and `kv_transfer_params`, and a
   `lora` field meant for llama-server) is
   removed; the runner's own salt per tenant and cache tag is spliced in (`salts.py`).
@@ -50,7 +51,7 @@ import httpx
 from adapters.base import CacheReport, FlushResult, FlushScope, Placement
 from adapters.bodies import with_fields
 from adapters.errors import EngineControlFailed, EngineUnavailable
-from adapters.http_client import EngineConnections
+from adapters.http_client import EngineConnections, control_client, unix_url
 from adapters.lora import LoraAdapter
 from adapters.supervisor import DEATH_GRACE_S, EngineProcess
 from adapters.vllm.launch import (
@@ -414,9 +415,9 @@ async def launch(
     The process gets `env` (the runner's additions) and `engine_env(opts)`; a start failure
     raises `EngineStartFailed` / `EngineOutOfMemory` with vLLM's root cause first.
     """
-    url = f"http://127.0.0.1:{opts.port}"
+    url = unix_url(opts.uds) if opts.uds is not None else f"http://127.0.0.1:{opts.port}"
     auth = {"Authorization": f"Bearer {opts.api_key}"}
-    control = httpx.AsyncClient(base_url=url, headers=auth, timeout=30.0)
+    control = control_client(url, headers=auth, timeout=30.0)
 
     async def healthy() -> bool:
         r = await control.get("/health", timeout=2.0)

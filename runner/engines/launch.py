@@ -196,8 +196,11 @@ async def start_llama_server(
         raise ConfigError(f"model {spec.id!r}: backend llama-server needs a path to a GGUF file")
     port = free_port()
     key = new_api_key()
-    scratch = tempfile.mkdtemp(prefix=f"quorum-llama-{port}-")
+    scratch = tempfile.mkdtemp(prefix=f"quorum-llama-{port}-")  # 0700: the runner's alone
     try:
+        key_file = os.path.join(scratch, ".api-key")  # never on the command line (`ps`)
+        with open(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+            f.write(key + "\n")
         links = []
         for i, adapter in enumerate(adapters):  # no operator path (or comma) on its argv
             link = os.path.join(scratch, f"lora-{i}.gguf")
@@ -208,7 +211,7 @@ async def start_llama_server(
             binary=binary,
             model_path=str(model_path),
             port=port,
-            api_key=key,
+            api_key_file=key_file,
             slots=spec.slots,
             slot_save_path=scratch,
             ctx_size=params.max_context_length or spec.context_length,

@@ -29,11 +29,8 @@ import shutil
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-import httpx
-
-from adapters.http_client import EngineConnections
+from adapters.http_client import EngineConnections, control_client
 from adapters.lora import LoraAdapter
-from adapters.supervisor import free_port
 from adapters.vllm.engine import (
     CacheSalts,
     VllmEngine,
@@ -76,9 +73,10 @@ async def start_vllm(
     """Spawn `vllm serve` for `spec` with `params` (and `adapters`); wait until `/health`
     answers 200.
 
-    The engine's caches and temporary files go to a private scratch folder, removed when
-    the engine stops (`Launched.scratch`)."""
-    scratch = tempfile.mkdtemp(prefix=f"quorum-vllm-{spec.id[:32]}-")
+    The engine's caches, temporary files and the Unix socket it listens on (no TCP port:
+    adapters/vllm/launch.py) go to a private scratch folder (mode 0700), removed when the
+    engine stops (`Launched.scratch`)."""
+    scratch = tempfile.mkdtemp(prefix=f"quorum-vllm-{spec.id[:24]}-", dir=_short_tmp())
     for sub in ("cache", "tmp"):
         os.mkdir(os.path.join(scratch, sub))
     try:
@@ -86,7 +84,8 @@ async def start_vllm(
             binary=spec.executable(settings.vllm_bin),
             model=model_source(spec),
             model_id=spec.id,
-            port=free_port(),
+            port=None,
+            uds=os.path.join(scratch, "engine.sock"),  # scratch: 0700, the runner's alone
             api_key=new_api_key(),
             slots=spec.slots,
             quantization=params.quantization or spec.quantization,
@@ -125,6 +124,13 @@ async def start_vllm(
     return Launched(engine, process, engine.control, scratch=scratch)
 
 
+def _short_tmp() -> str:
+    """The temporary folder, unless its path is too long for a Unix socket inside it
+    (108 bytes in all on Linux): then /tmp."""
+    folder = tempfile.gettempdir()
+    return folder if len(folder) <= 48 else "/tmp"
+
+
 def attach_vllm(
     spec: ModelSpec,
     settings: Settings,
@@ -141,7 +147,7 @@ def attach_vllm(
     url = spec.url.rstrip("/")
     if salts is None and spec.shared_cache:
         log.warning("model %s: shared_cache is on: tenants share vLLM's prefix cache", spec.id)
-    control = httpx.AsyncClient(base_url=url, timeout=30.0, trust_env=False)
+    control = control_client(url, timeout=30.0)
     http = EngineConnections(url, settings.engine_connect_timeout_s, settings.engine_read_timeout_s)
     engine = VllmEngine(spec.id, url, spec.slots, http, control, salts, metrics_sink=metrics)
     return Launched(engine, None, control)

@@ -57,6 +57,7 @@ class RunnerApp:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
+        self.metric_paths = rt.api_metric_paths()
         self.control = control_plane(rt)
         self.chat: ChatPath | None = None
         self.audio: AudioPath | None = None
@@ -80,7 +81,7 @@ class RunnerApp:
             elif path in AUDIO_PATHS:
                 await self._post_only(self.audio, scope, receive, send)
             elif (
-                (exposition := self.rt.metrics.paths.get(path)) is not None
+                (exposition := self.metric_paths.get(path)) is not None
                 and scope["method"] == "GET"
                 and self.rt.settings.enable_metrics
             ):

@@ -45,6 +45,7 @@ from runner.http.asgi import FALSE_REPORT_HEADERS, JSON, Receive, Scope, Send, s
 from runner.http.body_checks import check_generation
 from runner.http.entitlements import check_adapter, check_bound
 from runner.http.frontend import Admitted, Call, FrontEnd
+from runner.http.json_body import OFFLOAD_BYTES, dump_json, load_json
 from runner.scheduler.grants import Usage
 from runner.telemetry.metrics import Metrics
 from runner.tenancy.guard import output_bound, prompt_bound
@@ -83,7 +84,10 @@ class ChatPath:
 
     async def _serve(self, call: Call) -> int:
         body = await self.front.read_body(call, self.max_body)  # 2
-        obj, model = _parse(body)  # 3
+        if len(body) >= OFFLOAD_BYTES:  # 3: off the event loop (runner/http/json_body.py)
+            obj, model = await _parse_large(body)
+        else:
+            obj, model = _parse(body)
         adapter = self._adapter(call, model)
         if adapter is not None:
             model = adapter.adapter.base
@@ -108,7 +112,8 @@ class ChatPath:
         if engine is not None:
             changed |= engine.rewrite(obj, meta.cache_mode, call.tenant)
         if changed:
-            body = orjson.dumps(obj)
+            size = len(body)
+            body = orjson.dumps(obj) if size < OFFLOAD_BYTES else await dump_json(obj, size)
         request = call.admission_request(_estimate_input_tokens(body), _estimate_output(obj))
         with _counted(adapter) as count:
             async with self.front.admitted(call, request) as admitted:  # 5
@@ -306,11 +311,25 @@ def _counted(record: AdapterRecord | None) -> Iterator[_Count]:
             record.ended(count.started)
 
 
-def _parse(body: bytes) -> tuple[dict[str, Any], str]:
+def _loads(body: bytes) -> object:
     try:
-        obj = orjson.loads(body)
+        return orjson.loads(body)
     except orjson.JSONDecodeError:
         raise BadRequest("request body must be a JSON object") from None
+
+
+def _parse(body: bytes) -> tuple[dict[str, Any], str]:
+    return _checked(_loads(body))
+
+
+async def _parse_large(body: bytes) -> tuple[dict[str, Any], str]:
+    try:
+        return _checked(await load_json(body))
+    except orjson.JSONDecodeError:
+        raise BadRequest("request body must be a JSON object") from None
+
+
+def _checked(obj: object) -> tuple[dict[str, Any], str]:
     if not isinstance(obj, dict):
         raise BadRequest("request body must be a JSON object")
     model = obj.get("model")

@@ -2,8 +2,10 @@
 
 Every inference request goes the same way, whatever its path:
 
-    1. identify: the runner's headers (400 naming the header), the tenant (API key,
-       X-Tenant-ID or the gateway's fairness id; 401/403)     `FrontEnd.__call__`;
+    1. identify: the runner's headers (400 naming the header), the body's media type
+       (415 unless JSON, for the JSON paths), the tenant (`tenants.identity.Identity`: an
+       API key, the gateway's fairness id, or X-Tenant-ID in open mode; 401/403/429)
+                                                              `FrontEnd.__call__`;
        the tenant's policy as it is now (the request keeps it to the end) and the
        priority it is served at (its default, capped at its max: X-Effective-Priority)
     2. rate limit (tenants/)                       -> 429 + Retry-After, RateLimit-*
@@ -37,6 +39,7 @@ from runner.errors import (
     PayloadTooLarge,
     QuorumError,
     ServiceUnavailable,
+    UnsupportedMediaType,
     WrongEndpoint,
     error_status,
 )
@@ -59,7 +62,7 @@ from runner.tenancy.guard import Budgets, Held, Spent, request_headers
 from runner.tenancy.usage import UsageRecorder
 from tenants.config import TenantPolicy, TenantsConfig
 from tenants.errors import ModelNotAllowed
-from tenants.identity import DEFAULT_TENANT, resolve_tenant
+from tenants.identity import Identity
 from tenants.policy import effective_priority
 from tenants.ratelimit import RateLimiter
 
@@ -163,11 +166,13 @@ class FrontEnd:
         objectives: Mapping[bytes, str] = DEFAULT_OBJECTIVES,
         budgets: Budgets | None = None,
         usage: UsageRecorder | None = None,
+        identity: Identity | None = None,
     ) -> None:
         """`path_of(model)` names the path kind that serves a model (`chat`, `audio`,
         `images`; None: unknown here, the scheduler says so); `objectives` maps the
         gateway's objective names to priorities (OBJECTIVE_PRIORITIES); `budgets` the
-        token budgets' store, `usage` where billable usage is counted."""
+        token budgets' store, `usage` where billable usage is counted; `identity` decides
+        who a request is (default: the tenants file's default mode)."""
         self.admission = admission
         self.limiter = limiter
         self.tenants = tenants
@@ -178,21 +183,26 @@ class FrontEnd:
         self.objectives = objectives
         self.budgets = budgets
         self.usage = usage
+        self.identity = identity or Identity(tenants, multi_tenant=multi_tenant)
+        self.identify = self.identity.identify
 
-    def identify(self, meta: RequestMeta) -> str:
-        """The tenant a request belongs to (also for jobs and admin endpoints)."""
-        if not self.multi_tenant:
-            return DEFAULT_TENANT
-        return resolve_tenant(
-            meta.authorization, meta.tenant_header, self.tenants, meta.fairness_id
-        )
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send, serve: Serve) -> None:
+    async def __call__(
+        self, scope: Scope, receive: Receive, send: Send, serve: Serve, *, json: bool = True
+    ) -> None:
+        """`json`: the path's body is JSON (chat, images): any other media type is 415."""
         call: Call | None = None
         try:
             meta = parse_request_headers(scope["headers"], self.objectives)  # 1
+            if json and not meta.json_body:
+                raise UnsupportedMediaType()
             call = Call(scope, receive, send, meta, "_invalid")
-            call.tenant = self.identify(meta)
+            call.tenant = self.identify(
+                meta.authorization,
+                meta.tenant_header,
+                meta.fairness_id,
+                meta.gateway_secret,
+                scope.get("client"),
+            )
             self._police(call)
             call.limits += await self._rate_limit(call.tenant)  # 2
             status = await serve(call)  # 3, 4

@@ -9,14 +9,15 @@ Both go the way of every lifecycle call (`runner/lifecycle/governed.py`):
 
     1. parse strictly (400): known fields, right types; the path inside the allowed model
        roots (400), like a model load's;
-    2. check what it names before a token is spent: the base is a model of this runner
+    2. approve: operation `adapter-load` / `adapter-unload`, `modelId` = the adapter's id,
+       params = the body's other fields exactly as sent, so the signers approve this
+       adapter on this base with this file (its sha256) for these tenants (audited);
+    3. only then check what it names, so that nobody without a token learns which models,
+       adapters or files exist (docs/security.md): the base is a model of this runner
        (404) whose backend serves adapters (400), the id is free (load) or an adapter of
        that base (unload) (409 / 404), room under the base's `max_adapters` (409), the
        base not in the middle of a load, an unload or a sleep (409); a load's file has the
        sha256 given (400);
-    3. approve: operation `adapter-load` / `adapter-unload`, `modelId` = the adapter's id,
-       params = the body's other fields exactly as sent, so the signers approve this
-       adapter on this base with this file (its sha256) for these tenants (audited);
     4. load: rank and size read from the file (an engine started with it checks its sha256
        again as it loads it); unload: the adapter stops taking requests (503
        `model_unloading`) and the ones it has finish (bounded by UNLOAD_DRAIN_TIMEOUT_S);
@@ -84,7 +85,8 @@ class AdapterOps:
     async def load(self, body: bytes, header_token: str | None) -> dict[str, object]:
         doc = parse_body(body)  # 1
         adapter = self._parse_load(doc)
-        self._check_base(adapter.base)  # 2
+        await self.governed.approve("adapter-load", _governed(doc, header_token))  # 2
+        self._check_base(adapter.base)  # 3
         if adapter.id in self.book or adapter.id in self.pool.records:
             raise AdapterRefused(f"model id {adapter.id!r} is already taken on this runner")
         spec = self.pool.records[adapter.base].spec
@@ -102,7 +104,6 @@ class AdapterOps:
                 if digest is not None
                 else f"adapter {adapter.id!r}: its file cannot be read"
             )
-        await self.governed.approve("adapter-load", _governed(doc, header_token))  # 3
         adapter = replace(adapter, rank=read_rank(path), size_mb=size_mb(path))  # 4
         started = time.monotonic()
         async with self._lock(adapter.base):  # 5
@@ -125,13 +126,13 @@ class AdapterOps:
         if unknown:
             raise BadRequest(f"unknown field(s) in adapter unload: {', '.join(sorted(unknown))}")
         adapter_id, base, sha = _text(doc, "adapterId"), _text(doc, "baseModel"), _sha(doc)
-        record = self.book.get(adapter_id)  # 2
+        await self.governed.approve("adapter-unload", _governed(doc, header_token))  # 2
+        record = self.book.get(adapter_id)  # 3
         if record is None or record.adapter.base != base:
             raise ModelNotFound(f"model {base!r} has no adapter {adapter_id!r}")
         if record.state in (AdapterState.ADDING, AdapterState.REMOVING):
             raise AdapterRefused(f"adapter {adapter_id!r} is being loaded or unloaded")
         self._check_running(base)
-        await self.governed.approve("adapter-unload", _governed(doc, header_token))  # 3
         if record.adapter.sha256 is not None and record.adapter.sha256 != sha:
             raise BadRequest(f"adapter {adapter_id!r} is not the one with that sha256")
         async with self._lock(base):
@@ -162,8 +163,9 @@ class AdapterOps:
         if not path.is_absolute():
             path = self.roots.model_base / path
         try:
+            # whether it exists is told only after approval (a file under the roots is
+            # nobody's to probe without a token)
             usable = ".." not in path.parts and inside(path, self.roots.allowed())
-            usable = usable and path.exists()
         except (OSError, ValueError):  # a name the file system refuses
             usable = False
         if not usable:

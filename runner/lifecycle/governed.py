@@ -2,14 +2,17 @@
 
 Every lifecycle call goes the same way:
 
-    1. parse the body strictly (duplicate keys, NaN, floats -> 400) and check its fields (400);
-       check what it names exists (404) - nothing is spent on a request that cannot run;
+    1. parse the body strictly (duplicate keys, NaN, floats -> 400) and check its fields'
+       shapes (400): nothing that depends on what exists on the runner;
     2. find the token (`governed_request`): body field `verifiedOpToken`, else header
        `X-Op-Token` (401 if none);
     3. `GovernedOps.approve` → `Verifier.authorize(token, operation, modelId, params)`,
        where params are the body's other fields exactly as sent; governance decides
        400/401/403/409/413/503 and audits;
-    4. only then execute what was approved.
+    4. only then check what it names exists (404) and execute what was approved. A
+       caller without a valid token gets the same answer whatever model it names, so the
+       model roots cannot be probed; a token approved for a model that is not there is
+       spent (its signers approved a call that cannot run).
 
 `POST /v1/cache/flush` is here (`GovernedOps.flush`); model load, unload and task cancel
 (runner/lifecycle/loads.py) and adapter load and unload (runner/lifecycle/adapter_ops.py)
@@ -73,11 +76,11 @@ def governed_request(doc: dict[str, Any], header_token: str | None) -> GovernedR
     return GovernedRequest(model_id, params, token)
 
 
-def flush_scope(doc: dict[str, Any], engines: Mapping[str, Engine]) -> FlushScope:
-    """Validate a flush body (the seed's fields only) into a scope.
+def flush_scope(doc: dict[str, Any]) -> FlushScope:
+    """Validate a flush body (the seed's fields only) into a scope (pure).
 
     1. Only known fields; `scope` one of all, model, tenant, tag.
-    2. Each selector the scope needs is present and well-formed; modelId names a loaded model.
+    2. Each selector the scope needs is present and well-formed.
     """
     unknown = set(doc) - _FLUSH_FIELDS
     if unknown:
@@ -100,10 +103,16 @@ def flush_scope(doc: dict[str, Any], engines: Mapping[str, Engine]) -> FlushScop
         raise BadRequest("scope 'tenant' needs tenantId")
     if scope == "tag" and tag is None:
         raise BadRequest("scope 'tag' needs tag")
-    if model_id is not None and model_id not in engines:
+    return FlushScope(scope, model_id, tenant_id, tag)
+
+
+def loaded_engine(model_id: str, engines: Mapping[str, Engine]) -> Engine:
+    """The engine of a loaded model (404 otherwise); asked after approval only."""
+    engine = engines.get(model_id)
+    if engine is None:
         loaded = ", ".join(sorted(engines)) or "none"
         raise ModelNotFound(f"model {model_id!r} is not loaded; loaded models: {loaded}")
-    return FlushScope(scope, model_id, tenant_id, tag)
+    return engine
 
 
 def merge_flushes(results: list[FlushResult]) -> dict[str, object]:
@@ -154,11 +163,14 @@ class GovernedOps:
 
     async def flush(self, body: bytes, header_token: str | None) -> dict[str, object]:
         doc = parse_body(body)  # 1
-        scope = flush_scope(doc, self.engines)
+        scope = flush_scope(doc)
         request = governed_request(doc, header_token)  # 2
         await self.approve("cache-flush", request)  # 3
-        targets = [self.engines[scope.model_id]] if scope.model_id else list(self.engines.values())
-        results = [await engine.flush(scope) for engine in targets]  # 4
+        if scope.model_id is not None:  # 4
+            targets = [loaded_engine(scope.model_id, self.engines)]
+        else:
+            targets = list(self.engines.values())
+        results = [await engine.flush(scope) for engine in targets]
         if scope.model_id is None:
             removed = await asyncio.to_thread(self.at_rest, scope)
             if removed:

@@ -129,15 +129,23 @@ class LoadManager:
     # -- HTTP operations -------------------------------------------------------------
 
     async def submit(self, body: bytes, header_token: str | None) -> LoadTask:
+        """Create (or join) the model's load task.
+
+        1. Parse the body's shape (400); nothing here depends on what exists.
+        2. Governance approves (401/403/409/...): only then is the model looked up, so a
+           caller without a valid token learns nothing of what the model roots hold.
+        3. What the model names: the catalog, the roots, the Hub (404/400).
+        4. A new task starts the load; a load already under way is joined.
+        """
         doc = parse_body(body)  # 1
         request = parse_load(doc)
-        spec, download = resolve(
+        governed = governed_request(doc, header_token)  # 2
+        await self.governed.approve("model-load", governed)
+        spec, download = resolve(  # 3
             request.model_id, self.pool.specs(), self.roots, self.backend, request.quantization
         )
         if request.evict_model is not None and self.pool.spec(request.evict_model) is None:
             raise BadRequest(f"evictModel {request.evict_model!r} is not a model of this runner")
-        governed = governed_request(doc, header_token)  # 2
-        await self.governed.approve("model-load", governed)  # 3
         now = self.clock()
         eta = round(self.estimator.predict(spec.backend, model_size_mb(spec)), 1)
         task = LoadTask.new(
@@ -183,10 +191,11 @@ class LoadManager:
     async def unload(self, body: bytes, header_token: str | None) -> UnloadResult:
         """Drain and stop a model (or put it to sleep); the memory freed, measured.
 
-        1. Parse; what cannot be unloaded is refused before governance (404/400:
-           `models.unload_refusal`, the scheduler's state).
-        2. Approve; ask the scheduler; wait for its notice that the model is gone or
-           asleep (the pool measured what that freed).
+        1. Parse the body's shape (400).
+        2. Approve; only then what cannot be unloaded is refused (404/400:
+           `models.unload_refusal`, the scheduler's state), so a caller without a valid
+           token learns nothing of which models exist; ask the scheduler; wait for its
+           notice that the model is gone or asleep (the pool measured what that freed).
         """
         doc = parse_body(body)  # 1
         unknown = set(doc) - UNLOAD_FIELDS
@@ -198,8 +207,8 @@ class LoadManager:
         mode = doc.get("mode", "stop")
         if mode not in ("stop", "sleep"):
             raise BadRequest("mode must be 'stop' or 'sleep'")
-        self.scheduler.check_unload(model_id, mode)
         await self.governed.approve("model-unload", governed_request(doc, header_token))  # 2
+        self.scheduler.check_unload(model_id, mode)
         done = (ModelState.ABSENT, ModelState.SLEEPING)
         with self._follow(model_id) as notices:
             self.scheduler.request_unload(model_id, sleep=mode == "sleep")

@@ -21,6 +21,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from runner.errors import ConfigError
 from runner.http.headers import DEFAULT_OBJECTIVE_PRIORITIES, parse_objective_priorities
 from runner.telemetry.metrics import PICKER_PATH
+from tenants.identity import parse_peers
+from tenants.rates import parse_rate
 
 
 def default_llama_server_bin() -> str:
@@ -64,6 +66,8 @@ class Settings(BaseSettings):
     enable_metrics: bool = True
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     metrics_names: Literal["seed", "quorum", "both"] = "both"  # runner/telemetry/seed_metrics.py
+    # false (production): `/metrics`, whose series name tenants, only on METRICS_PORT
+    metrics_on_api_port: bool = True
     # The endpoint picker's `vllm:*` family (runner/telemetry/metrics.py); /metrics merges it in.
     # `/metrics` itself (merged) or a path under it, never one of the API's own routes
     picker_metrics_path: str = Field(default=PICKER_PATH, pattern=r"^/metrics(/[A-Za-z0-9._~-]+)*$")
@@ -88,6 +92,15 @@ class Settings(BaseSettings):
     max_connections: int = Field(default=1024, ge=1)
     # Scheduling and tenants (tenants/ reads TENANT_RATE_LIMIT_<tenant> itself).
     tenants_file: str | None = None
+    # Who a request is (tenants/identity.py, docs/security.md): keys, gateway or open;
+    # unset: keys when the tenants file holds a key, else open.
+    tenant_identity: Literal["keys", "gateway", "open"] | None = None
+    gateway_peers: str = ""  # gateway mode: only these addresses/CIDRs are heard
+    gateway_secret: SecretStr | None = Field(default=None, min_length=16)
+    auth_failure_source_limit: str = "20/minute"  # failed key checks per source address
+    auth_failure_tenant_limit: str = "20/minute"  # ... per tenant named in X-Tenant-ID
+    write_stall_timeout_s: float = Field(default=30.0, gt=0)  # a client not reading: cut
+    lifecycle_rate_limit: str = "60/minute"  # lifecycle calls per source, before verifying
     rate_limit_fail_open: bool = True
     rate_limit_store_timeout_ms: int = Field(default=250, ge=1, le=60_000)  # connect and command
     queue_low_aging_ms: int = Field(default=10_000, ge=0)
@@ -142,7 +155,11 @@ class Settings(BaseSettings):
     whisper_allow_download: bool = False  # size names may be fetched from the Hub
     # Async jobs (Prefer: respond-async) and their signed webhooks.
     webhook_secret: SecretStr | None = None  # whsec_<base64>; checked at start-up
+    webhook_allow_hosts: str = ""  # CIDRs and host names webhooks may reach despite the rules
+    webhook_timeout_s: float = Field(default=10.0, gt=0)  # one whole delivery attempt
     job_retention_s: int = Field(default=86_400, ge=1)
+    jobs_max_per_tenant: int = Field(default=16, ge=1)  # unfinished jobs per tenant (replica)
+    job_result_inline_max_bytes: int = Field(default=262_144, ge=1024)  # bigger: image URLs
     # Governance (docs/governance.md).
     governance_registry: str | None = None
     governance_audit_log: str | None = None
@@ -169,6 +186,28 @@ class Settings(BaseSettings):
     def objectives(self) -> dict[bytes, str]:
         """OBJECTIVE_PRIORITIES as the table the request headers are read with."""
         return parse_objective_priorities(self.objective_priorities)
+
+    @field_validator(
+        "auth_failure_source_limit", "auth_failure_tenant_limit", "lifecycle_rate_limit"
+    )
+    @classmethod
+    def _rate(cls, value: str) -> str:
+        parse_rate(value)  # ValueError says what was expected
+        return value
+
+    @field_validator("webhook_allow_hosts")
+    @classmethod
+    def _allow_hosts(cls, value: str) -> str:
+        from runner.jobs.outbound import AllowList
+
+        AllowList.parse(value)  # ValueError names the bad entry
+        return value
+
+    @field_validator("gateway_peers")
+    @classmethod
+    def _peers(cls, value: str) -> str:
+        parse_peers(value)  # ValueError names the bad entry
+        return value
 
     @field_validator("objective_priorities")
     @classmethod

@@ -11,9 +11,9 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
-from fastapi import Request
 
 from governance.verifier import Verifier
 from runner.engines.attached_watch import AttachedWatch
@@ -22,9 +22,11 @@ from runner.engines.hang_watch import HangWatch
 from runner.engines.pool import ModelPool
 from runner.engines.sizing import model_size_mb
 from runner.errors import QuorumError, ServiceUnavailable
+from runner.http.asgi import Scope
 from runner.http.frontend import FrontEnd, path_kind
 from runner.http.headers import parse_request_headers
 from runner.jobs import JobManager, JobStore, MemoryJobStore, RedisJobStore, WebhookSender
+from runner.jobs.outbound import AllowList, OutboundPolicy
 from runner.lifecycle.adapter_ops import AdapterOps
 from runner.lifecycle.catalog import Roots, available
 from runner.lifecycle.governed import GovernedOps
@@ -33,13 +35,15 @@ from runner.memory.factory import telemetry_from_settings
 from runner.memory.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore
 from runner.memory.proc import tree_resident_mb
 from runner.runtime.models_file import ModelsFile, ModelSpec
+from runner.runtime.safety import identity_from
 from runner.runtime.settings import Settings
 from runner.runtime.startup import Preloads
 from runner.scheduler import ModelState, SchedulerAdmission, SchedulerConfig
 from runner.scheduler.config import RESTART_BACKOFF_S
 from runner.tasks import LoadTask, MemoryTaskStore, RedisTaskStore, TaskStore
+from runner.telemetry.exposition import Exposition
 from runner.telemetry.health import HealthReport, Life, health
-from runner.telemetry.metrics import Metrics, SchedulerMetrics
+from runner.telemetry.metrics import METRICS_PATH, Metrics, SchedulerMetrics
 from runner.telemetry.outcome_metrics import OutcomeMetrics
 from runner.telemetry.picker_metrics import picker_collector
 from runner.telemetry.seed_metrics import export_seed_names
@@ -48,7 +52,7 @@ from runner.telemetry.state_metrics import EngineQueueCollector, HealthCollector
 from runner.tenancy.build import Tenancy
 from runner.tenancy.live import tenants_event
 from tenants.config import TenantsConfig
-from tenants.identity import DEFAULT_TENANT, resolve_tenant
+from tenants.identity import Identity
 from tenants.ratelimit import RateLimiter
 
 log = logging.getLogger("quorum.runtime")
@@ -111,9 +115,11 @@ class Runtime:
     hangs: HangWatch = field(init=False)
     webhook_client: httpx.AsyncClient | None = None
     tenancy: Tenancy = field(init=False)
+    identity: Identity = field(init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
+        self.identity = identity_from(s, self.tenants)
         self.tenancy = Tenancy.from_settings(s, self.tenants, self._in_flight_cap)
         self.metrics.declare_tenants(self.tenants.declared)
         self.metrics.audio_usage = self.tenancy.usage.audio
@@ -247,6 +253,7 @@ class Runtime:
             objectives=self.settings.objectives,
             budgets=self.tenancy.budgets,
             usage=self.tenancy.usage,
+            identity=self.identity,
         )
 
     def count_images(self, model: str, tenant: str, images: int) -> None:
@@ -260,12 +267,22 @@ class Runtime:
         """A new tenant configuration (runner/tenancy/live.py) applied to everything that
         reads one: identity, rate limits, the scheduler, the metrics' declared tenants."""
         self.tenants = config
+        self.identity.config = config  # a rotated key works, and the old one is refused, at once
         if hasattr(self, "front"):
             self.front.tenants = config
         if self.limiter is not None:
             self.limiter.reload(config)
         self.admission.tenants_changed(tenants_event(config, time.monotonic()))
         self.metrics.declare_tenants(config.declared)
+
+    def api_metric_paths(self) -> dict[str, Exposition]:
+        """The metrics paths the inference port serves: all of them, or, with
+        METRICS_ON_API_PORT=false (production), not `/metrics`, whose series name tenants
+        (it stays on METRICS_PORT); the picker's aggregate path stays where it reads it."""
+        paths = self.metrics.paths
+        if self.settings.metrics_on_api_port:
+            return paths
+        return {path: e for path, e in paths.items() if path != METRICS_PATH}
 
     def loading(self) -> dict[str, LoadTask]:
         """Each loading model's progress: start-up's preload, governed load tasks."""
@@ -309,7 +326,8 @@ class Runtime:
         return tree_resident_mb(pids) if pids else 0
 
     # -- async jobs: `Prefer: respond-async` on the image and audio routes,
-    # GET/DELETE /v1/jobs/{id}; webhooks signed with WEBHOOK_SECRET when it is set.
+    # GET/DELETE /v1/jobs/{id}; webhooks signed with the tenant's own secret or the shared
+    # WEBHOOK_SECRET, sent only where the outbound policy allows (runner/jobs/outbound.py).
 
     def _jobs_init(self) -> None:
         s = self.settings
@@ -319,17 +337,50 @@ class Runtime:
             else MemoryJobStore(time.time, retention_s=s.job_retention_s)
         )
         sender = None
-        if s.webhook_secret is not None:  # validated at start-up (quorum serve: exit 2)
-            self.webhook_client = httpx.AsyncClient(follow_redirects=False)
-            sender = WebhookSender(self.webhook_client, s.webhook_secret.get_secret_value())
-        self.jobs = JobManager(self.job_store, sender, s.runner_id, time.time)
+        shared = s.webhook_secret.get_secret_value() if s.webhook_secret is not None else None
+        if shared is not None or self.tenants.webhook_secrets:  # checked at start-up
+            self.webhook_client = httpx.AsyncClient(follow_redirects=False, trust_env=False)
+            policy = OutboundPolicy(
+                allow=AllowList.parse(s.webhook_allow_hosts), own_endpoints=self.own_endpoints
+            )
+            sender = WebhookSender(
+                self.webhook_client,
+                shared,
+                secrets=self.tenants.webhook_secrets,
+                policy=policy,
+                timeout_s=s.webhook_timeout_s,
+            )
+        self.jobs = JobManager(
+            self.job_store, sender, s.runner_id, time.time, max_per_tenant=s.jobs_max_per_tenant
+        )
         self.jobs.on_finished = self.outcomes.count_job
 
-    def request_tenant(self, request: Request) -> str:
-        """The tenant of a control-plane request (jobs, logs), identified as for inference."""
-        meta = parse_request_headers(list(request.scope["headers"]))
-        if not self.settings.enable_multi_tenant:
-            return DEFAULT_TENANT
-        return resolve_tenant(
-            meta.authorization, meta.tenant_header, self.tenants, meta.fairness_id
+    def own_endpoints(self) -> list[tuple[str, int]]:
+        """Where this runner and its engines listen (no tenant's webhook may go there): the
+        engines' URLs (started or attached), its own ports on every local address."""
+        found = [("127.0.0.1", self.settings.port)]
+        if self.settings.metrics_port:
+            found.append(("127.0.0.1", self.settings.metrics_port))
+        urls = [e.base_url for e in list(self.pool.engines.values())]
+        urls += [spec.url for spec in self.pool.specs().values() if spec.url]
+        for url in urls:
+            parts = urlsplit(url)
+            if parts.scheme in ("http", "https") and parts.hostname:
+                try:
+                    port = parts.port or (443 if parts.scheme == "https" else 80)
+                except ValueError:
+                    continue
+                found.append((parts.hostname, port))
+        return found
+
+    def identify(self, scope: Scope) -> str:
+        """The tenant of a control-plane request (jobs, engine logs, the status page): the
+        same `Identity.identify` as inference (tenants/identity.py)."""
+        meta = parse_request_headers(list(scope["headers"]), self.settings.objectives)
+        return self.identity.identify(
+            meta.authorization,
+            meta.tenant_header,
+            meta.fairness_id,
+            meta.gateway_secret,
+            scope.get("client"),
         )

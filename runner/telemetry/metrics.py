@@ -97,6 +97,11 @@ class Metrics:
             ["tenant", "model", "kind"],
             registry=r,
         )
+        self.write_stalls = Counter(
+            "quorum_write_stalls_total",
+            "Clients cut because they read nothing of their answer for WRITE_STALL_TIMEOUT_S",
+            registry=r,
+        )
         self.ratelimit_store_errors = Counter(
             "quorum_ratelimit_store_errors_total",
             "Rate-limit decisions that could not reach the shared store",
@@ -222,6 +227,9 @@ class Metrics:
 
     def count_rejection(self, reason: str, tenant: str) -> None:
         self._child(self.rejections, reason, self.tenant_label(tenant)).inc()
+
+    def count_write_stall(self) -> None:
+        self.write_stalls.inc()
 
     def count_lifecycle(self, operation: str, outcome: str) -> None:
         self._child(self.lifecycle, operation, outcome).inc()

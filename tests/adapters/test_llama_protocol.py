@@ -28,7 +28,7 @@ OPTS = LaunchOptions(
     binary="/bin/llama-server",
     model_path="/m/gemma.gguf",
     port=8123,
-    api_key="k" * 48,
+    api_key_file="/tmp/slots-1/.api-key",
     slots=2,
     slot_save_path="/tmp/slots-1",
 )
@@ -40,14 +40,15 @@ def _flag(argv: list[str], name: str) -> str:
 
 def test_command_line_closes_the_shared_caches_and_binds_loopback_with_a_key() -> None:
     """llama-server starts with no shared RAM cache nor similarity slot choice, on
-    loopback, with an API key."""
+    loopback, with an API key read from a file (never on its command line)."""
     argv = command_line(OPTS)
     assert argv[:3] == ["/bin/llama-server", "-m", "/m/gemma.gguf"]
     assert _flag(argv, "--cache-ram") == "0"  # no host prompt cache shared by every request
     assert _flag(argv, "--slot-prompt-similarity") == "0"  # no similarity-based slot choice
     assert _flag(argv, "--slot-save-path") == "/tmp/slots-1"  # slot erase works
     assert (_flag(argv, "--host"), _flag(argv, "--port")) == ("127.0.0.1", "8123")
-    assert _flag(argv, "--api-key") == "k" * 48
+    assert _flag(argv, "--api-key-file") == "/tmp/slots-1/.api-key"
+    assert "--api-key" not in argv  # a key on the command line: every local user reads it
     assert _flag(argv, "--parallel") == "2"
     assert {"--metrics", "--slots", "--swa-full"} <= set(argv)
     assert "--alias" not in argv

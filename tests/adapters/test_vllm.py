@@ -68,12 +68,14 @@ def _options(**overrides: Any) -> VllmLaunchOptions:
 
 
 def test_command_line_load_request_with_every_parameter() -> None:
-    """Every load parameter and setting lands on vLLM's flag, in one exact argv and env."""
+    """Every load parameter and setting lands on vLLM's flag, in one exact argv and env;
+    it listens on its private Unix socket, and the key is in its environment only."""
     opts = launch_options(
         binary="/opt/vllm/bin/vllm",
         model="Qwen/Qwen2.5-7B-Instruct-AWQ",
         model_id="qwen-7b",
-        port=8123,
+        port=None,
+        uds="/tmp/quorum-vllm-x/engine.sock",
         api_key="abc123",
         slots=8,
         quantization="awq-4bit",
@@ -89,7 +91,7 @@ def test_command_line_load_request_with_every_parameter() -> None:
     )
     assert command_line(opts) == [
         "/opt/vllm/bin/vllm", "serve", "Qwen/Qwen2.5-7B-Instruct-AWQ",
-        "--host", "127.0.0.1", "--port", "8123", "--api-key", "abc123",
+        "--uds", "/tmp/quorum-vllm-x/engine.sock",
         "--served-model-name", "qwen-7b", "--gpu-memory-utilization", "0.25",
         "--max-model-len", "16384", "--quantization", "awq",
         "--no-enable-prefix-caching", "--max-num-seqs", "8", "--enable-prompt-tokens-details",
@@ -98,8 +100,19 @@ def test_command_line_load_request_with_every_parameter() -> None:
     assert engine_env(opts) == {
         "VLLM_SERVER_DEV_MODE": "1",
         "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_API_KEY": "abc123",
         "CUDA_VISIBLE_DEVICES": "1",
     }
+
+
+def test_command_line_on_a_port_keeps_the_key_off_it() -> None:
+    """On a loopback port instead (an engine the runner does not start the usual way): the
+    key is still in the environment only, never on the command line (`ps`)."""
+    argv = command_line(_options(port=8123))
+    assert argv[3:7] == ["--host", "127.0.0.1", "--port", "8123"]
+    assert "--api-key" not in argv and "--uds" not in argv
+    with pytest.raises(ValueError, match="exactly one"):
+        _options(port=8123, uds="/tmp/s.sock")
 
 
 def test_command_line_defaults_from_settings() -> None:

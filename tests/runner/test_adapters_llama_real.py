@@ -144,8 +144,9 @@ def test_capabilities_and_picker_list_real_adapters(runner: RunnerProcess) -> No
 def test_governed_adapter_load_and_unload_under_traffic(runner: RunnerProcess) -> None:
     """A governed adapter-load (2 of 3, bound to the adapter's id, base and sha256; audited)
     under traffic on the base and another adapter: no request fails, the other model is
-    not touched, the new adapter answers with its canary for its tenant only. A token for
-    another file is refused. Unloaded under traffic again: nothing fails, and it is gone."""
+    not touched, the new adapter answers with its canary for its tenant only. A load
+    naming another file's digest is approved, then refused (400: what the file is, is told
+    only to a caller with a token); a token for other tenants is refused. Unloaded under traffic again: nothing fails, and it is gone."""
     a = adapters()
     body = {
         "adapterId": "gemma:charlie",
@@ -173,7 +174,8 @@ def test_governed_adapter_load_and_unload_under_traffic(runner: RunnerProcess) -
     assert _loaded_at(runner, "other") == other_before  # nothing else swapped
     records = [json.loads(line) for line in Path(runner.audit).read_text().splitlines()]  # type: ignore[attr-defined]
     loads = [r for r in records if r["operation"] == "adapter-load"]
-    assert [r["outcome"] for r in loads] == ["rejected", "approved"]  # 400: nothing spent
+    # the wrong file is approved, then refused (400); the forged token rejected
+    assert [r["outcome"] for r in loads] == ["approved", "rejected", "approved"]
     assert loads[-1]["model_id"] == "gemma:charlie"
     assert loads[-1]["params"]["sha256"] == a["charlie"].gguf_sha256
     unload = {"adapterId": "gemma:charlie", "baseModel": "gemma", "sha256": body["sha256"]}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.http.openapi.components import OP_TOKEN, Schema, header_refs
+from runner.http.openapi.components import IDENTITY_PARAMETERS, OP_TOKEN, Schema, header_refs
 from runner.http.openapi.paths import (
     JSON,
     OPTIONAL_KEY,
@@ -31,7 +31,7 @@ def _governed(summary: str, body: Schema, ok: Schema, *extra: int) -> Schema:
             "tags": ["lifecycle"],
             "parameters": params("X-Op-Token"),
             "requestBody": {"required": True, "content": {JSON: {"schema": body}}},
-            "responses": {**ok, **errors(400, 401, 403, 404, 409, 413, *extra, 503)},
+            "responses": {**ok, **errors(400, 401, 403, 404, 409, 413, 429, *extra, 503)},
         }
     }
 
@@ -177,7 +177,7 @@ def lifecycle() -> dict[str, Schema]:
                 "requestBody": cancel_body,
                 "responses": {
                     "200": json_answer(ref("schemas", "LoadTask"), "The task, cancelled."),
-                    **errors(400, 401, 403, 404, 409, 413, 503),
+                    **errors(400, 401, 403, 404, 409, 413, 429, 503),
                 },
             },
         },
@@ -246,7 +246,7 @@ def runner_state(picker_path: str = PICKER_PATH) -> dict[str, Schema]:
     caps = ref("schemas", "Capabilities")
     cache = header_refs(("Cache-Control",), ("Cache-Control",))
     retry = header_refs(("Retry-After",))  # while starting: the preloads' time left
-    admin = {"security": OPTIONAL_KEY, "parameters": params("X-Tenant-ID")}
+    admin = {"security": OPTIONAL_KEY, "parameters": params(*IDENTITY_PARAMETERS)}
     return {
         "/health": get_operation(
             "Readiness: able to serve",
@@ -267,18 +267,24 @@ def runner_state(picker_path: str = PICKER_PATH) -> dict[str, Schema]:
             {
                 "200": json_answer(caps, "The seed's document.", cache),
                 "503": json_answer(caps, "Starting or stopping.", {**cache, **retry}),
+                **errors(400, 401, 403, 429),
             },
+            parameters=params(*IDENTITY_PARAMETERS),
         ),
         **_metrics_paths(picker_path),
         "/v1/models": get_operation(
-            "The models ready to serve", "state", {"200": json_answer(models, "Models.")}
+            "The models ready to serve (a tenant that names itself: those it may use)",
+            "state",
+            {"200": json_answer(models, "Models."), **errors(400, 401, 403, 429)},
+            security=OPTIONAL_KEY,
+            parameters=params(*IDENTITY_PARAMETERS),
         ),
         "/v1/models/{modelId}/logs": {
             "parameters": [path_param("modelId", "A model of this runner.")],
             **get_operation(
                 "An engine's last output lines (ADMIN_TENANTS)",
                 "state",
-                {"200": json_answer(logs, "The lines."), **errors(400, 401, 403, 404)},
+                {"200": json_answer(logs, "The lines."), **errors(400, 401, 403, 404, 429)},
                 **admin,
             ),
         },
@@ -298,8 +304,11 @@ def status_page() -> dict[str, Schema]:
     def page(media: str, description: str) -> Schema:
         return {"description": description, "content": {media: {"schema": {}}}}
 
-    admin = {"security": [{}, {"apiKey": []}, {"basic": []}], "parameters": params("X-Tenant-ID")}
-    refused = errors(400, 401, 403)
+    admin = {
+        "security": [{}, {"apiKey": []}, {"basic": []}],
+        "parameters": params(*IDENTITY_PARAMETERS),
+    }
+    refused = errors(400, 401, 403, 429)
     state = {"type": "object"}
     return {
         "/ui": get_operation(
