@@ -146,7 +146,8 @@ def test_governed_adapter_load_and_unload_under_traffic(runner: RunnerProcess) -
     under traffic on the base and another adapter: no request fails, the other model is
     not touched, the new adapter answers with its canary for its tenant only. A load
     naming another file's digest is approved, then refused (400: what the file is, is told
-    only to a caller with a token); a token for other tenants is refused. Unloaded under traffic again: nothing fails, and it is gone."""
+    only to a caller with a token); a token for other tenants is refused. Unloaded under
+    traffic again: nothing fails, and it is gone."""
     a = adapters()
     body = {
         "adapterId": "gemma:charlie",
