@@ -85,7 +85,7 @@ class LlamaServerEngine:
     cut: QuorumError | None = None
     process: EngineProcess | None = None
     clock: Callable[[], float] = time.monotonic
-    kv_mb: float = 0.0  # measured memory beyond the weights (runner/telemetry/snapshot.py sets it)
+    kv_mb: float = 0.0  # measured memory beyond the weights (`kv_share`, every snapshot)
     n_ctx_total: int = 0
     slot_dir: str | None = None  # the engine's private --slot-save-path
     keep_caches: int = 0  # saved slot caches kept per engine (0: erase, never save)
@@ -227,6 +227,17 @@ class LlamaServerEngine:
     def first_chunk_report(self, chunk: bytes) -> CacheReport | None:
         return report_from_progress(chunk)
 
+    # -- life ------------------------------------------------------------------------
+
+    def lost(self, reason: str) -> None:
+        self.failure = reason
+        self.http.close()
+
+    async def stop(self, grace_s: float) -> None:
+        self.http.close()
+        if self.process is not None:
+            await self.process.stop(grace_s)
+
     # -- control -----------------------------------------------------------------------
 
     async def _erase(self, slot_id: int) -> int:
@@ -274,6 +285,12 @@ class LlamaServerEngine:
             removed += 1
         freed = round(self.kv_mb * tokens / self.n_ctx_total) if self.n_ctx_total else 0
         return FlushResult(True, removed, freed)
+
+    async def kv_share(self, kv_mb: float) -> float:
+        """`kv_utilization`, given the memory measured beyond the weights (what a flush
+        reports freed is read from it)."""
+        self.kv_mb = kv_mb
+        return await self.kv_utilization()
 
     async def kv_utilization(self) -> float:
         """Share of the engine's context holding cached tokens: the tokens each slot holds

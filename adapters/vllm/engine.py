@@ -35,7 +35,6 @@ Facts read from vLLM 0.32.0's source and checked against it running (PyPI's CPU 
 
 from __future__ import annotations
 
-import enum
 import logging
 import re
 import secrets
@@ -49,6 +48,7 @@ from adapters.base import CacheReport, FlushResult, FlushScope, Placement
 from adapters.bodies import with_fields
 from adapters.errors import EngineControlFailed
 from adapters.http_client import EngineConnections
+from adapters.kind import EngineFamilies, Standby, StandbyReport
 from adapters.supervisor import DEATH_GRACE_S, EngineProcess
 from adapters.vllm.launch import (
     SEED_QUANTIZATION,
@@ -111,20 +111,6 @@ _KV_GIB = re.compile(r"Available KV cache memory: ([0-9.]+) GiB")
 _KV_GIB_CPU = re.compile(r"(?:Explicitly|Auto) set \(([0-9.]+)/[0-9.]+\) GiB for KV cache")
 
 
-class Standby(enum.Enum):
-    AWAKE = "awake"
-    SLEEPING = "sleeping"
-
-
-@dataclass(frozen=True, slots=True)
-class StandbyReport:
-    """Where a sleep or wake-up left the engine, and the memory measured right after."""
-
-    standby: Standby
-    level: int | None
-    memory_mb: int | None  # from the engine's memory_probe; None without one
-
-
 @dataclass
 class VllmEngine:
     """A running `vllm serve` as the data path and the pool see it.
@@ -141,7 +127,7 @@ class VllmEngine:
     salts: CacheSalts | None
     force_stream_usage: bool = True
     memory_probe: MemoryProbe | None = None
-    metrics_sink: VllmMetricsCollector | None = None
+    metrics_sink: EngineFamilies | None = None
     process: EngineProcess | None = None  # None when attached by URL
     failure: str | None = None
     cut: QuorumError | None = None
@@ -208,6 +194,15 @@ class VllmEngine:
         if self.process is None:
             return self.failure
         return await self.process.died_within(DEATH_GRACE_S) or self.failure
+
+    def lost(self, reason: str) -> None:
+        self.failure = reason
+        self.http.close()
+
+    async def stop(self, grace_s: float) -> None:
+        self.http.close()
+        if self.process is not None:
+            await self.process.stop(grace_s)
 
     # -- cache control -------------------------------------------------------------------
 
@@ -339,7 +334,7 @@ async def launch(
     read_timeout_s: float = 300.0,
     env: Mapping[str, str] | None = None,
     memory_probe: MemoryProbe | None = None,
-    metrics_sink: VllmMetricsCollector | None = None,
+    metrics_sink: EngineFamilies | None = None,
     force_stream_usage: bool = True,
 ) -> tuple[EngineProcess, VllmEngine]:
     """Spawn `vllm serve` for `opts`, wait until `/health` answers 200, build its engine.

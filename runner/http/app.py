@@ -26,6 +26,7 @@ from adapters.comfyui import FILES_PATH, ImageStore
 from governance.verifier import Verifier
 from runner.audio.handler import AUDIO_PATHS, AudioPath
 from runner.audio.multipart import FormLimits
+from runner.engines.kinds import EngineKinds
 from runner.errors import MethodNotAllowed, RouteNotFound
 from runner.http.asgi import Receive, Scope, Send, send_error, send_whole
 from runner.http.chat import CHAT_PATHS, ChatPath
@@ -131,7 +132,9 @@ class RunnerApp:
             rt.pool,
             rt.settings,
             job_submitter(rt.jobs),
-            keep_files=any(m.backend == "comfyui" for m in rt.models.models),
+            keep_files=any(
+                rt.specs.kind(m).traits.request_path == "images" for m in rt.models.models
+            ),
             count_images=rt.count_images,
         )
         self.images, self.image_files = routes.images, routes.files
@@ -159,14 +162,11 @@ class RunnerApp:
         self._loop = asyncio.get_running_loop()
         rt = self.rt
         s = rt.settings
-        rt.pool.attach(rt.admission)
         await rt.admission.start()
         await rt.loads.start()
         await rt.jobs.start()
         await rt.refresher.start()
         await rt.watch.start()
-        await rt.attached.start()
-        await rt.hangs.start()
         store_errors = rt.metrics.ratelimit_store_errors
         rt.limiter = RateLimiter(
             rt.tenants,
@@ -182,12 +182,12 @@ class RunnerApp:
         await rt.tenancy.start(rt.apply_tenants, rt.admission.permit_granted)
         records = rt.pool.records
         self.chat = ChatPath(
-            front, rt.pool.engines, rt.metrics, s.max_body_bytes,
+            front, rt.pool.ready.chat, rt.metrics, s.max_body_bytes,
             context_of=lambda m: r.context_length if (r := records.get(m)) else None,
         )  # fmt: skip
         self.audio = AudioPath(
             front,
-            rt.pool.speech,
+            rt.pool.ready.speech,
             rt.metrics,
             FormLimits(max_file_bytes=s.audio_max_bytes),
             submit_job=job_submitter(rt.jobs),
@@ -210,7 +210,7 @@ class RunnerApp:
         gc.freeze()  # start-up objects never need scanning again: shorter GC pauses later
         if rt.life is Life.STARTING:
             rt.life = Life.READY
-            ready = len(rt.pool.engines)
+            ready = len(rt.pool.ready)
             log.info("runner %s ready with %d model(s)", rt.settings.runner_id, ready)
 
     def begin_shutdown(self) -> None:
@@ -250,8 +250,6 @@ class RunnerApp:
             log.info("image store closed: %d image(s) removed", removed)
         await self.rt.refresher.stop()
         await self.rt.watch.stop()
-        await self.rt.attached.stop()
-        await self.rt.hangs.stop()
         await self.rt.admission.stop()
         if self.rt.limiter is not None:
             await self.rt.limiter.aclose()
@@ -259,7 +257,7 @@ class RunnerApp:
             await self.rt.verifier.aclose()
         await self.rt.pool.close()
         await self.rt.loads.store.aclose()
-        await self.rt.pool.leases.aclose()
+        await self.rt.pool.gpus.leases.aclose()
         await self.rt.job_store.aclose()
         await self.rt.tenancy.aclose()
         if self.rt.webhook_client is not None:
@@ -271,9 +269,16 @@ def build_app(
     models: ModelsFile,
     tenants: TenantsConfig | None = None,
     verifier: Verifier | None = None,
+    kinds: EngineKinds | None = None,
 ) -> RunnerApp:
+    """The runner for `settings` and `models`; `kinds` the engine kinds the models file
+    was checked against (default: those the settings name)."""
     return RunnerApp(
         Runtime(
-            settings=settings, models=models, tenants=tenants or TenantsConfig(), verifier=verifier
+            settings=settings,
+            models=models,
+            tenants=tenants or TenantsConfig(),
+            verifier=verifier,
+            kinds=kinds,
         )
     )

@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from adapters.base import NO_REPORT, CacheReport, Engine, Placement
+from adapters.base import NO_REPORT, CacheReport, ChatEngine, Placement
 from adapters.errors import EngineBadResponse
 from adapters.http_client import ClientFailure, Response, translate_failure
 from adapters.refusals import refusal
@@ -59,7 +59,7 @@ class ChatPath:
     def __init__(
         self,
         front: FrontEnd,
-        engines: Mapping[str, Engine],
+        engines: Mapping[str, ChatEngine],
         metrics: Metrics,
         max_body_bytes: int,
         context_of: Callable[[str], int | None] = lambda _model: None,
@@ -123,7 +123,7 @@ class ChatPath:
         self,
         call: Call,
         admitted: Admitted,
-        engine: Engine,
+        engine: ChatEngine,
         placement: Placement,
         obj: dict[str, Any],
     ) -> tuple[int, CacheReport]:
@@ -143,7 +143,7 @@ class ChatPath:
         return await self._whole(call, admitted, engine, resp, payload)
 
     async def _whole(
-        self, call: Call, admitted: Admitted, engine: Engine, resp: Response, payload: bytes
+        self, call: Call, admitted: Admitted, engine: ChatEngine, resp: Response, payload: bytes
     ) -> tuple[int, CacheReport]:
         """A whole answer with its report; an engine's refusal becomes our envelope."""
         if resp.status != 200:
@@ -170,7 +170,7 @@ class ChatPath:
         self,
         call: Call,
         admitted: Admitted,
-        engine: Engine,
+        engine: ChatEngine,
         placement: Placement,
         resp: Response,
     ) -> tuple[int, CacheReport]:
@@ -226,7 +226,7 @@ class ChatPath:
         return 200, report
 
 
-async def _engine_error(exc: ClientFailure, engine: Engine) -> QuorumError:
+async def _engine_error(exc: ClientFailure, engine: ChatEngine) -> QuorumError:
     """The engine client's failure as an engine error; when the runner stopped the engine
     under the request (`engine.cut`), or the engine process died, say so (the supervisor
     may need a moment to see the exit that reset the connection)."""
@@ -303,7 +303,7 @@ def _took(call: Call, report: CacheReport, *, final: bool) -> CacheReport:
     return report
 
 
-def _sniff_report(engine: Engine, chunk: bytes) -> CacheReport | None:
+def _sniff_report(engine: ChatEngine, chunk: bytes) -> CacheReport | None:
     """Find the usage block (or llama-server's timings) in a streamed chunk (the final
     one carries it)."""
     for line in chunk.split(b"\n"):

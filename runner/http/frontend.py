@@ -76,13 +76,8 @@ PATHS = {
     "audio": "POST /v1/audio/transcriptions or /v1/audio/translations",
     "images": "POST /v1/images/generations",
 }
-"""Which path serves which kind of model (`path_kind`), and where to send it."""
+"""Where to send a model of each request path (its kind's `Traits.request_path`)."""
 _KINDS = {"chat": "a text model", "audio": "a speech model", "images": "an image model"}
-
-
-def path_kind(backend: str) -> str:
-    """The request path that serves a backend's models."""
-    return {"faster-whisper": "audio", "comfyui": "images"}.get(backend, "chat")
 
 
 class ClientGone(Exception):

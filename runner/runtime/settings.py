@@ -18,17 +18,11 @@ from typing import Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from adapters.llama_server.kind import default_binary as default_llama_server_bin
+from adapters.vllm.launch import DEFAULT_BIN as DEFAULT_VLLM_BIN
 from runner.errors import ConfigError
 from runner.http.headers import DEFAULT_OBJECTIVE_PRIORITIES, parse_objective_priorities
 from runner.telemetry.metrics import PICKER_PATH
-
-
-def default_llama_server_bin() -> str:
-    """Where `scripts/install-llama-server` puts its build (QUORUM_CACHE, else ~/.cache/quorum)."""
-    from adapters.llama_server.engine import LLAMA_SERVER_VERSION
-
-    cache = os.environ.get("QUORUM_CACHE") or os.path.expanduser("~/.cache/quorum")
-    return os.path.join(cache, "llama-server", LLAMA_SERVER_VERSION, "llama-server")
 
 
 def _default_runner_id() -> str:
@@ -96,6 +90,7 @@ class Settings(BaseSettings):
     # The gateway's x-llm-d-inference-objective names -> X-Priority (runner/http/headers.py).
     objective_priorities: str = DEFAULT_OBJECTIVE_PRIORITIES
     # Engines the runner starts (docs/engines.md).
+    engine_kinds: str = ""  # more engine kinds: module:attr,... (runner/engines/kinds.py)
     llama_server_bin: str = Field(default_factory=lambda: default_llama_server_bin())
     engine_load_timeout_s: float = Field(default=300.0, gt=0)
     llama_slot_cache_entries: int = Field(default=64, ge=0, le=100_000)
@@ -108,7 +103,7 @@ class Settings(BaseSettings):
     engine_probe_misses: int = Field(default=3, ge=1, le=1000)  # runner/engines/probes.py
     engine_probe_timeout_s: float = Field(default=5.0, gt=0)
     # vLLM backend (docs/engines.md).
-    vllm_bin: str = "vllm"
+    vllm_bin: str = DEFAULT_VLLM_BIN
     vllm_enable_sleep_mode: bool = False
     vllm_cache_salt_secret: str | None = Field(default=None, min_length=16)
     # ComfyUI backend (docs/engines.md).

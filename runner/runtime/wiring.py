@@ -15,14 +15,16 @@ from pathlib import Path
 import httpx
 from fastapi import Request
 
+from adapters.features import Features
 from governance.verifier import Verifier
-from runner.engines.attached_watch import AttachedWatch
-from runner.engines.engine_watch import EngineWatch
-from runner.engines.hang_watch import HangWatch
+from runner.engines.gpus import EngineHost, GpuAccounting
+from runner.engines.kinds import EngineKinds
 from runner.engines.pool import ModelPool
 from runner.engines.sizing import model_size_mb
+from runner.engines.specs import ModelSpecs
+from runner.engines.watch import EngineWatch
 from runner.errors import QuorumError, ServiceUnavailable
-from runner.http.frontend import FrontEnd, path_kind
+from runner.http.frontend import FrontEnd
 from runner.http.headers import parse_request_headers
 from runner.jobs import JobManager, JobStore, MemoryJobStore, RedisJobStore, WebhookSender
 from runner.lifecycle.catalog import Roots, available
@@ -36,7 +38,14 @@ from runner.runtime.settings import Settings
 from runner.runtime.startup import Preloads
 from runner.scheduler import ModelState, SchedulerAdmission, SchedulerConfig
 from runner.scheduler.config import RESTART_BACKOFF_S
-from runner.tasks import LoadTask, MemoryTaskStore, RedisTaskStore, TaskStore
+from runner.tasks import (
+    EtaEstimator,
+    LoadSpeed,
+    LoadTask,
+    MemoryTaskStore,
+    RedisTaskStore,
+    TaskStore,
+)
 from runner.telemetry.health import HealthReport, Life, health
 from runner.telemetry.metrics import Metrics, SchedulerMetrics
 from runner.telemetry.outcome_metrics import OutcomeMetrics
@@ -54,7 +63,7 @@ log = logging.getLogger("quorum.runtime")
 
 
 def scheduler_config(
-    settings: Settings, pool: ModelPool, tenants: TenantsConfig
+    settings: Settings, specs: ModelSpecs, tenants: TenantsConfig
 ) -> SchedulerConfig:
     """The scheduler's limits from settings, the pool's models and the tenants' policies.
 
@@ -66,7 +75,7 @@ def scheduler_config(
     return SchedulerConfig(
         max_queue_depth=settings.max_queue_depth,
         queue_timeout_s=settings.queue_timeout_ms / 1000,
-        models={m: pool.policy(spec) for m, spec in pool.specs().items()},
+        models={m: specs.policy(spec) for m, spec in specs.specs().items()},
         unlisted_ready=False,
         drain_timeout_s=settings.unload_drain_timeout_s,
         restart_backoff_s=tuple(
@@ -83,6 +92,26 @@ def scheduler_config(
     )
 
 
+class EngineOutcomes:
+    """What the pool tells metrics (`pool.PoolObserver`): loads, restarts, crashes."""
+
+    def __init__(self, metrics: Metrics, outcomes: OutcomeMetrics, kinds: EngineKinds) -> None:
+        self.metrics = metrics
+        self.outcomes = outcomes
+        self.kinds = kinds
+
+    def loaded(self, spec: ModelSpec, seconds: float) -> None:
+        self.metrics.observe_load(spec.backend, seconds)
+
+    def restarted(self, spec: ModelSpec) -> None:
+        self.outcomes.count_engine_restart(spec.id, spec.backend)
+        if self.kinds.of(spec).traits.request_path == "audio":  # a speech worker
+            self.metrics.count_worker_restart(spec.id)
+
+    def crashed(self, spec: ModelSpec) -> None:
+        self.outcomes.count_engine_crash(spec.id, spec.backend)
+
+
 @dataclass
 class Runtime:
     """Everything the runner holds while it lives; built once, read by handlers."""
@@ -91,6 +120,8 @@ class Runtime:
     models: ModelsFile
     tenants: TenantsConfig = field(default_factory=TenantsConfig)
     metrics: Metrics = field(default_factory=Metrics)
+    kinds: EngineKinds | None = None
+    specs: ModelSpecs = field(init=False)
     pool: ModelPool = field(init=False)
     loads: LoadManager = field(init=False)
     front: FrontEnd = field(init=False)
@@ -105,13 +136,12 @@ class Runtime:
     limiter: RateLimiter | None = None
     governed: GovernedOps = field(init=False)
     watch: EngineWatch = field(init=False)
-    attached: AttachedWatch = field(init=False)
-    hangs: HangWatch = field(init=False)
     webhook_client: httpx.AsyncClient | None = None
     tenancy: Tenancy = field(init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
+        kinds = self.kinds = self.kinds or EngineKinds.from_settings(s)
         self.tenancy = Tenancy.from_settings(s, self.tenants, self._in_flight_cap)
         self.metrics.declare_tenants(self.tenants.declared)
         self.metrics.audio_usage = self.tenancy.usage.audio
@@ -125,37 +155,45 @@ class Runtime:
             if s.redis_url
             else MemoryLeaseStore(time.monotonic)
         )
-        self.pool = ModelPool(
-            s,
-            self.models,
-            self.telemetry,
-            multi_tenant=s.enable_multi_tenant,
-            clock=time.time,  # `loadedAt`
-            monotonic=time.monotonic,  # load and wake times, the leases' expiry
-            leases=leases,
-            vllm_metrics=self.metrics.vllm,
+        host = EngineHost(self.telemetry, self.metrics.vllm)
+        self.specs = ModelSpecs(self.models.models, kinds, host.gpu_total_mb)
+        # Load time by backend and size (the tasks' eta); until a first load is measured,
+        # each kind's guess.
+        self.estimator = EtaEstimator(
+            defaults={
+                k.name: LoadSpeed(g.start_s, g.bandwidth_mb_s)
+                for k in kinds
+                if (g := k.traits.load_guess) is not None
+            }
         )
         self.outcomes = OutcomeMetrics(self.metrics.registry, self.metrics.tenant_label)
-        self.pool.on_restart = self._restarted
-        self.pool.on_crash = lambda spec: self.outcomes.count_engine_crash(spec.id, spec.backend)
-        self.watch = EngineWatch(self.pool.engines, s.engine_stats_interval_s, self.metrics.vllm)
+        self.pool = ModelPool(
+            self.specs,
+            GpuAccounting(self.telemetry, leases, s),
+            host,
+            self.estimator,
+            stop_grace_s=s.engine_stop_grace_s,
+            observer=EngineOutcomes(self.metrics, self.outcomes, kinds),
+            clock=time.time,  # `loadedAt`
+            monotonic=time.monotonic,  # load and wake times
+        )
         self.admission = SchedulerAdmission(
-            scheduler_config(s, self.pool, self.tenants),
+            scheduler_config(s, self.specs, self.tenants),
             observer=SchedulerMetrics(self.metrics),
             models=self.pool,
             permits=self.tenancy.permits,
         )
-        self.pool.attach(self.admission)
-        self.attached = AttachedWatch(
-            self.pool, self.admission, s.engine_stats_interval_s,
-            failures=s.engine_probe_misses, timeout_s=s.engine_probe_timeout_s,
-        )  # fmt: skip
-        self.hangs = HangWatch(
-            self.pool.records, self.admission, s.engine_stats_interval_s,
-            misses=s.engine_probe_misses, timeout_s=s.engine_probe_timeout_s,
-        )  # fmt: skip
-        self.hangs.on_hang = self.outcomes.count_engine_hang
-        self.governed = GovernedOps(self.verifier, self.pool.engines, self.metrics)
+        self.pool.start(self.admission)
+        self.watch = EngineWatch(
+            self.pool,
+            self.admission,
+            s.engine_stats_interval_s,
+            misses=s.engine_probe_misses,
+            timeout_s=s.engine_probe_timeout_s,
+            families=self.metrics.vllm,
+            on_hang=self.outcomes.count_engine_hang,
+        )
+        self.governed = GovernedOps(self.verifier, self.pool.ready.flushes, self.metrics)
         store: TaskStore = (
             RedisTaskStore.from_url(s.redis_url) if s.redis_url else MemoryTaskStore(time.time)
         )
@@ -166,21 +204,20 @@ class Runtime:
         )
         self.roots = roots
         self.loads = LoadManager(
-            self.pool,
+            self.specs,
             self.admission,
             self.governed,
             store,
             roots,
-            self.models.default_backend,
+            self.estimator,
             s.runner_id,
+            on_finished=self.metrics.count_load,
         )
-        self.loads.on_finished = self.metrics.count_load
-        self.pool.on_loaded = self.metrics.observe_load
         self.preloads = Preloads(s.runner_id, time.time)
         self.refresher = Refresher(
             self.pool,
             self.telemetry,
-            catalog=lambda: available(list(self.pool.specs().values()), roots),
+            catalog=lambda: available(list(self.specs.specs().values()), roots),
         )
         self.admission.listen(lambda _notice: self.refresher.soon())  # a model changed state
         self.metrics.registry.register(SnapshotCollector(lambda: self.refresher.current))
@@ -188,7 +225,7 @@ class Runtime:
         self.metrics.registry.register(EngineQueueCollector(lambda: self.watch.loads))
         rt = self  # the endpoint picker's `vllm:*` gauges (runner/telemetry/picker_metrics.py)
         picker = picker_collector(
-            rt.admission, rt.pool, lambda: rt.refresher.current, rt.watch, rt.metrics.vllm
+            rt.admission, rt.specs, lambda: rt.refresher.current, rt.watch, rt.metrics.vllm
         )
         self.metrics.picker_registry.register(picker)
         self.metrics.route(s.picker_metrics_path)
@@ -215,11 +252,11 @@ class Runtime:
 
     def front_end(self, limiter: RateLimiter) -> FrontEnd:
         """The request front-end every inference path shares (runner/http/frontend.py)."""
-        specs = self.pool.specs
+        specs = self.specs
 
         def path_of(model: str) -> str | None:
-            spec = specs().get(model)
-            return path_kind(spec.backend) if spec is not None else None
+            spec = specs.spec(model)
+            return specs.kind(spec).traits.request_path if spec is not None else None
 
         return FrontEnd(
             self.admission,
@@ -252,6 +289,10 @@ class Runtime:
         self.admission.tenants_changed(tenants_event(config, time.monotonic()))
         self.metrics.declare_tenants(config.declared)
 
+    def features_of(self, spec: ModelSpec) -> Features:
+        """What a loaded engine of `spec` offers its clients (its kind's)."""
+        return self.specs.kind(spec).features(self.specs.kinds.engine_spec(spec))
+
     def loading(self) -> dict[str, LoadTask]:
         """Each loading model's progress: start-up's preload, governed load tasks."""
         return {**self.preloads.loading(), **self.loads.progress()}
@@ -269,10 +310,10 @@ class Runtime:
         scheduler's memory policy; a failure is recorded (the model reads failed), not
         fatal. Runs while the runner already answers (503 `starting`): `preloads` says how
         far it is."""
-        specs = [s for s in self.pool.specs().values() if s.attached or s.preload]
+        specs = [s for s in self.specs.specs().values() if s.attached or s.preload]
         for spec in specs:  # attaching an engine somebody else runs is one probe: ~0 s
             size = model_size_mb(spec)
-            predicted = 0.0 if spec.attached else self.pool.estimator.predict(spec.backend, size)
+            predicted = 0.0 if spec.attached else self.estimator.predict(spec.backend, size)
             self.preloads.plan(spec.id, predicted)
         for spec in specs:
             self.preloads.begin(spec.id)
@@ -283,11 +324,6 @@ class Runtime:
             if notice.refused is not None or notice.view.state is not ModelState.READY:
                 why = notice.refused or notice.view.reason
                 log.error("preload of %s failed: %s", spec.id, why)
-
-    def _restarted(self, spec: ModelSpec) -> None:
-        self.outcomes.count_engine_restart(spec.id, spec.backend)
-        if spec.backend == "faster-whisper":
-            self.metrics.count_worker_restart(spec.id)
 
     def _engines_memory_mb(self) -> int:
         pids = self.pool.engine_pids()

@@ -5,7 +5,7 @@
                                                   starts is a failed load instead)
     quorum_engine_hangs_total{model, backend}     of those crashes, engines the runner
                                                   killed because they stopped answering
-                                                  their probe (runner/engines/hang_watch.py)
+                                                  their probe (runner/engines/watch.py)
     quorum_engine_restarts_total{model, backend}  an engine started again after a crash
                                                   (`restart: true`)
     quorum_jobs_total{kind, outcome}              async jobs that ended: succeeded, failed,

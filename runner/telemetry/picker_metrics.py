@@ -44,9 +44,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
+from adapters.kind import EngineLoad
 from adapters.vllm.metrics import VllmMetricsCollector
-from runner.engines.engine_watch import EngineLoad, EngineWatch
-from runner.engines.pool import ModelPool
+from runner.engines.specs import ModelSpecs
+from runner.engines.watch import EngineWatch
 from runner.runtime.models_file import ModelSpec
 from runner.scheduler import ModelState, SchedulerAdmission
 from runner.scheduler.models import ModelView
@@ -129,22 +130,26 @@ def picker_view(
     snapshot: ResourceSnapshot,
     loads: Mapping[str, EngineLoad],
     cache_samples: Iterable[Sample],
+    reports_kv: Callable[[ModelSpec], bool] = lambda _spec: False,
 ) -> PickerView:
     """The picker's figures from the scheduler's models and queue, the models' specs, the
-    last snapshot, the engine watch's last poll and vLLM's `cache_config_info` samples.
+    last snapshot, the engine watch's last poll and vLLM's `cache_config_info` samples;
+    `reports_kv(spec)`: whether its kind's engines report their KV figures themselves.
 
     1. Waiting: the scheduler's queue; running: its requests in flight, over all models.
-    2. KV caches: a vLLM model's from its engine's own figures, a llama-server model's
-       from the snapshot; other backends have none.
+    2. KV caches: from the engine's own figures for a model whose engines report them
+       (vLLM), else from the snapshot for a model whose memory holds a KV cache
+       (llama-server); other models have none.
     3. Models ready are running, models loading are waiting; `max_models` counts those
        and the ones not resident that a request would load.
     """
     kv: list[KvCache] = []  # 2
     measured = {m.model: m for m in snapshot.models}
     for model, spec in specs.items():
-        if spec.backend == "vllm" and (load := loads.get(model)) is not None:
-            kv.append(KvCache(load.kv_cache_utilization, load.kv_cache_mb))
-        elif spec.backend == "llama-server" and (memory := measured.get(model)) is not None:
+        if reports_kv(spec):
+            if (load := loads.get(model)) is not None:
+                kv.append(KvCache(load.kv_cache_utilization, load.kv_cache_mb))
+        elif (memory := measured.get(model)) is not None and memory.kv_cache:
             kv.append(KvCache(memory.kv_utilization, memory.kv_mb))
     ready = tuple(sorted(m for m, v in models.items() if v.state is ModelState.READY))  # 3
     loading = tuple(sorted(m for m, v in models.items() if v.state is ModelState.LOADING))
@@ -206,7 +211,7 @@ class PickerCollector(Collector):
 
 def picker_collector(
     admission: SchedulerAdmission,
-    pool: ModelPool,
+    specs: ModelSpecs,
     snapshot: Callable[[], ResourceSnapshot],
     watch: EngineWatch,
     vllm: VllmMetricsCollector,
@@ -219,10 +224,11 @@ def picker_collector(
         return picker_view(
             admission.models(),
             admission.queue_depth(),
-            pool.specs(),
+            specs.specs(),
             snapshot(),
             watch.loads,
             vllm.samples(CACHE_CONFIG),
+            lambda spec: specs.kind(spec).traits.reports_kv,
         )
 
     return PickerCollector(read)

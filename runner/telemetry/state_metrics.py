@@ -15,7 +15,7 @@ from typing import TypeVar
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from runner.engines.engine_watch import EngineLoad
+from adapters.kind import EngineLoad
 from runner.telemetry.health import STATUSES
 
 _TRIES = 3
@@ -54,7 +54,7 @@ class HealthCollector(Collector):
 
 class EngineQueueCollector(Collector):
     """`quorum_engine_queue_depth{model}` and `quorum_engine_requests_running{model}`: what
-    the engines that report their own queue said at their last poll (runner/engines/engine_watch.py:
+    the engines that report their own queue said at their last poll (runner/engines/watch.py:
     vLLM's `num_requests_waiting` / `num_requests_running`, ComfyUI's pending / running
     prompts, counted once per server under its first model). Engines that report nothing
     (llama-server, faster-whisper, attached `openai`) have no series."""

@@ -6,9 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from runner.engines.kinds import EngineKinds
 from runner.errors import ConfigError
 from runner.runtime.models_file import ModelSpec, default_models_path, load_models_file
 from tests.support.runner_proc import REPO_ROOT
+
+slots = EngineKinds().slots  # `parallel`, else the kind's default
 
 
 def _write(tmp_path: Path, text: str) -> str:
@@ -24,7 +27,7 @@ def test_models_file_minimal_url_entry(tmp_path: Path) -> None:
             tmp_path, "models:\n  - id: echo\n    backend: openai\n    url: http://127.0.0.1:9000\n"
         )
     )
-    assert [(m.id, m.url, m.slots) for m in f.models] == [("echo", "http://127.0.0.1:9000", 8)]
+    assert [(m.id, m.url, slots(m)) for m in f.models] == [("echo", "http://127.0.0.1:9000", 8)]
 
 
 def test_models_file_accepts_later_fields(tmp_path: Path) -> None:
@@ -48,7 +51,7 @@ models:
 """,
         )
     )
-    assert f.models[0].slots == 3 and f.models[0].pin
+    assert slots(f.models[0]) == 3 and f.models[0].pin
 
 
 def test_models_file_absent_means_no_models() -> None:
@@ -109,10 +112,10 @@ models:
         )
     )
     by_id = {m.id: m for m in f.models}
-    assert by_id["dir"].local_path() == tmp_path and by_id["dir"].slots == 2
+    assert by_id["dir"].local_path() == tmp_path and slots(by_id["dir"]) == 2
     pkg = by_id["pkg"].local_path()
     assert pkg is not None and pkg.is_dir() and pkg.name == "engines"
-    assert by_id["size"].local_path() is None and by_id["size"].slots == 1
+    assert by_id["size"].local_path() is None and slots(by_id["size"]) == 1
 
 
 def test_models_file_package_path_of_a_missing_package_is_none() -> None:

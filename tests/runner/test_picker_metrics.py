@@ -16,8 +16,9 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from adapters.kind import EngineLoad
 from adapters.vllm.metrics import parse_families
-from runner.engines.engine_watch import EngineLoad
+from runner.engines.kinds import EngineKinds
 from runner.runtime.models_file import ModelSpec
 from runner.scheduler import ModelState
 from runner.scheduler.models import ModelView
@@ -109,7 +110,9 @@ def test_picker_view_reads_queue_flight_models_and_caches() -> None:
     }
     snapshot = ResourceSnapshot(models=(ModelMemory("a", 400, 100, 300, 1.0),))
     loads = {"v": EngineLoad(kv_cache_mb=100, kv_cache_utilization=0.0)}
-    view = picker_view(models, 6, specs, snapshot, loads, [_info("16", "64")])
+    kinds = EngineKinds()
+    reports_kv = lambda spec: kinds.of(spec).traits.reports_kv  # noqa: E731
+    view = picker_view(models, 6, specs, snapshot, loads, [_info("16", "64")], reports_kv)
     assert view == PickerView(6, 3, 0.75, (16, 64), ("a", "v"), ("b",), 4)
 
 

@@ -1,0 +1,396 @@
+"""What an engine kind is: the one interface every kind implements, and the data it gets.
+
+A kind is one place (`adapters/<kind>/kind.py`): how its engines are started or attached
+(`start`, `attach`), probed (`Traits.probe_path`), sized (`estimate_mb`, `memory_share`,
+`slot_group`), what they report (`Launched.load`, `Launched.version`, `Traits.version`),
+what they can do (the facets of `Launched`: sleep, flush, KV figures), which request
+path serves them (`Traits.request_path`), what they offer clients (`features`), how a
+models-file entry of the kind is checked (`check`), which files a download fetches
+(`Traits.download_patterns`). The runner looks a model's kind up once, by its `backend`,
+in one table (`runner/engines/kinds.py`), and asks the kind; it never names one.
+
+The runner builds a kind once per runner from `EngineSettings` (`KindFactory`), hands it
+an `EngineSpec` (a model's engine-facing fields, plain frozen data) and, to start one, a
+`Host` (what the runner lends: measuring a process, the GPU's size, the engine metric
+families). `KindDefaults` gives a kind that declares nothing special its answers.
+"""
+
+from __future__ import annotations
+
+import enum
+import shutil
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+import httpx
+from prometheus_client.metrics_core import Metric
+
+from adapters.base import ChatEngine, Engine, FlushResult, FlushScope
+from adapters.comfyui.engine import ComfyUIEngine
+from adapters.features import NONE, Features
+from adapters.supervisor import EngineProcess
+from adapters.whisper.engine import WhisperEngine
+from faults import QuorumError, ServiceUnavailable
+
+RequestPath = Literal["chat", "audio", "images"]
+"""The request path that serves a kind's models: chat (`/v1/chat/completions`,
+`/v1/completions`, `/v1/embeddings`), audio (`/v1/audio/*`), images
+(`/v1/images/generations`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSpec:
+    """One model's engine as its kind sees it: the models-file entry's engine fields, and
+    what a load asks for beyond them (`context_length`, `quantization`: the load's, else
+    the entry's; `gpu_memory_budget_mb`). `path` is the model's files on disk (None: none
+    given, or `path_problem` says why it does not resolve)."""
+
+    model_id: str
+    backend: str
+    slots: int
+    url: str | None = None
+    path: Path | None = None
+    path_text: str | None = None  # `path` as the models file wrote it
+    path_problem: str | None = None
+    hf: str | None = None
+    vram_mb: int | None = None
+    context_length: int | None = None
+    quantization: str | None = None
+    gpu_memory_budget_mb: int | None = None
+    load_timeout_s: float | None = None
+    args: tuple[str, ...] = ()
+    parallel: int | None = None  # the entry's `parallel` (None: the kind's default)
+    isolate_tenants: bool = True  # neither `single_tenant` nor `shared_cache`
+    shared_cache: bool = False
+    embeddings: bool = False
+    pooling: str | None = None
+    swa_full: bool = True
+    n_gpu_layers: int | None = None
+    flash_attn: str | None = None
+    gpus: tuple[int, ...] | None = None
+    bin: str | None = None
+    workflow: str | None = None
+    checkpoint: str | None = None
+    whisper_model: str | None = None
+
+    @property
+    def attached(self) -> bool:
+        """An engine somebody else runs, reached at `url`."""
+        return self.url is not None
+
+    def executable(self, default: str) -> str:
+        """The engine's executable: `bin`, else `default`."""
+        return self.bin or default
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """The runner's settings that engines are started with (from `Settings`)."""
+
+    multi_tenant: bool = True
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 300.0
+    load_timeout_s: float = 300.0
+    hf_home: str | None = None
+    llama_server_bin: str = "llama-server"
+    llama_slot_cache_entries: int = 64
+    vllm_bin: str = "vllm"
+    vllm_max_model_len: int | None = None
+    vllm_gpu_memory_utilization: float = 0.9
+    vllm_enable_prefix_caching: bool = True
+    vllm_enable_sleep_mode: bool = False
+    vllm_cache_salt_secret: str | None = None
+    comfyui_path: str | None = None
+    comfyui_python: str | None = None
+    comfyui_cpu: bool = False
+    comfyui_image_metadata: bool = False
+    whisper_device: str = "cpu"
+    whisper_compute_type: str = "int8"
+    whisper_cpu_threads: int = 0
+    whisper_load_timeout_s: float = 120.0
+    whisper_allow_download: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LoadGuess:
+    """How fast a first load of the kind is guessed to be (until one is measured): a fixed
+    start plus the weights over a bandwidth."""
+
+    start_s: float
+    bandwidth_mb_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Traits:
+    """What a kind declares once, for all its engines."""
+
+    request_path: RequestPath = "chat"
+    default_parallel: int = 1  # requests in flight at once when the entry sets no `parallel`
+    probe_path: str | None = None  # asked to tell whether an engine is there; None: never
+    # probed (its own channel tells: the speech worker's socket)
+    own_fields: frozenset[str] = frozenset()  # models-file fields only this kind reads
+    kv_cache: bool = False  # the memory beyond its weights is a KV cache (else "other")
+    reports_kv: bool = False  # its engines report their KV figures themselves (`load`)
+    flush: bool = True  # a cache flush addresses its engines (else: not in any scope)
+    load_guess: LoadGuess | None = None  # the load-time estimate's guess before a first load
+    catalog_rank: int | None = None  # loads a model named by a path or a Hugging Face repo:
+    # the lowest rank among the kinds the models file starts wins (None: never)
+    download_patterns: tuple[str, ...] | None = None  # the files a download fetches (all)
+    version: str | None = None  # the engine's version, when known without asking one
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    """One engine's own figures at its last poll (what it does not report reads 0)."""
+
+    kv_cache_mb: float = 0.0
+    kv_cache_utilization: float = 0.0  # 0..1
+    waiting: int = 0  # requests queued inside the engine
+    running: int = 0  # requests the engine is executing
+
+
+class Standby(enum.Enum):
+    AWAKE = "awake"
+    SLEEPING = "sleeping"
+
+
+@dataclass(frozen=True, slots=True)
+class StandbyReport:
+    """Where a sleep or wake-up left the engine, and the memory measured right after."""
+
+    standby: Standby
+    level: int | None
+    memory_mb: int | None  # from the engine's memory probe; None without one
+
+
+class Sleeper(Protocol):
+    """An engine that can sleep: its process kept, its weights off the GPU."""
+
+    async def sleep(self, level: int = 1) -> StandbyReport: ...
+
+    async def wake_up(self) -> StandbyReport: ...
+
+
+@dataclass
+class Launched:
+    """One model's engine as its kind hands it to the pool, with what it can do.
+
+    `process` is the engine process this model owns (stopped with it; None when attached
+    by URL). `shared` is a process the model runs in without owning it (ComfyUI's
+    server): watched for crashes, never stopped with the model; `release` then unloads the
+    model from it and answers the MB that freed. `memory_mb` is what the launch measured
+    itself (None: the pool measures `process`). `url` is where a probe asks (None: not
+    over HTTP).
+
+    Exactly one request path's facet is set (`chat`, `speech`, `images`: the kind's
+    `Traits.request_path`). The others say what the engine can do, None when it cannot:
+    `flush` its cache, `standby` (sleep and wake up), `kv` (the share of its KV cache in
+    use, given the memory beyond its weights), `load` (its own queue and KV figures) and
+    `version`; engines on one server share `server`, so its figures are read once.
+    """
+
+    engine: Engine
+    process: EngineProcess | None
+    url: str | None = None
+    control: httpx.AsyncClient | None = None
+    shared: EngineProcess | None = None
+    release: Callable[[], Awaitable[int]] | None = None
+    memory_mb: int | None = None
+    scratch: str | None = None  # a private directory removed with the engine (slot caches)
+    chat: ChatEngine | None = None
+    speech: WhisperEngine | None = None
+    images: ComfyUIEngine | None = None
+    flush: Callable[[FlushScope], Awaitable[FlushResult]] | None = None
+    standby: Sleeper | None = None
+    kv: Callable[[float], Awaitable[float]] | None = None
+    load: Callable[[], Awaitable[EngineLoad]] | None = None
+    version: Callable[[], Awaitable[str | None]] | None = None
+    server: object | None = None
+    watched: bool = field(default=False, compare=False)  # the pool registered its callback
+
+    @property
+    def watch(self) -> EngineProcess | None:
+        """The process whose death ends this model (its own, else the shared one)."""
+        return self.process or self.shared
+
+    @property
+    def slots(self) -> int:
+        return self.engine.slots
+
+    def lost(self, reason: str) -> None:
+        """The process died: requests still on the engine fail with `reason`."""
+        self.engine.lost(reason)
+
+    def cut(self, error: QuorumError | None) -> None:
+        """The runner is about to stop (or put to sleep) the engine under the requests
+        still on it: they are answered `error` rather than the connection loss (None: it
+        serves again, after a wake-up)."""
+        self.engine.cut = error
+
+    async def close(self, grace_s: float) -> None:
+        """Stop the engine (SIGTERM, `grace_s`, SIGKILL): its process ends, memory returns."""
+        await self.engine.stop(grace_s)
+        if self.control is not None:
+            await self.control.aclose()
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+class EngineFamilies(Protocol):
+    """Where engines hand the metric families they expose themselves (vLLM's `/metrics`),
+    re-exposed by the runner for the endpoint picker (adapters/vllm/metrics.py)."""
+
+    def update(self, engine_id: str, families: list[Metric]) -> None: ...
+
+    def forget(self, engine_id: str) -> None: ...
+
+    def engines(self) -> list[str]: ...
+
+
+class Host(Protocol):
+    """What the runner lends a kind to start its engines."""
+
+    @property
+    def families(self) -> EngineFamilies:
+        """Where engines re-expose their own metric families."""
+        ...
+
+    async def measure_mb(self, pid: int) -> int:
+        """MiB a process and its children hold (GPU memory with NVML, else resident)."""
+        ...
+
+    def gpu_total_mb(self, gpus: Sequence[int] | None) -> int | None:
+        """The total memory of the first of `gpus` (None: the first visible); None when
+        telemetry fails."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Devices:
+    """Where the pool placed an engine it starts: `env` (CUDA_VISIBLE_DEVICES, ...), and
+    `tensor_split`, the shares of a model split across several GPUs."""
+
+    env: Mapping[str, str] = field(default_factory=dict)
+    tensor_split: str | None = None
+
+
+class EngineKind(Protocol):
+    """One engine kind, built once per runner (`KindFactory`); see the module docstring."""
+
+    name: str  # the models file's `backend`
+    traits: Traits
+
+    def check(self, spec: EngineSpec) -> None:
+        """Refuse a models-file entry the kind cannot serve (ValueError naming why)."""
+        ...
+
+    def features(self, spec: EngineSpec) -> Features:
+        """What a loaded engine of `spec` offers its clients (`/v1/capabilities`)."""
+        ...
+
+    def slot_group(self, spec: EngineSpec) -> str | None:
+        """The engine process `spec` shares with other models (their slots are one pool:
+        runner/scheduler/slot_groups.py); None: its own."""
+        ...
+
+    def sleep_refusal(self, spec: EngineSpec, on_gpu: bool) -> str | None:
+        """Why an unload may not put `spec` to sleep; None when it may."""
+        ...
+
+    def memory_share(self, spec: EngineSpec) -> float | None:
+        """The share of its GPU an engine takes whatever its weights weigh (its estimate
+        when no budget is given); None: estimated from its files."""
+        ...
+
+    def estimate_mb(self, spec: EngineSpec, size_bytes: int | None) -> int | None:
+        """The kind's own memory estimate for `spec` (its files weigh `size_bytes`); None:
+        the runner's chain applies (seed 000)."""
+        ...
+
+    def placed(self, spec: EngineSpec) -> bool:
+        """Whether a started engine of `spec` is placed on GPUs."""
+        ...
+
+    def model_file(self, directory: Path, quantization: str | None) -> Path | None:
+        """The path the kind loads for a model found in `directory` (None: none there)."""
+        ...
+
+    def downloads_first(self, spec: EngineSpec) -> bool:
+        """Whether the runner downloads `spec`'s repository before a start (the engine
+        cannot fetch it itself)."""
+        ...
+
+    async def start(self, spec: EngineSpec, devices: Devices, host: Host) -> Launched:
+        """Start an engine for `spec`; ready to serve when this returns."""
+        ...
+
+    async def attach(self, spec: EngineSpec, host: Host) -> Launched:
+        """An engine somebody else runs, at `spec.url`."""
+        ...
+
+    def pids(self) -> list[int]:
+        """Engine processes of the kind no model owns (a shared server)."""
+        ...
+
+    async def close(self) -> None:
+        """The runner stops: what the kind's engines share is stopped too."""
+        ...
+
+
+CANNOT_SLEEP = "mode 'sleep' needs a vLLM model the runner started"
+"""Why an unload may not put a model to sleep, for every kind but vLLM started here."""
+
+KindFactory = Callable[[EngineSettings], EngineKind]
+"""How a kind is registered (`ENGINE_KINDS=module:attr`): called once per runner."""
+
+
+class KindDefaults:
+    """The answers of a kind that declares nothing special (subclass and override)."""
+
+    name: str = ""
+    traits: Traits = Traits()
+
+    def __init__(self, settings: EngineSettings) -> None:
+        self.settings = settings
+
+    def check(self, spec: EngineSpec) -> None:
+        if spec.url and spec.path_text:
+            raise ValueError("give either url (attach a running engine) or path, not both")
+
+    def features(self, spec: EngineSpec) -> Features:
+        return NONE
+
+    def slot_group(self, spec: EngineSpec) -> str | None:
+        return None
+
+    def sleep_refusal(self, spec: EngineSpec, on_gpu: bool) -> str | None:
+        return CANNOT_SLEEP
+
+    def memory_share(self, spec: EngineSpec) -> float | None:
+        return None
+
+    def estimate_mb(self, spec: EngineSpec, size_bytes: int | None) -> int | None:
+        return None
+
+    def placed(self, spec: EngineSpec) -> bool:
+        return True
+
+    def model_file(self, directory: Path, quantization: str | None) -> Path | None:
+        return directory
+
+    def downloads_first(self, spec: EngineSpec) -> bool:
+        return False
+
+    async def start(self, spec: EngineSpec, devices: Devices, host: Host) -> Launched:
+        raise ServiceUnavailable(f"backend {self.name!r} cannot be started by this runner")
+
+    async def attach(self, spec: EngineSpec, host: Host) -> Launched:
+        raise ServiceUnavailable(f"backend {self.name!r} cannot be attached by URL")
+
+    def pids(self) -> list[int]:
+        return []
+
+    async def close(self) -> None:
+        return None
