@@ -68,8 +68,9 @@ def model_source(spec: EngineSpec) -> str:
     return spec.hf or spec.model_id
 
 
-def launched(engine: VllmEngine) -> Launched:
-    """What a vLLM engine can do, for the pool."""
+def launched(engine: VllmEngine, scratch: str | None = None) -> Launched:
+    """What a vLLM engine can do, for the pool (`scratch`: its private folder, removed
+    when it stops)."""
 
     async def load() -> EngineLoad:
         scraped = await engine.scrape()
@@ -82,6 +83,7 @@ def launched(engine: VllmEngine) -> Launched:
         engine.process,
         url=engine.base_url,
         control=engine.control,
+        scratch=scratch,
         chat=engine,
         flush=engine.flush,
         standby=engine if engine.process is not None else None,
@@ -188,9 +190,7 @@ class VllmKind(KindDefaults):
             return await host.measure_mb(pid) if pid is not None else None
 
         engine.memory_probe = probe  # sleep and wake-up report the memory measured after
-        done = launched(engine)
-        done.scratch = scratch
-        return done
+        return launched(engine, scratch)
 
     async def attach(self, spec: EngineSpec, host: Host) -> Launched:
         """A vLLM somebody else runs at `spec.url` (its served model name must be the

@@ -21,7 +21,6 @@ from runner.memory.leases import Lease, LeaseStore
 from runner.memory.placement import GpuPlacement, NoFit, cuda_visible_devices, place, tensor_split
 from runner.memory.telemetry import Telemetry
 from runner.runtime.models_file import ModelSpec
-from runner.runtime.settings import Settings
 from runner.scheduler.errors import ModelDoesNotFit
 
 log = logging.getLogger("quorum.pool")
@@ -30,15 +29,24 @@ LEASE_TTL_S = 30.0  # renewed every snapshot refresh (5 s); a dead runner's leas
 
 
 class GpuAccounting:
-    def __init__(self, telemetry: Telemetry, leases: LeaseStore, settings: Settings) -> None:
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        leases: LeaseStore,
+        runner_id: str,
+        cuda_visible_devices: str | None = None,
+    ) -> None:
+        """`runner_id` names this runner's leases; `cuda_visible_devices` is the runner's
+        own CUDA_VISIBLE_DEVICES, an engine's when it is not placed on GPUs itself."""
         self.telemetry = telemetry
         self.leases = leases
-        self.settings = settings
+        self.runner_id = runner_id
+        self.cuda_visible_devices = cuda_visible_devices
         self.cached_leases: list[Lease] = []  # every holder's, as of the last refresh
         self._placements: dict[str, GpuPlacement] = {}
 
     def holder(self, model: str) -> str:
-        return f"{self.settings.runner_id}/{model}"
+        return f"{self.runner_id}/{model}"
 
     async def devices_for(self, spec: ModelSpec, need_mb: int) -> Devices:
         """`CUDA_VISIBLE_DEVICES` (and the shares of a model split across GPUs) for the engine.
@@ -64,8 +72,8 @@ class GpuAccounting:
                 "CUDA_VISIBLE_DEVICES": cuda_visible_devices(placement),
             }
             return Devices(env, tensor_split(placement) if placement.split else None)
-        if self.settings.cuda_visible_devices is not None:  # 3
-            return Devices({"CUDA_VISIBLE_DEVICES": self.settings.cuda_visible_devices})
+        if self.cuda_visible_devices is not None:  # 3
+            return Devices({"CUDA_VISIBLE_DEVICES": self.cuda_visible_devices})
         return Devices()
 
     async def hold(self, measured_mb: dict[str, int]) -> None:
@@ -95,7 +103,7 @@ class GpuAccounting:
         except QuorumError as exc:
             log.warning("memory telemetry failed: %s", exc)
             return 0
-        mine = self.settings.runner_id + "/"
+        mine = self.runner_id + "/"
         others = [lease for lease in self.cached_leases if not lease.holder.startswith(mine)]
         return sum(a.free_mb for a in account(snapshot.gpus, others))
 

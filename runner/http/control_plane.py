@@ -17,13 +17,13 @@ from starlette.routing import BaseRoute, Match
 from runner.errors import (
     HTTP_ERRORS,
     Forbidden,
-    PayloadTooLarge,
     ServiceUnavailable,
     error_body,
     error_headers,
     error_status,
     route_error,
 )
+from runner.http.asgi import read_body
 from runner.http.headers import parse_request_headers
 from runner.http.openapi import OPENAPI_PATH, openapi_json
 from runner.http.status_page import mount_status_page
@@ -43,15 +43,11 @@ def json_response(status: int, body: object, headers: dict[str, str] | None = No
 
 
 async def bounded_body(request: Request, limit: int) -> bytes:
-    """The request body, read while it stays within `limit` bytes (413 once it does not)."""
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
-        parts.append(chunk)
-    return b"".join(parts)
+    """The request body, read while it stays within `limit` bytes (413 once it does not):
+    the one reader of the data paths (`asgi.read_body`)."""
+    length = request.headers.get("content-length")
+    declared = int(length) if length is not None and length.isdigit() else None
+    return await read_body(request.receive, declared, limit)
 
 
 def control_plane(rt: Runtime) -> FastAPI:

@@ -34,13 +34,20 @@ from typing import Protocol
 from runner.errors import (
     HTTP_ERRORS,
     ModelNotFound,
-    PayloadTooLarge,
     QuorumError,
     ServiceUnavailable,
     WrongEndpoint,
     error_status,
 )
-from runner.http.asgi import DisconnectWatch, Receive, Scope, Send, send_error
+from runner.http.asgi import (
+    ClientGone,
+    DisconnectWatch,
+    Receive,
+    Scope,
+    Send,
+    read_body,
+    send_error,
+)
 from runner.http.headers import (
     DEFAULT_OBJECTIVES,
     RequestMeta,
@@ -80,10 +87,6 @@ PATHS = {
 _KINDS = {"chat": "a text model", "audio": "a speech model", "images": "an image model"}
 
 
-class ClientGone(Exception):
-    """The client disconnected; nothing more is sent to it (counted as 499)."""
-
-
 class RequestMetrics(Protocol):
     def count_request(self, model: str, tenant: str, status: int) -> None: ...
 
@@ -94,9 +97,12 @@ class RequestMetrics(Protocol):
     def end_request(self, model: str, seconds: float) -> None: ...
 
 
-class ModelCheck(Protocol):
+class CheckedAdmission(Admission, Protocol):
+    """The scheduler's admission (`SchedulerAdmission`): grants and releases slots, and
+    says what a request for a model would be refused with now."""
+
     def check(self, model: str) -> None:
-        """Raise what a request for `model` would be refused with now (the scheduler)."""
+        """Raise what a request for `model` would be refused with now."""
         ...
 
 
@@ -147,13 +153,12 @@ class FrontEnd:
 
     def __init__(
         self,
-        admission: Admission,
+        admission: CheckedAdmission,
         limiter: RateLimiter,
         tenants: TenantsConfig,
         metrics: RequestMetrics,
         *,
         multi_tenant: bool = True,
-        models: ModelCheck | None = None,
         path_of: Callable[[str], str | None] = lambda _model: None,
         objectives: Mapping[bytes, str] = DEFAULT_OBJECTIVES,
         budgets: Budgets | None = None,
@@ -168,7 +173,6 @@ class FrontEnd:
         self.tenants = tenants
         self.metrics = metrics
         self.multi_tenant = multi_tenant
-        self.models = models
         self.path_of = path_of
         self.objectives = objectives
         self.budgets = budgets
@@ -271,16 +275,15 @@ class FrontEnd:
         path = self.path_of(model)
         if path is not None and path != kind:
             raise WrongEndpoint(model=model, kind=_KINDS[path], where=PATHS[path])
-        if self.models is not None:
-            try:
-                self.models.check(model)
-            except ModelNotFound as exc:
-                call.model = UNKNOWN_MODEL  # never a label a client chose
-                if entitled.patterns is None:
-                    raise
-                known = str(exc.fields.get("models", "")).split(", ")
-                mine = ", ".join(entitled.filter(known)) or "none"
-                raise ModelNotFound(model=model, models=mine) from None
+        try:
+            self.admission.check(model)
+        except ModelNotFound as exc:
+            call.model = UNKNOWN_MODEL  # never a label a client chose
+            if entitled.patterns is None:
+                raise
+            known = str(exc.fields.get("models", "")).split(", ")
+            mine = ", ".join(entitled.filter(known)) or "none"
+            raise ModelNotFound(model=model, models=mine) from None
 
     def engine_gone(self, model: str) -> QuorumError:
         """What a request granted a slot gets when its model's engine is gone before the
@@ -289,8 +292,7 @@ class FrontEnd:
         `Retry-After`), else 503 with `Retry-After: 1` (a restart is on its way). Never a
         502: nothing was sent to the engine."""
         try:
-            if self.models is not None:
-                self.models.check(model)
+            self.admission.check(model)
         except QuorumError as exc:
             return exc
         error = ServiceUnavailable(f"model {model!r} is restarting; retry shortly")
@@ -298,27 +300,9 @@ class FrontEnd:
         return error
 
     async def read_body(self, call: Call, limit: int) -> bytes:
-        """The whole body, refused with 413 the moment it passes `limit` (Content-Length
-        first); a client gone meanwhile raises `ClientGone`."""
-        length = call.meta.content_length
-        if length is not None and length > limit:
-            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
-        parts: list[bytes] = []
-        size = 0
-        while True:
-            message = await call.receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone
-            chunk: bytes = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise PayloadTooLarge(f"request body is larger than {limit} bytes")
-            if not message.get("more_body", False):
-                if not parts:
-                    return chunk
-                parts.append(chunk)
-                return b"".join(parts)
-            parts.append(chunk)
+        """The whole body, refused with 413 the moment it passes `limit` (`asgi.read_body`);
+        a client gone meanwhile raises `ClientGone`."""
+        return await read_body(call.receive, call.meta.content_length, limit)
 
     def admitted(self, call: Call, request: AdmissionRequest) -> Admitted:
         """Step 4: `async with front.admitted(call, request) as grant:` (see `Admitted`)."""

@@ -114,3 +114,9 @@ async def sweep_forever(store: ImageStore, every_s: float = 300.0) -> None:
             if removed:
                 log.info("image store: %d expired image(s) removed", removed)
         await asyncio.sleep(every_s)
+
+
+async def close_images(store: ImageStore) -> None:
+    """Remove the images kept for URLs: they die with the runner that served them."""
+    removed = await asyncio.to_thread(store.close)
+    log.info("image store closed: %d image(s) removed", removed)

@@ -93,7 +93,10 @@ class JobManager:
         id_factory: Callable[[], str] = record.new_job_id,
         shutdown_grace_s: float = 5.0,
         store_retry_s: float = RETRY_S,
+        on_finished: Callable[[str, str], None] = lambda _kind, _outcome: None,
     ) -> None:
+        """`on_finished(kind, outcome)`: each job that ends here, once, with its kind and
+        outcome (its terminal status): metrics."""
         self._store = store
         self._sender = sender
         self.runner_id = runner_id
@@ -108,8 +111,7 @@ class JobManager:
         self._writes: PendingWrites[Job, None] = PendingWrites(
             store.put, JobStoreUnavailable, "job", retry_s=store_retry_s
         )
-        # Metrics: each job that ends here, once, with its kind and outcome (terminal status).
-        self.on_finished: Callable[[str, str], None] = lambda _kind, _outcome: None
+        self.on_finished = on_finished
 
     def active(self) -> int:
         """Jobs of this replica still running or delivering their webhook."""

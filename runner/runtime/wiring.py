@@ -1,15 +1,24 @@
-"""What the runner holds while it lives, built once at start: settings, models, the pool,
-the scheduler's admission, load tasks, governance, jobs, telemetry and the snapshot
-refresher, wired to each other. Handlers read it; only start-up and shutdown
-(runner/http/app.py) start and stop what it holds.
+"""What the runner holds while it lives, built once: each part is given what it needs when it
+is made, and nothing is assigned to it afterwards.
+
+`Runtime(settings, models, ...)` builds, in order of need: tenancy (runner/tenancy/), the
+engine kinds and the catalog (`ModelSpecs`), the pool and the scheduler's admission (each
+other's effects and reports: the one place where two parts need each other, joined by
+`ModelPool.start` when the runtime starts), the engine watch, governance, load tasks, jobs,
+the snapshot refresher, the rate limiter, the front-end and the three request paths.
+`start(stack)` starts what runs (timers, stores, the paths' background work) in that order,
+each start's stop pushed on the stack at once, so closing the stack stops everything in the
+reverse order, by construction (runner/http/app.py holds the stack across the ASGI
+lifespan). Handlers read the runtime; nothing else starts or stops what it holds.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import socket
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -17,6 +26,8 @@ from fastapi import Request
 
 from adapters.features import Features
 from governance.verifier import Verifier
+from runner.audio.handler import AudioPath
+from runner.audio.multipart import FormLimits
 from runner.engines.gpus import EngineHost, GpuAccounting
 from runner.engines.kinds import EngineKinds
 from runner.engines.pool import ModelPool
@@ -24,9 +35,12 @@ from runner.engines.sizing import model_size_mb
 from runner.engines.specs import ModelSpecs
 from runner.engines.watch import EngineWatch
 from runner.errors import QuorumError, ServiceUnavailable
+from runner.http.chat import ChatPath
 from runner.http.frontend import FrontEnd
 from runner.http.headers import parse_request_headers
+from runner.images.routes import ImageRoutes, close_images, image_routes, sweep_forever
 from runner.jobs import JobManager, JobStore, MemoryJobStore, RedisJobStore, WebhookSender
+from runner.jobs.http import job_submitter
 from runner.lifecycle.catalog import Roots, available
 from runner.lifecycle.governed import GovernedOps
 from runner.lifecycle.loads import LoadManager
@@ -34,10 +48,11 @@ from runner.memory.factory import telemetry_from_settings
 from runner.memory.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore
 from runner.memory.proc import tree_resident_mb
 from runner.runtime.models_file import ModelsFile, ModelSpec
+from runner.runtime.periodic import cancelled
+from runner.runtime.scheduling import scheduler_config
 from runner.runtime.settings import Settings
 from runner.runtime.startup import Preloads
-from runner.scheduler import ModelState, SchedulerAdmission, SchedulerConfig
-from runner.scheduler.config import RESTART_BACKOFF_S
+from runner.scheduler import ModelState, SchedulerAdmission
 from runner.tasks import (
     EtaEstimator,
     LoadSpeed,
@@ -46,6 +61,7 @@ from runner.tasks import (
     RedisTaskStore,
     TaskStore,
 )
+from runner.telemetry.forecast_metrics import ForecastGauges
 from runner.telemetry.health import HealthReport, Life, health
 from runner.telemetry.metrics import Metrics, SchedulerMetrics
 from runner.telemetry.outcome_metrics import OutcomeMetrics
@@ -58,38 +74,9 @@ from runner.tenancy.live import tenants_event
 from tenants.config import TenantsConfig
 from tenants.identity import DEFAULT_TENANT, resolve_tenant
 from tenants.ratelimit import RateLimiter
+from tenants.storage import storage_from_url
 
 log = logging.getLogger("quorum.runtime")
-
-
-def scheduler_config(
-    settings: Settings, specs: ModelSpecs, tenants: TenantsConfig
-) -> SchedulerConfig:
-    """The scheduler's limits from settings, the pool's models and the tenants' policies.
-
-    Every model is managed (loaded, stopped, evicted by the scheduler's policy); an engine
-    attached by URL is pinned with no memory of ours, and reported ready once attached.
-    """
-    policies = dict(tenants.tenants)
-    caps = {t: p.max_in_flight for t, p in policies.items() if p.max_in_flight}
-    return SchedulerConfig(
-        max_queue_depth=settings.max_queue_depth,
-        queue_timeout_s=settings.queue_timeout_ms / 1000,
-        models={m: specs.policy(spec) for m, spec in specs.specs().items()},
-        unlisted_ready=False,
-        drain_timeout_s=settings.unload_drain_timeout_s,
-        restart_backoff_s=tuple(
-            settings.engine_restart_backoff_s * step for step in RESTART_BACKOFF_S
-        ),
-        tenant_weights={t: p.weight for t, p in policies.items()},
-        default_weight=tenants.default.weight,
-        tenant_queue_caps={t: p.max_queued for t, p in policies.items() if p.max_queued},
-        default_tenant_queue_cap=tenants.default.max_queued,
-        tenant_in_flight_caps=caps,
-        default_in_flight_cap=tenants.default.max_in_flight,
-        shared_in_flight=settings.redis_url is not None,
-        low_aging_s=settings.queue_low_aging_ms / 1000 or None,
-    )
 
 
 class EngineOutcomes:
@@ -112,42 +99,56 @@ class EngineOutcomes:
         self.outcomes.count_engine_crash(spec.id, spec.backend)
 
 
-@dataclass
 class Runtime:
     """Everything the runner holds while it lives; built once, read by handlers."""
 
-    settings: Settings
-    models: ModelsFile
-    tenants: TenantsConfig = field(default_factory=TenantsConfig)
-    metrics: Metrics = field(default_factory=Metrics)
-    kinds: EngineKinds | None = None
-    specs: ModelSpecs = field(init=False)
-    pool: ModelPool = field(init=False)
-    loads: LoadManager = field(init=False)
-    front: FrontEnd = field(init=False)
-    refresher: Refresher = field(init=False)
-    preloads: Preloads = field(init=False)
-    outcomes: OutcomeMetrics = field(init=False)
-    roots: Roots = field(init=False)
-    life: Life = Life.STARTING
-    started_at: float = field(default_factory=time.monotonic)
-    verifier: Verifier | None = None
-    admission: SchedulerAdmission = field(init=False)
-    limiter: RateLimiter | None = None
-    governed: GovernedOps = field(init=False)
-    watch: EngineWatch = field(init=False)
-    webhook_client: httpx.AsyncClient | None = None
-    tenancy: Tenancy = field(init=False)
-
-    def __post_init__(self) -> None:
-        s = self.settings
-        kinds = self.kinds = self.kinds or EngineKinds.from_settings(s)
+    def __init__(
+        self,
+        settings: Settings,
+        models: ModelsFile,
+        tenants: TenantsConfig | None = None,
+        verifier: Verifier | None = None,
+        kinds: EngineKinds | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        """`kinds`: the engine kinds `models` was checked against (default: those the
+        settings name)."""
+        s = self.settings = settings
+        self.models = models
+        self.tenants = tenants or TenantsConfig()
+        self.verifier = verifier
+        self.metrics = metrics or Metrics()
+        self.life = Life.STARTING
+        self.started_at = time.monotonic()
+        self.outcomes = OutcomeMetrics(self.metrics.registry, self.metrics.tenant_label)
+        self.kinds = kinds or EngineKinds.from_settings(s)
         self.tenancy = Tenancy.from_settings(s, self.tenants, self._in_flight_cap)
         self.metrics.declare_tenants(self.tenants.declared)
         self.metrics.audio_usage = self.tenancy.usage.audio
         self.telemetry = telemetry_from_settings(
             s.runner_memory_mb, s.cuda_visible_devices, measure=self._engines_memory_mb
         )
+        self._build_engines()
+        self._build_lifecycle()
+        self.refresher = Refresher(
+            self.pool,
+            self.telemetry,
+            catalog=lambda: available(list(self.specs.specs().values()), self.roots),
+        )
+        self._build_jobs()
+        self.limiter = RateLimiter(
+            self.tenants,
+            storage_from_url(s.redis_url, timeout_s=s.rate_limit_store_timeout_ms / 1000),
+            fail_open=s.rate_limit_fail_open,
+            on_storage_error=lambda _tenant, _exc: self.metrics.ratelimit_store_errors.inc(),
+        )
+        self.front = self._front_end()
+        self._build_paths()
+        self._register_metrics()
+
+    def _build_engines(self) -> None:
+        """The catalog, the pool, the scheduler's admission and the engine watch."""
+        s, kinds = self.settings, self.kinds
         leases: LeaseStore = (
             RedisLeaseStore.from_url(
                 s.redis_url, prefix=f"quorum:mem:lease:{socket.gethostname()}:"
@@ -166,10 +167,9 @@ class Runtime:
                 if (g := k.traits.load_guess) is not None
             }
         )
-        self.outcomes = OutcomeMetrics(self.metrics.registry, self.metrics.tenant_label)
         self.pool = ModelPool(
             self.specs,
-            GpuAccounting(self.telemetry, leases, s),
+            GpuAccounting(self.telemetry, leases, s.runner_id, s.cuda_visible_devices),
             host,
             self.estimator,
             stop_grace_s=s.engine_stop_grace_s,
@@ -183,7 +183,6 @@ class Runtime:
             models=self.pool,
             permits=self.tenancy.permits,
         )
-        self.pool.start(self.admission)
         self.watch = EngineWatch(
             self.pool,
             self.admission,
@@ -193,46 +192,143 @@ class Runtime:
             families=self.metrics.vllm,
             on_hang=self.outcomes.count_engine_hang,
         )
+
+    def _build_lifecycle(self) -> None:
+        """Governance, load tasks and the preloads."""
+        s = self.settings
         self.governed = GovernedOps(self.verifier, self.pool.ready.flushes, self.metrics)
-        store: TaskStore = (
+        self.task_store: TaskStore = (
             RedisTaskStore.from_url(s.redis_url) if s.redis_url else MemoryTaskStore(time.time)
         )
-        roots = Roots(
+        self.roots = Roots(
             Path(s.model_base_path).expanduser(),
             Path(s.hf_home).expanduser() if s.hf_home else None,
             tuple(p.parent for m in self.models.models if (p := m.local_path()) is not None),
         )
-        self.roots = roots
         self.loads = LoadManager(
             self.specs,
             self.admission,
             self.governed,
-            store,
-            roots,
+            self.task_store,
+            self.roots,
             self.estimator,
             s.runner_id,
             on_finished=self.metrics.count_load,
         )
         self.preloads = Preloads(s.runner_id, time.time)
-        self.refresher = Refresher(
+
+    def _build_jobs(self) -> None:
+        """Async jobs (`Prefer: respond-async` on the image and audio routes, GET/DELETE
+        /v1/jobs/{id}); webhooks signed with WEBHOOK_SECRET when it is set."""
+        s = self.settings
+        self.job_store: JobStore = (
+            RedisJobStore.from_url(s.redis_url, retention_s=s.job_retention_s)
+            if s.redis_url
+            else MemoryJobStore(time.time, retention_s=s.job_retention_s)
+        )
+        self.webhook_client: httpx.AsyncClient | None = None
+        sender = None
+        if s.webhook_secret is not None:  # validated at start-up (quorum serve: exit 2)
+            self.webhook_client = httpx.AsyncClient(follow_redirects=False)
+            sender = WebhookSender(self.webhook_client, s.webhook_secret.get_secret_value())
+        self.jobs = JobManager(
+            self.job_store, sender, s.runner_id, time.time, on_finished=self.outcomes.count_job
+        )
+
+    def _front_end(self) -> FrontEnd:
+        """The request front-end every inference path shares (runner/http/frontend.py)."""
+        specs = self.specs
+
+        def path_of(model: str) -> str | None:
+            spec = specs.spec(model)
+            return specs.kind(spec).traits.request_path if spec is not None else None
+
+        return FrontEnd(
+            self.admission,
+            self.limiter,
+            self.tenants,
+            self.metrics,
+            multi_tenant=self.settings.enable_multi_tenant,
+            path_of=path_of,
+            objectives=self.settings.objectives,
+            budgets=self.tenancy.budgets,
+            usage=self.tenancy.usage,
+        )
+
+    def _build_paths(self) -> None:
+        """The three request paths on the front-end, each reading the pool's ready engines
+        of its own kind."""
+        s, ready, records = self.settings, self.pool.ready, self.pool.records
+        self.chat = ChatPath(
+            self.front, ready.chat, self.metrics, s.max_body_bytes,
+            context_of=lambda m: r.context_length if (r := records.get(m)) else None,
+        )  # fmt: skip
+        self.audio = AudioPath(
+            self.front,
+            ready.speech,
+            self.metrics,
+            FormLimits(max_file_bytes=s.audio_max_bytes),
+            submit_job=job_submitter(self.jobs),
+        )
+        images = any(self.specs.kind(m).traits.request_path == "images" for m in self.models.models)
+        self.images: ImageRoutes = image_routes(
+            self.front,
             self.pool,
-            self.telemetry,
-            catalog=lambda: available(list(self.specs.specs().values()), roots),
+            s,
+            job_submitter(self.jobs),
+            keep_files=images,
+            count_images=self.count_images,
         )
-        self.admission.listen(lambda _notice: self.refresher.soon())  # a model changed state
-        self.metrics.registry.register(SnapshotCollector(lambda: self.refresher.current))
-        self.metrics.registry.register(HealthCollector(lambda: str(self.health().body["status"])))
-        self.metrics.registry.register(EngineQueueCollector(lambda: self.watch.loads))
-        rt = self  # the endpoint picker's `vllm:*` gauges (runner/telemetry/picker_metrics.py)
-        picker = picker_collector(
-            rt.admission, rt.specs, lambda: rt.refresher.current, rt.watch, rt.metrics.vllm
-        )
-        self.metrics.picker_registry.register(picker)
-        self.metrics.route(s.picker_metrics_path)
-        export_seed_names(
-            rt.metrics, s.metrics_names, rt.admission.queue_depth, lambda: rt.refresher.current
-        )
-        self._jobs_init()
+
+    def _register_metrics(self) -> None:
+        """The families read at scrape time, and where `/metrics` and the picker's are."""
+        s, metrics = self.settings, self.metrics
+        current = lambda: self.refresher.current  # noqa: E731
+        metrics.registry.register(SnapshotCollector(current))
+        metrics.registry.register(HealthCollector(lambda: str(self.health().body["status"])))
+        metrics.registry.register(EngineQueueCollector(lambda: self.watch.loads))
+        metrics.registry.register(ForecastGauges(self.admission.stats))
+        metrics.watch_queue(self.admission.depth_by_priority)
+        picker = picker_collector(self.admission, self.specs, current, self.watch, metrics.vllm)
+        metrics.picker_registry.register(picker)
+        metrics.route(s.picker_metrics_path)
+        export_seed_names(metrics, s.metrics_names, self.admission.queue_depth, current)
+
+    async def start(self, stack: contextlib.AsyncExitStack) -> None:
+        """Start what runs, in order, each stop pushed on `stack` right after its start:
+        closing `stack` stops the request paths' work, the load tasks and jobs, the
+        timers, the scheduler, then the engines, then the stores, in that order."""
+        s = self.settings
+        stack.push_async_callback(self.job_store.aclose)
+        if self.webhook_client is not None:
+            stack.push_async_callback(self.webhook_client.aclose)
+        stack.push_async_callback(self.pool.gpus.leases.aclose)
+        stack.push_async_callback(self.task_store.aclose)
+        self.pool.start(self.admission)
+        stack.push_async_callback(self.pool.close)
+        if self.verifier is not None:
+            stack.push_async_callback(self.verifier.aclose)
+        stack.push_async_callback(self.limiter.aclose)
+        await self.admission.start()
+        stack.push_async_callback(self.admission.stop)
+        await self.tenancy.start(self.apply_tenants, self.admission.permit_granted)
+        stack.push_async_callback(self.tenancy.aclose)
+        stack.callback(self.admission.listen(lambda _notice: self.refresher.soon()))
+        await self.watch.start()
+        stack.push_async_callback(self.watch.stop)
+        await self.refresher.start()
+        stack.push_async_callback(self.refresher.stop)
+        store = self.images.store
+        if store is not None:  # URLs die with the runner: so do their files
+            stack.push_async_callback(close_images, store)
+            sweeper = asyncio.get_running_loop().create_task(sweep_forever(store))
+            stack.push_async_callback(cancelled, sweeper)
+        await self.jobs.start()
+        stack.push_async_callback(self.jobs.aclose)
+        await self.loads.start()
+        stack.push_async_callback(self.loads.aclose)
+        if s.enable_metrics and s.metrics_port and s.metrics_port != s.port:
+            self.metrics.serve_separately(s.metrics_port, s.host)
 
     def health(self) -> HealthReport:
         """The runner's health, derived once from the scheduler's models
@@ -250,27 +346,6 @@ class Runtime:
             gpu_out_of_memory=snap.source == "nvml" and snap.out_of_memory(),
         )
 
-    def front_end(self, limiter: RateLimiter) -> FrontEnd:
-        """The request front-end every inference path shares (runner/http/frontend.py)."""
-        specs = self.specs
-
-        def path_of(model: str) -> str | None:
-            spec = specs.spec(model)
-            return specs.kind(spec).traits.request_path if spec is not None else None
-
-        return FrontEnd(
-            self.admission,
-            limiter,
-            self.tenants,
-            self.metrics,
-            multi_tenant=self.settings.enable_multi_tenant,
-            models=self.admission,
-            path_of=path_of,
-            objectives=self.settings.objectives,
-            budgets=self.tenancy.budgets,
-            usage=self.tenancy.usage,
-        )
-
     def count_images(self, model: str, tenant: str, images: int) -> None:
         self.outcomes.count_images(model, tenant, images)
         self.tenancy.usage.images(model, tenant, images)
@@ -281,17 +356,14 @@ class Runtime:
     def apply_tenants(self, config: TenantsConfig) -> None:
         """A new tenant configuration (runner/tenancy/live.py) applied to everything that
         reads one: identity, rate limits, the scheduler, the metrics' declared tenants."""
-        self.tenants = config
-        if hasattr(self, "front"):
-            self.front.tenants = config
-        if self.limiter is not None:
-            self.limiter.reload(config)
+        self.tenants = self.front.tenants = config
+        self.limiter.reload(config)
         self.admission.tenants_changed(tenants_event(config, time.monotonic()))
         self.metrics.declare_tenants(config.declared)
 
     def features_of(self, spec: ModelSpec) -> Features:
         """What a loaded engine of `spec` offers its clients (its kind's)."""
-        return self.specs.kind(spec).features(self.specs.kinds.engine_spec(spec))
+        return self.specs.kind(spec).features(self.kinds.engine_spec(spec))
 
     def loading(self) -> dict[str, LoadTask]:
         """Each loading model's progress: start-up's preload, governed load tasks."""
@@ -306,45 +378,15 @@ class Runtime:
         return error
 
     async def preload(self) -> None:
-        """Attach URL engines and load `preload` models, one after another, through the
-        scheduler's memory policy; a failure is recorded (the model reads failed), not
-        fatal. Runs while the runner already answers (503 `starting`): `preloads` says how
-        far it is."""
+        """Start-up's preloads (`Preloads.run`), while the runner already answers (503
+        `starting`)."""
         specs = [s for s in self.specs.specs().values() if s.attached or s.preload]
-        for spec in specs:  # attaching an engine somebody else runs is one probe: ~0 s
-            size = model_size_mb(spec)
-            predicted = 0.0 if spec.attached else self.estimator.predict(spec.backend, size)
-            self.preloads.plan(spec.id, predicted)
-        for spec in specs:
-            self.preloads.begin(spec.id)
-            try:
-                notice = await self.loads.preload(spec)
-            finally:
-                self.preloads.end()
-            if notice.refused is not None or notice.view.state is not ModelState.READY:
-                why = notice.refused or notice.view.reason
-                log.error("preload of %s failed: %s", spec.id, why)
+        predict = lambda s: self.estimator.predict(s.backend, model_size_mb(s))  # noqa: E731
+        await self.preloads.run(specs, self.loads.preload, predict)
 
     def _engines_memory_mb(self) -> int:
         pids = self.pool.engine_pids()
         return tree_resident_mb(pids) if pids else 0
-
-    # -- async jobs: `Prefer: respond-async` on the image and audio routes,
-    # GET/DELETE /v1/jobs/{id}; webhooks signed with WEBHOOK_SECRET when it is set.
-
-    def _jobs_init(self) -> None:
-        s = self.settings
-        self.job_store: JobStore = (
-            RedisJobStore.from_url(s.redis_url, retention_s=s.job_retention_s)
-            if s.redis_url
-            else MemoryJobStore(time.time, retention_s=s.job_retention_s)
-        )
-        sender = None
-        if s.webhook_secret is not None:  # validated at start-up (quorum serve: exit 2)
-            self.webhook_client = httpx.AsyncClient(follow_redirects=False)
-            sender = WebhookSender(self.webhook_client, s.webhook_secret.get_secret_value())
-        self.jobs = JobManager(self.job_store, sender, s.runner_id, time.time)
-        self.jobs.on_finished = self.outcomes.count_job
 
     def request_tenant(self, request: Request) -> str:
         """The tenant of a control-plane request (jobs, logs), identified as for inference."""

@@ -17,7 +17,7 @@ posted while another is being handled (a model pool answering inside
 `start_load`) is queued and handled right after it, so the core is never
 re-entered.
 
-The model pool plugs in as the `ModelEffects` (`models=` or `attach_models`)
+The model pool plugs in as the `ModelEffects` (`models=`, given at construction)
 and reports back with `model_ready`, `load_failed`, `model_stopped`,
 `model_slept`, `model_crashed`; the API asks with `request_load` /
 `request_unload`. Each stamps the event with the injected clock. Whoever wants to
@@ -190,10 +190,6 @@ class SchedulerAdmission:
         self._ticker: asyncio.Task[None] | None = None
         self._handling = False
         self._later: deque[Event] = deque()
-
-    def attach_models(self, models: ModelEffects) -> None:
-        """Hand model loads and stops to this pool from now on."""
-        self._effects.models = models
 
     async def start(self) -> None:
         if self._ticker is None:

@@ -92,9 +92,11 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
     pool = FakePool()
     clock = [1000.0]
     admission = SchedulerAdmission(
-        SchedulerConfig(unlisted_ready=False), clock=lambda: clock[0], tick_interval_s=3600
+        SchedulerConfig(unlisted_ready=False),
+        clock=lambda: clock[0],
+        tick_interval_s=3600,
+        models=pool,
     )
-    admission.attach_models(pool)
     store = CountingStore()
     roots = Roots(tmp_path, None, (tmp_path,))
     loads = LoadManager(

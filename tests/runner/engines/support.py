@@ -35,7 +35,12 @@ def make_pool(
     host = EngineHost(telemetry, VllmMetricsCollector())
     return ModelPool(
         ModelSpecs(models, kinds, host.gpu_total_mb),
-        GpuAccounting(telemetry, leases or MemoryLeaseStore(monotonic), settings),
+        GpuAccounting(
+            telemetry,
+            leases or MemoryLeaseStore(monotonic),
+            settings.runner_id,
+            settings.cuda_visible_devices,
+        ),
         host,
         EtaEstimator(),
         stop_grace_s=settings.engine_stop_grace_s,
