@@ -11,5 +11,5 @@ tally of missed probes, the prober).
 
 May import `scheduler/` (its effects protocol and notices), `memory/`, `tasks.eta`, the
 settings and models file (`runtime.settings`, `runtime.models_file`, `runtime.periodic`)
-and `adapters/`; never `http/`, `lifecycle/` or `telemetry/`.
+and `adapters/`; never `http/`, `lifecycle/` or `telemetry/` (a contract in pyproject.toml).
 """

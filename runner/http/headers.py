@@ -37,36 +37,14 @@ from dataclasses import dataclass
 from itertools import count
 
 from runner.errors import InvalidHeader
+from runner.runtime.settings import DEFAULT_OBJECTIVE_PRIORITIES, parse_objective_priorities
 
 _TENANT = re.compile(rb"[A-Za-z0-9._-]{1,64}")
 _REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
 _PRIORITIES = {b"high": "high", b"normal": "normal", b"low": "low"}
-_PRIORITIES_S = frozenset(_PRIORITIES.values())
 _CACHE_MODES = {b"prefix": "prefix", b"none": "none", b"auto": "auto"}
 _BOOT = os.urandom(4).hex()
 _SEQ = count(1)
-
-DEFAULT_OBJECTIVE_PRIORITIES = (
-    "high=high,normal=normal,low=low,critical=high,standard=normal,sheddable=low"
-)
-"""OBJECTIVE_PRIORITIES' default: the InferenceObjectives of deploy/k8s/ (high, normal, low)
-and the Inference Extension's older criticality names (Critical, Standard, Sheddable)."""
-
-
-def parse_objective_priorities(text: str) -> dict[bytes, str]:
-    """`name=priority,...` (an InferenceObjective's name, one of high, normal, low) as the
-    table `parse_request_headers` reads; names are case-insensitive. ValueError names the
-    bad entry."""
-    table: dict[bytes, str] = {}
-    for entry in text.split(","):
-        if not entry.strip():
-            continue
-        name, sep, priority = (part.strip().lower() for part in entry.partition("="))
-        if not sep or not name or not name.isascii() or priority not in _PRIORITIES_S:
-            raise ValueError(f"{entry.strip()!r} is not <objective>=high|normal|low")
-        table[name.encode()] = priority
-    return table
-
 
 DEFAULT_OBJECTIVES = parse_objective_priorities(DEFAULT_OBJECTIVE_PRIORITIES)
 

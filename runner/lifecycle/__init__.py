@@ -7,5 +7,5 @@ governed call, run a cache flush), `gate` (the verifier built from settings),
 (Hugging Face downloads with progress).
 
 May import `engines/`, `scheduler/`, `tasks/`, `telemetry/`, `runtime.settings` and the
-models file; never `http/`.
+models file; never `http/` (a contract in pyproject.toml).
 """

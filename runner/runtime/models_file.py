@@ -142,9 +142,9 @@ class KindChecks(Protocol):
     def check(self, spec: ModelSpec) -> None: ...
 
 
-def load_models_file(path: str | None, kinds: KindChecks | None = None) -> ModelsFile:
+def load_models_file(path: str | None, kinds: KindChecks) -> ModelsFile:
     """Parse and validate the models file, each entry against its engine kind (`kinds`:
-    the runner's; the built-in kinds when not given); no file means no models.
+    the runner's, `runner/engines/kinds.EngineKinds`); no file means no models.
 
     Raises ConfigError naming MODELS_CONFIG, the entry and the problem.
     """
@@ -166,10 +166,6 @@ def load_models_file(path: str | None, kinds: KindChecks | None = None) -> Model
             f"{'.'.join(str(p) for p in e['loc']) or 'file'}: {e['msg']}" for e in exc.errors()
         )
         raise ConfigError(f"MODELS_CONFIG={path!r}: {problems}") from None
-    if kinds is None:
-        from runner.engines.kinds import EngineKinds  # the table imports this module
-
-        kinds = EngineKinds()
     for m in parsed.models:
         try:
             kinds.check(m)

@@ -21,8 +21,35 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from adapters.llama_server.kind import default_binary as default_llama_server_bin
 from adapters.vllm.launch import DEFAULT_BIN as DEFAULT_VLLM_BIN
 from runner.errors import ConfigError
-from runner.http.headers import DEFAULT_OBJECTIVE_PRIORITIES, parse_objective_priorities
-from runner.telemetry.metrics import PICKER_PATH
+
+DEFAULT_OBJECTIVE_PRIORITIES = (
+    "high=high,normal=normal,low=low,critical=high,standard=normal,sheddable=low"
+)
+"""OBJECTIVE_PRIORITIES' default: the InferenceObjectives of deploy/k8s/ (high, normal, low)
+and the Inference Extension's older criticality names (Critical, Standard, Sheddable)."""
+
+PRIORITIES = ("high", "normal", "low")
+"""The priority bands a request may ask for (X-Priority, OBJECTIVE_PRIORITIES)."""
+
+
+def parse_objective_priorities(text: str) -> dict[bytes, str]:
+    """`name=priority,...` (an InferenceObjective's name, one of high, normal, low) as the
+    table the request headers are read with (runner/http/headers.py); names are
+    case-insensitive. ValueError names the bad entry."""
+    table: dict[bytes, str] = {}
+    for entry in text.split(","):
+        if not entry.strip():
+            continue
+        name, sep, priority = (part.strip().lower() for part in entry.partition("="))
+        if not sep or not name or not name.isascii() or priority not in PRIORITIES:
+            raise ValueError(f"{entry.strip()!r} is not <objective>=high|normal|low")
+        table[name.encode()] = priority
+    return table
+
+
+PICKER_PATH = "/metrics/picker"
+"""PICKER_METRICS_PATH's default: where the endpoint picker's `vllm:*` gauges are served
+(runner/telemetry/picker_metrics.py)."""
 
 
 def _default_runner_id() -> str:

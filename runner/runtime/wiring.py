@@ -61,14 +61,13 @@ from runner.tasks import (
     RedisTaskStore,
     TaskStore,
 )
-from runner.telemetry.forecast_metrics import ForecastGauges
 from runner.telemetry.health import HealthReport, Life, health
 from runner.telemetry.metrics import Metrics, SchedulerMetrics
 from runner.telemetry.outcome_metrics import OutcomeMetrics
 from runner.telemetry.picker_metrics import picker_collector
 from runner.telemetry.seed_metrics import export_seed_names
 from runner.telemetry.snapshot import Refresher, SnapshotCollector
-from runner.telemetry.state_metrics import EngineQueueCollector, HealthCollector
+from runner.telemetry.state_metrics import EngineQueueCollector, ForecastGauges, HealthCollector
 from runner.tenancy.build import Tenancy
 from runner.tenancy.live import tenants_event
 from tenants.config import TenantsConfig

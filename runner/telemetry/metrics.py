@@ -31,12 +31,12 @@ from prometheus_client.registry import Collector
 
 from adapters.vllm.metrics import VllmMetricsCollector
 from runner.audio.metrics import RTF_BUCKETS
+from runner.runtime.settings import PICKER_PATH
 from runner.telemetry.exposition import Exposition
 from runner.telemetry.histogram import LabelledHistogram
 from runner.telemetry.metrics_port import serve_paths
 
 METRICS_PATH = "/metrics"
-PICKER_PATH = "/metrics/picker"  # PICKER_METRICS_PATH's default
 OTHER_TENANT = "_other"
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 

@@ -11,7 +11,8 @@ from runner.errors import ConfigError
 from runner.runtime.models_file import ModelSpec, default_models_path, load_models_file
 from tests.support.runner_proc import REPO_ROOT
 
-slots = EngineKinds().slots  # `parallel`, else the kind's default
+KINDS = EngineKinds()
+slots = KINDS.slots  # `parallel`, else the kind's default
 
 
 def _write(tmp_path: Path, text: str) -> str:
@@ -25,7 +26,8 @@ def test_models_file_minimal_url_entry(tmp_path: Path) -> None:
     f = load_models_file(
         _write(
             tmp_path, "models:\n  - id: echo\n    backend: openai\n    url: http://127.0.0.1:9000\n"
-        )
+        ),
+        KINDS,
     )
     assert [(m.id, m.url, slots(m)) for m in f.models] == [("echo", "http://127.0.0.1:9000", 8)]
 
@@ -49,14 +51,15 @@ models:
     load_timeout_s: 30
     args: ["--x"]
 """,
-        )
+        ),
+        KINDS,
     )
     assert slots(f.models[0]) == 3 and f.models[0].pin
 
 
 def test_models_file_absent_means_no_models() -> None:
     """No MODELS_CONFIG: the runner starts with no models."""
-    assert load_models_file(None).models == []
+    assert load_models_file(None, KINDS).models == []
 
 
 @pytest.mark.parametrize(
@@ -87,14 +90,14 @@ def test_models_file_invalid_is_refused_naming_problem(
 ) -> None:
     """An invalid models file raises ConfigError naming MODELS_CONFIG and the problem."""
     with pytest.raises(ConfigError) as info:
-        load_models_file(_write(tmp_path, text))
+        load_models_file(_write(tmp_path, text), KINDS)
     assert "MODELS_CONFIG" in str(info.value) and fragment in str(info.value)
 
 
 def test_models_file_missing_is_refused(tmp_path: Path) -> None:
     """A path that does not exist is a start-up error, not an empty runner."""
     with pytest.raises(ConfigError):
-        load_models_file(str(tmp_path / "nope.yaml"))
+        load_models_file(str(tmp_path / "nope.yaml"), KINDS)
 
 
 def test_models_file_faster_whisper_by_path_package_or_size(tmp_path: Path) -> None:
@@ -109,7 +112,8 @@ models:
   - {{id: pkg, backend: faster-whisper, path: "package:runner/engines"}}
   - {{id: size, backend: faster-whisper, whisper_model: tiny.en}}
 """,
-        )
+        ),
+        KINDS,
     )
     by_id = {m.id: m for m in f.models}
     assert by_id["dir"].local_path() == tmp_path and slots(by_id["dir"]) == 2
@@ -142,7 +146,7 @@ def test_models_file_bad_faster_whisper_entry_is_refused(
     """A speech model with no model, two of them, an unknown size, a url, or a bad package
     path is refused naming the problem."""
     with pytest.raises(ConfigError) as info:
-        load_models_file(_write(tmp_path, f"models:\n  - {entry}\n"))
+        load_models_file(_write(tmp_path, f"models:\n  - {entry}\n"), KINDS)
     assert fragment in str(info.value)
 
 
@@ -151,5 +155,5 @@ def test_default_models_path_is_the_repositorys_models_yaml() -> None:
     served no model at all when this pointed inside runner/), and it loads."""
     path = default_models_path()
     assert path == str(REPO_ROOT / "models.yaml")
-    ids = [spec.id for spec in load_models_file(path).models]
+    ids = [spec.id for spec in load_models_file(path, KINDS).models]
     assert ids[0] == "smollm2-135m-instruct" and "gemma-3-270m" in ids

@@ -20,9 +20,10 @@ from adapters.kind import EngineLoad
 from adapters.vllm.metrics import parse_families
 from runner.engines.kinds import EngineKinds
 from runner.runtime.models_file import ModelSpec
+from runner.runtime.settings import PICKER_PATH
 from runner.scheduler import ModelState
 from runner.scheduler.models import ModelView
-from runner.telemetry.metrics import METRICS_PATH, PICKER_PATH, Metrics
+from runner.telemetry.metrics import METRICS_PATH, Metrics
 from runner.telemetry.picker_metrics import (
     NAMES,
     KvCache,
