@@ -39,7 +39,7 @@ from faults import QuorumError
 from runner.errors import BadRequest, error_body
 from runner.http.asgi import FALSE_REPORT_HEADERS, JSON, Receive, Scope, Send, send_whole
 from runner.http.body_checks import check_generation
-from runner.http.frontend import Admitted, Call, FrontEnd
+from runner.http.frontend import Admitted, ClientCall, FrontEnd
 from runner.scheduler.grants import Usage
 from runner.telemetry.metrics import Metrics
 from runner.tenancy.guard import output_bound, prompt_bound
@@ -73,7 +73,7 @@ class ChatPath:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.front(scope, receive, send, self._serve)
 
-    async def _serve(self, call: Call) -> int:
+    async def _serve(self, call: ClientCall) -> int:
         body = await self.front.read_body(call, self.max_body)  # 2
         obj, model = _parse(body)  # 3
         self.front.check_model(call, model, "chat")
@@ -121,7 +121,7 @@ class ChatPath:
 
     async def _forward(
         self,
-        call: Call,
+        call: ClientCall,
         admitted: Admitted,
         engine: ChatEngine,
         placement: Placement,
@@ -143,7 +143,12 @@ class ChatPath:
         return await self._whole(call, admitted, engine, resp, payload)
 
     async def _whole(
-        self, call: Call, admitted: Admitted, engine: ChatEngine, resp: Response, payload: bytes
+        self,
+        call: ClientCall,
+        admitted: Admitted,
+        engine: ChatEngine,
+        resp: Response,
+        payload: bytes,
     ) -> tuple[int, CacheReport]:
         """A whole answer with its report; an engine's refusal becomes our envelope."""
         if resp.status != 200:
@@ -168,7 +173,7 @@ class ChatPath:
 
     async def _stream(
         self,
-        call: Call,
+        call: ClientCall,
         admitted: Admitted,
         engine: ChatEngine,
         placement: Placement,
@@ -273,7 +278,9 @@ def _estimate_output(obj: dict[str, Any]) -> int:
     return 256
 
 
-def _response_headers(call: Call, report: CacheReport, ctype: bytes) -> list[tuple[bytes, bytes]]:
+def _response_headers(
+    call: ClientCall, report: CacheReport, ctype: bytes
+) -> list[tuple[bytes, bytes]]:
     """The runner's headers on an answer: cache report, queue wait, GPU time, ids, limits."""
     if report.cache_hit:
         headers = [
@@ -292,7 +299,7 @@ def _response_headers(call: Call, report: CacheReport, ctype: bytes) -> list[tup
     return headers
 
 
-def _took(call: Call, report: CacheReport, *, final: bool) -> CacheReport:
+def _took(call: ClientCall, report: CacheReport, *, final: bool) -> CacheReport:
     """The engine's figures, when `report` has them: what the call cost if `final` (a
     whole answer), else once the stream has ended (`guard.Spent.used`)."""
     if report.input_tokens or report.output_tokens:

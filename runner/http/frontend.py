@@ -19,7 +19,7 @@ Every inference request goes the same way, whatever its path:
        (`Metrics.count_request`); what it cost (`runner/tenancy/guard.Spent`) settles
        its token reservation and goes to the usage (`_account`).
 
-Per-request state travels in one record (`Call`), not in arguments.
+Per-request state travels in one record (`ClientCall`), not in arguments.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class CheckedAdmission(Admission, Protocol):
 
 
 @dataclass(slots=True)
-class Call:
+class ClientCall:
     """One request through the front-end: who sent it, and how far it got."""
 
     scope: Scope
@@ -144,7 +144,7 @@ class Call:
         )  # fmt: skip
 
 
-Serve = Callable[[Call], Awaitable[int]]
+Serve = Callable[[ClientCall], Awaitable[int]]
 """A path's work on an identified, rate-limited request; returns the status it answered."""
 
 
@@ -187,10 +187,10 @@ class FrontEnd:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send, serve: Serve) -> None:
-        call: Call | None = None
+        call: ClientCall | None = None
         try:
             meta = parse_request_headers(scope["headers"], self.objectives)  # 1
-            call = Call(scope, receive, send, meta, "_invalid")
+            call = ClientCall(scope, receive, send, meta, "_invalid")
             call.tenant = self.identify(meta)
             self._police(call)
             call.limits += await self._rate_limit(call.tenant)  # 2
@@ -209,7 +209,7 @@ class FrontEnd:
         self.metrics.count_request(call.model, call.tenant, status)
         self._account(call, status)
 
-    def _police(self, call: Call) -> None:
+    def _police(self, call: ClientCall) -> None:
         """The tenant's policy as it is now, and the priority the request is served at
         (`tenants.policy.effective_priority`; X-Effective-Priority on every answer)."""
         policy = call.policy = self.tenants.policy(call.tenant)
@@ -231,7 +231,7 @@ class FrontEnd:
             raise error
         return self.limiter.headers(decision) + headers
 
-    async def reserve_tokens(self, call: Call, model: str) -> None:
+    async def reserve_tokens(self, call: ClientCall, model: str) -> None:
         """Reserve the request's bounds (`call.spent`) against its tenant's token budgets
         (429, 400 or 503 when refused); the headers join the call's."""
         if self.budgets is None or not call.policy.token_budgets:
@@ -247,7 +247,7 @@ class FrontEnd:
             raise
         call.limits += headers
 
-    def _account(self, call: Call, status: int) -> None:
+    def _account(self, call: ClientCall, status: int) -> None:
         """Step 5: what the request is charged (`guard.Spent.used`) replaces its token
         reservation and goes to the usage, with its outcome and times."""
         used_in, used_out = call.spent.used()
@@ -260,7 +260,7 @@ class FrontEnd:
                 queue_ms=call.queue_wait_ms,
             )  # fmt: skip
 
-    def check_model(self, call: Call, model: str, kind: str) -> None:
+    def check_model(self, call: ClientCall, model: str, kind: str) -> None:
         """`model` is the call's: refused now if the tenant may not use it (403
         `model_not_allowed`, before any queueing), if another path serves it (400
         `unsupported_model` naming where to send it) or with what the scheduler would
@@ -299,12 +299,12 @@ class FrontEnd:
         error.headers["Retry-After"] = "1"
         return error
 
-    async def read_body(self, call: Call, limit: int) -> bytes:
+    async def read_body(self, call: ClientCall, limit: int) -> bytes:
         """The whole body, refused with 413 the moment it passes `limit` (`asgi.read_body`);
         a client gone meanwhile raises `ClientGone`."""
         return await read_body(call.receive, call.meta.content_length, limit)
 
-    def admitted(self, call: Call, request: AdmissionRequest) -> Admitted:
+    def admitted(self, call: ClientCall, request: AdmissionRequest) -> Admitted:
         """Step 4: `async with front.admitted(call, request) as grant:` (see `Admitted`)."""
         return Admitted(self, call, request)
 
@@ -327,7 +327,7 @@ class Admitted:
         "_call", "_front", "_let_go", "_request", "_started", "_watch", "grant", "usage",
     )  # fmt: skip
 
-    def __init__(self, front: FrontEnd, call: Call, request: AdmissionRequest) -> None:
+    def __init__(self, front: FrontEnd, call: ClientCall, request: AdmissionRequest) -> None:
         self._front = front
         self._call = call
         self._request = request

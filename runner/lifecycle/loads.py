@@ -42,7 +42,7 @@ from runner.engines.sizing import model_size_mb
 from runner.engines.specs import ModelSpecs
 from runner.errors import BadRequest, ModelDownloadFailed
 from runner.lifecycle.catalog import Roots, resolve
-from runner.lifecycle.downloads import ByteMeter, fetch_snapshot
+from runner.lifecycle.downloads import ByteMeter, fetch_reporting
 from runner.lifecycle.governed import GovernedOps, governed_request, parse_body
 from runner.lifecycle.load_requests import UNLOAD_FIELDS, LoadRequest, parse_load
 from runner.runtime.models_file import ModelSpec
@@ -364,43 +364,29 @@ class LoadManager:
         kinds = self.specs.kinds
         found = kinds.of(spec).traits.download_patterns
         patterns = list(found) if found is not None else None
-        loop = asyncio.get_running_loop()
-        moved = asyncio.Event()
+        started = self.clock()
+        written = task
 
-        def bytes_moved() -> None:  # in the download's thread
-            loop.call_soon_threadsafe(moved.set)
-
-        meter = ByteMeter(on_bytes=bytes_moved)
-        fetch = asyncio.ensure_future(
-            asyncio.to_thread(fetch_snapshot, repo_id, cache, patterns, meter)
-        )
-        # A cancelled task stops waiting; the thread still ends, and its outcome is nobody's.
-        fetch.add_done_callback(lambda f: f.cancelled() or f.exception())
-        started = written = self.clock()
-        while not fetch.done():
-            waiter = asyncio.ensure_future(moved.wait())
-            await asyncio.wait({fetch, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-            moved.clear()
-            now = self.clock()
-            if fetch.done() or now - written < PROGRESS_EVERY_S:
-                continue
+        async def report(meter: ByteMeter, now: float) -> bool:
+            nonlocal written
             load_s = self.estimator.predict(spec.backend, meter.expected_mb())
             progress, eta = download_progress(meter.fraction(), now - started, load_s)
-            task = await self._write(
-                task.progress_to(progress, eta=task.eta if eta is None else eta, now=now)
-            )
-            written = now
-            if task.status.terminal:  # the thread finishes the file; nothing will use it
-                return spec, task
+            eta = written.eta if eta is None else eta
+            written = await self._write(written.progress_to(progress, eta=eta, now=now))
+            return written.status.terminal  # the thread finishes the file; nobody uses it
+
         try:
-            local = fetch.result()
+            local = await fetch_reporting(
+                repo_id, cache, patterns, report, self.clock, PROGRESS_EVERY_S
+            )
         except Exception as exc:  # huggingface_hub's errors, translated here once
             raise ModelDownloadFailed(
                 f"{repo_id}: download failed ({type(exc).__name__}: {str(exc)[:300]})"
             ) from None
+        if local is None:  # the task ended meanwhile (cancelled through another replica)
+            return spec, written
         resolved, _ = resolve(local, {}, self.roots, kinds, spec.backend, spec.quantization)
-        return resolved.model_copy(update={"id": spec.id}), task
+        return resolved.model_copy(update={"id": spec.id}), written
 
 
 def _params(request: LoadRequest) -> LoadParams:

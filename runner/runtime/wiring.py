@@ -63,7 +63,7 @@ from runner.tasks import (
 )
 from runner.telemetry.health import HealthReport, Life, health
 from runner.telemetry.metrics import Metrics, SchedulerMetrics
-from runner.telemetry.outcome_metrics import OutcomeMetrics
+from runner.telemetry.outcome_metrics import EngineOutcomes, OutcomeMetrics
 from runner.telemetry.picker_metrics import picker_collector
 from runner.telemetry.seed_metrics import export_seed_names
 from runner.telemetry.snapshot import Refresher, SnapshotCollector
@@ -76,26 +76,6 @@ from tenants.ratelimit import RateLimiter
 from tenants.storage import storage_from_url
 
 log = logging.getLogger("quorum.runtime")
-
-
-class EngineOutcomes:
-    """What the pool tells metrics (`pool.PoolObserver`): loads, restarts, crashes."""
-
-    def __init__(self, metrics: Metrics, outcomes: OutcomeMetrics, kinds: EngineKinds) -> None:
-        self.metrics = metrics
-        self.outcomes = outcomes
-        self.kinds = kinds
-
-    def loaded(self, spec: ModelSpec, seconds: float) -> None:
-        self.metrics.observe_load(spec.backend, seconds)
-
-    def restarted(self, spec: ModelSpec) -> None:
-        self.outcomes.count_engine_restart(spec.id, spec.backend)
-        if self.kinds.of(spec).traits.request_path == "audio":  # a speech worker
-            self.metrics.count_worker_restart(spec.id)
-
-    def crashed(self, spec: ModelSpec) -> None:
-        self.outcomes.count_engine_crash(spec.id, spec.backend)
 
 
 class Runtime:

@@ -45,8 +45,8 @@ from runner.scheduler.errors import SchedulerError, SchedulerStopped
 from runner.scheduler.events import (
     Band,
     Event,
-    LoadCancelled,
-    LoadFailed,
+    LoadCancellation,
+    LoadFailure,
     LoadRequested,
     ModelCrashed,
     ModelReady,
@@ -287,7 +287,7 @@ class SchedulerAdmission:
 
     def cancel_load(self, model: str) -> None:
         """Call off `model`'s load: its want is forgotten, or its start is stopped."""
-        self._post(LoadCancelled(model, self._clock()))
+        self._post(LoadCancellation(model, self._clock()))
 
     def request_load(self, model: str, policy: ModelPolicy, evict_first: str | None = None) -> None:
         """Ask for `model`; listeners hear how it goes (`ModelNotice`)."""
@@ -303,7 +303,7 @@ class SchedulerAdmission:
     def load_failed(
         self, model: str, reason: str, exit_code: int | None = None, cancelled: bool = False
     ) -> None:
-        self._post(LoadFailed(model, reason, self._clock(), exit_code, cancelled))
+        self._post(LoadFailure(model, reason, self._clock(), exit_code, cancelled))
 
     def model_stopped(self, model: str, freed_mb: int = 0) -> None:
         self._post(ModelStopped(model, self._clock(), freed_mb))
