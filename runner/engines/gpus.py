@@ -63,10 +63,11 @@ class GpuAccounting:
         snapshot = await asyncio.to_thread(self.telemetry.snapshot)
         if snapshot.source != "budget" and snapshot.gpus:  # 2
             leases = await self.leases.all()
-            placement = place(need_mb, free_gpus(account(snapshot.gpus, leases)))
-            if isinstance(placement, NoFit):
-                raise ModelDoesNotFit(model=spec.id, reason=placement.reason)
-            self._placements[spec.id] = placement
+            match place(need_mb, free_gpus(account(snapshot.gpus, leases))):
+                case NoFit(reason=reason):
+                    raise ModelDoesNotFit(model=spec.id, reason=reason)
+                case placement:
+                    self._placements[spec.id] = placement
             env = {
                 "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
                 "CUDA_VISIBLE_DEVICES": cuda_visible_devices(placement),
