@@ -34,6 +34,12 @@ class Facet(Mapping[str, E], Generic[E]):
             raise KeyError(model)
         return found
 
+    def get(self, model: str, default: None = None) -> E | None:  # type: ignore[override]
+        """The request paths' one lookup, per request: no exception for a model not
+        ready (Mapping's `get` would raise and catch one)."""
+        launched = self._ready.get(model)
+        return self._facet(launched) if launched is not None else None
+
     def __iter__(self) -> Iterator[str]:
         return (m for m, e in list(self._ready.items()) if self._facet(e) is not None)
 
