@@ -10,11 +10,12 @@ whole (started, probed, sized, its facets): `adapters/kind.py`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from adapters.http_client import EngineConnections
+from adapters.lora import LoraAdapter
 from faults import QuorumError
 
 
@@ -95,9 +96,16 @@ class ChatEngine(Engine, Protocol):
         ...
 
     async def place(
-        self, body: bytes, obj: dict[str, Any], tenant: str, tag: str | None
+        self,
+        body: bytes,
+        obj: dict[str, Any],
+        tenant: str,
+        tag: str | None,
+        adapter: str | None = None,
     ) -> Placement:
-        """Choose where the granted request runs; return what to send."""
+        """Choose where the granted request runs; return what to send. `adapter` is the
+        LoRA adapter the runner resolved the request's model to (None: the base model);
+        only an `AdapterHost` is ever given one."""
         ...
 
     def done(self, placement: Placement, report: CacheReport) -> None:
@@ -126,12 +134,40 @@ class ChatEngine(Engine, Protocol):
         ...
 
 
+@runtime_checkable
+class AdapterHost(Protocol):
+    """An engine that serves LoRA adapters on its base model (llama-server, vLLM)."""
+
+    @property
+    def adapter_ids(self) -> Collection[str]:
+        """The adapters (model ids) this engine process has loaded now."""
+        ...
+
+    async def add_adapter(self, adapter: LoraAdapter) -> bool:
+        """Load `adapter` into the running engine; False when this engine cannot (it must
+        be started again with the new set: llama-server loads adapters only at start)."""
+        ...
+
+    async def remove_adapter(self, adapter_id: str) -> bool:
+        """Unload it from the running engine; False when it must be started again."""
+        ...
+
+    async def drained(self, timeout_s: float) -> bool:
+        """Wait until no request placed on this engine is still running (bounded)."""
+        ...
+
+
 class NoPlacement:
     """The `Engine` methods of an engine the runner places nothing on: no slots to pick,
     the body goes as it is, and no stream reports its cache on the first chunk."""
 
     async def place(
-        self, body: bytes, obj: dict[str, Any], tenant: str, tag: str | None
+        self,
+        body: bytes,
+        obj: dict[str, Any],
+        tenant: str,
+        tag: str | None,
+        adapter: str | None = None,
     ) -> Placement:
         return Placement(body)
 

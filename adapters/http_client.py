@@ -12,6 +12,12 @@ Streaming: each body chunk the engine sends is handed on as it is parsed
 Back-pressure: reading from the engine pauses while more than
 `_HIGH_WATER` bytes wait to be taken.
 
+An engine may listen on a Unix domain socket instead of a TCP port (a vLLM the runner
+starts: only the runner's user can connect to it). Its URL is then `unix_url(path)`,
+`http+unix://<the socket's path, percent-encoded>`; `EngineConnections` connects to the
+socket (the requests are the same bytes, `Host: localhost`), `control_client` builds the
+httpx client for the engine's control routes over it, and `split_unix` gives both.
+
 Failures are this module's own `ClientFailure` subclasses, and `translate_failure`
 below is the one place they become engine errors (adapters/errors.py): the request
 front-end calls it once around a whole exchange, and nothing else sees them.
@@ -22,10 +28,11 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
-from typing import cast
-from urllib.parse import urlsplit
+from typing import Any, cast
+from urllib.parse import quote, unquote, urlsplit
 
 import httptools
+import httpx
 
 from adapters.errors import (
     EngineBadResponse,
@@ -36,6 +43,30 @@ from adapters.errors import (
 )
 
 _HIGH_WATER = 1 << 20
+UNIX_SCHEME = "http+unix"
+
+
+def unix_url(path: str) -> str:
+    """The URL of an engine listening on the Unix socket `path`."""
+    return f"{UNIX_SCHEME}://{quote(path, safe='')}"
+
+
+def split_unix(url: str) -> tuple[str | None, str]:
+    """(the socket's path, the URL as HTTP asks it) for a `unix_url` (and a path after it);
+    (None, url) for any other URL."""
+    if not url.startswith(UNIX_SCHEME + "://"):
+        return None, url
+    rest = url[len(UNIX_SCHEME) + 3 :]
+    socket_part, slash, path = rest.partition("/")
+    return unquote(socket_part), "http://localhost" + slash + path
+
+
+def control_client(url: str, **kwargs: Any) -> httpx.AsyncClient:
+    """An httpx client whose `base_url` is the engine at `url` (a Unix socket included),
+    never through a proxy."""
+    sock, base = split_unix(url)
+    transport = httpx.AsyncHTTPTransport(uds=sock) if sock is not None else None
+    return httpx.AsyncClient(base_url=base, transport=transport, trust_env=False, **kwargs)
 
 
 class ClientFailure(Exception):
@@ -267,7 +298,9 @@ class EngineConnections:
         read_timeout: float,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        """`headers` go on every request (e.g. the engine's `Authorization: Bearer <key>`)."""
+        """`headers` go on every request (e.g. the engine's `Authorization: Bearer <key>`);
+        `url` is `http://host:port[/prefix]` or a `unix_url`."""
+        self.uds, url = split_unix(url)
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"engine url must be http://host:port, got {url!r}")
@@ -330,15 +363,24 @@ class EngineConnections:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_timeout):
-                _, proto = await loop.create_connection(
-                    lambda: _Connection(loop), self.host, self.port
-                )
+                if self.uds is not None:
+                    _, proto = await loop.create_unix_connection(
+                        lambda: _Connection(loop), self.uds
+                    )
+                else:
+                    _, proto = await loop.create_connection(
+                        lambda: _Connection(loop), self.host, self.port
+                    )
         except TimeoutError:
-            raise ConnectFailed(f"connect to {self.host}:{self.port} timed out") from None
+            raise ConnectFailed(f"connect to {self._where} timed out") from None
         except OSError as exc:
-            raise ConnectFailed(f"connect to {self.host}:{self.port} failed: {exc}") from None
+            raise ConnectFailed(f"connect to {self._where} failed: {exc}") from None
         self._all.add(proto)
         return proto, False
+
+    @property
+    def _where(self) -> str:
+        return self.uds if self.uds is not None else f"{self.host}:{self.port}"
 
     def give_back(self, conn: _Connection) -> None:
         if conn.reusable():

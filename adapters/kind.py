@@ -3,7 +3,8 @@
 A kind is one place (`adapters/<kind>/kind.py`): how its engines are started or attached
 (`start`, `attach`), probed (`Traits.probe_path`), sized (`estimate_mb`, `memory_share`,
 `slot_group`), what they report (`Launched.load`, `Launched.version`, `Traits.version`),
-what they can do (the facets of `Launched`: sleep, flush, KV figures), which request
+what they can do (the facets of `Launched`, adapters/launched.py: sleep, flush, KV
+figures, LoRA adapters; `adapter_room`, `flush_at_rest`), which request
 path serves them (`Traits.request_path`), what they offer clients (`features`), how a
 models-file entry of the kind is checked (`check`), which files a download fetches
 (`Traits.download_patterns`). The runner looks a model's kind up once, by its `backend`,
@@ -17,22 +18,18 @@ families). `KindDefaults` gives a kind that declares nothing special its answers
 
 from __future__ import annotations
 
-import enum
-import shutil
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-import httpx
 from prometheus_client.metrics_core import Metric
 
-from adapters.base import ChatEngine, Engine, FlushResult, FlushScope
-from adapters.comfyui.engine import ComfyUIEngine
+from adapters.base import FlushScope
 from adapters.features import NONE, Features
-from adapters.supervisor import EngineProcess
-from adapters.whisper.engine import WhisperEngine
-from faults import QuorumError, ServiceUnavailable
+from adapters.launched import Launched
+from adapters.lora import LoraAdapter
+from faults import ServiceUnavailable
 
 RequestPath = Literal["chat", "audio", "images"]
 """The request path that serves a kind's models: chat (`/v1/chat/completions`,
@@ -41,11 +38,24 @@ RequestPath = Literal["chat", "audio", "images"]
 
 
 @dataclass(frozen=True, slots=True)
+class DeclaredPrefix:
+    """A public prefix the models file declares (`public_prefixes`): a chat's system
+    message (`system`) or a completion's prompt (`prompt`) every tenant may share the
+    cached state of."""
+
+    name: str
+    system: str | None = None
+    prompt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class EngineSpec:
     """One model's engine as its kind sees it: the models-file entry's engine fields, and
     what a load asks for beyond them (`context_length`, `quantization`: the load's, else
     the entry's; `gpu_memory_budget_mb`). `path` is the model's files on disk (None: none
-    given, or `path_problem` says why it does not resolve)."""
+    given, or `path_problem` says why it does not resolve). `adapters` are the LoRA
+    adapters a start serves from the outset (their files checked), `adapter_room` the
+    entry's room for them (`max_adapters`, else those declared)."""
 
     model_id: str
     backend: str
@@ -74,6 +84,10 @@ class EngineSpec:
     workflow: str | None = None
     checkpoint: str | None = None
     whisper_model: str | None = None
+    adapters: tuple[LoraAdapter, ...] = ()
+    max_adapters: int | None = None
+    adapter_room: int = 0
+    public_prefixes: tuple[DeclaredPrefix, ...] = ()
 
     @property
     def attached(self) -> bool:
@@ -96,6 +110,10 @@ class EngineSettings:
     hf_home: str | None = None
     llama_server_bin: str = "llama-server"
     llama_slot_cache_entries: int = 64
+    prefix_cache_dir: str = "~/.cache/quorum/prefixes"
+    prefix_cache_persist: bool = True
+    prefix_cache_max_mb: int = 2048
+    prefix_cache_ttl_s: float = 86_400.0
     vllm_bin: str = "vllm"
     vllm_max_model_len: int | None = None
     vllm_gpu_memory_utilization: float = 0.9
@@ -139,103 +157,7 @@ class Traits:
     # the lowest rank among the kinds the models file starts wins (None: never)
     download_patterns: tuple[str, ...] | None = None  # the files a download fetches (all)
     version: str | None = None  # the engine's version, when known without asking one
-
-
-@dataclass(frozen=True, slots=True)
-class EngineLoad:
-    """One engine's own figures at its last poll (what it does not report reads 0)."""
-
-    kv_cache_mb: float = 0.0
-    kv_cache_utilization: float = 0.0  # 0..1
-    waiting: int = 0  # requests queued inside the engine
-    running: int = 0  # requests the engine is executing
-
-
-class Standby(enum.Enum):
-    AWAKE = "awake"
-    SLEEPING = "sleeping"
-
-
-@dataclass(frozen=True, slots=True)
-class StandbyReport:
-    """Where a sleep or wake-up left the engine, and the memory measured right after."""
-
-    standby: Standby
-    level: int | None
-    memory_mb: int | None  # from the engine's memory probe; None without one
-
-
-class Sleeper(Protocol):
-    """An engine that can sleep: its process kept, its weights off the GPU."""
-
-    async def sleep(self, level: int = 1) -> StandbyReport: ...
-
-    async def wake_up(self) -> StandbyReport: ...
-
-
-@dataclass
-class Launched:
-    """One model's engine as its kind hands it to the pool, with what it can do.
-
-    `process` is the engine process this model owns (stopped with it; None when attached
-    by URL). `shared` is a process the model runs in without owning it (ComfyUI's
-    server): watched for crashes, never stopped with the model; `release` then unloads the
-    model from it and answers the MB that freed. `memory_mb` is what the launch measured
-    itself (None: the pool measures `process`). `url` is where a probe asks (None: not
-    over HTTP).
-
-    Exactly one request path's facet is set (`chat`, `speech`, `images`: the kind's
-    `Traits.request_path`). The others say what the engine can do, None when it cannot:
-    `flush` its cache, `standby` (sleep and wake up), `kv` (the share of its KV cache in
-    use, given the memory beyond its weights), `load` (its own queue and KV figures) and
-    `version`; engines on one server share `server`, so its figures are read once.
-    """
-
-    engine: Engine
-    process: EngineProcess | None
-    url: str | None = None
-    control: httpx.AsyncClient | None = None
-    shared: EngineProcess | None = None
-    release: Callable[[], Awaitable[int]] | None = None
-    memory_mb: int | None = None
-    scratch: str | None = None  # a private directory removed with the engine (slot caches)
-    chat: ChatEngine | None = None
-    speech: WhisperEngine | None = None
-    images: ComfyUIEngine | None = None
-    flush: Callable[[FlushScope], Awaitable[FlushResult]] | None = None
-    standby: Sleeper | None = None
-    kv: Callable[[float], Awaitable[float]] | None = None
-    load: Callable[[], Awaitable[EngineLoad]] | None = None
-    version: Callable[[], Awaitable[str | None]] | None = None
-    server: object | None = None
-    watched: bool = field(default=False, compare=False)  # the pool registered its callback
-
-    @property
-    def watch(self) -> EngineProcess | None:
-        """The process whose death ends this model (its own, else the shared one)."""
-        return self.process or self.shared
-
-    @property
-    def slots(self) -> int:
-        return self.engine.slots
-
-    def lost(self, reason: str) -> None:
-        """The process died: requests still on the engine fail with `reason`."""
-        self.engine.lost(reason)
-
-    def cut(self, error: QuorumError | None) -> None:
-        """The runner is about to stop (or put to sleep) the engine under the requests
-        still on it: they are answered `error` rather than the connection loss (None: it
-        serves again, after a wake-up)."""
-        self.engine.cut = error
-
-    async def close(self, grace_s: float) -> None:
-        """Stop the engine (SIGTERM, `grace_s`, SIGKILL): its process ends, memory returns."""
-        await self.engine.stop(grace_s)
-        if self.control is not None:
-            await self.control.aclose()
-        if self.scratch is not None:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+    adapters: bool = False  # its started engines serve LoRA adapters (`adapter_room`)
 
 
 class EngineFamilies(Protocol):
@@ -313,6 +235,17 @@ class EngineKind(Protocol):
         """Whether a started engine of `spec` is placed on GPUs."""
         ...
 
+    def adapter_room(self, spec: EngineSpec) -> int | None:
+        """How many LoRA adapters an engine of `spec` may hold (a governed adapter load is
+        refused past it); None: no bound."""
+        ...
+
+    def flush_at_rest(self, scope: FlushScope, running: Sequence[Launched]) -> int:
+        """Remove the state in `scope` the kind keeps for engines not running (saved
+        prompt states), not that of `running` engines (they flush their own); how many
+        entries were in scope. Blocking file work: called in a thread."""
+        ...
+
     def model_file(self, directory: Path, quantization: str | None) -> Path | None:
         """The path the kind loads for a model found in `directory` (None: none there)."""
         ...
@@ -376,6 +309,12 @@ class KindDefaults:
 
     def placed(self, spec: EngineSpec) -> bool:
         return True
+
+    def adapter_room(self, spec: EngineSpec) -> int | None:
+        return spec.max_adapters
+
+    def flush_at_rest(self, scope: FlushScope, running: Sequence[Launched]) -> int:
+        return 0
 
     def model_file(self, directory: Path, quantization: str | None) -> Path | None:
         return directory

@@ -24,7 +24,15 @@ MAX_TOKEN_BYTES = 16 * 1024
 MAX_SIGNATURES = 16
 ALG = "EdDSA"
 TYP = "quorum-optoken+json"
-OPERATIONS = ("model-load", "model-unload", "cache-flush", "task-cancel", "tenant-policy")
+OPERATIONS = (
+    "model-load",
+    "model-unload",
+    "cache-flush",
+    "task-cancel",
+    "tenant-policy",
+    "adapter-load",
+    "adapter-unload",
+)
 RESERVED_PARAMS = ("modelId", "verifiedOpToken")
 _NONCE = re.compile(r"[A-Za-z0-9_-]{22,64}")
 _KID = re.compile(r"[0-9a-f]{64}")

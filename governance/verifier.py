@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -250,6 +251,13 @@ class Verifier:
         trail: _Trail,
         error: GovernanceError | None,
     ) -> None:
+        if error is not None:  # what an unauthenticated caller wrote is kept short
+            params = capped_params(params)
+            model_id = (
+                model_id
+                if model_id is None or len(model_id) <= DETAIL_MAX
+                else (model_id[:DETAIL_MAX] + "...")
+            )
         record = AuditRecord(
             time=now,
             runner_id=self.runner_id,
@@ -262,7 +270,7 @@ class Verifier:
             principals=trail.principals,
             key_ids=trail.key_ids,
             nonce_sha256=trail.nonce_sha256,
-            detail="" if error is None else str(error),
+            detail="" if error is None else capped(str(error)),
         )
         try:
             await self._audit.append(record)
@@ -274,6 +282,27 @@ class Verifier:
     async def aclose(self) -> None:
         await self._nonces.aclose()
         await self._audit.aclose()
+
+
+DETAIL_MAX = 256
+"""Characters of a rejection's `detail` (and of a rejected call's modelId) kept in the audit
+log: a refusal quotes what the caller sent, and a caller without a token must not be able
+to write big fsync'd records."""
+PARAMS_MAX = 1024
+"""Bytes of a rejected call's params kept as they are; larger ones become their digest."""
+
+
+def capped(text: str, limit: int = DETAIL_MAX) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def capped_params(params: Mapping[str, object]) -> Mapping[str, object]:
+    """A rejected call's params as audited: as sent when small, else their SHA-256 and size."""
+    text = json.dumps(params, sort_keys=True, default=str)
+    if len(text) <= PARAMS_MAX:
+        return params
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return {"_omitted": {"sha256": digest, "bytes": len(text)}}
 
 
 def check_time(claims: Claims, now: float) -> None:

@@ -23,8 +23,14 @@ Exception tree (the runner's rows; the generic ones come from `faults`)::
     ├── MissingOpToken               401  missing_op_token: a lifecycle call without a token
     ├── LoginRequired                401  login_required: the status page asks a browser to sign in
     ├── ModelDownloadFailed          502  model_download_failed: the Hub download failed
+    ├── AdapterRefused               409  adapter_refused: an adapter load/unload that
+    │                                     cannot run now or here (the message says why)
     ├── HttpError                    4xx  http_error: another refusal of the framework's
     ├── PayloadTooLarge (faults)     413  payload_too_large: body above MAX_BODY_BYTES
+    ├── UnsupportedMediaType         415  unsupported_media_type: a JSON path's body not
+    │                                     sent as application/json
+    ├── LifecycleRateLimited         429  lifecycle_rate_limited: a source's lifecycle calls
+    │                                     past LIFECYCLE_RATE_LIMIT (+ Retry-After)
     ├── RequestTimeout               408  request_timeout: headers or body too slow
     │                                     (runner/http/limits.py)
     ├── HeadersTooLarge              431  request_header_fields_too_large: MAX_HEADER_BYTES,
@@ -54,6 +60,7 @@ log = logging.getLogger("quorum.errors")
 
 __all__ = [
     "HTTP_ERRORS",
+    "AdapterRefused",
     "BadRequest",
     "ConfigError",
     "Forbidden",
@@ -61,6 +68,7 @@ __all__ = [
     "HttpError",
     "InvalidField",
     "InvalidHeader",
+    "LifecycleRateLimited",
     "LoginRequired",
     "MethodNotAllowed",
     "MissingOpToken",
@@ -73,6 +81,7 @@ __all__ = [
     "RouteNotFound",
     "ServiceUnavailable",
     "TooManyConnections",
+    "UnsupportedMediaType",
     "WrongEndpoint",
     "error_body",
     "error_headers",
@@ -94,6 +103,7 @@ ModelNotFound = NotFound.row(
     "Model {model!r} does not exist on this runner; models: {models}", extra=("model",),
 )  # fmt: skip
 RouteNotFound = NotFound.row("RouteNotFound", "not_found")
+AdapterRefused = QuorumError.row("AdapterRefused", "adapter_refused", 409)
 MethodNotAllowed = QuorumError.row(
     "MethodNotAllowed", "method_not_allowed", 405, "{path} accepts {allow} only",
     headers={"Allow": "{allow}"},
@@ -110,6 +120,15 @@ MissingOpToken = QuorumError.row(
     "a verifiedOpToken (body) or X-Op-Token (header) is required",
 )  # fmt: skip
 ModelDownloadFailed = QuorumError.row("ModelDownloadFailed", "model_download_failed", 502)
+UnsupportedMediaType = QuorumError.row(
+    "UnsupportedMediaType", "unsupported_media_type", 415,
+    "send the body as JSON with 'Content-Type: application/json'",
+)  # fmt: skip
+LifecycleRateLimited = QuorumError.row(
+    "LifecycleRateLimited", "lifecycle_rate_limited", 429,
+    "too many lifecycle calls from this address ({rate}); retry in {retry_after} seconds",
+    error_type="rate_limit_error", retry_after=True,
+)  # fmt: skip
 RequestTimeout = QuorumError.row(
     "RequestTimeout", "request_timeout", 408, "the {phase} did not arrive within {timeout} s"
 )

@@ -53,6 +53,9 @@ TENANT_VAR_PREFIX = "TENANT_RATE_LIMIT_"
 DEFAULT_VAR = "DEFAULT_RATE_LIMIT"
 DEFAULT = "default"
 """Key of the default limit in `limits_from_env`'s result (`TENANT_RATE_LIMIT_default`)."""
+MIN_API_KEY_CHARS = 32
+"""A plain key in the file shorter than this stops start-up (`quorum tenants keygen` makes
+43); presented keys shorter than this are refused without a lookup (tenants/identity.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +80,8 @@ class TenantPolicy:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class TenantsConfig:
-    """Every tenant's policy, the default policy, and the API keys (sha256 digest, tenant)."""
+    """Every tenant's policy, the default policy, the API keys (sha256 digest, tenant) and
+    the tenants' own webhook secrets (`whsec_...`, checked by the runner at start-up)."""
 
     tenants: Mapping[str, TenantPolicy] = field(default_factory=lambda: MappingProxyType({}))
     default: TenantPolicy = TenantPolicy()
@@ -85,6 +89,7 @@ class TenantsConfig:
     documents: Mapping[str, Mapping[str, object]] = field(
         default_factory=lambda: MappingProxyType({}), repr=False
     )  # each listed tenant's policy as written (keys as digests), for `GET /v1/tenants`
+    webhook_secrets: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def policy(self, tenant: str) -> TenantPolicy:
         """The tenant's own policy, or the default one."""
@@ -157,9 +162,10 @@ def parse_tenants_file(text: str, source: str) -> TenantsConfig:
         rate_limit: 100req/min      # or `unlimited`; absent: the default limit
         weight: 2                   # fair-share weight, > 0
         max_queued: 8               # per-tenant queue cap, >= 1
-        api_keys: ["sha256:<64 hex>", "a-plain-key"]
+        api_keys: ["sha256:<64 hex>", "a-plain-key-of-32-characters-or-more"]
         models: ["gemma-*"]         # and priority, max_in_flight, token_budgets:
-    ```                             # tenants/policy.py
+        webhook_secret: whsec_...   # tenants/policy.py; the secret: this file only
+    ```
     """
     return _parse_doc(_load_yaml(text, source), source)[0]
 
@@ -218,16 +224,24 @@ def build_config(
         if tenant != DEFAULT:
             tenants[tenant] = tenants.get(tenant, default).with_rate(rate)
     return TenantsConfig(
-        MappingProxyType(tenants), default, base.api_keys, MappingProxyType(base.documents)
+        MappingProxyType(tenants),
+        default,
+        base.api_keys,
+        MappingProxyType(base.documents),
+        base.webhook_secrets,
     )
 
 
 def parse_policy_document(tenant: str, doc: object, source: str = "policy") -> TenantPolicy:
     """Check one tenant's policy as `PUT /v1/tenants/{id}` sends it (the file's schema for a
-    tenant; API keys only as `sha256:<64 hex>`). Raises InvalidTenantConfig naming the field."""
+    tenant; API keys only as `sha256:<64 hex>`; no `webhook_secret`: a secret belongs in the
+    file, never in a document the store keeps and admins read). Raises InvalidTenantConfig
+    naming the field."""
     where = f"{source} of {check_tenant_id(tenant, source)}"
     policy = _policy(doc, where, TenantPolicy(), True)
     assert isinstance(doc, dict)
+    if "webhook_secret" in doc:
+        raise InvalidTenantConfig(f"{where}.webhook_secret: set it in the tenants file only")
     keys = doc.get("api_keys") or []
     if isinstance(keys, list) and any(not str(k).startswith("sha256:") for k in keys):
         raise InvalidTenantConfig(f"{where}.api_keys: send keys as sha256:<64 hex> only")
@@ -257,6 +271,7 @@ def _parse_doc(doc: Mapping[str, Any], source: str) -> tuple[TenantsConfig, froz
     documents: dict[str, Mapping[str, object]] = {}
     own_rate: set[str] = set()
     keys: dict[bytes, str] = {}
+    secrets: dict[str, str] = {}
     for raw_id, raw_entry in entries.items():
         tenant = check_tenant_id(str(raw_id), f"{source}: tenants")
         where = f"{source}: tenants.{tenant}"
@@ -269,10 +284,20 @@ def _parse_doc(doc: Mapping[str, Any], source: str) -> tuple[TenantsConfig, froz
             if digest in keys:
                 raise InvalidTenantConfig(f"{where}: an API key is also listed for {keys[digest]}")
             keys[digest] = tenant
-        documents[tenant] = {**entry, **({"api_keys": [f"sha256:{d.hex()}" for d in digests]}
+        secret = entry.get("webhook_secret")
+        if secret is not None:
+            if not isinstance(secret, str) or not secret.startswith("whsec_"):
+                raise InvalidTenantConfig(f"{where}.webhook_secret: must be whsec_<base64>")
+            secrets[tenant] = secret
+        shown = {k: v for k, v in entry.items() if k != "webhook_secret"}  # never shown
+        documents[tenant] = {**shown, **({"api_keys": [f"sha256:{d.hex()}" for d in digests]}
                                          if "api_keys" in entry else {})}  # fmt: skip
     config = TenantsConfig(
-        MappingProxyType(tenants), default, tuple(keys.items()), MappingProxyType(documents)
+        MappingProxyType(tenants),
+        default,
+        tuple(keys.items()),
+        MappingProxyType(documents),
+        MappingProxyType(secrets),
     )
     return config, frozenset(own_rate)
 
@@ -292,7 +317,7 @@ _POLICY_KEYS = {"rate_limit", "weight", "max_queued", "models", "priority", "max
 
 
 def _policy(entry: object, where: str, default: TenantPolicy, is_tenant: bool) -> TenantPolicy:
-    allowed = _POLICY_KEYS | ({"api_keys"} if is_tenant else set())
+    allowed = _POLICY_KEYS | ({"api_keys", "webhook_secret"} if is_tenant else set())
     _check_keys(entry, allowed, where)
     assert isinstance(entry, dict)
     rate = default.rate_limit
@@ -343,5 +368,10 @@ def _api_keys(raw: object, where: str) -> list[bytes]:
                 raise InvalidTenantConfig(f"{where}.api_keys: 'sha256:' needs 64 hex digits")
             digests.append(digest)
         else:
+            if len(key.strip()) < MIN_API_KEY_CHARS:
+                raise InvalidTenantConfig(
+                    f"{where}.api_keys: a key is shorter than {MIN_API_KEY_CHARS} characters "
+                    "(make one with `quorum tenants keygen`)"
+                )
             digests.append(hashlib.sha256(key.encode("utf-8")).digest())
     return digests

@@ -11,7 +11,13 @@ One row per error (`faults.QuorumError.row`); the runner's one mapping turns the
     │   ├── AuthenticationFailed  401 (WWW-Authenticate: Bearer)
     │   │    ├── MissingApiKey        missing_api_key: keys configured, none sent
     │   │    └── UnknownApiKey        invalid_api_key: the key matches no tenant
-    │   ├── TenantMismatch        403 tenant_mismatch: X-Tenant-ID is not the key's tenant
+    │   ├── MissingGatewayIdentity 401 missing_gateway_identity: gateway mode, no fairness id
+    │   ├── TenantMismatch        403 tenant_mismatch: X-Tenant-ID is not the key's (or the
+    │   │                             gateway's) tenant
+    │   ├── UntrustedGateway      403 untrusted_gateway: gateway mode, not from its peers or
+    │   │                             without its shared secret
+    │   ├── TooManyAuthFailures   429 too_many_auth_failures: this source or the tenant it
+    │   │                             names failed too often lately; Retry-After
     │   ├── ModelNotAllowed       403 model_not_allowed: not in the tenant's `models`
     │   ├── TokenBudgetExceeded   429 token_budget_exceeded: budget, remaining, requested,
     │   │                             resetAt; Retry-After and x-ratelimit-*-tokens
@@ -76,5 +82,16 @@ TokenBudgetUnavailable = TenantError.row(
     "TokenBudgetUnavailable", "token_budget_unavailable", 503,
     "Token budgets are unavailable (their store is unreachable); retry shortly",
     retry_after=True,
+)  # fmt: skip
+MissingGatewayIdentity = TenantError.row(
+    "MissingGatewayIdentity", "missing_gateway_identity", 401,
+    "This runner takes the tenant from its gateway (x-llm-d-inference-fairness-id), and the "
+    "request carries none",
+)  # fmt: skip
+UntrustedGateway = TenantError.row("UntrustedGateway", "untrusted_gateway", 403)
+TooManyAuthFailures = TenantError.row(
+    "TooManyAuthFailures", "too_many_auth_failures", 429,
+    "Too many failed authentications; retry in {retry_after} seconds",
+    error_type="rate_limit_error", retry_after=True,
 )  # fmt: skip
 InvalidTenantConfig = ConfigError.row("InvalidTenantConfig", "invalid_tenant_config")

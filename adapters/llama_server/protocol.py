@@ -2,16 +2,23 @@
 
 - How it is started (`command_line`): the model file, `--ctx-size`, `--parallel` = the
   model's slots, `--n-gpu-layers`, `--flash-attn`, `--metrics`, `--slots`, `--embeddings`
-  when asked, `--host 127.0.0.1`, a free port, a random per-process `--api-key` (no other
-  local process can use the engine), and the flags that close its shared caches:
+  when asked, `--host 127.0.0.1`, a free port, a random per-process key read from a file
+  only the runner's user can read (`--api-key-file`, never `--api-key` on the command
+  line, which every local user reads): llama-server then answers every route but
+  `/health` and `/v1/health` with 401 without it (seen on build 11434: `/slots`,
+  `/slots/{id}?action=erase`, `/props`, `/metrics`, `/models`, the completions routes),
+  so no other local process and no request a tenant makes the runner send can use the
+  engine; and the flags that close its shared caches:
   `--cache-ram 0` (no host-memory prompt cache shared by every request),
   `--slot-prompt-similarity 0` (no similarity slot choice) and a private `--slot-save-path`
   (without it slot erase answers 501); `--alias` the model id, so answers name the model
-  the client asked for, not the operator's file path.
+  the client asked for, not the operator's file path; the model's LoRA adapters, each
+  `--lora` (links in the engine's private folder, named by position: the index a
+  request's `lora` list names), with `--lora-init-without-apply`.
 - What a request may carry (`strip_client_cache_fields`): client-sent `id_slot`,
-  `slot_id`, `cache_prompt`, `n_cache_reuse` are removed; `n` > 1 is refused (it takes
-  arbitrary slots). What the runner adds (`adapters/bodies.with_fields`): `id_slot`,
-  `return_progress`.
+  `slot_id`, `cache_prompt`, `n_cache_reuse` and `lora` (an adapter chosen by the client)
+  are removed; `n` > 1 is refused (it takes arbitrary slots). What the runner adds
+  (`adapters/bodies.with_fields`): `id_slot`, `return_progress`, `lora`.
 - What a streamed answer's first chunk reports (`report_from_progress`): the prompt tokens
   taken from the cache, before the headers leave, and the prompt's length in tokens (what
   a stream cut short before its usage is charged for its prompt); the progress events the
@@ -37,7 +44,7 @@ from adapters.llama_server.slots import PREFIX_CHARS
 LLAMA_READY_MARKER = b"listening on http"
 """llama-server prints `... listening on http://HOST:PORT` once it serves (this build)."""
 
-_CLIENT_CACHE_FIELDS = ("id_slot", "slot_id", "cache_prompt", "n_cache_reuse")
+_CLIENT_CACHE_FIELDS = ("id_slot", "slot_id", "cache_prompt", "n_cache_reuse", "lora")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +54,7 @@ class LaunchOptions:
     binary: str
     model_path: str
     port: int
-    api_key: str
+    api_key_file: str  # holds the per-process key (mode 0600, in the runner's own folder)
     slots: int
     slot_save_path: str
     ctx_size: int | None = None
@@ -58,6 +65,7 @@ class LaunchOptions:
     tensor_split: str | None = None  # shares per visible GPU when a model is split
     swa_full: bool = True  # full-size sliding-window cache: prefix reuse works after restore
     alias: str | None = None  # the model name answers carry (else the GGUF's path)
+    lora_paths: tuple[str, ...] = ()  # adapters, in the order requests name them
     extra_args: tuple[str, ...] = ()
 
 
@@ -71,8 +79,8 @@ def command_line(opts: LaunchOptions) -> list[str]:
         "127.0.0.1",
         "--port",
         str(opts.port),
-        "--api-key",
-        opts.api_key,
+        "--api-key-file",
+        opts.api_key_file,
         "--parallel",
         str(opts.slots),
         "--metrics",
@@ -101,8 +109,53 @@ def command_line(opts: LaunchOptions) -> list[str]:
         argv.append("--swa-full")
     if opts.alias is not None:
         argv += ["--alias", opts.alias]
+    for path in opts.lora_paths:
+        argv += ["--lora", path]
+    if opts.lora_paths:
+        argv.append("--lora-init-without-apply")
     argv += list(opts.extra_args)
     return argv
+
+
+KV_NEUTRAL_FLAGS = frozenset(
+    {
+        "--host",
+        "--port",
+        "--api-key",
+        "--api-key-file",
+        "--slot-save-path",
+        "--alias",
+        "--lora",
+        "--parallel",
+    }
+)
+"""Flags (each with its value) that do not change what a saved slot state holds: left
+out of `kv_flags`. `--parallel` is one of them: a state restores into any slot."""
+
+
+def kv_flags(argv: list[str]) -> list[str]:
+    """The command line's flags that shape the KV cache a saved state holds (the model
+    path and binary are keyed by digest instead): what the prefix cache folder is keyed by
+    beside them (`prefix_store.folder_key`). `--ctx-size` counts per slot (the total is
+    the slots' sum), so a change of `--parallel` keeps the states."""
+    parallel = int(argv[argv.index("--parallel") + 1]) if "--parallel" in argv else 1
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(argv[1:], start=1):
+        if skip:
+            skip = False
+            continue
+        if arg in KV_NEUTRAL_FLAGS or arg == "-m":
+            skip = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+            continue
+        if arg == "--lora-init-without-apply":
+            continue
+        if arg == "--ctx-size" and i + 1 < len(argv) and argv[i + 1].isdigit():
+            out += [arg, str(int(argv[i + 1]) // max(1, parallel))]
+            skip = True
+            continue
+        out.append(arg)
+    return out
 
 
 def new_api_key() -> str:
@@ -136,7 +189,8 @@ def prompt_prefix(obj: dict[str, Any]) -> str:
 
 
 def strip_client_cache_fields(body: dict[str, Any]) -> bool:
-    """Remove the fields that let a client pick a slot or a cache; refuse `n` > 1."""
+    """Remove the fields that let a client pick a slot, a cache or an adapter; refuse
+    `n` > 1."""
     n = body.get("n")
     if n is not None and n != 1:
         raise UnsupportedRequest(

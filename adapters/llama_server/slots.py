@@ -5,8 +5,12 @@ the next prompt sent to that slot. Left to itself it picks slots by prompt simil
 shares a RAM prompt cache across everybody, so one tenant can be served from another's
 prompt. The runner turns both off and picks the slot itself (`id_slot`), with this function.
 
-A slot is described by what it last served (`SlotView`): tenant, tag, the start of the
-prompt, when it was last used, and whether it is busy now.
+A slot is described by what it last served (`SlotView`): tenant, adapter, tag, the
+start of the prompt, when it was last used, and whether it is busy now. Saved states
+(`SavedView`) are a tenant's own, or public: the state of an operator-declared prefix
+(`public_prefixes` in the models file) that any tenant's prompt may start from. A public
+state holds nothing but the declared text, so a tenant restored from one reuses no more
+of anybody's prompt than that text.
 """
 
 from __future__ import annotations
@@ -31,17 +35,24 @@ class SlotView:
     tag: str | None = None
     prefix: str = ""
     last_used: float = float("-inf")
+    adapter: str = ""  # the adapter its cache was computed with ("": the base model)
 
 
 @dataclass(frozen=True, slots=True)
 class SavedView:
-    """A slot's cache the runner saved to the engine's private slot directory."""
+    """A slot's cache saved to the model's prefix cache folder (`prefix_store.py`): a
+    tenant's own (`tenant`), or a public prefix's (`public` names it, `tenant` is "").
+    A public prefix declared but not saved yet has no `key`: the request that needs it
+    first builds it (`SlotChoice.build`)."""
 
     key: str
     tenant: str
     tag: str | None
     prefix: str
     saved_at: float
+    adapter: str = ""
+    public: str = ""
+    size: int = 0  # bytes on disk
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +61,8 @@ class SlotChoice:
     erase: bool  # erase the slot's cache before use: it last served another tenant
     reason: str
     save_first: bool = False  # keep what the slot holds (for its tenant) before reusing it
-    restore: str | None = None  # then load this saved cache of the requesting tenant
+    restore: str | None = None  # then load this saved cache (the tenant's own, or public)
+    build: str | None = None  # or compute this public prefix in it (and save it) first
 
 
 _BLOCK = 1024
@@ -83,24 +95,28 @@ def choose_slot(
     prefix: str,
     saved: Sequence[SavedView] = (),
     keep: bool = False,
+    adapter: str = "",
 ) -> SlotChoice | None:
-    """Pick the slot for a request of `tenant` (and `tag`) whose prompt starts with `prefix`.
+    """Pick the slot for a request of `tenant` (on `adapter`, with `tag`) whose prompt
+    starts with `prefix`.
 
     1. Only free slots count; none free: None (the scheduler never grants beyond the slots).
-    2. The tenant's best cache: its free slot sharing the longest prompt prefix with this
-       request (ties to the same tag, then the most recently used), and, with `keep`
-       (the engine saves slots to its private directory; `saved` lists them), its saved
-       cache sharing the longest prefix (ties to the same tag, then the newest). Only the
-       requesting tenant's own caches are ever candidates.
-    3. Its slot shares a prefix (`MIN_SHARED_CHARS` or more) at least as long as any saved
-       cache: reused; with `keep`, saved first when the request leaves the conversation
-       the slot holds (so that conversation's cache survives the new one).
+    2. The candidates, only ever the tenant's own or public, all on the same adapter: its
+       free slot sharing the longest prompt prefix with this request (ties to the same
+       tag, then the most recently used); with `keep` (the engine saves slots to the
+       model's prefix cache; `saved` lists them), its saved cache sharing the longest
+       prefix, and every public prefix the prompt starts with in full (saved, or to be
+       built). The best saved or public one: the longest shared prefix (ties to the
+       tenant's own, the same tag, then the newest).
+    3. Its slot shares a prefix (`MIN_SHARED_CHARS` or more) at least as long as the best
+       of step 2: reused; with `keep`, saved first when the request leaves the
+       conversation the slot holds (so that conversation's cache survives the new one).
     4. Otherwise a slot is taken: an empty slot (lowest id), else the tenant's own least
        recently used slot, else the least recently used slot of another tenant.
     5. With `keep`, a taken slot that holds a cache is saved first (under its own tenant)
-       and the tenant's best saved cache, if it shares a prefix, is restored into it: a
-       restore replaces the whole cache. Otherwise a slot of another tenant is erased: its
-       prompt must never be reused by or reported to this one.
+       and the best of step 2 goes into it: restored (a restore replaces the whole cache),
+       or, a public prefix not saved yet, built there. Otherwise a slot of another tenant
+       is erased: its prompt must never be reused by or reported to this one.
 
     Step 4 takes an empty slot before the tenant's own (the issue's order has them the
     other way round) because it keeps the tenant's cached prompt for its next turn.
@@ -108,12 +124,26 @@ def choose_slot(
     free = [s for s in slots if not s.busy]  # 1
     if not free:
         return None
-    own = [(common_prefix_len(s.prefix, prefix), s) for s in free if s.tenant == tenant]  # 2
+    own = [
+        (common_prefix_len(s.prefix, prefix), s)
+        for s in free
+        if s.tenant == tenant and s.adapter == adapter
+    ]  # 2
     best_own = max(own, key=lambda ns: (ns[0], ns[1].tag == tag, ns[1].last_used), default=None)
-    mine = [(common_prefix_len(v.prefix, prefix), v) for v in saved if v.tenant == tenant]
+    candidates: list[tuple[int, SavedView]] = []
+    for v in saved if keep else ():
+        if v.adapter != adapter:
+            continue
+        if v.public:
+            if prefix.startswith(v.prefix):
+                candidates.append((len(v.prefix), v))
+        elif v.tenant == tenant:
+            n = common_prefix_len(v.prefix, prefix)
+            if n >= MIN_SHARED_CHARS:
+                candidates.append((n, v))
     best_saved = max(
-        (nv for nv in mine if nv[0] >= MIN_SHARED_CHARS and keep),
-        key=lambda nv: (nv[0], nv[1].tag == tag, nv[1].saved_at),
+        candidates,
+        key=lambda nv: (nv[0], not nv[1].public, nv[1].tag == tag, nv[1].saved_at),
         default=None,
     )
     n_saved = best_saved[0] if best_saved is not None else 0
@@ -139,13 +169,18 @@ def choose_slot(
     other = target.tenant is not None and target.tenant != tenant
     if not keep:  # 5
         return SlotChoice(target.slot_id, other, reason)
-    restore = best_saved[1].key if best_saved is not None else None
-    if restore is not None:
+    best = best_saved[1] if best_saved is not None else None
+    restore = best.key if best is not None and best.key else None
+    build = best.public if best is not None and not best.key else None
+    if best is not None and best.public:
+        reason += f", {'restoring' if restore else 'building'} public prefix {best.public}"
+    elif restore is not None:
         reason += ", restoring the tenant's saved cache"
     return SlotChoice(
         target.slot_id,
-        other and restore is None,
+        other and restore is None and build is None,
         reason,
         save_first=target.tenant is not None,
         restore=restore,
+        build=build,
     )

@@ -45,11 +45,14 @@ class AttachedOpenAIEngine(NoPlacement):
         self.cut: QuorumError | None = None
 
     def rewrite(self, body: dict[str, Any], cache_mode: str, tenant: str) -> bool:
+        """Isolated: the client's cache fields out, `cache_prompt: false` in. Always: no
+        client picks a LoRA adapter (llama-server's per-request `lora`) on an engine the
+        runner cannot see into."""
         if self.isolation == "cache_prompt_off":
             strip_client_cache_fields(body)
             body["cache_prompt"] = False
             return True
-        return False
+        return body.pop("lora", None) is not None
 
     def report(self, response: dict[str, Any]) -> CacheReport:
         return report_from_openai(response)

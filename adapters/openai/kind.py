@@ -10,7 +10,8 @@ import logging
 
 from adapters.features import Features
 from adapters.http_client import EngineConnections
-from adapters.kind import EngineSettings, EngineSpec, Host, KindDefaults, Launched, Traits
+from adapters.kind import EngineSettings, EngineSpec, Host, KindDefaults, Traits
+from adapters.launched import Launched
 from adapters.openai.engine import AttachedOpenAIEngine, Isolation
 
 log = logging.getLogger("quorum.pool")

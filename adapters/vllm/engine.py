@@ -3,17 +3,19 @@
 Facts read from vLLM 0.32.0's source and checked against it running (PyPI's CPU build,
 `scripts/install-vllm`; the files are named where each is used):
 
-- Command line (`command_line`, pure): `vllm serve MODEL --host 127.0.0.1 --port P
-  --api-key K --served-model-name ID --gpu-memory-utilization F [--max-model-len N]
+- Command line (`command_line`, pure): `vllm serve MODEL --uds SOCKET (or --host
+  127.0.0.1 --port P) --served-model-name ID --gpu-memory-utilization F [--max-model-len N]
   [--quantization awq|gptq] [--dtype float16|bfloat16] --enable-prefix-caching|
   --no-enable-prefix-caching --max-num-seqs S --enable-prompt-tokens-details
-  --enable-per-request-metrics [--enable-sleep-mode]`; env `VLLM_SERVER_DEV_MODE=1`
+  --enable-per-request-metrics [--enable-sleep-mode]`; env `VLLM_API_KEY`, `VLLM_SERVER_DEV_MODE=1`
   (without it `/reset_prefix_cache`, `/sleep`, `/wake_up`, `/is_sleeping` are not routed:
   404), `VLLM_NO_USAGE_STATS=1`, `CUDA_VISIBLE_DEVICES`, and `VLLM_CACHE_ROOT` / `TMPDIR`
   inside the engine's scratch folder (removed when it stops). `--api-key` only guards
   paths under `/v1`, `/v2`, `/inference`, `/cohere`: `/metrics`, `/health` and the dev
-  routes answer anyone who can connect, so the engine listens on 127.0.0.1 only.
-- Tenants (`rewrite` / `place`): a client's `cache_salt` (and `kv_transfer_params`) is
+  routes answer anyone who can connect, so a vLLM the runner starts listens on a Unix
+  socket in its private scratch folder (adapters/vllm/launch.py), nowhere else.
+- Tenants (`rewrite` / `place`): a client's `cache_salt` (and `kv_transfer_params`, and a
+  `lora` field meant for llama-server) is
   removed; the runner's own salt per tenant and cache tag is spliced in (`salts.py`).
   `X-Cache-Mode: none` sends a one-off random salt: nothing is reused, nothing reusable.
 - Reports: `usage.prompt_tokens_details.cached_tokens` (needs
@@ -35,10 +37,11 @@ Facts read from vLLM 0.32.0's source and checked against it running (PyPI's CPU 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,9 +49,11 @@ import httpx
 
 from adapters.base import CacheReport, FlushResult, FlushScope, Placement
 from adapters.bodies import with_fields
-from adapters.errors import EngineControlFailed
+from adapters.errors import EngineControlFailed, EngineUnavailable
 from adapters.http_client import EngineConnections
-from adapters.kind import EngineFamilies, Standby, StandbyReport
+from adapters.kind import EngineFamilies
+from adapters.launched import Standby, StandbyReport
+from adapters.lora import LoraAdapter
 from adapters.supervisor import DEATH_GRACE_S, EngineProcess
 from adapters.vllm.launch import (
     SEED_QUANTIZATION,
@@ -86,7 +91,6 @@ __all__ = [
     "VllmMetricsCollector",
     "command_line",
     "engine_env",
-    "launch",
     "launch_options",
     "map_quantization",
     "memory_fraction",
@@ -100,7 +104,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("quorum.vllm")
-_CLIENT_FIELDS = ("cache_salt", "kv_transfer_params")
+_CLIENT_FIELDS = ("cache_salt", "kv_transfer_params", "lora")
 MemoryProbe = Callable[[], Awaitable[int | None]]
 _SLOW_CONTROL_S = 600.0  # sleep / wake up move the weights between GPU and host memory
 
@@ -134,7 +138,14 @@ class VllmEngine:
     standby: Standby = Standby.AWAKE
     kv_cache_tokens: int = 0
     kv_size_mb: float = 0.0
+    adapters: dict[str, str] = field(default_factory=dict)  # model id -> vLLM's lora_name
+    lora_enabled: bool = False  # started with --enable-lora (adapters may be added)
     last_load: VllmLoad | None = field(default=None, init=False)
+    _in_flight: int = field(default=0, init=False)
+    _idle: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+
+    def __post_init__(self) -> None:
+        self._idle.set()
 
     # -- data path -------------------------------------------------------------------
 
@@ -152,10 +163,16 @@ class VllmEngine:
         return changed
 
     async def place(
-        self, body: bytes, obj: dict[str, Any], tenant: str, tag: str | None
+        self,
+        body: bytes,
+        obj: dict[str, Any],
+        tenant: str,
+        tag: str | None,
+        adapter: str | None = None,
     ) -> Placement:
         """The body to send, and the stream filter the client's answer needs.
 
+        0. An adapter: `model` is its vLLM name (vLLM serves a LoRA by the request's model).
         1. Salted (cache mode `none`) or no salts: no salt added; else the current salt of
            (tenant, tag).
         2. A stream whose client did not ask for usage: ask for it
@@ -163,6 +180,11 @@ class VllmEngine:
            again (`strip_usage_chunk`).
         """
         fields: dict[str, object] = {}
+        if adapter is not None:  # 0
+            name = self.adapters.get(adapter)
+            if name is None:  # unloaded between the grant and now
+                raise EngineUnavailable(f"adapter {adapter!r} is not loaded on {self.model_id!r}")
+            fields["model"] = name
         if self.salts is not None and "cache_salt" not in obj:  # 1
             fields["cache_salt"] = self.salts.salt(tenant, tag)
         strip = None
@@ -172,12 +194,58 @@ class VllmEngine:
                 strip = strip_usage_chunk
                 more = options if isinstance(options, dict) else {}
                 fields["stream_options"] = {**more, "include_usage": True}
+        self._in_flight += 1
+        self._idle.clear()
         if not fields:
             return Placement(body)
         return Placement(with_fields(body, obj, fields), None, strip)
 
     def done(self, placement: Placement, report: CacheReport) -> None:
-        return None
+        self._in_flight = max(0, self._in_flight - 1)
+        if not self._in_flight:
+            self._idle.set()
+
+    async def drained(self, timeout_s: float) -> bool:
+        """Wait until no request placed on this engine is still running (bounded)."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    # -- adapters ----------------------------------------------------------------------
+
+    @property
+    def adapter_ids(self) -> Collection[str]:
+        return self.adapters.keys()
+
+    async def add_adapter(self, adapter: LoraAdapter) -> bool:
+        """`POST /v1/load_lora_adapter {lora_name, lora_path}` (the engine was started with
+        `--enable-lora` and VLLM_ALLOW_RUNTIME_LORA_UPDATING)."""
+        if not self.lora_enabled:
+            raise EngineControlFailed(f"vLLM {self.model_id} was started without LoRA")
+        body = {"lora_name": adapter.name, "lora_path": adapter.path}
+        await self._lora_call("/v1/load_lora_adapter", body)
+        self.adapters[adapter.id] = adapter.name
+        return True
+
+    async def remove_adapter(self, adapter_id: str) -> bool:
+        """`POST /v1/unload_lora_adapter {lora_name}`."""
+        name = self.adapters.get(adapter_id)
+        if name is not None:
+            await self._lora_call("/v1/unload_lora_adapter", {"lora_name": name})
+            del self.adapters[adapter_id]
+        return True
+
+    async def _lora_call(self, path: str, body: dict[str, str]) -> None:
+        try:
+            r = await self.control.post(path, json=body, timeout=_SLOW_CONTROL_S)
+        except httpx.HTTPError as exc:
+            raise EngineControlFailed(f"vLLM {self.model_id}: {path} failed: {exc}") from None
+        if r.status_code != 200:
+            raise EngineControlFailed(
+                f"vLLM {self.model_id}: {path} answered {r.status_code}: {r.text[:300]}"
+            )
 
     @property
     def holds_headers_for_first_chunk(self) -> bool:
@@ -323,56 +391,3 @@ class VllmEngine:
                 self.kv_cache_tokens = int(m.group(1).replace(",", ""))
             if m := _KV_GIB.search(line) or _KV_GIB_CPU.search(line):
                 self.kv_size_mb = float(m.group(1)) * 1024
-
-
-async def launch(
-    opts: VllmLaunchOptions,
-    *,
-    salts: CacheSalts | None,
-    load_timeout_s: float,
-    connect_timeout_s: float = 5.0,
-    read_timeout_s: float = 300.0,
-    env: Mapping[str, str] | None = None,
-    memory_probe: MemoryProbe | None = None,
-    metrics_sink: EngineFamilies | None = None,
-    force_stream_usage: bool = True,
-) -> tuple[EngineProcess, VllmEngine]:
-    """Spawn `vllm serve` for `opts`, wait until `/health` answers 200, build its engine.
-
-    The process gets `env` (the runner's additions) and `engine_env(opts)`; a start failure
-    raises `EngineStartFailed` / `EngineOutOfMemory` with vLLM's root cause first.
-    """
-    url = f"http://127.0.0.1:{opts.port}"
-    auth = {"Authorization": f"Bearer {opts.api_key}"}
-    control = httpx.AsyncClient(base_url=url, headers=auth, timeout=30.0)
-
-    async def healthy() -> bool:
-        r = await control.get("/health", timeout=2.0)
-        return r.status_code == 200
-
-    process = EngineProcess(
-        name=opts.served_model_name,
-        argv=command_line(opts),
-        health=healthy,
-        env={**(env or {}), **engine_env(opts)},
-        load_timeout_s=load_timeout_s,
-    )
-    try:
-        await start(process)
-    except BaseException:
-        await control.aclose()
-        raise
-    engine = VllmEngine(
-        model_id=opts.served_model_name,
-        base_url=url,
-        slots=opts.max_num_seqs,
-        http=EngineConnections(url, connect_timeout_s, read_timeout_s, headers=auth),
-        control=control,
-        salts=salts,
-        force_stream_usage=force_stream_usage,
-        memory_probe=memory_probe,
-        metrics_sink=metrics_sink,
-        process=process,
-    )
-    engine.read_startup_log(process.logs())
-    return process, engine

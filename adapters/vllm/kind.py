@@ -12,7 +12,15 @@ mapped onto it:
   `--dtype` (an unknown one is a 400 before anything runs);
 - `--max-num-seqs` = the model's slots, which is also the scheduler's concurrency cap;
 - `--enable-prefix-caching` per VLLM_ENABLE_PREFIX_CACHING, `--enable-sleep-mode` per
-  VLLM_ENABLE_SLEEP_MODE (an unload may then put it to sleep: `sleep_refusal`).
+  VLLM_ENABLE_SLEEP_MODE (an unload may then put it to sleep: `sleep_refusal`);
+- LoRA adapters (the model's `adapters`, room for `max_adapters`: `adapter_room`):
+  `--enable-lora`, the adapters' PEFT folders served from start (`--lora-modules`), more
+  loaded later by a governed `adapter-load` (`/v1/load_lora_adapter`, in place).
+
+A vLLM the runner starts listens on a Unix socket in its private scratch folder (mode
+0700), on no TCP port: its `/metrics`, `/health` and dev routes answer whoever can
+connect, and only the runner's user can (`launch.py`); its API key is generated per
+engine and handed over in the environment (VLLM_API_KEY), never on its command line.
 
 Tenants are kept apart by `cache_salt` (`salts.py`) for spawned and attached engines
 alike, unless the model is `single_tenant` / `shared_cache` or ENABLE_MULTI_TENANT is off;
@@ -29,30 +37,31 @@ import os
 import secrets
 import shutil
 import tempfile
-
-import httpx
+from collections.abc import Mapping
 
 from adapters.features import Features
-from adapters.http_client import EngineConnections
+from adapters.http_client import EngineConnections, control_client, unix_url
 from adapters.kind import (
     CANNOT_SLEEP,
     Devices,
-    EngineLoad,
+    EngineFamilies,
     EngineSettings,
     EngineSpec,
     Host,
     KindDefaults,
-    Launched,
     LoadGuess,
     Traits,
 )
-from adapters.supervisor import free_port
-from adapters.vllm.engine import (
-    CacheSalts,
-    VllmEngine,
-    launch,
+from adapters.launched import EngineLoad, Launched
+from adapters.supervisor import EngineProcess
+from adapters.vllm.engine import CacheSalts, MemoryProbe, VllmEngine
+from adapters.vllm.launch import (
+    VllmLaunchOptions,
+    command_line,
+    engine_env,
     launch_options,
     new_api_key,
+    start,
 )
 
 log = logging.getLogger("quorum.pool")
@@ -89,6 +98,7 @@ def launched(engine: VllmEngine, scratch: str | None = None) -> Launched:
         standby=engine if engine.process is not None else None,
         load=load,
         version=engine.version,
+        adapters=engine if engine.process is not None else None,
     )
 
 
@@ -103,6 +113,8 @@ class VllmKind(KindDefaults):
         # it imports, profiles and warms up for ~30 s before its weights count (on the CPU)
         load_guess=LoadGuess(30.0, 50.0),
         catalog_rank=1,
+        own_fields=frozenset({"adapters", "max_adapters"}),
+        adapters=True,
     )
 
     def __init__(self, settings: EngineSettings) -> None:
@@ -132,6 +144,10 @@ class VllmKind(KindDefaults):
             )
         return None
 
+    def adapter_room(self, spec: EngineSpec) -> int | None:
+        """`--max-loras` is fixed at start: `max_adapters`, else the adapters declared."""
+        return spec.adapter_room
+
     def memory_share(self, spec: EngineSpec) -> float | None:
         return None if spec.attached else self.settings.vllm_gpu_memory_utilization
 
@@ -144,13 +160,15 @@ class VllmKind(KindDefaults):
         return self._salts[spec.model_id]
 
     async def start(self, spec: EngineSpec, devices: Devices, host: Host) -> Launched:
-        """Spawn `vllm serve` for `spec`; wait until `/health` answers 200.
+        """Spawn `vllm serve` for `spec` (and its `adapters`); wait until `/health`
+        answers 200.
 
-        The engine's caches and temporary files go to a private scratch folder, removed
-        when the engine stops (`Launched.scratch`)."""
+        The engine's caches, temporary files and the Unix socket it listens on go to a
+        private scratch folder (mode 0700), removed when the engine stops
+        (`Launched.scratch`)."""
         s = self.settings
         total = host.gpu_total_mb(spec.gpus) if spec.gpu_memory_budget_mb else None
-        scratch = tempfile.mkdtemp(prefix=f"quorum-vllm-{spec.model_id[:32]}-")
+        scratch = tempfile.mkdtemp(prefix=f"quorum-vllm-{spec.model_id[:24]}-", dir=_short_tmp())
         for sub in ("cache", "tmp"):
             os.mkdir(os.path.join(scratch, sub))
         try:
@@ -158,7 +176,8 @@ class VllmKind(KindDefaults):
                 binary=spec.executable(s.vllm_bin),
                 model=model_source(spec),
                 model_id=spec.model_id,
-                port=free_port(),
+                port=None,
+                uds=os.path.join(scratch, "engine.sock"),  # scratch: 0700, the runner's alone
                 api_key=new_api_key(),
                 slots=spec.slots,
                 quantization=spec.quantization,
@@ -170,6 +189,9 @@ class VllmKind(KindDefaults):
                 enable_prefix_caching=s.vllm_enable_prefix_caching,
                 enable_sleep_mode=s.vllm_enable_sleep_mode,
                 scratch_dir=scratch,
+                lora_modules=[(a.name, a.path) for a in spec.adapters],
+                adapter_capacity=max(spec.adapter_room, len(spec.adapters)),
+                lora_ranks=[a.rank for a in spec.adapters],
                 extra_args=list(spec.args),
             )
             process, engine = await launch(
@@ -190,6 +212,7 @@ class VllmKind(KindDefaults):
             return await host.measure_mb(pid) if pid is not None else None
 
         engine.memory_probe = probe  # sleep and wake-up report the memory measured after
+        engine.adapters = {a.id: a.name for a in spec.adapters}
         return launched(engine, scratch)
 
     async def attach(self, spec: EngineSpec, host: Host) -> Launched:
@@ -205,9 +228,70 @@ class VllmKind(KindDefaults):
                 "model %s: shared_cache is on: tenants share vLLM's prefix cache", spec.model_id
             )
         s = self.settings
-        control = httpx.AsyncClient(base_url=url, timeout=30.0, trust_env=False)
+        control = control_client(url, timeout=30.0)
         http = EngineConnections(url, s.connect_timeout_s, s.read_timeout_s)
         engine = VllmEngine(
             spec.model_id, url, spec.slots, http, control, salts, metrics_sink=host.families
         )
         return launched(engine)
+
+
+async def launch(
+    opts: VllmLaunchOptions,
+    *,
+    salts: CacheSalts | None,
+    load_timeout_s: float,
+    connect_timeout_s: float = 5.0,
+    read_timeout_s: float = 300.0,
+    env: Mapping[str, str] | None = None,
+    memory_probe: MemoryProbe | None = None,
+    metrics_sink: EngineFamilies | None = None,
+    force_stream_usage: bool = True,
+) -> tuple[EngineProcess, VllmEngine]:
+    """Spawn `vllm serve` for `opts`, wait until `/health` answers 200, build its engine.
+
+    The process gets `env` (the runner's additions) and `engine_env(opts)`; a start failure
+    raises `EngineStartFailed` / `EngineOutOfMemory` with vLLM's root cause first.
+    """
+    url = unix_url(opts.uds) if opts.uds is not None else f"http://127.0.0.1:{opts.port}"
+    auth = {"Authorization": f"Bearer {opts.api_key}"}
+    control = control_client(url, headers=auth, timeout=30.0)
+
+    async def healthy() -> bool:
+        r = await control.get("/health", timeout=2.0)
+        return r.status_code == 200
+
+    process = EngineProcess(
+        name=opts.served_model_name,
+        argv=command_line(opts),
+        health=healthy,
+        env={**(env or {}), **engine_env(opts)},
+        load_timeout_s=load_timeout_s,
+    )
+    try:
+        await start(process)
+    except BaseException:
+        await control.aclose()
+        raise
+    engine = VllmEngine(
+        model_id=opts.served_model_name,
+        base_url=url,
+        slots=opts.max_num_seqs,
+        http=EngineConnections(url, connect_timeout_s, read_timeout_s, headers=auth),
+        control=control,
+        salts=salts,
+        force_stream_usage=force_stream_usage,
+        memory_probe=memory_probe,
+        metrics_sink=metrics_sink,
+        process=process,
+    )
+    engine.lora_enabled = opts.max_loras > 0
+    engine.read_startup_log(process.logs())
+    return process, engine
+
+
+def _short_tmp() -> str:
+    """The temporary folder, unless its path is too long for a Unix socket inside it
+    (108 bytes in all on Linux): then /tmp."""
+    folder = tempfile.gettempdir()
+    return folder if len(folder) <= 48 else "/tmp"

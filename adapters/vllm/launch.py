@@ -9,6 +9,17 @@ any string at parse time and is checked when the engine is configured ("Unknown
 quantization method"), `--dtype` is one of auto, bfloat16, float, float16, float32, half.
 An unknown flag makes `vllm` exit 2 ("unrecognized arguments").
 
+Where it listens (`uds`): a vLLM the runner starts listens on a Unix domain socket in its
+private scratch folder (mode 0700: only the runner's user may connect), never on a TCP
+port. vLLM's `--api-key` guards only paths under `/v1`, `/v2`, `/inference`, `/cohere`
+(`vllm/entrypoints/serve/middleware/authenticate.py`): its development routes
+(`/reset_prefix_cache`, `/sleep`, `/wake_up`, `/collective_rpc`, needed for flushes and warm
+standby) and the others outside those prefixes (`/scale_elastic_ep`, `/start_profile`,
+`/invocations`, `/tokenize`, ...) answer anyone who can connect. With `--uds` nothing else
+on the host (another user's process, a request a tenant makes the runner send) can. The key
+goes in the environment (`VLLM_API_KEY`), never on the command line every local user can
+read (`ps`).
+
 The seed's quantization values map as: `awq-4bit` → `--quantization awq` and `gptq-4bit`
 → `--quantization gptq` (vLLM then picks its fastest kernel for the checkpoint itself),
 `fp16` / `bf16` → no `--quantization` but `--dtype float16` / `--dtype bfloat16` (they are
@@ -17,6 +28,7 @@ weight dtypes, not quantization methods).
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from collections.abc import Sequence
@@ -48,7 +60,7 @@ class VllmLaunchOptions:
     binary: str
     model: str  # a Hugging Face repository id or a local directory
     served_model_name: str
-    port: int
+    port: int | None  # a TCP port on 127.0.0.1, when not on a Unix socket (`uds`)
     api_key: str
     max_num_seqs: int
     gpu_memory_utilization: float
@@ -59,7 +71,22 @@ class VllmLaunchOptions:
     enable_sleep_mode: bool = False
     cuda_visible_devices: str | None = None
     scratch_dir: str | None = None  # the engine's caches and temporary files, the runner's
+    lora_modules: tuple[tuple[str, str], ...] = ()  # (name, PEFT folder) served from start
+    max_loras: int = 0  # adapters it may hold (0: LoRA off)
+    max_lora_rank: int = 16
     extra_args: tuple[str, ...] = ()
+    uds: str | None = None  # the Unix socket it listens on (in the private scratch folder)
+
+
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The `--max-lora-rank` values vLLM 0.32.0 accepts (`vllm/config/lora.py` MaxLoRARanks)."""
+
+
+def lora_rank_for(ranks: Sequence[int | None]) -> int:
+    """`--max-lora-rank`: at least vLLM's default 16 (room for adapters loaded later), and
+    the smallest accepted value holding every rank known; None when one is too large."""
+    need = max([16, *(r for r in ranks if r is not None)])
+    return next((r for r in LORA_RANKS if r >= need), 0)
 
 
 def map_quantization(seed: str | None) -> tuple[str | None, str | None]:
@@ -102,7 +129,7 @@ def launch_options(
     binary: str,
     model: str,
     model_id: str,
-    port: int,
+    port: int | None,
     api_key: str,
     slots: int,
     quantization: str | None,
@@ -115,7 +142,11 @@ def launch_options(
     enable_sleep_mode: bool = False,
     cuda_visible_devices: str | None = None,
     scratch_dir: str | None = None,
+    lora_modules: Sequence[tuple[str, str]] = (),
+    adapter_capacity: int = 0,
+    lora_ranks: Sequence[int | None] = (),
     extra_args: Sequence[str] = (),
+    uds: str | None = None,
 ) -> VllmLaunchOptions:
     """The launch options for one load request (pure; UnsupportedRequest before anything runs).
 
@@ -123,11 +154,19 @@ def launch_options(
     2. `gpuMemoryBudgetMB` → `--gpu-memory-utilization` on that GPU; else the default.
     3. `maxContextLength` → `--max-model-len`; else VLLM_MAX_MODEL_LEN; else vLLM's own.
     4. `--max-num-seqs` = the model's slots (the runner's concurrency cap for it).
+    5. Adapters (`adapter_capacity` > 0): LoRA on, the declared ones served from start,
+       `--max-lora-rank` holding their ranks; a rank above vLLM's largest: 400.
+    6. A Unix socket (`uds`) or a loopback port, one of them.
     """
     quant, dtype = map_quantization(quantization)  # 1
     fraction = memory_fraction(gpu_memory_budget_mb, gpu_total_mb, default_gpu_memory_utilization)
     if slots < 1:
         raise UnsupportedRequest(f"model {model_id!r}: slots must be at least 1")
+    rank = lora_rank_for(lora_ranks)  # 5
+    if adapter_capacity and not rank:
+        raise UnsupportedRequest(f"model {model_id!r}: an adapter's rank is above vLLM's 512")
+    if (uds is None) == (port is None):  # 6
+        raise ValueError("vLLM listens on a Unix socket (uds) or a port, exactly one")
     return VllmLaunchOptions(
         binary=binary,
         model=model,
@@ -143,22 +182,25 @@ def launch_options(
         enable_sleep_mode=enable_sleep_mode,
         cuda_visible_devices=cuda_visible_devices,
         scratch_dir=scratch_dir,
+        lora_modules=tuple(lora_modules),
+        max_loras=max(adapter_capacity, len(lora_modules)),
+        max_lora_rank=rank,
         extra_args=tuple(extra_args),
+        uds=uds,
     )
 
 
 def command_line(opts: VllmLaunchOptions) -> list[str]:
-    """The exact argv for `opts` (pure)."""
+    """The exact argv for `opts` (pure): no secret in it (`engine_env` carries the key)."""
+    if opts.uds is not None:
+        where = ["--uds", opts.uds]
+    else:
+        where = ["--host", "127.0.0.1", "--port", str(opts.port)]
     argv = [
         opts.binary,
         "serve",
         opts.model,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(opts.port),
-        "--api-key",
-        opts.api_key,
+        *where,
         "--served-model-name",
         opts.served_model_name,
         "--gpu-memory-utilization",
@@ -182,6 +224,19 @@ def command_line(opts: VllmLaunchOptions) -> list[str]:
     ]
     if opts.enable_sleep_mode:
         argv.append("--enable-sleep-mode")
+    if opts.max_loras:
+        argv += [
+            "--enable-lora",
+            "--max-loras",
+            str(min(opts.max_loras, opts.max_num_seqs)),  # in one batch
+            "--max-cpu-loras",
+            str(opts.max_loras),  # held at once
+            "--max-lora-rank",
+            str(opts.max_lora_rank),
+        ]
+    if opts.lora_modules:  # the JSON form: any path, commas and "=" included
+        argv.append("--lora-modules")
+        argv += [json.dumps({"name": n, "path": p}) for n, p in opts.lora_modules]
     argv += list(opts.extra_args)
     return argv
 
@@ -189,11 +244,21 @@ def command_line(opts: VllmLaunchOptions) -> list[str]:
 def engine_env(opts: VllmLaunchOptions) -> dict[str, str]:
     """Environment added to the runner's for the engine process (pure).
 
-    With a `scratch_dir`, vLLM's cache root (`VLLM_CACHE_ROOT`, else `~/.cache/vllm`) and
-    the temporary folder its compilers write to (`TMPDIR`) are inside it, so a stopped
-    engine leaves nothing behind in the user's home or the system's temp folder.
+    The API key (`VLLM_API_KEY`: read only by the process's own user, where a command
+    line is read by all). Development mode (`VLLM_SERVER_DEV_MODE=1`: `/reset_prefix_cache`
+    for flushes, `/sleep` and `/wake_up` for warm standby) is on: behind the private
+    socket only the runner reaches those routes. With a `scratch_dir`, vLLM's cache root
+    (`VLLM_CACHE_ROOT`, else `~/.cache/vllm`) and the temporary folder its compilers write
+    to (`TMPDIR`) are inside it, so a stopped engine leaves nothing behind in the user's
+    home or the system's temp folder.
     """
-    env = {"VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    env = {
+        "VLLM_SERVER_DEV_MODE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_API_KEY": opts.api_key,
+    }
+    if opts.max_loras:  # /v1/load_lora_adapter and /v1/unload_lora_adapter are routed
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     if opts.cuda_visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = opts.cuda_visible_devices
     if opts.scratch_dir is not None:

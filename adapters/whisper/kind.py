@@ -14,7 +14,8 @@
 from __future__ import annotations
 
 from adapters.features import Features
-from adapters.kind import Devices, EngineSpec, Host, KindDefaults, Launched, Traits
+from adapters.kind import Devices, EngineSpec, Host, KindDefaults, Traits
+from adapters.launched import Launched
 from adapters.whisper.engine import WhisperEngine
 from faults import ConfigError
 

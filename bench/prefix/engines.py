@@ -199,7 +199,10 @@ def start_runner(
             proc = subprocess.Popen(
                 [sys.executable, "-m", "runner"],
                 cwd=code_dir,
-                env=runner_env(port, models_path, env),
+                # saved prefixes of its own: no run inherits another's (PREFIX_CACHE_DIR)
+                env=runner_env(
+                    port, models_path, {"PREFIX_CACHE_DIR": f"{tmp}/prefixes", **(env or {})}
+                ),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -76,7 +76,7 @@ class AudioPath:
         self.submit_job = submit_job
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.front(scope, receive, send, self._serve)
+        await self.front(scope, receive, send, self._serve, json=False)
 
     async def _serve(self, call: ClientCall) -> int:
         """Steps 2-8 (1 and 3 are the front-end's); the upload is always discarded, unless

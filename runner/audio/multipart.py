@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import tempfile
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
@@ -34,7 +33,6 @@ from runner.http.asgi import ClientGone
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 
 OPENAI_MAX_FILE_BYTES = 26_214_400
-_SAFE_SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,8}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,11 +179,9 @@ class _Form:
             self._to_file = True
 
     def _open_file(self) -> None:
-        suffix = os.path.splitext(self.filename)[1]
-        suffix = suffix if _SAFE_SUFFIX.fullmatch(suffix) else ""
-        fd, self.path = tempfile.mkstemp(
-            prefix="quorum-audio-", suffix=suffix, dir=self.limits.temp_dir
-        )
+        # No suffix from the client: FFmpeg picks demuxers by name too (`.m3u8`: HLS), and
+        # the container is decided by the content alone (runner/audio/probe.py).
+        fd, self.path = tempfile.mkstemp(prefix="quorum-audio-", dir=self.limits.temp_dir)
         self._file = os.fdopen(fd, "wb")
 
     def _part_data(self, data: bytes, start: int, end: int) -> None:

@@ -14,9 +14,12 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from adapters.base import FlushScope
 from adapters.comfyui.kind import ComfyUIKind
-from adapters.kind import EngineKind, EngineSettings, EngineSpec, KindFactory
+from adapters.kind import DeclaredPrefix, EngineKind, EngineSettings, EngineSpec, KindFactory
+from adapters.launched import Launched
 from adapters.llama_server.kind import LlamaServerKind
+from adapters.lora import LoraAdapter
 from adapters.openai.kind import OpenAIKind
 from adapters.vllm.kind import VllmKind
 from adapters.whisper.kind import WhisperKind
@@ -47,6 +50,10 @@ def engine_settings(settings: Settings) -> EngineSettings:
         hf_home=s.hf_home,
         llama_server_bin=s.llama_server_bin,
         llama_slot_cache_entries=s.llama_slot_cache_entries,
+        prefix_cache_dir=s.prefix_cache_dir,
+        prefix_cache_persist=s.prefix_cache_persist,
+        prefix_cache_max_mb=s.prefix_cache_max_mb,
+        prefix_cache_ttl_s=s.prefix_cache_ttl_s,
         vllm_bin=s.vllm_bin,
         vllm_max_model_len=s.vllm_max_model_len,
         vllm_gpu_memory_utilization=s.vllm_gpu_memory_utilization,
@@ -122,8 +129,14 @@ class EngineKinds:
         """Requests `spec` may have in flight at its engine: `parallel`, else its kind's."""
         return spec.parallel or self.of(spec).traits.default_parallel
 
-    def engine_spec(self, spec: ModelSpec, params: LoadParams | None = None) -> EngineSpec:
-        """`spec`'s engine fields for its kind, with what a load asks for (`params`)."""
+    def engine_spec(
+        self,
+        spec: ModelSpec,
+        params: LoadParams | None = None,
+        adapters: Sequence[LoraAdapter] = (),
+    ) -> EngineSpec:
+        """`spec`'s engine fields for its kind, with what a load asks for (`params`) and
+        the LoRA adapters a start serves from the outset (`adapters`)."""
         p = params or LoadParams()
         path = spec.local_path()
         problem = None
@@ -158,6 +171,12 @@ class EngineKinds:
             workflow=spec.workflow,
             checkpoint=spec.checkpoint,
             whisper_model=spec.whisper_model,
+            adapters=tuple(adapters),
+            max_adapters=spec.max_adapters,
+            adapter_room=spec.adapter_capacity,
+            public_prefixes=tuple(
+                DeclaredPrefix(p.name, p.system, p.prompt) for p in spec.public_prefixes
+            ),
         )
 
     def check(self, spec: ModelSpec) -> None:
@@ -192,6 +211,11 @@ class EngineKinds:
             raise ConfigError("no engine kind loads a model by its path")
         started = {m.backend for m in models if not m.attached}
         return next((k.name for k in ranked if k.name in started), ranked[0].name)
+
+    def flush_at_rest(self, scope: FlushScope, running: Sequence[Launched]) -> int:
+        """Remove the state in `scope` each kind keeps for engines not running (saved
+        prompt states), leaving `running` engines' own; how many entries were in scope."""
+        return sum(kind.flush_at_rest(scope, running) for kind in self)
 
     def pids(self) -> list[int]:
         """Engine processes no model owns (a kind's shared server)."""

@@ -22,14 +22,16 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from adapters.errors import EngineStartFailed
-from adapters.kind import Devices, Launched
+from adapters.launched import Launched
 from adapters.supervisor import EngineProcess
 from faults import QuorumError
+from runner.engines.adapters import AdapterBook
 from runner.engines.gpus import EngineHost, GpuAccounting
+from runner.engines.launcher import Launcher
 from runner.engines.ready import ReadyEngines
 from runner.engines.record import EngineRecord
 from runner.engines.reports import ModelReports, NoReports
-from runner.engines.sizing import estimate_for, model_size_mb
+from runner.engines.sizing import model_size_mb
 from runner.engines.specs import ModelSpecs
 from runner.errors import ModelNotFound
 from runner.runtime.models_file import ModelSpec
@@ -69,23 +71,28 @@ class ModelPool:
         estimator: EtaEstimator,
         *,
         stop_grace_s: float = 10.0,
+        drain_timeout_s: float = 30.0,
         observer: PoolObserver | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`estimator` learns each load's time (by backend and size); `clock` is the wall
-        clock (`loadedAt`), `monotonic` times loads and wake-ups."""
+        """`estimator` learns each load's time (by backend and size); `drain_timeout_s`
+        bounds how long an engine started again waits for its requests before it stops;
+        `clock` is the wall clock (`loadedAt`), `monotonic` times loads and wake-ups."""
         self.specs = specs
         self.kinds = specs.kinds
         self.gpus = gpus
         self.host = host
         self.estimator = estimator
         self.stop_grace_s = stop_grace_s
+        self.drain_timeout_s = drain_timeout_s
         self.observer = observer or NoObserver()
         self.clock = clock
         self.monotonic = monotonic
         self.ready = ReadyEngines()
         self.records: dict[str, EngineRecord] = {}
+        self.adapters = AdapterBook(specs.specs().values(), self.ready.adapters)  # LoRA
+        self.launcher = Launcher(self.kinds, gpus, host, self.adapters)
         self.reports: ModelReports = NoReports()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
@@ -242,36 +249,34 @@ class ModelPool:
             record.launched = None
             self.observer.restarted(spec)
         started = self.monotonic()
-        record.launched = await self._launch(record)  # 2
+        record.launched = await self.launcher.launch(record.spec, record.params)  # 2
         seconds = self.monotonic() - started
         size_mb = model_size_mb(spec)
         if size_mb > 0:
             self.estimator.record(spec.backend, size_mb, seconds)
         self.observer.loaded(spec, seconds)
-        measured = record.launched.memory_mb  # 3
-        mem = measured if measured is not None else await self._measure(record)
+        mem = await self.launcher.started_mb(record)  # 3
         self._ready(record, mem)
         log.info("model %s ready in %d ms, %d MB", spec.id, round(1000 * seconds), mem)
         return mem
 
-    async def _launch(self, record: EngineRecord) -> Launched:
-        """Its kind attaches it (`url`) or starts it, placed on GPUs unless the kind runs it
-        elsewhere (a speech worker on the CPU)."""
-        spec, kind = record.spec, self.kinds.of(record.spec)
-        engine = self.kinds.engine_spec(spec, record.params)
-        if spec.attached:
-            return await kind.attach(engine, self.host)
-        if not kind.placed(engine):
-            return await kind.start(engine, Devices(), self.host)
-        budget = record.params.gpu_memory_budget_mb
-        devices = await self.gpus.devices_for(spec, estimate_for(spec, self.kinds, budget))
-        return await kind.start(engine, devices, self.host)
-
-    async def _measure(self, record: EngineRecord) -> int:
-        process = record.process
-        if process is None or process.pid is None:
-            return record.spec.vram_mb or 0
-        return await self.host.measure_mb(process.pid)
+    async def restart_engine(self, model: str) -> None:
+        """Start the model's engine again beside the running one, with its adapter set as
+        the book has it now; switch the request path to the new one; stop the old one once
+        the requests on it are done (bounded by UNLOAD_DRAIN_TIMEOUT_S), saving its slots.
+        Nothing waiting or running is refused. A start that fails raises, and the old
+        engine serves on. (llama-server loads LoRA adapters only at start.)"""
+        record = self.records[model]
+        old = record.launched
+        if old is None or record.loading is not None or record.asleep:
+            raise EngineStartFailed(f"model {model!r} has no running engine to restart")
+        record.launched = await self.launcher.launch(record.spec, record.params)
+        mem = await self.launcher.started_mb(record)
+        self._ready(record, mem)
+        log.info("model %s: engine started again (%d MB); the old one drains", model, mem)
+        if old.adapters is not None:
+            await old.adapters.drained(self.drain_timeout_s)
+        await old.close(grace_s=self.stop_grace_s)
 
     def _ready(self, record: EngineRecord, mem_mb: int) -> None:
         launched = record.launched
@@ -331,7 +336,7 @@ class ModelPool:
             return 0
         model = record.spec.id
         alive = launched.engine.failure is None and launched.watch is not None
-        freed = await self._measure(record) if alive and record.process else record.mem_mb
+        freed = await self.launcher.measure(record) if alive and record.process else record.mem_mb
         self.ready.withdraw(model)
         if launched.release is not None and launched.engine.failure is None:
             try:
@@ -354,10 +359,14 @@ class ModelPool:
         standby = launched.standby
         if standby is None:
             raise EngineStartFailed(f"model {record.spec.id!r} cannot sleep")
-        before = await self._measure(record)
+        before = await self.launcher.measure(record)
         self.ready.withdraw(record.spec.id)
         report = await standby.sleep(level=1)
-        after = report.memory_mb if report.memory_mb is not None else await self._measure(record)
+        after = (
+            report.memory_mb
+            if report.memory_mb is not None
+            else await self.launcher.measure(record)
+        )
         record.asleep, record.mem_mb, record.loaded_at = True, after, None
         log.info("model %s asleep: %d MB -> %d MB", record.spec.id, before, after)
         return after, max(0, before - after)
@@ -368,7 +377,11 @@ class ModelPool:
         assert launched is not None and launched.standby is not None
         started = self.monotonic()
         report = await launched.standby.wake_up()
-        mem = report.memory_mb if report.memory_mb is not None else await self._measure(record)
+        mem = (
+            report.memory_mb
+            if report.memory_mb is not None
+            else await self.launcher.measure(record)
+        )
         self._ready(record, mem)
         load_ms = round(1000 * (self.monotonic() - started))
         log.info("model %s awake in %d ms, %d MB", record.spec.id, load_ms, mem)

@@ -15,10 +15,13 @@ probes missed in a row mean it is not (`MissedProbes`, pure).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Hashable, Iterable
 from typing import Generic, Protocol, TypeVar
 
 import httpx
+
+from adapters.http_client import split_unix
 
 
 class Prober(Protocol):
@@ -31,20 +34,41 @@ class Prober(Protocol):
 
 class HttpProber:
     """`GET url`; True on any HTTP answer within `timeout_s`. No proxy: the engine client
-    never goes through one, so neither does the question whether the engine is there."""
+    never goes through one, so neither does the question whether the engine is there. An
+    engine on a Unix socket (`adapters.http_client.unix_url`) is asked over it."""
 
     def __init__(self, timeout_s: float, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.timeout_s = timeout_s
         self.client = httpx.AsyncClient(timeout=timeout_s, transport=transport, trust_env=False)
+        self._sockets: dict[str, httpx.AsyncClient] = {}
 
     async def answers(self, url: str) -> bool:
+        sock, url = split_unix(url)
+        if sock is not None and not os.path.exists(sock):  # the engine is gone for good
+            stale = self._sockets.pop(sock, None)
+            if stale is not None:
+                await stale.aclose()
+            return False
+        client = self.client if sock is None else self._socket_client(sock)
         try:
-            await self.client.get(url)
+            await client.get(url)
         except httpx.HTTPError:
             return False
         return True
 
+    def _socket_client(self, sock: str) -> httpx.AsyncClient:
+        client = self._sockets.get(sock)
+        if client is None:
+            transport = httpx.AsyncHTTPTransport(uds=sock)
+            client = httpx.AsyncClient(timeout=self.timeout_s, transport=transport, trust_env=False)
+            self._sockets[sock] = client
+        return client
+
     async def aclose(self) -> None:
         await self.client.aclose()
+        for client in self._sockets.values():
+            await client.aclose()
+        self._sockets.clear()
 
 
 K = TypeVar("K", bound=Hashable)

@@ -2,8 +2,9 @@
 
 The pool files an engine here once it serves and withdraws it when it stops, sleeps or
 dies. A request path sees the engines of its own kind only, through its typed view
-(`chat`, `speech`, `images`: the engine's facet for that path, `adapters/kind.Launched`);
-a cache flush sees those that can be flushed (`flushes`).
+(`chat`, `speech`, `images`: the engine's facet for that path, `adapters/launched.Launched`);
+a cache flush sees those that can be flushed (`flushes`); the adapters' book those that
+serve LoRA adapters (`adapters`).
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
-from adapters.base import ChatEngine, FlushResult, FlushScope
+from adapters.base import AdapterHost, ChatEngine, FlushResult, FlushScope
 from adapters.comfyui.engine import ComfyUIEngine
-from adapters.kind import Launched
+from adapters.launched import Launched
 from adapters.whisper.engine import WhisperEngine
 
 E = TypeVar("E")
@@ -54,6 +55,7 @@ class ReadyEngines(Mapping[str, Launched]):
         self.speech: Facet[WhisperEngine] = Facet(self._ready, lambda e: e.speech)
         self.images: Facet[ComfyUIEngine] = Facet(self._ready, lambda e: e.images)
         self.flushes: Facet[Flush] = Facet(self._ready, lambda e: e.flush)
+        self.adapters: Facet[AdapterHost] = Facet(self._ready, lambda e: e.adapters)
 
     def file(self, model: str, launched: Launched) -> None:
         self._ready[model] = launched

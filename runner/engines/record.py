@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from adapters.kind import Launched
+from adapters.launched import Launched
 from adapters.supervisor import EngineProcess
 from runner.engines.kinds import LoadParams
 from runner.runtime.models_file import ModelSpec

@@ -40,6 +40,11 @@ class ModelSpecs:
     def kind(self, spec: ModelSpec) -> EngineKind:
         return self.kinds.of(spec)
 
+    def request_path(self, model: str) -> str | None:
+        """The request path that serves `model` (its kind's); None: not a model here."""
+        spec = self._specs.get(model)
+        return self.kinds.of(spec).traits.request_path if spec is not None else None
+
     def register(self, spec: ModelSpec, params: LoadParams | None = None) -> None:
         """Know `spec` (a governed load resolved it), and what its next start asks for."""
         self._specs[spec.id] = spec

@@ -38,7 +38,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from adapters.kind import EngineFamilies, EngineLoad, Launched
+from adapters.kind import EngineFamilies
+from adapters.launched import EngineLoad, Launched
 from adapters.supervisor import EngineState
 from faults import QuorumError
 from runner.engines.kinds import EngineKinds
@@ -102,7 +103,7 @@ class Running:
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class ProbeTarget:
     """One engine to probe, and the READY models it serves."""
 
     key: Hashable
@@ -113,7 +114,7 @@ class Target:
     models: tuple[str, ...]
 
 
-def probe_targets(running: Iterable[Running], views: Mapping[str, ModelView]) -> list[Target]:
+def probe_targets(running: Iterable[Running], views: Mapping[str, ModelView]) -> list[ProbeTarget]:
     """The engines to probe now (pure).
 
     1. An engine that is not READY in its supervisor (starting: the load timeout covers
@@ -124,7 +125,7 @@ def probe_targets(running: Iterable[Running], views: Mapping[str, ModelView]) ->
     3. One target per engine process, probed while any of its models is READY (ComfyUI's
        one server serves every ComfyUI model).
     """
-    by_key: dict[Hashable, Target] = {}
+    by_key: dict[Hashable, ProbeTarget] = {}
     for engine in running:
         if not (engine.ready and engine.serving):  # 1
             continue
@@ -134,7 +135,7 @@ def probe_targets(running: Iterable[Running], views: Mapping[str, ModelView]) ->
         known = by_key.get(engine.key)  # 3
         models = (*known.models, engine.model) if known is not None else (engine.model,)
         url = engine.base_url.rstrip("/") + engine.probe
-        by_key[engine.key] = Target(
+        by_key[engine.key] = ProbeTarget(
             engine.key, engine.backend, engine.probe, url, engine.process, models
         )
     return list(by_key.values())
@@ -224,7 +225,7 @@ class EngineWatch:
         await self._revive()
         await self._observe()
 
-    def _targets(self) -> list[Target]:
+    def _targets(self) -> list[ProbeTarget]:
         return probe_targets(self.running(), self.admission.models())
 
     async def _probe(self) -> None:
@@ -247,7 +248,7 @@ class EngineWatch:
             if self._missed.observe(target.key, answered):
                 self._give_up(target)
 
-    def _give_up(self, target: Target) -> None:
+    def _give_up(self, target: ProbeTarget) -> None:
         silent_s = self.clock() - self._answered.pop(target.key, self.clock())
         if target.process is None:  # attached by URL: not ours to kill
             reason = f"its engine (attached by URL) stopped answering ({self.misses} probes missed)"

@@ -53,6 +53,7 @@ class RunnerApp:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
+        self.metric_paths = rt.api_metric_paths()
         self.control = control_plane(rt)
         self._stack = contextlib.AsyncExitStack()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -70,7 +71,7 @@ class RunnerApp:
             elif path in AUDIO_PATHS:
                 await self._post_only(self.rt.audio, scope, receive, send)
             elif (
-                (exposition := self.rt.metrics.paths.get(path)) is not None
+                (exposition := self.metric_paths.get(path)) is not None
                 and scope["method"] == "GET"
                 and self.rt.settings.enable_metrics
             ):

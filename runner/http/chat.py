@@ -7,9 +7,11 @@ pays for it, so it does only what the features need. Through the one front-end
 
     1. identify the tenant, rate limit                     (front-end)  -> 400/401/403/429
     2. read the body, bounded                                            -> 413
-    3. parse it once; the model (`check_model`); the numeric fields the runner can
-       check (`runner/http/body_checks.py`: token limits, sampling ranges); the
-       tenant's token budgets reserve the request's upper bound (runner/tenancy/guard.py)
+    3. parse it once; the model: an adapter resolved to its base model once its tenant is
+       bound to it (`runner/http/entitlements.py`), then `check_model` (the tenant's
+       `models` entitlement, on the adapter's id for an adapter); the numeric fields
+       the runner can check (`runner/http/body_checks.py`: token limits, sampling ranges);
+       the tenant's token budgets reserve the request's upper bound (runner/tenancy/guard.py)
                                                            -> 400 / 403 / 404 / 429 / 503
     4. drop `x_*` extension fields, let the adapter adjust; re-serialize only if changed
     5. admission (the scheduler's queue), under the disconnect scope     -> 503 + Retry-After
@@ -36,10 +38,13 @@ from adapters.errors import EngineBadResponse
 from adapters.http_client import ClientFailure, Response, translate_failure
 from adapters.refusals import refusal
 from faults import QuorumError
+from runner.engines.adapters import AdapterBook, AdapterRecord, counted
 from runner.errors import BadRequest, error_body
 from runner.http.asgi import FALSE_REPORT_HEADERS, JSON, Receive, Scope, Send, send_whole
 from runner.http.body_checks import check_generation
+from runner.http.entitlements import check_adapter, check_bound
 from runner.http.frontend import Admitted, ClientCall, FrontEnd
+from runner.http.json_body import OFFLOAD_BYTES, dump_json, load_json
 from runner.scheduler.grants import Usage
 from runner.telemetry.metrics import Metrics
 from runner.tenancy.guard import output_bound, prompt_bound
@@ -54,7 +59,8 @@ _SSE = b"text/event-stream"
 
 class ChatPath:
     """`engines` holds the ready engines (the model pool keeps it current);
-    `context_of(model)` its context length where known (the body checks read it)."""
+    `context_of(model)` its context length where known (the body checks read it);
+    `adapters` the runner's LoRA adapters, served on their base models' engines."""
 
     def __init__(
         self,
@@ -63,25 +69,35 @@ class ChatPath:
         metrics: Metrics,
         max_body_bytes: int,
         context_of: Callable[[str], int | None] = lambda _model: None,
+        adapters: AdapterBook | None = None,
     ) -> None:
         self.front = front
         self.engines = engines
         self.context_of = context_of
         self.metrics = metrics
         self.max_body = max_body_bytes
+        self.adapters = adapters if adapters is not None else AdapterBook((), {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.front(scope, receive, send, self._serve)
 
     async def _serve(self, call: ClientCall) -> int:
         body = await self.front.read_body(call, self.max_body)  # 2
-        obj, model = _parse(body)  # 3
-        self.front.check_model(call, model, "chat")
+        if len(body) >= OFFLOAD_BYTES:  # 3: off the event loop (runner/http/json_body.py)
+            obj, model = await _parse_large(body)
+        else:
+            obj, model = _parse(body)
+        adapter = self._adapter(call, model)
+        if adapter is not None:
+            model = adapter.adapter.base
+        self.front.check_model(call, model, "chat", adapter.adapter.id if adapter else None)
         context = self.context_of(model)
         embeddings = call.scope["path"] == "/v1/embeddings"
         if not embeddings:
             check_generation(obj, context)
         engine = self.engines.get(model)
+        if adapter is not None and engine is not None:
+            check_adapter(adapter, self.adapters.loaded(adapter))
         changed = _strip_extensions(obj)  # 4
         spent = call.spent  # what it can cost at most (runner/tenancy/guard.py)
         spent.input_bound = prompt_bound(body, obj)
@@ -95,28 +111,50 @@ class ChatPath:
         if engine is not None:
             changed |= engine.rewrite(obj, meta.cache_mode, call.tenant)
         if changed:
-            body = orjson.dumps(obj)
+            size = len(body)
+            body = orjson.dumps(obj) if size < OFFLOAD_BYTES else await dump_json(obj, size)
         request = call.admission_request(_estimate_input_tokens(body), _estimate_output(obj))
-        async with self.front.admitted(call, request) as admitted:  # 5
-            current = self.engines.get(model)
-            if current is None:  # it stopped or crashed between the grant and now
-                raise self.front.engine_gone(model)
-            if current is not engine:  # loaded or restarted while the request waited
-                engine = current
-                if engine.rewrite(obj, meta.cache_mode, call.tenant):
-                    body = orjson.dumps(obj)
-            placement = await engine.place(body, obj, call.tenant, meta.cache_tag)
-            report = NO_REPORT
-            try:
-                status, report = await self._forward(call, admitted, engine, placement, obj)  # 6
-            finally:
-                engine.done(placement, report)
-                call.engine_ms = report.gpu_time_ms
-                if spent.reported:
-                    admitted.usage = Usage(spent.prompt, spent.completion)
-                    self.metrics.count_tokens(
-                        call.tenant, call.model, spent.prompt, spent.completion
-                    )
+        with counted(adapter) as count:
+            async with self.front.admitted(call, request) as admitted:  # 5
+                count.running()
+                current = self.engines.get(model)
+                if current is None:  # it stopped or crashed between the grant and now
+                    raise self.front.engine_gone(model)
+                if current is not engine:  # loaded or restarted while the request waited
+                    engine = current
+                    if engine.rewrite(obj, meta.cache_mode, call.tenant):
+                        body = orjson.dumps(obj)
+                if adapter is not None:
+                    check_adapter(adapter, self.adapters.loaded(adapter))
+                return await self._place_and_forward(call, admitted, engine, body, obj, adapter)
+
+    def _adapter(self, call: ClientCall, model: str) -> AdapterRecord | None:
+        """The adapter `model` names, once the tenant may use it (403 otherwise)."""
+        check_bound(self.adapters, call.tenant, call.policy.models, model)
+        return self.adapters.get(model)
+
+    async def _place_and_forward(
+        self,
+        call: ClientCall,
+        admitted: Admitted,
+        engine: ChatEngine,
+        body: bytes,
+        obj: dict[str, Any],
+        adapter: AdapterRecord | None,
+    ) -> int:
+        """Step 6 on the granted engine, with the adapter the runner chose; usage kept."""
+        meta, spent = call.meta, call.spent
+        adapter_id = adapter.adapter.id if adapter is not None else None
+        placement = await engine.place(body, obj, call.tenant, meta.cache_tag, adapter_id)
+        report = NO_REPORT
+        try:
+            status, report = await self._forward(call, admitted, engine, placement, obj)  # 6
+        finally:
+            engine.done(placement, report)
+            call.engine_ms = report.gpu_time_ms
+            if spent.reported:
+                admitted.usage = Usage(spent.prompt, spent.completion)
+                self.metrics.count_tokens(call.tenant, call.model, spent.prompt, spent.completion)
         return status
 
     async def _forward(
@@ -241,11 +279,25 @@ async def _engine_error(exc: ClientFailure, engine: ChatEngine) -> QuorumError:
     return translate_failure(exc, engine.model_id, failure)
 
 
-def _parse(body: bytes) -> tuple[dict[str, Any], str]:
+def _loads(body: bytes) -> object:
     try:
-        obj = orjson.loads(body)
+        return orjson.loads(body)
     except orjson.JSONDecodeError:
         raise BadRequest("request body must be a JSON object") from None
+
+
+def _parse(body: bytes) -> tuple[dict[str, Any], str]:
+    return _checked(_loads(body))
+
+
+async def _parse_large(body: bytes) -> tuple[dict[str, Any], str]:
+    try:
+        return _checked(await load_json(body))
+    except orjson.JSONDecodeError:
+        raise BadRequest("request body must be a JSON object") from None
+
+
+def _checked(obj: object) -> tuple[dict[str, Any], str]:
     if not isinstance(obj, dict):
         raise BadRequest("request body must be a JSON object")
     model = obj.get("model")

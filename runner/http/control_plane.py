@@ -6,6 +6,7 @@ one envelope (runner/errors.py), unknown paths and wrong methods included.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import orjson
@@ -17,6 +18,7 @@ from starlette.routing import BaseRoute, Match
 from runner.errors import (
     HTTP_ERRORS,
     Forbidden,
+    LifecycleRateLimited,
     ServiceUnavailable,
     error_body,
     error_headers,
@@ -28,18 +30,26 @@ from runner.http.headers import parse_request_headers
 from runner.http.openapi import OPENAPI_PATH, openapi_json
 from runner.http.status_page import mount_status_page
 from runner.jobs.http import JOBS_PATH, delete_job, get_job
+from runner.lifecycle.adapter_ops import adapter_entry
 from runner.runtime.wiring import Runtime
 from runner.scheduler import ModelState
 from runner.telemetry.capabilities import capabilities
 from runner.telemetry.health import Life
 from runner.tenancy.routes import mount_tenant_routes
-from tenants.identity import resolve_tenant
+from tenants.policy import EVERY_MODEL
+from tenants.rates import parse_rate
+from tenants.throttle import RecentEvents
 
 JSON = "application/json"
 
 
 def json_response(status: int, body: object, headers: dict[str, str] | None = None) -> Response:
     return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
+
+
+LIFECYCLE_MAX_BODY_BYTES = 64 * 1024
+"""A lifecycle body (the seed's fields and a token of at most 16 KiB) fits in this; a larger
+one is refused (413) before anything reads, parses or audits it."""
 
 
 async def bounded_body(request: Request, limit: int) -> bytes:
@@ -50,8 +60,34 @@ async def bounded_body(request: Request, limit: int) -> bytes:
     return await read_body(request.receive, declared, limit)
 
 
+class LifecycleDoor:
+    """What every lifecycle call meets before its token is looked at.
+
+    1. Its source address made LIFECYCLE_RATE_LIMIT calls lately: 429 with Retry-After
+       (nothing read, verified or audited).
+    2. A body above LIFECYCLE_MAX_BODY_BYTES: 413, before it is parsed or audited.
+    """
+
+    def __init__(self, rate: str) -> None:
+        self.calls = RecentEvents(parse_rate(rate), time.monotonic)
+
+    def admit(self, request: Request) -> None:
+        """Step 1 (also for the governed `/v1/tenants` routes, which keep their own cap)."""
+        client = request.scope.get("client")
+        source = client[0] if client else ""
+        wait = self.calls.retry_after(source)
+        if wait:
+            raise LifecycleRateLimited(rate=self.calls.rate.text, retry_after=wait)
+        self.calls.add(source)
+
+    async def body(self, request: Request) -> bytes:
+        self.admit(request)  # 1
+        return await bounded_body(request, LIFECYCLE_MAX_BODY_BYTES)  # 2
+
+
 def control_plane(rt: Runtime) -> FastAPI:
     app = FastAPI(title="Quorum runner", docs_url=None, redoc_url=None, openapi_url=None)
+    door = LifecycleDoor(rt.settings.lifecycle_rate_limit)
 
     for error_type in HTTP_ERRORS:
 
@@ -92,9 +128,14 @@ def control_plane(rt: Runtime) -> FastAPI:
     @app.get("/v1/capabilities")
     async def get_capabilities(request: Request) -> Response:
         available: Sequence[str] = rt.refresher.current.available
+        adapters = list(rt.pool.adapters)
         asker = asking_tenant(rt, request)
         if asker is not None:  # the router asks as nobody: it sees them all
-            available = rt.tenants.policy(asker).models.filter(available)
+            entitled = rt.tenants.policy(asker).models
+            available = entitled.filter(available)
+            adapters = [
+                a for a in adapters if a.adapter.allows(asker) and entitled.allows(a.adapter.id)
+            ]
         doc = capabilities(
             rt.settings.runner_id,
             str(rt.health().body["status"]),
@@ -109,7 +150,9 @@ def control_plane(rt: Runtime) -> FastAPI:
             resources=rt.refresher.current,
             engines=rt.watch.loads,
             versions=rt.watch.versions,
+            adapters=[adapter_entry(a, rt.adapter_ops.loaded(a)) for a in adapters],
         )
+        doc["identity"] = rt.identity.mode.value  # who decides the tenant (docs/security.md)
         status = 200 if rt.life is Life.READY else 503
         return json_response(status, doc, {"Cache-Control": "max-age=5", **starting_headers(rt)})
 
@@ -121,17 +164,19 @@ def control_plane(rt: Runtime) -> FastAPI:
         exposition = rt.metrics.paths[request.scope["path"]]
         return Response(exposition.render(), 200, media_type=rt.metrics.content_type)
 
-    for path in rt.metrics.paths:  # `/metrics`, PICKER_METRICS_PATH
+    for (
+        path
+    ) in rt.api_metric_paths():  # `/metrics` (unless METRICS_ON_API_PORT=false), the picker's
         app.add_api_route(path, get_metrics, methods=["GET"])
 
     @app.post("/v1/cache/flush")
     async def cache_flush(request: Request) -> Response:
-        body = await bounded_body(request, rt.settings.max_body_bytes)
+        body = await door.body(request)
         return json_response(200, await rt.governed.flush(body, request.headers.get("x-op-token")))
 
     @app.post("/v1/models/load")
     async def load_model(request: Request) -> Response:
-        body = await bounded_body(request, rt.settings.max_body_bytes)
+        body = await door.body(request)
         task = await rt.loads.submit(body, request.headers.get("x-op-token"))
         return json_response(
             202, task.accepted_json(), {"Location": f"/v1/models/load/{task.task_id}"}
@@ -143,13 +188,13 @@ def control_plane(rt: Runtime) -> FastAPI:
 
     @app.delete("/v1/models/load/{task_id}")
     async def load_cancel(task_id: str, request: Request) -> Response:
-        body = await bounded_body(request, rt.settings.max_body_bytes)
+        body = await door.body(request)
         task = await rt.loads.cancel(task_id, body, request.headers.get("x-op-token"))
         return json_response(200, task.to_json())
 
     @app.post("/v1/models/unload")
     async def unload_model(request: Request) -> Response:
-        body = await bounded_body(request, rt.settings.max_body_bytes)
+        body = await door.body(request)
         result = await rt.loads.unload(body, request.headers.get("x-op-token"))
         answer: dict[str, object] = {
             "modelId": result.model_id,
@@ -160,24 +205,51 @@ def control_plane(rt: Runtime) -> FastAPI:
             answer["mode"] = result.mode
         return json_response(200, answer)
 
+    @app.post("/v1/adapters/load")
+    async def load_adapter(request: Request) -> Response:
+        body = await door.body(request)
+        return json_response(
+            200, await rt.adapter_ops.load(body, request.headers.get("x-op-token"))
+        )
+
+    @app.post("/v1/adapters/unload")
+    async def unload_adapter(request: Request) -> Response:
+        body = await door.body(request)
+        answer = await rt.adapter_ops.unload(body, request.headers.get("x-op-token"))
+        return json_response(200, answer)
+
     @app.get(JOBS_PATH + "{job_id}")
     async def job_status(job_id: str, request: Request) -> Response:
-        answer = await get_job(rt.jobs, job_id, rt.request_tenant(request))
+        answer = await get_job(rt.jobs, job_id, rt.identify(request.scope))
         return json_response(answer.status, answer.body, answer.headers)
 
     @app.delete(JOBS_PATH + "{job_id}")
     async def job_cancel(job_id: str, request: Request) -> Response:
-        answer = await delete_job(rt.jobs, job_id, rt.request_tenant(request))
+        answer = await delete_job(rt.jobs, job_id, rt.identify(request.scope))
         return json_response(answer.status, answer.body, answer.headers)
 
     @app.get("/v1/models")
     async def list_models(request: Request) -> Response:
         records = rt.pool.records
-        entitled = rt.tenants.policy(rt.request_tenant(request)).models
-        data = [
+        asker = asking_tenant(rt, request)  # a router asks as nobody: it sees them all
+        entitled = rt.tenants.policy(asker).models if asker is not None else EVERY_MODEL
+        data: list[dict[str, object]] = [
             {"id": m, "object": "model", "created": records[m].loaded_at, "owned_by": "quorum"}
             for m, view in rt.admission.models().items()
             if view.state is ModelState.READY and m in records and entitled.allows(m)
+        ]
+        data += [  # an adapter: to the tenants bound to it and entitled to it
+            {
+                "id": a.adapter.id,
+                "object": "model",
+                "created": a.loaded_at or records[a.adapter.base].loaded_at,
+                "owned_by": "quorum",
+                "parent": a.adapter.base,
+            }
+            for a in rt.pool.adapters
+            if rt.adapter_ops.loaded(a)
+            and (asker is None or a.adapter.allows(asker))
+            and entitled.allows(a.adapter.id)
         ]
         return json_response(200, {"object": "list", "data": data})
 
@@ -196,7 +268,7 @@ def control_plane(rt: Runtime) -> FastAPI:
         return Response(contract, 200, media_type="application/json")
 
     mount_status_page(app, rt)  # GET /ui: the operators' status page (admins only)
-    mount_tenant_routes(app, rt)  # /v1/tenants, /v1/usage (runner/tenancy/routes.py)
+    mount_tenant_routes(app, rt, door.admit)  # /v1/tenants, /v1/usage (runner/tenancy/)
     return app
 
 
@@ -223,12 +295,10 @@ def asking_tenant(rt: Runtime, request: Request) -> str | None:
     meta = parse_request_headers(list(request.scope["headers"]))
     if meta.tenant_header is None and meta.authorization is None and meta.fairness_id is None:
         return None
-    return rt.request_tenant(request)
+    return rt.identify(request.scope)
 
 
 def admin_only(rt: Runtime, request: Request) -> None:
     """Engine logs are for the tenants ADMIN_TENANTS names (identified as for inference)."""
-    meta = parse_request_headers(list(request.scope["headers"]))
-    tenant = resolve_tenant(meta.authorization, meta.tenant_header, rt.tenants)
-    if tenant not in rt.settings.admins:
+    if rt.identify(request.scope) not in rt.settings.admins:
         raise Forbidden("engine logs are readable by ADMIN_TENANTS only")

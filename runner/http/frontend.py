@@ -2,8 +2,10 @@
 
 Every inference request goes the same way, whatever its path:
 
-    1. identify: the runner's headers (400 naming the header), the tenant (API key,
-       X-Tenant-ID or the gateway's fairness id; 401/403)     `FrontEnd.__call__`;
+    1. identify: the runner's headers (400 naming the header), the body's media type
+       (415 unless JSON, for the JSON paths), the tenant (`tenants.identity.Identity`: an
+       API key, the gateway's fairness id, or X-Tenant-ID in open mode; 401/403/429)
+                                                              `FrontEnd.__call__`;
        the tenant's policy as it is now (the request keeps it to the end) and the
        priority it is served at (its default, capped at its max: X-Effective-Priority)
     2. rate limit (tenants/)                       -> 429 + Retry-After, RateLimit-*
@@ -36,6 +38,7 @@ from runner.errors import (
     ModelNotFound,
     QuorumError,
     ServiceUnavailable,
+    UnsupportedMediaType,
     WrongEndpoint,
     error_status,
 )
@@ -66,7 +69,7 @@ from runner.tenancy.guard import Budgets, Held, Spent, request_headers
 from runner.tenancy.usage import UsageRecorder
 from tenants.config import TenantPolicy, TenantsConfig
 from tenants.errors import ModelNotAllowed
-from tenants.identity import DEFAULT_TENANT, resolve_tenant
+from tenants.identity import Identity
 from tenants.policy import effective_priority
 from tenants.ratelimit import RateLimiter
 
@@ -163,11 +166,13 @@ class FrontEnd:
         objectives: Mapping[bytes, str] = DEFAULT_OBJECTIVES,
         budgets: Budgets | None = None,
         usage: UsageRecorder | None = None,
+        identity: Identity | None = None,
     ) -> None:
         """`path_of(model)` names the path kind that serves a model (`chat`, `audio`,
         `images`; None: unknown here, the scheduler says so); `objectives` maps the
         gateway's objective names to priorities (OBJECTIVE_PRIORITIES); `budgets` the
-        token budgets' store, `usage` where billable usage is counted."""
+        token budgets' store, `usage` where billable usage is counted; `identity` decides
+        who a request is (default: the tenants file's default mode)."""
         self.admission = admission
         self.limiter = limiter
         self.tenants = tenants
@@ -177,21 +182,26 @@ class FrontEnd:
         self.objectives = objectives
         self.budgets = budgets
         self.usage = usage
+        self.identity = identity or Identity(tenants, multi_tenant=multi_tenant)
+        self.identify = self.identity.identify
 
-    def identify(self, meta: RequestMeta) -> str:
-        """The tenant a request belongs to (also for jobs and admin endpoints)."""
-        if not self.multi_tenant:
-            return DEFAULT_TENANT
-        return resolve_tenant(
-            meta.authorization, meta.tenant_header, self.tenants, meta.fairness_id
-        )
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send, serve: Serve) -> None:
+    async def __call__(
+        self, scope: Scope, receive: Receive, send: Send, serve: Serve, *, json: bool = True
+    ) -> None:
+        """`json`: the path's body is JSON (chat, images): any other media type is 415."""
         call: ClientCall | None = None
         try:
             meta = parse_request_headers(scope["headers"], self.objectives)  # 1
+            if json and not meta.json_body:
+                raise UnsupportedMediaType()
             call = ClientCall(scope, receive, send, meta, "_invalid")
-            call.tenant = self.identify(meta)
+            call.tenant = self.identify(
+                meta.authorization,
+                meta.tenant_header,
+                meta.fairness_id,
+                meta.gateway_secret,
+                scope.get("client"),
+            )
             self._police(call)
             call.limits += await self._rate_limit(call.tenant)  # 2
             status = await serve(call)  # 3, 4
@@ -260,17 +270,20 @@ class FrontEnd:
                 queue_ms=call.queue_wait_ms,
             )  # fmt: skip
 
-    def check_model(self, call: ClientCall, model: str, kind: str) -> None:
+    def check_model(
+        self, call: ClientCall, model: str, kind: str, named: str | None = None
+    ) -> None:
         """`model` is the call's: refused now if the tenant may not use it (403
         `model_not_allowed`, before any queueing), if another path serves it (400
         `unsupported_model` naming where to send it) or with what the scheduler would
         refuse it (404/503, naming only the models the tenant may use); admission
-        decides again."""
+        decides again. `named`: the id the client sent when it is not `model` (a LoRA
+        adapter served by base model `model`): the entitlement is checked on it."""
         entitled = call.policy.models
-        if not entitled.allows(model):
+        if not entitled.allows(named or model):
             call.model = UNKNOWN_MODEL  # never a label a client chose
             allowed = ", ".join(entitled.patterns or ()) or "none"
-            raise ModelNotAllowed(tenant=call.tenant, model=model, allowed=allowed)
+            raise ModelNotAllowed(tenant=call.tenant, model=named or model, allowed=allowed)
         call.model = model
         path = self.path_of(model)
         if path is not None and path != kind:

@@ -23,9 +23,8 @@ passes on, read where the runner's own header is absent:
 The newer name wins over the older one; X-Tenant-ID and X-Priority win over both.
 
 A bad value raises InvalidHeader naming the header; nothing else happens.
-Which tenant a request belongs to is decided after this, by
-`tenants.identity.resolve_tenant` (API key, else X-Tenant-ID, else the fairness id,
-else `default`).
+Which tenant a request belongs to is decided after this, by `tenants.identity.Identity`
+(by TENANT_IDENTITY: the API key, the gateway's fairness id, or X-Tenant-ID).
 """
 
 from __future__ import annotations
@@ -37,7 +36,9 @@ from dataclasses import dataclass
 from itertools import count
 
 from runner.errors import InvalidHeader
+from runner.http.asgi import Scope
 from runner.runtime.settings import DEFAULT_OBJECTIVE_PRIORITIES, parse_objective_priorities
+from tenants.identity import Identity
 
 _TENANT = re.compile(rb"[A-Za-z0-9._-]{1,64}")
 _REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
@@ -61,6 +62,8 @@ class RequestMeta:
     fairness_id: bytes | None = None  # the gateway's tenant, validated as X-Tenant-ID
     deadline_ms: int | None = None  # X-Request-Deadline-Ms, else x-llm-d-slo-ttft-ms
     priority_asked: bool = False  # X-Priority or the gateway's objective was sent
+    json_body: bool = True  # Content-Type: application/json (parameters allowed)
+    gateway_secret: bytes | None = None  # X-Quorum-Gateway-Secret (gateway mode)
 
 
 def new_request_id() -> str:
@@ -78,7 +81,7 @@ def parse_request_headers(
        X-Priority, the gateway's objective names the priority through `objectives`.
     3. Fill defaults for absent ones.
     """
-    tenant = priority = mode = tag = rid = auth = length = None
+    tenant = priority = mode = tag = rid = auth = length = ctype = secret = None
     deadline = slo = None
     fairness = old_fairness = objective = old_objective = None
     for name, value in raw:  # 1
@@ -87,6 +90,8 @@ def parse_request_headers(
                 length = value
             elif name == b"authorization":
                 auth = value
+            elif name == b"content-type":
+                ctype = value
             continue
         if name == b"x-tenant-id":
             tenant = value
@@ -110,6 +115,8 @@ def parse_request_headers(
             objective = value
         elif name == b"x-gateway-inference-objective":
             old_objective = value
+        elif name == b"x-quorum-gateway-secret":
+            secret = value
     # 2, 3
     if tenant is not None and not _TENANT.fullmatch(tenant):
         raise InvalidHeader("X-Tenant-ID must be 1-64 characters of A-Z a-z 0-9 . _ -")
@@ -161,9 +168,14 @@ def parse_request_headers(
         if length_i < 0:
             raise InvalidHeader("Content-Length must not be negative")
     deadline_ms = parse_deadline(deadline, slo)
-    return RequestMeta(
-        tenant, priority_s, mode_s, tag_s, rid_s, auth, length_i, fairness, deadline_ms, asked
+    json_body = ctype is not None and (
+        ctype == b"application/json"
+        or ctype.partition(b";")[0].strip().lower() == b"application/json"
     )
+    return RequestMeta(
+        tenant, priority_s, mode_s, tag_s, rid_s, auth, length_i, fairness, deadline_ms, asked,
+        json_body, secret,
+    )  # fmt: skip
 
 
 MAX_DEADLINE_MS = 3_600_000
@@ -186,3 +198,16 @@ def parse_deadline(deadline: bytes | None, slo: bytes | None) -> int | None:
     if not text.isdigit() or len(text) > 7 or not 1 <= int(text) <= MAX_DEADLINE_MS:
         raise InvalidHeader(f"{name} must be an integer of 1-{MAX_DEADLINE_MS} milliseconds")
     return int(text)
+
+
+def tenant_of(identity: Identity, scope: Scope, objectives: Mapping[bytes, str]) -> str:
+    """The tenant of a request that the front-end does not serve (jobs, engine logs, the
+    status page), identified exactly as an inference request is (tenants/identity.py)."""
+    meta = parse_request_headers(list(scope["headers"]), objectives)
+    return identity.identify(
+        meta.authorization,
+        meta.tenant_header,
+        meta.fairness_id,
+        meta.gateway_secret,
+        scope.get("client"),
+    )

@@ -13,6 +13,7 @@ settings in runner/runtime/settings.py, documented in docs/configuration.md):
 | head read time       | HEADER_TIMEOUT_S   | 10 s    | 408 request_timeout                 |
 | body silence         | BODY_TIMEOUT_S     | 30 s    | 408 (closed only, once answering)   |
 | open connections     | MAX_CONNECTIONS    | 1024    | 503 too_many_connections            |
+| a reader that stops  | WRITE_STALL_TIMEOUT_S | 30 s | the connection is cut (see below)   |
 
 (*) the request target and the headers' names and values; of a head still incomplete, the
 bytes read so far.
@@ -26,6 +27,13 @@ envelope with `Connection: close`; then the connection stops being read (what th
 still sends is discarded, for at most `LINGER_S`, so that its socket is not reset before
 it reads the answer) and is closed.
 
+A client that stops reading an answer (a stream, most of all) would hold its scheduler
+slot as long as it likes: once the socket's buffers are full, writing to it pauses
+(asyncio's flow control) and the handler waits. When the writes of a connection stay
+paused, without one resume, for WRITE_STALL_TIMEOUT_S, the connection is aborted (its
+buffered bytes dropped): the handler sees the client gone, the engine request is cancelled
+and the slot released; `on_write_stall` counts it (`quorum_write_stalls_total`).
+
 Cost on the data path: the callbacks only count (a phase, a step, the reads, the bytes of
 a head) and compare; the head's exact size is summed only when the bytes read could exceed
 the limit; no clock is read and no timer armed per request. One sweep (`ConnectionWatch`,
@@ -38,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -73,11 +82,13 @@ class ClientLimits:
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     max_connections: int = 1024
+    write_stall_timeout_s: float = 30.0
 
     @property
     def sweep_s(self) -> float:
         """How often deadlines are checked: a quarter of the shortest timeout, 50 ms-1 s."""
-        return min(1.0, max(0.05, min(self.header_timeout_s, self.body_timeout_s) / 4))
+        shortest = min(self.header_timeout_s, self.body_timeout_s, self.write_stall_timeout_s)
+        return min(1.0, max(0.05, shortest / 4))
 
 
 class ConnectionWatch:
@@ -85,7 +96,8 @@ class ConnectionWatch:
 
     A connection's mark is its `step` (it changes with the phase), and in the body phase
     also its `reads`: the head's time runs from the phase's start, the body's from the
-    last bytes read. A mark unchanged for the phase's timeout calls `on_deadline`.
+    last bytes read. A mark unchanged for the phase's timeout calls `on_deadline`. In any
+    phase, writes paused with no resume for WRITE_STALL_TIMEOUT_S call `on_write_stall`.
     """
 
     def __init__(self, limits: ClientLimits) -> None:
@@ -105,8 +117,18 @@ class ConnectionWatch:
     def _sweep(self, loop: asyncio.AbstractEventLoop, connections: set[Any]) -> None:
         self._timer = None
         now = loop.time()
+        stall_s = self.limits.write_stall_timeout_s
         for conn in list(connections):
-            if not isinstance(conn, GuardedHttpToolsProtocol) or conn.phase == IDLE:
+            if not isinstance(conn, GuardedHttpToolsProtocol):
+                continue
+            flow = conn.flow
+            if flow is not None and flow.write_paused:
+                if conn.stall_mark != conn.resumes:
+                    conn.stall_mark, conn.stalled_since = conn.resumes, now
+                elif now - conn.stalled_since >= stall_s:
+                    conn.on_write_stall()
+                    continue
+            if conn.phase == IDLE:
                 continue
             mark = (conn.step, conn.reads if conn.phase == BODY else 0)
             if mark != conn.mark:
@@ -126,6 +148,7 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
 
     limits: ClassVar[ClientLimits] = ClientLimits()
     watch: ClassVar[ConnectionWatch]
+    stalls: ClassVar[list[Callable[[], None]]] = []  # called per write stall (metrics)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -136,6 +159,9 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         self.since = 0.0  # loop time the watch first saw `mark`
         self._head_received = 0  # bytes received while reading a head (a body's too, if
         # they came in the same read)
+        self.resumes = 0  # resume_writing calls: writes that got moving again
+        self.stall_mark = -1  # `resumes` when the watch first saw writes paused
+        self.stalled_since = 0.0
         limits = self.limits
         self._max_headers = limits.max_headers
         self._max_header_bytes = limits.max_header_bytes
@@ -245,6 +271,19 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         else:
             self.refuse(RequestTimeout(phase=_PHASES[self.phase], timeout=timeout))
 
+    def resume_writing(self) -> None:
+        self.resumes += 1
+        super().resume_writing()
+
+    def on_write_stall(self) -> None:
+        """The client has read nothing for WRITE_STALL_TIMEOUT_S: cut it (abort drops what
+        is buffered; a close would wait for the client to read it)."""
+        log.info("cut a client that stopped reading for %g s", self.limits.write_stall_timeout_s)
+        for count in self.stalls:
+            count()
+        self.phase = CLOSING
+        self.transport.abort()
+
     def refuse(self, error: QuorumError) -> None:
         """Answer `error` in the envelope with `Connection: close`, read no more (what
         arrives is discarded for at most LINGER_S), then close."""
@@ -286,7 +325,15 @@ _headers_complete = CoalescingHttpToolsProtocol.on_headers_complete
 _message_complete = CoalescingHttpToolsProtocol.on_message_complete
 
 
-def protocol_with(limits: ClientLimits) -> type[GuardedHttpToolsProtocol]:
-    """The protocol class for one server: uvicorn builds one instance per connection."""
-    attrs = {"limits": limits, "watch": ConnectionWatch(limits), "__module__": __name__}
+def protocol_with(
+    limits: ClientLimits, on_write_stall: Callable[[], None] | None = None
+) -> type[GuardedHttpToolsProtocol]:
+    """The protocol class for one server: uvicorn builds one instance per connection;
+    `on_write_stall` is called for each client cut for not reading."""
+    attrs = {
+        "limits": limits,
+        "watch": ConnectionWatch(limits),
+        "stalls": [on_write_stall] if on_write_stall is not None else [],
+        "__module__": __name__,
+    }
     return type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,), attrs)

@@ -59,6 +59,7 @@ def client_limits(settings: Settings) -> ClientLimits:
         header_timeout_s=settings.header_timeout_s,
         body_timeout_s=settings.body_timeout_s,
         max_connections=settings.max_connections,
+        write_stall_timeout_s=settings.write_stall_timeout_s,
     )
 
 
@@ -74,7 +75,7 @@ def serve(
         host=host,
         port=port,
         loop="uvloop",
-        http=protocol_with(limits or ClientLimits()),
+        http=protocol_with(limits or ClientLimits(), app.rt.metrics.count_write_stall),
         lifespan="on",
         access_log=False,
         proxy_headers=False,

@@ -5,11 +5,13 @@
     GET /ui/app.js       its script;  GET /ui/style.css  its style sheet
     GET /ui/state.json   the state it shows (runner/telemetry/status_view.py)
 
-Who may read it: the tenant identified as for inference (X-Tenant-ID, or the API key when
-keys are configured), or, so that a browser can sign in, HTTP Basic credentials whose user
-is the tenant id and whose password is the tenant's API key (anything when no keys are
-configured). No credentials at all: 401 with a Basic challenge; a tenant that is not an
-admin: 403. Every answer says `Cache-Control: no-store` and forbids framing and any script
+Who may read it: the tenant identified as for inference (`Runtime.identify`: the API key,
+or the gateway's fairness id), or, in keys mode so that a browser can sign in, HTTP Basic
+credentials whose user is the tenant id and whose password is the tenant's API key
+(checked, and throttled when they fail, as a bearer key is). No credentials at all: 401
+with a Basic challenge; a tenant that is not an admin: 403. The runner refuses to start
+with ADMIN_TENANTS in open mode, so an asserted X-Tenant-ID never reads it. Every answer
+says `Cache-Control: no-store` and forbids framing and any script
 not served from here.
 
 What it reads of the runner (names kept in `gather`, so a refactor of the Runtime knows
@@ -59,7 +61,7 @@ from runner.telemetry.status_view import (
 from tenants.budget_store import BudgetStoreUnavailable
 from tenants.budgets import counter_key, window
 from tenants.errors import MissingApiKey, UnknownApiKey
-from tenants.identity import resolve_tenant
+from tenants.identity import IdentityMode
 from tenants.permit_store import PermitStoreUnavailable
 
 UI_DIR = Path(__file__).parent / "ui"
@@ -106,26 +108,31 @@ def _file(name: str, media_type: str) -> Response:
 def page_admin(rt: Runtime, request: Request) -> str:
     """The admin tenant asking, or an error (401 challenge, 403).
 
-    1. HTTP Basic credentials: the user is the tenant id (it must be well-formed), the
-       password its API key; they are checked as X-Tenant-ID and bearer key would be.
-    2. Otherwise the request's own X-Tenant-ID and Authorization, as for inference.
-    3. Nothing that identifies anyone (no credentials, no X-Tenant-ID): 401 with a
-       Basic challenge, so a browser asks.
+    1. Keys mode, HTTP Basic credentials: the user is the tenant id (it must be
+       well-formed), the password its API key; they are checked as X-Tenant-ID and a
+       bearer key would be, by the one `Identity` (throttled alike: 429 past the quota).
+    2. Otherwise the request as for inference (`Runtime.identify`).
+    3. Keys mode and nothing that identifies anyone (no credentials, no X-Tenant-ID):
+       401 with a Basic challenge, so a browser asks.
     4. A tenant that ADMIN_TENANTS does not name: 403.
     """
-    meta = parse_request_headers(list(request.scope["headers"]))
-    basic = _basic(meta.authorization)
+    scope = request.scope
+    meta = parse_request_headers(list(scope["headers"]))
+    keys = rt.identity.mode is IdentityMode.KEYS
+    basic = _basic(meta.authorization) if keys else None
     if basic is not None:  # 1
         user, password = basic
         authorization = b"Bearer " + password.encode() if password else None
         try:
-            tenant = resolve_tenant(authorization, user.encode(), rt.tenants)
+            tenant = rt.identity.identify(
+                authorization, user.encode(), None, None, scope.get("client")
+            )
         except (MissingApiKey, UnknownApiKey):
             raise LoginRequired() from None  # a browser asks again
-    elif meta.authorization is None and meta.tenant_header is None:  # 3
+    elif keys and meta.authorization is None and meta.tenant_header is None:  # 3
         raise LoginRequired()
     else:  # 2
-        tenant = resolve_tenant(meta.authorization, meta.tenant_header, rt.tenants)
+        tenant = rt.identify(scope)
     if tenant not in rt.settings.admins:  # 4
         raise Forbidden("the status page is readable by ADMIN_TENANTS only")
     return tenant

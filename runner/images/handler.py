@@ -24,7 +24,9 @@ synchronous request's and the job's alike.
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import orjson
 
@@ -38,6 +40,7 @@ from runner.errors import MethodNotAllowed
 from runner.http.asgi import Receive, Scope, Send, send_error
 from runner.http.frontend import ClientCall, FrontEnd, Headers
 from runner.http.headers import new_request_id
+from runner.http.json_body import load_json
 from runner.jobs.http import JobSubmitter, wants_async
 from runner.jobs.manager import Work
 from runner.jobs.progress import ProgressReporter
@@ -61,12 +64,15 @@ class ImagesPath:
         public_url: str | None = None,
         count_images: Callable[[str, str, int], None] = lambda _model, _tenant, _n: None,
         shape_of: Callable[[str], ModelShape | None] | None = None,
+        job_inline_max_bytes: int | None = None,
     ) -> None:
         """`public_url` (e.g. `https://images.example.com`) prefixes the URLs of
         `response_format: url` answers; without it they use the request's Host header.
         `count_images(model, tenant, n)` counts the images answered (metrics).
         `shape_of(model)`: its workflow and checkpoint, loaded or not (default: the
-        loaded model's), what requests are checked against before they are queued."""
+        loaded model's), what requests are checked against before they are queued.
+        `job_inline_max_bytes`: a job's `b64_json` answer above it is kept as image URLs
+        (the job store holds the record, never the images; JOB_RESULT_INLINE_MAX_BYTES)."""
         self.front = front
         self.models = models
         self.generator = generator
@@ -75,6 +81,7 @@ class ImagesPath:
         self.public_url = public_url.rstrip("/") if public_url else None
         self.count_images = count_images
         self.shape_of = shape_of or models.get
+        self.job_inline_max_bytes = job_inline_max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -86,7 +93,7 @@ class ImagesPath:
 
     async def _serve(self, call: ClientCall) -> int:
         body = await self.front.read_body(call, self.max_body)  # 2
-        request = _parse(body)  # 3
+        request = await _parse(body)  # 3
         self.front.check_model(call, request.model, "images")
         shape = self.shape_of(request.model)
         if shape is not None:  # the workflow's own checks, before a 202 or the queue
@@ -148,9 +155,30 @@ class ImagesPath:
                     self._model(request.model), request, progress.report, url_for, held.release_when
                 )
                 self.count_images(request.model, call.tenant, _images_in(generated))
-                return generated.body
+                return await self._job_result(generated.body, url_for)
 
         return work
+
+    async def _job_result(
+        self, body: dict[str, Any], url_for: Callable[[str], str]
+    ) -> dict[str, Any]:
+        """A job's answer as the job store keeps it: above `job_inline_max_bytes` (and with
+        an image store), each `b64_json` image is kept in the store and answered as its
+        URL, for IMAGES_URL_TTL_S, so a tenant's images never fill the shared Redis."""
+        store = self.generator.store
+        limit = self.job_inline_max_bytes
+        data = body.get("data")
+        if store is None or limit is None or not isinstance(data, list):
+            return body
+        if sum(len(item.get("b64_json", "")) for item in data if isinstance(item, dict)) <= limit:
+            return body
+        kept = []
+        for item in data:
+            if isinstance(item, dict) and "b64_json" in item:
+                token = await store.keep(base64.b64decode(item["b64_json"]))
+                item = {"url": url_for(token)}
+            kept.append(item)
+        return {**body, "data": kept}
 
 
 def _images_in(generated: Generated) -> int:
@@ -158,9 +186,9 @@ def _images_in(generated: Generated) -> int:
     return len(data) if isinstance(data, list) else 0
 
 
-def _parse(body: bytes) -> ImageRequest:
+async def _parse(body: bytes) -> ImageRequest:
     try:
-        obj = orjson.loads(body)
+        obj = await load_json(body)  # a large body off the event loop
     except orjson.JSONDecodeError:
         raise BadRequest("request body must be a JSON object") from None
     if not isinstance(obj, dict):

@@ -73,6 +73,7 @@ def image_routes(
         public_url=s.images_public_url,
         count_images=count_images,
         shape_of=lambda model: models.get(model) or _shape(pool, model),
+        job_inline_max_bytes=s.job_result_inline_max_bytes,
     )
     return ImageRoutes(images, ImageFiles(store) if store is not None else None, store)
 

@@ -7,7 +7,11 @@ Exception tree::
         ├── JobNotFound              404    job_not_found: unknown id, expired, or another
         │                                   tenant's job (404, not 403: existence is not told)
         ├── InvalidWebhook           400    invalid_webhook: not http(s), no host, too long,
-        │                                   credentials in it, or no WEBHOOK_SECRET configured
+        │                                   credentials in it, pointing inside the runner's
+        │                                   network or at its engines (runner/jobs/outbound.py),
+        │                                   or no secret to sign it with
+        ├── TooManyJobs              429    too_many_jobs: the tenant's unfinished jobs on this
+        │                                   replica reached JOBS_MAX_PER_TENANT (Retry-After)
         ├── JobStoreUnavailable      503    job_store_unavailable: Redis refused or timed out
         │                                   (Retry-After: 1)
         ├── JobsStopped              503    shutting_down: the runner takes no new jobs
@@ -32,6 +36,11 @@ JobNotFound = JobError.row(
     "JobNotFound", "job_not_found", 404, "No job found with id {job_id!r:.80}"
 )
 InvalidWebhook = JobError.row("InvalidWebhook", "invalid_webhook", 400)
+TooManyJobs = JobError.row(
+    "TooManyJobs", "too_many_jobs", 429,
+    "Tenant {tenant} has {limit} unfinished jobs here; retry when one has ended",
+    error_type="rate_limit_error", retry_after=True,
+)  # fmt: skip
 JobStoreUnavailable = JobError.row(
     "JobStoreUnavailable", "job_store_unavailable", 503, headers={"Retry-After": "1"}
 )

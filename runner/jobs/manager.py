@@ -30,11 +30,17 @@ from dataclasses import dataclass, field
 
 from runner.errors import HTTP_ERRORS
 from runner.jobs import record
-from runner.jobs.errors import InvalidWebhook, JobNotFound, JobsStopped, JobStoreUnavailable
+from runner.jobs.errors import (
+    InvalidWebhook,
+    JobNotFound,
+    JobsStopped,
+    JobStoreUnavailable,
+    TooManyJobs,
+)
 from runner.jobs.progress import ProgressReporter, Throttle, should_write
 from runner.jobs.record import JOB_ID_RE, Failure, Job, JobStatus, Progress
 from runner.jobs.store import JobStore
-from runner.jobs.webhooks import WebhookSender, event_body, message_id, validate_webhook_url
+from runner.jobs.webhooks import WebhookSender, event_body, message_id
 from runner.runtime.pending_writes import RETRY_S, PendingWrites
 
 log = logging.getLogger("quorum.jobs")
@@ -93,9 +99,11 @@ class JobManager:
         id_factory: Callable[[], str] = record.new_job_id,
         shutdown_grace_s: float = 5.0,
         store_retry_s: float = RETRY_S,
+        max_per_tenant: int | None = None,
         on_finished: Callable[[str, str], None] = lambda _kind, _outcome: None,
     ) -> None:
-        """`on_finished(kind, outcome)`: each job that ends here, once, with its kind and
+        """`max_per_tenant`: unfinished jobs one tenant may hold on this replica (None: no
+        cap); `on_finished(kind, outcome)`: each job that ends here, once, with its kind and
         outcome (its terminal status): metrics."""
         self._store = store
         self._sender = sender
@@ -104,6 +112,7 @@ class JobManager:
         self._throttle = throttle or Throttle()
         self._new_id = id_factory
         self._grace_s = shutdown_grace_s
+        self.max_per_tenant = max_per_tenant
         self._entries: dict[str, _Entry] = {}
         self._closing = False
         # A write the store refused while down is written again once it is back: the
@@ -133,22 +142,32 @@ class JobManager:
         """Store a new job and start its work in the background; the job as first stored.
 
         1. A runner that is shutting down takes no job (503).
-        2. A webhook needs a configured secret and an http(s) URL (400).
-        3. The job is stored QUEUED before anything runs (503 if the store is down).
-        4. The work starts in a task of its own; the caller returns at once.
+        2. A tenant holding `max_per_tenant` unfinished jobs here takes no more (429).
+        3. A webhook needs a secret for the tenant (its own or the shared one) and a URL
+           the outbound policy admits: resolved now, nothing inside the runner's network
+           (400, and no job).
+        4. The job is stored QUEUED before anything runs (503 if the store is down).
+        5. The work starts in a task of its own; the caller returns at once.
         """
         if self._closing:  # 1.
             raise JobsStopped()
-        if webhook is not None:  # 2.
-            if self._sender is None:
-                raise InvalidWebhook("webhooks are not configured on this runner")
-            validate_webhook_url(webhook)
+        cap = self.max_per_tenant
+        if cap is not None:  # 2.
+            live = sum(
+                1 for e in self._entries.values() if e.job.tenant == tenant and not e.job.terminal
+            )
+            if live >= cap:
+                raise TooManyJobs(tenant=tenant, limit=cap, retry_after=5)
+        if webhook is not None:  # 3.
+            if self._sender is None or not self._sender.signs_for(tenant):
+                raise InvalidWebhook("webhooks are not configured for this tenant on this runner")
+            await self._sender.policy.check(webhook)
         job = record.new_job(
             self._new_id(), kind, tenant, model, self.runner_id, self._clock(), webhook
         )
-        await self._store.put(job)  # 3.
+        await self._store.put(job)  # 4.
         entry = _Entry(job)
-        self._spawn(entry, lambda e: self._run(e, work))  # 4.
+        self._spawn(entry, lambda e: self._run(e, work))  # 5.
         log.info("job %s accepted: %s on %s for tenant %s", job.id, kind, model, tenant)
         return job
 
@@ -311,7 +330,7 @@ class JobManager:
             )
 
         delivered = await self._sender.deliver(
-            job.webhook, message_id(job), event_body(job), record_attempt
+            job.webhook, message_id(job), event_body(job), record_attempt, job.tenant
         )
         log.info("job %s webhook %s", job.id, "delivered" if delivered else "gave up")
 

@@ -5,17 +5,24 @@ A finished job's event is posted to its `webhook` URL as JSON::
     {"type": "job.succeeded", "timestamp": "2026-01-01T00:00:00Z", "data": <GET body>}
 
 with the three headers of the Standard Webhooks specification, made by the
-`standardwebhooks` library from the shared secret (`whsec_<base64>`):
-`webhook-id` (the same on every retry of one event, for the receiver's
-de-duplication), `webhook-timestamp` (unix seconds of the attempt) and
-`webhook-signature` (`v1,<base64 HMAC-SHA256 of "id.timestamp.body">`). A
-receiver checks them with `Webhook(secret).verify(body, headers)`.
+`standardwebhooks` library from the job's tenant's own secret (the tenants file's
+`webhook_secret`), else the shared WEBHOOK_SECRET (`whsec_<base64>`): `webhook-id` (the
+same on every retry of one event, for the receiver's de-duplication),
+`webhook-timestamp` (unix seconds of the attempt) and `webhook-signature` (`v1,<base64
+HMAC-SHA256 of "id.timestamp.body">`). A receiver checks them with
+`Webhook(secret).verify(body, headers)`. With the shared secret every tenant's receiver
+holds the key that signs every other tenant's events: it is a fallback for one-tenant
+runners, and docs/security.md says so.
 
-Any 2xx is a delivery; anything else (another status, a refused connection, a
-timeout) is retried after the `backoff_delays` schedule, and every attempt is
-handed to the caller to record. Redirects are not followed. The HTTP client
-and the `sleep` are injected: tests pass a local server or `httpx.MockTransport`,
-and a `sleep` that returns at once. httpx's exceptions are translated here only.
+Where a delivery may go is the outbound policy's (runner/jobs/outbound.py): each attempt
+resolves and checks the URL again and connects to the checked address. Any 2xx is a
+delivery; anything else is retried after the `backoff_delays` schedule, and every attempt
+is handed to the caller to record with a short code, never the error's text (a tenant
+must not learn its way around the network from it): `connection_failed`, `timeout`
+(each attempt has one deadline, connect to answer), `http_<status>`,
+`address_not_allowed`. Redirects are not followed. The HTTP client and the `sleep` are
+injected: tests pass a local server or `httpx.MockTransport`, and a `sleep` that returns at
+once. httpx's exceptions are translated here only.
 """
 
 from __future__ import annotations
@@ -24,53 +31,40 @@ import asyncio
 import base64
 import binascii
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from urllib.parse import urlsplit
 
 import httpx
 import orjson
 from standardwebhooks import Webhook
 
 from runner.errors import ConfigError
-from runner.jobs.errors import InvalidWebhook
+from runner.jobs.outbound import (
+    WEBHOOK_URL_MAX,
+    AddressNotAllowed,
+    OutboundPolicy,
+    validate_webhook_url,
+)
 from runner.jobs.record import Delivery, Job
+
+__all__ = [
+    "WEBHOOK_URL_MAX",
+    "RetryPolicy",
+    "WebhookSender",
+    "backoff_delays",
+    "event_body",
+    "load_secret",
+    "message_id",
+    "signed_headers",
+    "validate_webhook_url",
+]
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 OnAttempt = Callable[[Delivery], Awaitable[None]]
 
-WEBHOOK_URL_MAX = 2048
 SECRET_PREFIX = "whsec_"
-
-
-def validate_webhook_url(url: str) -> str:
-    """The URL as given when a job may post to it; InvalidWebhook (400) saying why otherwise.
-
-    1. At most WEBHOOK_URL_MAX characters, no spaces or control characters.
-    2. The scheme is http or https.
-    3. It names a host (and a valid port, if any).
-    4. It carries no user name or password (they would be stored and shown with the job).
-    """
-    if len(url) > WEBHOOK_URL_MAX:  # 1.
-        raise InvalidWebhook(f"webhook URL is longer than {WEBHOOK_URL_MAX} characters")
-    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
-        raise InvalidWebhook("webhook URL contains spaces or control characters")
-    try:
-        parts = urlsplit(url)
-        port = parts.port  # raises ValueError when out of range or not a number
-    except ValueError as exc:
-        raise InvalidWebhook(f"webhook URL is malformed: {exc}") from None
-    if parts.scheme.lower() not in ("http", "https"):  # 2.
-        raise InvalidWebhook(
-            f"webhook URL must use http or https, not {parts.scheme or 'no scheme'!r}"
-        )
-    if not parts.hostname or port == 0:  # 3.
-        raise InvalidWebhook("webhook URL names no host")
-    if parts.username is not None or parts.password is not None:  # 4.
-        raise InvalidWebhook("webhook URL must not carry a user name or password")
-    return url
 
 
 def load_secret(secret: str, setting: str = "WEBHOOK_SECRET") -> Webhook:
@@ -139,50 +133,101 @@ def signed_headers(signer: Webhook, msg_id: str, timestamp: float, body: bytes) 
 
 
 class WebhookSender:
-    """Posts signed events with an injected httpx client; never raises for a failed delivery."""
+    """Posts signed events with an injected httpx client; never raises for a failed delivery.
+
+    `secret` is the shared fallback (WEBHOOK_SECRET, may be None), `secrets` the tenants'
+    own; `policy` says where a delivery may go (default: public addresses only)."""
 
     def __init__(
         self,
         client: httpx.AsyncClient,
-        secret: str,
+        secret: str | None,
         *,
+        secrets: Mapping[str, str] | None = None,
+        policy: OutboundPolicy | None = None,
         clock: Clock = time.time,
         sleep: Sleep = asyncio.sleep,
-        policy: RetryPolicy | None = None,
+        retry: RetryPolicy | None = None,
         timeout_s: float = 10.0,
     ) -> None:
         self._client = client
-        self._signer = load_secret(secret)
+        self._shared = load_secret(secret) if secret is not None else None
+        self._own = {t: load_secret(s) for t, s in (secrets or {}).items()}
+        self.policy = policy or OutboundPolicy()
         self._clock = clock
         self._sleep = sleep
-        self.policy = policy or RetryPolicy()
+        self.retry = retry or RetryPolicy()
+        self._timeout_s = timeout_s
         self._timeout = httpx.Timeout(timeout_s)
 
-    async def attempt(self, url: str, msg_id: str, body: bytes, number: int) -> Delivery:
-        """One signed POST; the receiver's status code, or the error, as a Delivery."""
+    def signs_for(self, tenant: str | None) -> bool:
+        """Whether an event of `tenant` can be signed (its own secret, or the shared one)."""
+        return self._signer(tenant) is not None
+
+    def _signer(self, tenant: str | None) -> Webhook | None:
+        own = self._own.get(tenant) if tenant is not None else None
+        return own or self._shared
+
+    async def attempt(
+        self, url: str, msg_id: str, body: bytes, number: int, tenant: str | None = None
+    ) -> Delivery:
+        """One signed POST to the checked address within the attempt's deadline; the
+        receiver's status code, or a short error code, as a Delivery."""
         at = self._clock()
+        signer = self._signer(tenant)
+        if signer is None:
+            return Delivery(number, at, error="no_secret")
+        try:
+            target = await self.policy.pin(url)
+        except AddressNotAllowed:
+            return Delivery(number, at, error="address_not_allowed")
+        except (OSError, ValueError):
+            return Delivery(number, at, error="connection_failed")
+        port = (
+            ""
+            if target.port == (443 if url.lower().startswith("https") else 80)
+            else f":{target.port}"
+        )
         headers = {
+            "host": target.host + port,
             "content-type": "application/json",
             "user-agent": "quorum-runner",
-            **signed_headers(self._signer, msg_id, at, body),
+            **signed_headers(signer, msg_id, at, body),
         }
         try:
-            async with self._client.stream(
-                "POST", url, content=body, headers=headers, timeout=self._timeout
-            ) as response:  # the receiver's body is never read
-                return Delivery(number, at, status_code=response.status_code)
-        except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            return Delivery(number, at, error=text[:300])
+            async with asyncio.timeout(self._timeout_s):
+                async with self._client.stream(
+                    "POST",
+                    target.pinned_url,
+                    content=body,
+                    headers=headers,
+                    timeout=self._timeout,
+                    extensions={"sni_hostname": target.host},
+                ) as response:  # the receiver's body is never read
+                    status = response.status_code
+        except (TimeoutError, httpx.TimeoutException):
+            return Delivery(number, at, error="timeout")
+        except (httpx.HTTPError, httpx.InvalidURL, OSError):
+            return Delivery(number, at, error="connection_failed")
+        if 200 <= status < 300:
+            return Delivery(number, at, status_code=status)
+        return Delivery(number, at, status_code=status, error=f"http_{status}")
 
-    async def deliver(self, url: str, msg_id: str, body: bytes, on_attempt: OnAttempt) -> bool:
+    async def deliver(
+        self,
+        url: str,
+        msg_id: str,
+        body: bytes,
+        on_attempt: OnAttempt,
+        tenant: str | None = None,
+    ) -> bool:
         """Attempt until one answers 2xx or the policy's attempts are spent; True if delivered.
 
         Each attempt is given to `on_attempt` before the wait that may follow it.
         """
-        delays = backoff_delays(self.policy)
-        for number in range(1, self.policy.attempts + 1):
-            delivery = await self.attempt(url, msg_id, body, number)
+        delays = backoff_delays(self.retry)
+        for number in range(1, self.retry.attempts + 1):
+            delivery = await self.attempt(url, msg_id, body, number, tenant)
             await on_attempt(delivery)
             if delivery.ok:
                 return True

@@ -2,21 +2,30 @@
 
 Every lifecycle call goes the same way:
 
-    1. parse the body strictly (duplicate keys, NaN, floats -> 400) and check its fields (400);
-       check what it names exists (404) - nothing is spent on a request that cannot run;
+    1. parse the body strictly (duplicate keys, NaN, floats -> 400) and check its fields'
+       shapes (400): nothing that depends on what exists on the runner;
     2. find the token (`governed_request`): body field `verifiedOpToken`, else header
        `X-Op-Token` (401 if none);
     3. `GovernedOps.approve` → `Verifier.authorize(token, operation, modelId, params)`,
        where params are the body's other fields exactly as sent; governance decides
        400/401/403/409/413/503 and audits;
-    4. only then execute what was approved.
+    4. only then check what it names exists (404) and execute what was approved. A
+       caller without a valid token gets the same answer whatever model it names, so the
+       model roots cannot be probed; a token approved for a model that is not there is
+       spent (its signers approved a call that cannot run).
 
 `POST /v1/cache/flush` is here (`GovernedOps.flush`); model load, unload and task cancel
-(runner/lifecycle/loads.py) go the same way with their own parsing and execution.
+(runner/lifecycle/loads.py) and adapter load and unload (runner/lifecycle/adapter_ops.py)
+go the same way with their own parsing and execution.
+
+A flush that names no model also reaches the prompt states saved on disk for models whose
+engine is not running (warm prefixes, `adapters/llama_server/prefix_store.py`): a tenant's
+or a tag's are removed there too, everything for `all`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -70,11 +79,11 @@ def governed_request(doc: dict[str, Any], header_token: str | None) -> GovernedR
     return GovernedRequest(model_id, params, token)
 
 
-def flush_scope(doc: dict[str, Any], engines: Mapping[str, Flush]) -> FlushScope:
-    """Validate a flush body (the seed's fields only) into a scope.
+def flush_scope(doc: dict[str, Any]) -> FlushScope:
+    """Validate a flush body (the seed's fields only) into a scope (pure).
 
     1. Only known fields; `scope` one of all, model, tenant, tag.
-    2. Each selector the scope needs is present and well-formed; modelId names a loaded model.
+    2. Each selector the scope needs is present and well-formed.
     """
     unknown = set(doc) - _FLUSH_FIELDS
     if unknown:
@@ -97,10 +106,16 @@ def flush_scope(doc: dict[str, Any], engines: Mapping[str, Flush]) -> FlushScope
         raise BadRequest("scope 'tenant' needs tenantId")
     if scope == "tag" and tag is None:
         raise BadRequest("scope 'tag' needs tag")
-    if model_id is not None and model_id not in engines:
+    return FlushScope(scope, model_id, tenant_id, tag)
+
+
+def loaded_engine(model_id: str, engines: Mapping[str, Flush]) -> Flush:
+    """The flush of a loaded model's engine (404 otherwise); asked after approval only."""
+    engine = engines.get(model_id)
+    if engine is None:
         loaded = ", ".join(sorted(engines)) or "none"
         raise ModelNotFound(f"model {model_id!r} is not loaded; loaded models: {loaded}")
-    return FlushScope(scope, model_id, tenant_id, tag)
+    return engine
 
 
 def merge_flushes(results: list[FlushResult]) -> dict[str, object]:
@@ -120,13 +135,19 @@ class GovernedOps:
     """The governed operations of one runner: approve any of them; flush the cache."""
 
     def __init__(
-        self, verifier: Verifier | None, flushes: Mapping[str, Flush], metrics: Metrics
+        self,
+        verifier: Verifier | None,
+        flushes: Mapping[str, Flush],
+        metrics: Metrics,
+        at_rest: Callable[[FlushScope], int] = lambda _scope: 0,
     ) -> None:
         """`flushes`: the ready engines a cache flush addresses, by model (kept current by
-        the pool)."""
+        the pool); `at_rest(scope)` removes the saved states in `scope` of models not
+        running (blocking file work: run in a thread) and says how many."""
         self.verifier = verifier
         self.flushes = flushes
         self.metrics = metrics
+        self.at_rest = at_rest
 
     async def approve(self, operation: str, request: GovernedRequest) -> Approval:
         """Step 3: governance decides; every decision is counted."""
@@ -146,9 +167,16 @@ class GovernedOps:
 
     async def flush(self, body: bytes, header_token: str | None) -> dict[str, object]:
         doc = parse_body(body)  # 1
-        scope = flush_scope(doc, self.flushes)
+        scope = flush_scope(doc)
         request = governed_request(doc, header_token)  # 2
         await self.approve("cache-flush", request)  # 3
-        flushes = self.flushes
-        targets = [flushes[scope.model_id]] if scope.model_id else list(flushes.values())
-        return merge_flushes([await flush(scope) for flush in targets])  # 4
+        if scope.model_id is not None:  # 4
+            targets = [loaded_engine(scope.model_id, self.flushes)]
+        else:
+            targets = list(self.flushes.values())
+        results = [await flush(scope) for flush in targets]
+        if scope.model_id is None:
+            removed = await asyncio.to_thread(self.at_rest, scope)
+            if removed:
+                results.append(FlushResult(True, removed, 0))
+        return merge_flushes(results)

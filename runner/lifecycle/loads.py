@@ -8,9 +8,9 @@
     POST   /v1/models/unload          → governed: drain, stop, {modelId, gpuMemoryFreedMB,
                                         kvCacheFlushed} with memory measured
 
-Every lifecycle call goes the way of `runner/lifecycle/governed.py`: strict body parsing and
-checks (400/404) before governance, so nothing is spent on a call that cannot run; then
-`GovernedOps.approve`; then the work. A load of a model already loading joins its task.
+Every lifecycle call goes the way of `runner/lifecycle/governed.py`: the body's shape
+(400), `GovernedOps.approve`, and only then what it names (404/400) and the work. A load
+of a model already loading joins its task.
 
 A load, in the background (`_run`), follows the scheduler's notices for its model; the
 one thing it reads meanwhile is its own task, every `CANCEL_CHECK_S`, to see a cancel
@@ -36,7 +36,6 @@ import time
 from collections.abc import Callable, Iterator
 
 from faults import QuorumError
-from runner.engines.kinds import LoadParams
 from runner.engines.record import UnloadResult
 from runner.engines.sizing import model_size_mb
 from runner.engines.specs import ModelSpecs
@@ -133,18 +132,26 @@ class LoadManager:
     # -- HTTP operations -------------------------------------------------------------
 
     async def submit(self, body: bytes, header_token: str | None) -> LoadTask:
+        """Create (or join) the model's load task.
+
+        1. Parse the body's shape (400); nothing here depends on what exists.
+        2. Governance approves (401/403/409/...): only then is the model looked up, so a
+           caller without a valid token learns nothing of what the model roots hold.
+        3. What the model names: the catalog, the roots, the Hub (404/400).
+        4. A new task starts the load; a load already under way is joined.
+        """
         doc = parse_body(body)  # 1
         request = parse_load(doc)
+        governed = governed_request(doc, header_token)  # 2
+        await self.governed.approve("model-load", governed)
         kinds = self.specs.kinds
         known = self.specs.specs()
         backend = kinds.default_backend(list(known.values()))
-        spec, download = resolve(
+        spec, download = resolve(  # 3
             request.model_id, known, self.roots, kinds, backend, request.quantization
         )
         if request.evict_model is not None and request.evict_model not in known:
             raise BadRequest(f"evictModel {request.evict_model!r} is not a model of this runner")
-        governed = governed_request(doc, header_token)  # 2
-        await self.governed.approve("model-load", governed)  # 3
         now = self.clock()
         eta = round(self.estimator.predict(spec.backend, model_size_mb(spec)), 1)
         task = LoadTask.new(
@@ -159,7 +166,7 @@ class LoadManager:
         )
         stored, created = await self.store.create_or_join(task)
         if created:  # 4
-            self.specs.register(spec, _params(request))
+            self.specs.register(spec, request.params())
             self._active[spec.id] = stored
             self._running[stored.task_id] = asyncio.get_running_loop().create_task(
                 self._run(stored, spec, request, download), name=f"load-{spec.id}"
@@ -190,10 +197,11 @@ class LoadManager:
     async def unload(self, body: bytes, header_token: str | None) -> UnloadResult:
         """Drain and stop a model (or put it to sleep); the memory freed, measured.
 
-        1. Parse; what cannot be unloaded is refused before governance (404/400:
-           `models.unload_refusal`, the scheduler's state).
-        2. Approve; ask the scheduler; wait for its notice that the model is gone or
-           asleep (the pool measured what that freed).
+        1. Parse the body's shape (400).
+        2. Approve; only then what cannot be unloaded is refused (404/400:
+           `models.unload_refusal`, the scheduler's state), so a caller without a valid
+           token learns nothing of which models exist; ask the scheduler; wait for its
+           notice that the model is gone or asleep (the pool measured what that freed).
         """
         doc = parse_body(body)  # 1
         unknown = set(doc) - UNLOAD_FIELDS
@@ -205,8 +213,8 @@ class LoadManager:
         mode = doc.get("mode", "stop")
         if mode not in ("stop", "sleep"):
             raise BadRequest("mode must be 'stop' or 'sleep'")
-        self.admission.check_unload(model_id, mode)
         await self.governed.approve("model-unload", governed_request(doc, header_token))  # 2
+        self.admission.check_unload(model_id, mode)
         done = (ModelState.ABSENT, ModelState.SLEEPING)
         with self._follow(model_id) as notices:
             self.admission.request_unload(model_id, sleep=mode == "sleep")
@@ -387,10 +395,3 @@ class LoadManager:
             return spec, written
         resolved, _ = resolve(local, {}, self.roots, kinds, spec.backend, spec.quantization)
         return resolved.model_copy(update={"id": spec.id}), written
-
-
-def _params(request: LoadRequest) -> LoadParams:
-    """What the load asks its engine's start for, beyond the model's spec."""
-    return LoadParams(
-        request.max_context_length, request.quantization, request.gpu_memory_budget_mb
-    )

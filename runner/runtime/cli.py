@@ -29,6 +29,7 @@ def app_from_environment(port: int | None = None) -> tuple[Settings, RunnerApp] 
     from runner.lifecycle.gate import governance_from
     from runner.runtime.logs import configure
     from runner.runtime.models_file import default_models_path, load_models_file
+    from runner.runtime.safety import check_configuration
     from runner.runtime.settings import load_settings
     from tenants.config import build_config
     from tenants.errors import InvalidTenantConfig
@@ -42,6 +43,7 @@ def app_from_environment(port: int | None = None) -> tuple[Settings, RunnerApp] 
         tenants = build_config(os.environ, settings.tenants_file)
         if settings.webhook_secret is not None:
             load_secret(settings.webhook_secret.get_secret_value(), "WEBHOOK_SECRET")
+        check_configuration(settings, tenants)
         verifier = governance_from(settings)
     except (ConfigError, InvalidTenantConfig, ConfigInvalid) as exc:
         return str(exc)
@@ -63,12 +65,28 @@ def _serve(args: argparse.Namespace) -> int:
     return 0 if ok else 3
 
 
+def _tenant_keygen(args: argparse.Namespace) -> int:
+    """A new API key (43 random characters) and the digest to list in the tenants file."""
+    import hashlib
+    import secrets
+
+    key = secrets.token_urlsafe(32)
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    print(f"key:    {key}")
+    print(f'tenants file: api_keys: ["sha256:{digest}"]')
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="quorum", description="Quorum model runner")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="start the runner (configuration from the environment)")
     s.add_argument("--port", type=int, default=None, help="override PORT")
     s.set_defaults(func=_serve)
+    t = sub.add_parser("tenants", help="tenant tools")
+    tsub = t.add_subparsers(dest="tenants_command", required=True)
+    k = tsub.add_parser("keygen", help="a new API key and its digest for the tenants file")
+    k.set_defaults(func=_tenant_keygen)
     add_commands(sub)
     add_operator_commands(sub)
     return p

@@ -26,6 +26,13 @@ loaded. Models with a `path` (or `hf` repo id, or for faster-whisper a `whisper_
 name) are started by the runner: at start-up when `preload`, on the first request when
 `autoload`, or by a governed `POST /v1/models/load`. Without `MODELS_CONFIG` the runner
 reads `models.yaml` at the repository root (`default_models_path`).
+
+A llama-server or vLLM model may carry LoRA `adapters` (each served under its own model
+id, `<base>:<name>` unless it names one, to the tenants it lists) and, on llama-server,
+operator-declared `public_prefixes` whose cached state every tenant may start from
+(docs/engines.md, "Adapters" and "Prefixes"); which kinds read them is their kinds' own
+declaration (`Traits.own_fields`).
+
 The file is the operator's own configuration and trusted as such; `docs/configuration.md`
 lists every field.
 """
@@ -34,7 +41,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Annotated, Literal, Protocol
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -42,6 +49,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from runner.errors import ConfigError
 
 PACKAGE_SCHEME = "package:"
+_NAME = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+_SHA256 = r"^[0-9a-f]{64}$"
+_TENANT_PATTERN = r"^[A-Za-z0-9._*?-]{1,64}$"
+_LORA_FLAGS = frozenset(
+    {"--lora", "--lora-scaled", "--lora-init-without-apply", "--enable-lora", "--lora-modules"}
+)
 
 
 def package_path(path: str) -> Path | None:
@@ -56,6 +69,48 @@ def package_path(path: str) -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations))) / inner
+
+
+class AdapterSpec(BaseModel):
+    """A LoRA adapter declared against its base model (`adapters:` of a model entry).
+
+    `path`: a GGUF adapter file (llama-server) or a PEFT folder (vLLM). `sha256`, when
+    given, must match the file (a folder: `adapters/lora.file_digest`) or the base model
+    does not load. `tenants`: the tenant ids (or glob patterns) that may use it; required,
+    `["*"]` to share it with every tenant.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=_NAME)
+    id: str | None = Field(default=None, min_length=1, max_length=256)
+    path: str = Field(min_length=1)
+    sha256: str | None = Field(default=None, pattern=_SHA256)
+    scale: float = Field(default=1.0, gt=0.0, le=4.0)
+    tenants: list[Annotated[str, Field(pattern=_TENANT_PATTERN)]] = Field(min_length=1)
+
+    def model_id(self, base: str) -> str:
+        """The id clients send as `model`: the declared one, else `<base>:<name>`."""
+        return self.id or f"{base}:{self.name}"
+
+
+class PublicPrefix(BaseModel):
+    """A prompt start every tenant of a model may share the cached state of (llama-server):
+    `system` (a chat's first, system message starts with it) or `prompt` (a completion's
+    prompt starts with it). It is public by the operator's declaration: never put a
+    tenant's own text here."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=_NAME)
+    system: str | None = Field(default=None, min_length=64, max_length=60_000)
+    prompt: str | None = Field(default=None, min_length=64, max_length=60_000)
+
+    @model_validator(mode="after")
+    def _one(self) -> PublicPrefix:
+        if (self.system is None) == (self.prompt is None):
+            raise ValueError("a public prefix gives exactly one of system, prompt")
+        return self
 
 
 class ModelSpec(BaseModel):
@@ -90,12 +145,30 @@ class ModelSpec(BaseModel):
     workflow: str | None = None  # comfyui: a built-in template name or a template file
     checkpoint: str | None = None  # comfyui: the checkpoint file name ComfyUI lists
     whisper_model: str | None = None  # faster-whisper: a size name (tiny.en ... large-v3)
+    adapters: list[AdapterSpec] = Field(default_factory=list)  # LoRA adapters on this base
+    max_adapters: int | None = Field(default=None, ge=0, le=256)  # adapters it may hold
+    public_prefixes: list[PublicPrefix] = Field(default_factory=list)  # llama-server
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
         """What any entry must be; what its kind needs: `EngineKinds.check`."""
         if self.preload and self.url:
             raise ValueError("preload applies to engines the runner starts (path/hf), not url")
+        if (self.adapters or self.max_adapters) and self.url:
+            raise ValueError("adapters need an engine the runner starts (path/hf), not url")
+        if self.max_adapters is not None and len(self.adapters) > self.max_adapters:
+            raise ValueError("more adapters than max_adapters")
+        lora_args = [a for a in self.args if a.split("=")[0] in _LORA_FLAGS]
+        if lora_args:
+            raise ValueError(
+                f"{lora_args[0]} in args: declare LoRA adapters under adapters: (the runner "
+                "then chooses a request's adapter; with the flag alone any tenant would)"
+            )
+        names = [a.name for a in self.adapters]
+        if len(set(names)) != len(names):
+            raise ValueError("two adapters share a name")
+        if len({p.name for p in self.public_prefixes}) != len(self.public_prefixes):
+            raise ValueError("two public prefixes share a name")
         if self.path is not None and self.path.startswith(PACKAGE_SCHEME):
             module = self.path.removeprefix(PACKAGE_SCHEME).partition("/")[0]
             if not module.replace("_", "a").isalnum() or ".." in self.path:
@@ -120,6 +193,11 @@ class ModelSpec(BaseModel):
             return package_path(self.path)
         return Path(self.path).expanduser()
 
+    @property
+    def adapter_capacity(self) -> int:
+        """How many adapters its engine may hold: `max_adapters`, else those declared."""
+        return self.max_adapters if self.max_adapters is not None else len(self.adapters)
+
 
 class ModelsFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -130,9 +208,10 @@ class ModelsFile(BaseModel):
     def _unique(self) -> ModelsFile:
         seen: set[str] = set()
         for m in self.models:
-            if m.id in seen:
-                raise ValueError(f"model id {m.id!r} appears twice")
-            seen.add(m.id)
+            for model_id in (m.id, *(a.model_id(m.id) for a in m.adapters)):
+                if model_id in seen:
+                    raise ValueError(f"model id {model_id!r} appears twice")
+                seen.add(model_id)
         return self
 
 

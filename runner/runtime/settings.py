@@ -10,6 +10,7 @@ raises `ConfigError` whose message names each bad variable and its problem.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 from collections.abc import Mapping
@@ -21,6 +22,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from adapters.llama_server.kind import default_binary as default_llama_server_bin
 from adapters.vllm.launch import DEFAULT_BIN as DEFAULT_VLLM_BIN
 from runner.errors import ConfigError
+from tenants.identity import parse_peers
+from tenants.rates import parse_rate
 
 DEFAULT_OBJECTIVE_PRIORITIES = (
     "high=high,normal=normal,low=low,critical=high,standard=normal,sheddable=low"
@@ -47,9 +50,42 @@ def parse_objective_priorities(text: str) -> dict[bytes, str]:
     return table
 
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_allow_hosts(text: str) -> tuple[list[Network], set[str], list[str]]:
+    """WEBHOOK_ALLOW_HOSTS, comma-separated: (networks, exact host names, `.suffix`es of
+    `*.suffix` entries), lower-cased (runner/jobs/outbound.AllowList). ValueError names a
+    bad entry."""
+    networks: list[Network] = []
+    names: set[str] = set()
+    suffixes: list[str] = []
+    for part in (p.strip().lower() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(part, strict=False))
+            continue
+        except ValueError:
+            pass
+        if part.startswith("*.") and len(part) > 2:
+            suffixes.append(part[1:])
+        elif all(c.isalnum() or c in "-." for c in part):
+            names.add(part)
+        else:
+            raise ValueError(f"{part!r} is not a CIDR, a host name or *.suffix")
+    return networks, names, suffixes
+
+
 PICKER_PATH = "/metrics/picker"
 """PICKER_METRICS_PATH's default: where the endpoint picker's `vllm:*` gauges are served
 (runner/telemetry/picker_metrics.py)."""
+
+
+def default_prefix_cache_dir() -> str:
+    """Where saved prompt states outlive their engine (QUORUM_CACHE, else ~/.cache/quorum)."""
+    cache = os.environ.get("QUORUM_CACHE") or os.path.expanduser("~/.cache/quorum")
+    return os.path.join(cache, "prefixes")
 
 
 def _default_runner_id() -> str:
@@ -79,6 +115,8 @@ class Settings(BaseSettings):
     enable_metrics: bool = True
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     metrics_names: Literal["seed", "quorum", "both"] = "both"  # runner/telemetry/seed_metrics.py
+    # false (production): `/metrics`, whose series name tenants, only on METRICS_PORT
+    metrics_on_api_port: bool = True
     # The endpoint picker's `vllm:*` family (runner/telemetry/metrics.py); /metrics merges it in.
     # `/metrics` itself (merged) or a path under it, never one of the API's own routes
     picker_metrics_path: str = Field(default=PICKER_PATH, pattern=r"^/metrics(/[A-Za-z0-9._~-]+)*$")
@@ -103,6 +141,15 @@ class Settings(BaseSettings):
     max_connections: int = Field(default=1024, ge=1)
     # Scheduling and tenants (tenants/ reads TENANT_RATE_LIMIT_<tenant> itself).
     tenants_file: str | None = None
+    # Who a request is (tenants/identity.py, docs/security.md): keys, gateway or open;
+    # unset: keys when the tenants file holds a key, else open.
+    tenant_identity: Literal["keys", "gateway", "open"] | None = None
+    gateway_peers: str = ""  # gateway mode: only these addresses/CIDRs are heard
+    gateway_secret: SecretStr | None = Field(default=None, min_length=16)
+    auth_failure_source_limit: str = "20/minute"  # failed key checks per source address
+    auth_failure_tenant_limit: str = "20/minute"  # ... per tenant named in X-Tenant-ID
+    write_stall_timeout_s: float = Field(default=30.0, gt=0)  # a client not reading: cut
+    lifecycle_rate_limit: str = "60/minute"  # lifecycle calls per source, before verifying
     rate_limit_fail_open: bool = True
     rate_limit_store_timeout_ms: int = Field(default=250, ge=1, le=60_000)  # connect and command
     queue_low_aging_ms: int = Field(default=10_000, ge=0)
@@ -121,6 +168,11 @@ class Settings(BaseSettings):
     llama_server_bin: str = Field(default_factory=lambda: default_llama_server_bin())
     engine_load_timeout_s: float = Field(default=300.0, gt=0)
     llama_slot_cache_entries: int = Field(default=64, ge=0, le=100_000)
+    # Saved prompt states (warm prefixes) that outlive the engine (docs/engines.md).
+    prefix_cache_dir: str = Field(default_factory=lambda: default_prefix_cache_dir())
+    prefix_cache_persist: bool = True  # false: a private folder per engine, removed with it
+    prefix_cache_max_mb: int = Field(default=2048, ge=1)  # per model folder
+    prefix_cache_ttl_s: float = Field(default=86_400.0, gt=0)  # unused this long: removed
     engine_stop_grace_s: float = Field(default=10.0, ge=0)
     unload_drain_timeout_s: float = Field(default=30.0, ge=0)
     engine_restart_backoff_s: float = Field(default=1.0, gt=0)  # the first; then x2, x4, ...
@@ -153,7 +205,11 @@ class Settings(BaseSettings):
     whisper_allow_download: bool = False  # size names may be fetched from the Hub
     # Async jobs (Prefer: respond-async) and their signed webhooks.
     webhook_secret: SecretStr | None = None  # whsec_<base64>; checked at start-up
+    webhook_allow_hosts: str = ""  # CIDRs and host names webhooks may reach despite the rules
+    webhook_timeout_s: float = Field(default=10.0, gt=0)  # one whole delivery attempt
     job_retention_s: int = Field(default=86_400, ge=1)
+    jobs_max_per_tenant: int = Field(default=16, ge=1)  # unfinished jobs per tenant (replica)
+    job_result_inline_max_bytes: int = Field(default=262_144, ge=1024)  # bigger: image URLs
     # Governance (docs/governance.md).
     governance_registry: str | None = None
     governance_audit_log: str | None = None
@@ -180,6 +236,26 @@ class Settings(BaseSettings):
     def objectives(self) -> dict[bytes, str]:
         """OBJECTIVE_PRIORITIES as the table the request headers are read with."""
         return parse_objective_priorities(self.objective_priorities)
+
+    @field_validator(
+        "auth_failure_source_limit", "auth_failure_tenant_limit", "lifecycle_rate_limit"
+    )
+    @classmethod
+    def _rate(cls, value: str) -> str:
+        parse_rate(value)  # ValueError says what was expected
+        return value
+
+    @field_validator("webhook_allow_hosts")
+    @classmethod
+    def _allow_hosts(cls, value: str) -> str:
+        parse_allow_hosts(value)  # ValueError names the bad entry
+        return value
+
+    @field_validator("gateway_peers")
+    @classmethod
+    def _peers(cls, value: str) -> str:
+        parse_peers(value)  # ValueError names the bad entry
+        return value
 
     @field_validator("objective_priorities")
     @classmethod

@@ -21,9 +21,6 @@ import socket
 import time
 from pathlib import Path
 
-import httpx
-from fastapi import Request
-
 from adapters.features import Features
 from governance.verifier import Verifier
 from runner.audio.handler import AudioPath
@@ -35,12 +32,14 @@ from runner.engines.sizing import model_size_mb
 from runner.engines.specs import ModelSpecs
 from runner.engines.watch import EngineWatch
 from runner.errors import QuorumError, ServiceUnavailable
+from runner.http.asgi import Scope
 from runner.http.chat import ChatPath
 from runner.http.frontend import FrontEnd
-from runner.http.headers import parse_request_headers
+from runner.http.headers import tenant_of
 from runner.images.routes import ImageRoutes, close_images, image_routes, sweep_forever
-from runner.jobs import JobManager, JobStore, MemoryJobStore, RedisJobStore, WebhookSender
+from runner.jobs.build import Jobs, endpoints_of
 from runner.jobs.http import job_submitter
+from runner.lifecycle.adapter_ops import AdapterOps
 from runner.lifecycle.catalog import Roots, available
 from runner.lifecycle.governed import GovernedOps
 from runner.lifecycle.loads import LoadManager
@@ -49,6 +48,7 @@ from runner.memory.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore
 from runner.memory.proc import tree_resident_mb
 from runner.runtime.models_file import ModelsFile, ModelSpec
 from runner.runtime.periodic import cancelled
+from runner.runtime.safety import identity_from
 from runner.runtime.scheduling import scheduler_config
 from runner.runtime.settings import Settings
 from runner.runtime.startup import Preloads
@@ -61,6 +61,7 @@ from runner.tasks import (
     RedisTaskStore,
     TaskStore,
 )
+from runner.telemetry.exposition import Exposition
 from runner.telemetry.health import HealthReport, Life, health
 from runner.telemetry.metrics import Metrics, SchedulerMetrics
 from runner.telemetry.outcome_metrics import EngineOutcomes, OutcomeMetrics
@@ -71,7 +72,7 @@ from runner.telemetry.state_metrics import EngineQueueCollector, ForecastGauges,
 from runner.tenancy.build import Tenancy
 from runner.tenancy.live import tenants_event
 from tenants.config import TenantsConfig
-from tenants.identity import DEFAULT_TENANT, resolve_tenant
+from tenants.identity import Identity
 from tenants.ratelimit import RateLimiter
 from tenants.storage import storage_from_url
 
@@ -101,6 +102,7 @@ class Runtime:
         self.started_at = time.monotonic()
         self.outcomes = OutcomeMetrics(self.metrics.registry, self.metrics.tenant_label)
         self.kinds = kinds or EngineKinds.from_settings(s)
+        self.identity: Identity = identity_from(s, self.tenants)
         self.tenancy = Tenancy.from_settings(s, self.tenants, self._in_flight_cap)
         self.metrics.declare_tenants(self.tenants.declared)
         self.metrics.audio_usage = self.tenancy.usage.audio
@@ -175,7 +177,13 @@ class Runtime:
     def _build_lifecycle(self) -> None:
         """Governance, load tasks and the preloads."""
         s = self.settings
-        self.governed = GovernedOps(self.verifier, self.pool.ready.flushes, self.metrics)
+        ready = self.pool.ready
+        self.governed = GovernedOps(
+            self.verifier,
+            ready.flushes,
+            self.metrics,
+            at_rest=lambda scope: self.kinds.flush_at_rest(scope, list(ready.values())),
+        )
         self.task_store: TaskStore = (
             RedisTaskStore.from_url(s.redis_url) if s.redis_url else MemoryTaskStore(time.time)
         )
@@ -194,44 +202,45 @@ class Runtime:
             s.runner_id,
             on_finished=self.metrics.count_load,
         )
+        roots = self.roots
+        self.adapter_ops = AdapterOps(
+            self.pool,
+            self.admission,
+            self.governed,
+            Roots(
+                roots.model_base,
+                roots.hf_home,
+                roots.configured + tuple(Path(a.adapter.path).parent for a in self.pool.adapters),
+            ),
+            drain_timeout_s=s.unload_drain_timeout_s,
+        )
         self.preloads = Preloads(s.runner_id, time.time)
 
     def _build_jobs(self) -> None:
         """Async jobs (`Prefer: respond-async` on the image and audio routes, GET/DELETE
-        /v1/jobs/{id}); webhooks signed with WEBHOOK_SECRET when it is set."""
-        s = self.settings
-        self.job_store: JobStore = (
-            RedisJobStore.from_url(s.redis_url, retention_s=s.job_retention_s)
-            if s.redis_url
-            else MemoryJobStore(time.time, retention_s=s.job_retention_s)
+        /v1/jobs/{id}) and their webhooks (runner/jobs/build.py)."""
+        built = Jobs.from_settings(
+            self.settings, self.tenants, self.own_endpoints, self.outcomes.count_job
         )
-        self.webhook_client: httpx.AsyncClient | None = None
-        sender = None
-        if s.webhook_secret is not None:  # validated at start-up (quorum serve: exit 2)
-            self.webhook_client = httpx.AsyncClient(follow_redirects=False)
-            sender = WebhookSender(self.webhook_client, s.webhook_secret.get_secret_value())
-        self.jobs = JobManager(
-            self.job_store, sender, s.runner_id, time.time, on_finished=self.outcomes.count_job
+        self.job_store, self.jobs, self.webhook_client = (
+            built.store,
+            built.manager,
+            built.webhook_client,
         )
 
     def _front_end(self) -> FrontEnd:
         """The request front-end every inference path shares (runner/http/frontend.py)."""
-        specs = self.specs
-
-        def path_of(model: str) -> str | None:
-            spec = specs.spec(model)
-            return specs.kind(spec).traits.request_path if spec is not None else None
-
         return FrontEnd(
             self.admission,
             self.limiter,
             self.tenants,
             self.metrics,
             multi_tenant=self.settings.enable_multi_tenant,
-            path_of=path_of,
+            path_of=self.specs.request_path,
             objectives=self.settings.objectives,
             budgets=self.tenancy.budgets,
             usage=self.tenancy.usage,
+            identity=self.identity,
         )
 
     def _build_paths(self) -> None:
@@ -241,6 +250,7 @@ class Runtime:
         self.chat = ChatPath(
             self.front, ready.chat, self.metrics, s.max_body_bytes,
             context_of=lambda m: r.context_length if (r := records.get(m)) else None,
+            adapters=self.pool.adapters,
         )  # fmt: skip
         self.audio = AudioPath(
             self.front,
@@ -268,7 +278,9 @@ class Runtime:
         metrics.registry.register(EngineQueueCollector(lambda: self.watch.loads))
         metrics.registry.register(ForecastGauges(self.admission.stats))
         metrics.watch_queue(self.admission.depth_by_priority)
-        picker = picker_collector(self.admission, self.specs, current, self.watch, metrics.vllm)
+        picker = picker_collector(
+            self.admission, self.specs, current, self.watch, metrics.vllm, self.pool.adapters
+        )
         metrics.picker_registry.register(picker)
         metrics.route(s.picker_metrics_path)
         export_seed_names(metrics, s.metrics_names, self.admission.queue_depth, current)
@@ -336,6 +348,7 @@ class Runtime:
         """A new tenant configuration (runner/tenancy/live.py) applied to everything that
         reads one: identity, rate limits, the scheduler, the metrics' declared tenants."""
         self.tenants = self.front.tenants = config
+        self.identity.config = config  # a rotated key works, and the old one is refused, at once
         self.limiter.reload(config)
         self.admission.tenants_changed(tenants_event(config, time.monotonic()))
         self.metrics.declare_tenants(config.declared)
@@ -343,6 +356,10 @@ class Runtime:
     def features_of(self, spec: ModelSpec) -> Features:
         """What a loaded engine of `spec` offers its clients (its kind's)."""
         return self.specs.kind(spec).features(self.kinds.engine_spec(spec))
+
+    def api_metric_paths(self) -> dict[str, Exposition]:
+        """The metrics paths the inference port serves (`Metrics.api_paths`)."""
+        return self.metrics.api_paths(self.settings.metrics_on_api_port)
 
     def loading(self) -> dict[str, LoadTask]:
         """Each loading model's progress: start-up's preload, governed load tasks."""
@@ -367,11 +384,15 @@ class Runtime:
         pids = self.pool.engine_pids()
         return tree_resident_mb(pids) if pids else 0
 
-    def request_tenant(self, request: Request) -> str:
-        """The tenant of a control-plane request (jobs, logs), identified as for inference."""
-        meta = parse_request_headers(list(request.scope["headers"]))
-        if not self.settings.enable_multi_tenant:
-            return DEFAULT_TENANT
-        return resolve_tenant(
-            meta.authorization, meta.tenant_header, self.tenants, meta.fairness_id
-        )
+    def own_endpoints(self) -> list[tuple[str, int]]:
+        """Where this runner and its engines listen (no tenant's webhook may go there): its
+        own ports, the engines' URLs (started or attached)."""
+        s = self.settings
+        urls = [e.url for e in list(self.pool.ready.values()) if e.url is not None]
+        urls += [spec.url for spec in self.specs.specs().values() if spec.url]
+        return endpoints_of([p for p in (s.port, s.metrics_port) if p], urls)
+
+    def identify(self, scope: Scope) -> str:
+        """The tenant of a control-plane request (jobs, engine logs, the status page): the
+        same `Identity.identify` as inference (`headers.tenant_of`)."""
+        return tenant_of(self.identity, scope, self.settings.objectives)

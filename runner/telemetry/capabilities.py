@@ -18,6 +18,12 @@ granted next (a ComfyUI prompt included, and a request whose client left until i
 let it go; a poll of the engines would lag it by up to ENGINE_STATS_INTERVAL_S), less those
 the engines say they hold queued (counted in `depth` already). `queue.forecastWaitMs` and
 `queue.forecastWaitMsByModel` are the scheduler's forecasts (`runner/scheduler/forecast.py`).
+
+LoRA adapters (`adapters`, each as `runner/lifecycle/adapter_ops.adapter_entry` lists it:
+base, rank, memory, state, requests running and waiting) are models a router may send
+requests for: a loaded one is listed in `models.loaded` (with its `baseModel`), every one
+in `models.available`, and all of them with their figures in `adapters` (a key present
+only on a runner with adapters).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from adapters.features import Features, combined
-from adapters.kind import EngineLoad
+from adapters.launched import EngineLoad
 from runner import __version__
 from runner.engines.record import EngineRecord
 from runner.runtime.models_file import ModelSpec
@@ -70,6 +76,7 @@ def capabilities(
     resources: ResourceSnapshot | None = None,
     engines: Mapping[str, EngineLoad] | None = None,
     versions: Mapping[str, str] | None = None,
+    adapters: Sequence[Mapping[str, object]] = (),
 ) -> dict[str, object]:
     """The document (pure): models from the scheduler's view of them (`models`: the one
     state) and the catalog (`specs`), the engine facts of those with an engine from the
@@ -90,7 +97,8 @@ def capabilities(
         EngineLoad(m.kv_mb, m.kv_utilization) for m in res.models if m.model not in engines
     ]
     features = combined(features_of(e.spec) for _, e in loaded).to_json()
-    return {
+    bases = {m.model: e for m, e in loaded}
+    doc: dict[str, object] = {
         "runnerType": runner_type((s.backend for s in specs.values()), versions or {}),
         "runnerId": runner_id,
         "models": {
@@ -103,6 +111,18 @@ def capabilities(
                     "gpuMemoryMB": m.mem_mb,
                 }
                 for m, e in loaded
+            ]
+            + [
+                {
+                    "id": a["id"],
+                    "baseModel": base,
+                    "quantization": e.params.quantization or e.spec.quantization,
+                    "contextLength": e.params.max_context_length or e.spec.context_length,
+                    "loadedAt": e.loaded_at,
+                    "gpuMemoryMB": a["memoryMB"],
+                }
+                for a in adapters
+                if a["state"] == "loaded" and (e := bases.get(base := str(a["baseModel"])))
             ],
             "loading": [
                 {
@@ -113,7 +133,7 @@ def capabilities(
                 for m in known
                 if m.state is ModelState.LOADING
             ],
-            "available": list(available) or sorted(specs),
+            "available": (list(available) or sorted(specs)) + [str(a["id"]) for a in adapters],
             "failed": [
                 {"id": m.model, "error": m.reason, "exitCode": m.exit_code}
                 for m in known
@@ -145,3 +165,6 @@ def capabilities(
         },
         "health": health,
     }
+    if adapters:  # an addition, only on a runner with adapters
+        doc["adapters"] = list(adapters)
+    return doc

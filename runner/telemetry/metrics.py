@@ -97,6 +97,11 @@ class Metrics:
             ["tenant", "model", "kind"],
             registry=r,
         )
+        self.write_stalls = Counter(
+            "quorum_write_stalls_total",
+            "Clients cut because they read nothing of their answer for WRITE_STALL_TIMEOUT_S",
+            registry=r,
+        )
         self.ratelimit_store_errors = Counter(
             "quorum_ratelimit_store_errors_total",
             "Rate-limit decisions that could not reach the shared store",
@@ -174,6 +179,14 @@ class Metrics:
             self.exposition.sources = (self.registry,)
             self.paths = {METRICS_PATH: self.exposition, picker_path: self.picker_exposition}
 
+    def api_paths(self, on_api_port: bool) -> dict[str, Exposition]:
+        """The metrics paths the inference port serves: all of them, or, with
+        METRICS_ON_API_PORT=false (production), not `/metrics`, whose series name tenants
+        (it stays on METRICS_PORT); the picker's aggregate path stays where it reads it."""
+        if on_api_port:
+            return self.paths
+        return {path: e for path, e in self.paths.items() if path != METRICS_PATH}
+
     def declare_tenants(self, tenants: Collection[str]) -> None:
         """The tenants the configuration names (file, governed policies, env): the only
         tenant label values besides `_other` and `_invalid` (a request not identified)."""
@@ -222,6 +235,9 @@ class Metrics:
 
     def count_rejection(self, reason: str, tenant: str) -> None:
         self._child(self.rejections, reason, self.tenant_label(tenant)).inc()
+
+    def count_write_stall(self) -> None:
+        self.write_stalls.inc()
 
     def count_lifecycle(self, operation: str, outcome: str) -> None:
         self._child(self.lifecycle, operation, outcome).inc()

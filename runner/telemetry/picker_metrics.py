@@ -19,11 +19,16 @@ is one unlabelled sample of the runner's own, typed `gauge`:
   cache, blocks summed over engines that share one block size; absent where no engine
   says (llama-server, whisper and ComfyUI have no paged blocks);
 - `vllm:lora_requests_info{max_lora,running_lora_adapters,waiting_lora_adapters}`
-  (value: the scrape's Unix time, the picker takes the newest): the models ready
-  (`running`) and loading (`waiting`), comma-separated, so the picker's LoRA-affinity
-  scorer prefers a runner that already holds the requested model; `max_lora` is how many
-  models the runner would hold if asked (resident ones, plus those that load on a
-  request, `autoload`).
+  (value: the scrape's Unix time, the picker takes the newest): the runner's LoRA
+  adapters, comma-separated, as the Gateway API Inference Extension's model server
+  protocol names them (its proposal 003, "model server protocol"; its extractor reads the
+  three labels of the newest sample into `ActiveModels`, `WaitingModels` and
+  `MaxActiveModels`, and the LoRA-affinity scorer prefers a pod whose active or waiting set
+  holds the request's `model`): `running` the adapters loaded in a running engine, ready
+  to serve; `waiting` the adapters with requests waiting in the runner's queue or a
+  governed load under way; `max_lora` how many adapters the runner holds (it loads none on
+  demand, so a pod without the adapter reads full). Base models are not listed: an
+  adapter is a model id of its own, and a pool routes one base model.
 
 When an engine is vLLM its own series of these names are shadowed
 (`VllmMetricsCollector.shadow`): the runner's aggregate replaces them, never two values
@@ -44,12 +49,13 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from adapters.kind import EngineLoad
+from adapters.launched import EngineLoad
 from adapters.vllm.metrics import VllmMetricsCollector
+from runner.engines.adapters import AdapterBook, AdapterState
 from runner.engines.specs import ModelSpecs
 from runner.engines.watch import EngineWatch
 from runner.runtime.models_file import ModelSpec
-from runner.scheduler import ModelState, SchedulerAdmission
+from runner.scheduler import SchedulerAdmission
 from runner.scheduler.models import ModelView
 from runner.telemetry.snapshot import ResourceSnapshot
 
@@ -77,9 +83,19 @@ class PickerView:
     running: int
     kv_usage: float
     cache_config: tuple[int, int] | None  # (block_size, num_gpu_blocks)
-    running_models: tuple[str, ...]
-    waiting_models: tuple[str, ...]
-    max_models: int
+    running_adapters: tuple[str, ...]
+    waiting_adapters: tuple[str, ...]
+    max_adapters: int
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterInfo:
+    """One adapter as the picker's LoRA family reports it."""
+
+    adapter: str
+    loaded: bool  # in its base model's running engine
+    waiting: int  # its requests waiting in the runner's queue
+    loading: bool  # a governed load is putting it into the engine
 
 
 def kv_usage(caches: Iterable[KvCache]) -> float:
@@ -131,17 +147,19 @@ def picker_view(
     loads: Mapping[str, EngineLoad],
     cache_samples: Iterable[Sample],
     reports_kv: Callable[[ModelSpec], bool] = lambda _spec: False,
+    adapters: Iterable[AdapterInfo] = (),
 ) -> PickerView:
     """The picker's figures from the scheduler's models and queue, the models' specs, the
-    last snapshot, the engine watch's last poll and vLLM's `cache_config_info` samples;
-    `reports_kv(spec)`: whether its kind's engines report their KV figures themselves.
+    last snapshot, the engine watch's last poll, vLLM's `cache_config_info` samples and
+    the runner's adapters; `reports_kv(spec)`: whether its kind's engines report their KV
+    figures themselves.
 
     1. Waiting: the scheduler's queue; running: its requests in flight, over all models.
     2. KV caches: from the engine's own figures for a model whose engines report them
        (vLLM), else from the snapshot for a model whose memory holds a KV cache
        (llama-server); other models have none.
-    3. Models ready are running, models loading are waiting; `max_models` counts those
-       and the ones not resident that a request would load.
+    3. Adapters loaded are running; adapters with requests waiting, or being loaded, are
+       waiting; `max_adapters` counts the adapters loaded or being loaded.
     """
     kv: list[KvCache] = []  # 2
     measured = {m.model: m for m in snapshot.models}
@@ -151,21 +169,17 @@ def picker_view(
                 kv.append(KvCache(load.kv_cache_utilization, load.kv_cache_mb))
         elif (memory := measured.get(model)) is not None and memory.kv_cache:
             kv.append(KvCache(memory.kv_utilization, memory.kv_mb))
-    ready = tuple(sorted(m for m, v in models.items() if v.state is ModelState.READY))  # 3
-    loading = tuple(sorted(m for m, v in models.items() if v.state is ModelState.LOADING))
-    on_request = sum(
-        1
-        for m, spec in specs.items()
-        if spec.autoload and not ((v := models.get(m)) is not None and v.state.holds_memory)
-    )
+    held = list(adapters)  # 3
+    ready = tuple(sorted(a.adapter for a in held if a.loaded))
+    waiting = tuple(sorted(a.adapter for a in held if a.waiting > 0 or a.loading))
     return PickerView(
         waiting=queue_depth,  # 1
         running=sum(v.in_flight for v in models.values()),
         kv_usage=kv_usage(kv),
         cache_config=cache_config(cache_samples),
-        running_models=ready,
-        waiting_models=loading,
-        max_models=len(ready) + len(loading) + on_request,
+        running_adapters=ready,
+        waiting_adapters=waiting,
+        max_adapters=sum(1 for a in held if a.loaded or a.loading),
     )
 
 
@@ -184,11 +198,15 @@ def families(view: PickerView, now: float) -> list[Metric]:
         config.add_metric([str(n) for n in view.cache_config], 1.0)
     lora = GaugeMetricFamily(
         LORA_INFO,
-        "Models ready (running) and loading (waiting); value: when this was read",
+        "LoRA adapters loaded (running) and asked for (waiting); value: when this was read",
         labels=["max_lora", "running_lora_adapters", "waiting_lora_adapters"],
     )
     lora.add_metric(
-        [str(view.max_models), ",".join(view.running_models), ",".join(view.waiting_models)],
+        [
+            str(view.max_adapters),
+            ",".join(view.running_adapters),
+            ",".join(view.waiting_adapters),
+        ],
         now,
     )
     return [waiting, running, usage, config, lora]
@@ -209,12 +227,21 @@ class PickerCollector(Collector):
         yield from families(self.read(), self.clock())
 
 
+def adapter_infos(book: AdapterBook) -> list[AdapterInfo]:
+    """The runner's adapters as the LoRA family reports them (O(adapters))."""
+    return [
+        AdapterInfo(r.adapter.id, book.loaded(r), r.waiting, r.state is AdapterState.ADDING)
+        for r in book
+    ]
+
+
 def picker_collector(
     admission: SchedulerAdmission,
     specs: ModelSpecs,
     snapshot: Callable[[], ResourceSnapshot],
     watch: EngineWatch,
     vllm: VllmMetricsCollector,
+    book: AdapterBook,
 ) -> PickerCollector:
     """The runner's picker gauges, read from what it holds; vLLM's own series of the same
     names are shadowed from now on."""
@@ -229,6 +256,7 @@ def picker_collector(
             watch.loads,
             vllm.samples(CACHE_CONFIG),
             lambda spec: specs.kind(spec).traits.reports_kv,
+            adapter_infos(book),
         )
 
     return PickerCollector(read)

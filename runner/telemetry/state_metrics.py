@@ -21,7 +21,7 @@ from typing import TypeVar
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from adapters.kind import EngineLoad
+from adapters.launched import EngineLoad
 from runner.scheduler.stats import QueueStats
 from runner.telemetry.health import STATUSES
 

@@ -17,6 +17,7 @@ it with a new version, and every replica applies it (runner/tenancy/live.py).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -60,7 +61,7 @@ async def _body(request: Request) -> dict[str, Any]:
 
 
 def _admin(rt: Runtime, request: Request, what: str) -> str:
-    tenant = rt.request_tenant(request)
+    tenant = rt.identify(request.scope)
     if tenant not in rt.settings.admins:
         raise Forbidden(f"{what} is readable by ADMIN_TENANTS only")
     return tenant
@@ -90,7 +91,8 @@ def _time(value: str | None, name: str, default: int) -> int:
         raise BadRequest(f"{name} must be Unix seconds or an RFC 3339 time") from None
 
 
-def mount_tenant_routes(app: FastAPI, rt: Runtime) -> None:
+def mount_tenant_routes(app: FastAPI, rt: Runtime, admit: Callable[[Request], None]) -> None:
+    """`admit(request)`: the lifecycle calls' per-source rate (429 before anything is read)."""
     live = rt.tenancy.policies
 
     @app.get("/v1/tenants")
@@ -106,6 +108,7 @@ def mount_tenant_routes(app: FastAPI, rt: Runtime) -> None:
 
     @app.put("/v1/tenants/{tenant_id}")
     async def put_tenant(tenant_id: str, request: Request) -> Response:
+        admit(request)
         doc = await _body(request)
         unknown = set(doc) - {"policy", "verifiedOpToken"}
         if unknown:
@@ -118,6 +121,7 @@ def mount_tenant_routes(app: FastAPI, rt: Runtime) -> None:
 
     @app.delete("/v1/tenants/{tenant_id}")
     async def delete_tenant(tenant_id: str, request: Request) -> Response:
+        admit(request)
         doc = await _body(request)
         if set(doc) - {"verifiedOpToken"}:
             raise BadRequest("a DELETE body holds verifiedOpToken only")
@@ -129,7 +133,7 @@ def mount_tenant_routes(app: FastAPI, rt: Runtime) -> None:
 
     @app.get("/v1/usage")
     async def usage(request: Request) -> Response:
-        asker = rt.request_tenant(request)
+        asker = rt.identify(request.scope)
         q = request.query_params
         tenant = q.get("tenant") or None
         if asker not in rt.settings.admins:

@@ -8,14 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from adapters.kind import (
-    CANNOT_SLEEP,
-    Devices,
-    EngineSettings,
-    EngineSpec,
-    KindDefaults,
-    Launched,
-)
+from adapters.kind import CANNOT_SLEEP, Devices, EngineSettings, EngineSpec, KindDefaults
+from adapters.launched import Launched
 from faults import QuorumError, ServiceUnavailable
 
 pytestmark = pytest.mark.timeout(10)

@@ -13,6 +13,7 @@ from adapters.errors import UnsupportedRequest
 from adapters.llama_server.protocol import (
     LaunchOptions,
     command_line,
+    kv_flags,
     new_api_key,
     prompt_prefix,
     report_from_progress,
@@ -27,7 +28,7 @@ OPTS = LaunchOptions(
     binary="/bin/llama-server",
     model_path="/m/gemma.gguf",
     port=8123,
-    api_key="k" * 48,
+    api_key_file="/tmp/slots-1/.api-key",
     slots=2,
     slot_save_path="/tmp/slots-1",
 )
@@ -39,14 +40,15 @@ def _flag(argv: list[str], name: str) -> str:
 
 def test_command_line_closes_the_shared_caches_and_binds_loopback_with_a_key() -> None:
     """llama-server starts with no shared RAM cache nor similarity slot choice, on
-    loopback, with an API key."""
+    loopback, with an API key read from a file (never on its command line)."""
     argv = command_line(OPTS)
     assert argv[:3] == ["/bin/llama-server", "-m", "/m/gemma.gguf"]
     assert _flag(argv, "--cache-ram") == "0"  # no host prompt cache shared by every request
     assert _flag(argv, "--slot-prompt-similarity") == "0"  # no similarity-based slot choice
     assert _flag(argv, "--slot-save-path") == "/tmp/slots-1"  # slot erase works
     assert (_flag(argv, "--host"), _flag(argv, "--port")) == ("127.0.0.1", "8123")
-    assert _flag(argv, "--api-key") == "k" * 48
+    assert _flag(argv, "--api-key-file") == "/tmp/slots-1/.api-key"
+    assert "--api-key" not in argv  # a key on the command line: every local user reads it
     assert _flag(argv, "--parallel") == "2"
     assert {"--metrics", "--slots", "--swa-full"} <= set(argv)
     assert "--alias" not in argv
@@ -134,3 +136,26 @@ def test_prompt_prefix_is_the_prompt_start_as_text_capped() -> None:
     assert prompt_prefix({"prompt": "p" * (PREFIX_CHARS + 10)}) == "p" * PREFIX_CHARS
     assert prompt_prefix({"input": ["a", "b"]}) == '["a","b"]'
     assert prompt_prefix({}) == ""
+
+
+def test_adapters_are_loaded_unapplied_and_a_clients_lora_removed() -> None:
+    """Adapters go on the command line in order, loaded without being applied; a client's
+    own `lora` list is removed like the cache fields."""
+    argv = command_line(replace(OPTS, lora_paths=("/s/lora-0.gguf", "/s/lora-1.gguf")))
+    at = [i for i, a in enumerate(argv) if a == "--lora"]
+    assert [argv[i + 1] for i in at] == ["/s/lora-0.gguf", "/s/lora-1.gguf"]
+    assert "--lora-init-without-apply" in argv
+    assert "--lora" not in command_line(OPTS)
+    body = {"messages": [], "lora": [{"id": 0, "scale": 1.0}]}
+    assert strip_client_cache_fields(body) and "lora" not in body
+
+
+def test_kv_flags_leave_out_what_does_not_shape_a_saved_state() -> None:
+    """The prefix cache folder is keyed by the flags that shape the KV cache: not the port,
+    key, slot folder, alias, adapters or slot count (the model is keyed by its digest)."""
+    one = command_line(replace(OPTS, ctx_size=512, alias="m", lora_paths=("/s/l.gguf",)))
+    two = command_line(replace(OPTS, port=9, api_key_file="/k/.key", slot_save_path="/o", slots=4,
+                               ctx_size=512))  # fmt: skip
+    assert kv_flags(one) == kv_flags(two)
+    assert "--swa-full" in kv_flags(one) and "512" not in " ".join(kv_flags(command_line(OPTS)))
+    assert kv_flags(command_line(replace(OPTS, swa_full=False))) != kv_flags(command_line(OPTS))

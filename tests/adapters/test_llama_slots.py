@@ -168,3 +168,96 @@ def test_common_prefix_len_matches_a_plain_scan(a: str, b: str) -> None:
         n += 1
     assert common_prefix_len(a, b) == n
     assert common_prefix_len(a + "x" * 2048, a + "x" * 1500 + "y") == len(a) + 1500
+
+
+PUBLIC = "system\x00You are the shared assistant of the platform. Be brief and polite. "
+
+
+def test_choose_slot_restores_a_public_prefix_on_another_tenants_slot() -> None:
+    """A tenant whose prompt starts with a public prefix and who has nothing of its own
+    takes another tenant's slot from the public state (saved first, not erased)."""
+    slots = [SlotView(0, False, "b", None, PUBLIC + "B's secret", 1)]
+    saved = [
+        SavedView("pub", "", None, PUBLIC, 1.0, public="ops"),
+        SavedView("b-own", "b", None, PUBLIC + "B's secret", 2.0),
+    ]
+    choice = choose_slot(slots, "a", None, PUBLIC + "B's secret", saved, keep=True)
+    assert choice is not None
+    assert (choice.save_first, choice.restore, choice.erase) == (True, "pub", False)
+
+
+def test_choose_slot_builds_a_public_prefix_not_saved_yet() -> None:
+    """A declared public prefix with no state yet (no key) is built in the slot taken."""
+    saved = [SavedView("", "", None, PUBLIC, 0.0, public="ops")]
+    choice = choose_slot([SlotView(0, False)], "a", None, PUBLIC + "hello", saved, keep=True)
+    assert choice is not None and (choice.build, choice.restore) == ("ops", None)
+
+
+def test_choose_slot_public_prefix_only_when_the_prompt_starts_with_it_whole() -> None:
+    """A prompt sharing only part of a public prefix does not start from it."""
+    saved = [SavedView("pub", "", None, PUBLIC, 1.0, public="ops")]
+    choice = choose_slot([SlotView(0, False)], "a", None, PUBLIC[:-5] + "xxxxx", saved, True)
+    assert choice is not None and (choice.restore, choice.build) == (None, None)
+
+
+def test_choose_slot_own_longer_cache_beats_the_public_prefix() -> None:
+    """The tenant's own saved conversation, longer than the public prefix, is restored."""
+    saved = [
+        SavedView("pub", "", None, PUBLIC, 1.0, public="ops"),
+        SavedView("a-own", "a", None, PUBLIC + "A's rules and turn one", 2.0),
+    ]
+    choice = choose_slot(
+        [SlotView(0, False)], "a", None, PUBLIC + "A's rules and turn two", saved, True
+    )
+    assert choice is not None and choice.restore == "a-own"
+
+
+def test_choose_slot_keeps_adapters_apart() -> None:
+    """A slot or state computed with another adapter is never the tenant's own: its own
+    slot on adapter x is not reused for adapter y, and a state of adapter x never restored."""
+    slots = [SlotView(0, False, "a", None, SYSTEM_A, 1, adapter="x"), SlotView(1, False)]
+    saved = [SavedView("a-x", "a", None, SYSTEM_A, 1.0, adapter="x")]
+    choice = choose_slot(slots, "a", None, SYSTEM_A, saved, keep=True, adapter="y")
+    assert choice is not None and (choice.slot_id, choice.restore) == (1, None)
+    mine = choose_slot(slots, "a", None, SYSTEM_A, saved, keep=True, adapter="x")
+    assert mine is not None and mine.slot_id == 0
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([None, "a", "b"]), st.integers(0, 30)), min_size=1, max_size=4
+    ),
+    st.lists(
+        st.tuples(st.sampled_from(["a", "b", ""]), st.integers(0, 30), st.sampled_from(["", "x"])),
+        max_size=6,
+    ),
+    st.sampled_from(["a", "b"]),
+    st.integers(0, 40),
+)
+def test_choose_slot_starts_from_nothing_of_another_tenant(
+    slot_spec: list[tuple[str | None, int]],
+    entries: list[tuple[str, int, str]],
+    tenant: str,
+    n: int,
+) -> None:
+    """Whatever the slots and states: the slot the request runs in holds, after the choice
+    is carried out, nothing but the tenant's own cache, a public prefix its prompt starts
+    with, or nothing; on the same adapter."""
+    prompt = "q" * n
+    slots = [SlotView(i, False, o, None, "q" * k, i) for i, (o, k) in enumerate(slot_spec)]
+    saved = [
+        SavedView(
+            f"k{i}" if t or i % 2 else "", t, None, "q" * k, float(i), a, "p" if not t else ""
+        )
+        for i, (t, k, a) in enumerate(entries)
+    ]
+    choice = choose_slot(slots, tenant, None, prompt, saved, keep=True)
+    assert choice is not None
+    if choice.restore is not None:
+        state = next(v for v in saved if v.key == choice.restore)
+        assert state.adapter == ""
+        assert state.tenant == tenant or (state.public and prompt.startswith(state.prefix))
+    elif choice.build is not None:
+        assert any(v.public == choice.build and prompt.startswith(v.prefix) for v in saved)
+    elif not choice.erase:
+        assert slots[choice.slot_id].tenant in (None, tenant)

@@ -17,6 +17,7 @@ from adapters.errors import (
     EngineControlFailed,
     EngineOutOfMemory,
     EngineStartFailed,
+    EngineUnavailable,
     UnsupportedRequest,
 )
 from adapters.supervisor import EngineProcess, EngineState, free_port
@@ -28,13 +29,14 @@ from adapters.vllm.engine import (
     VllmMetricsCollector,
     command_line,
     engine_env,
-    launch,
     launch_options,
     memory_fraction,
     start_failure_cause,
     strip_usage_chunk,
     with_fields,
 )
+from adapters.vllm.kind import launch
+from adapters.vllm.launch import lora_rank_for
 from tests.fixtures.fake_vllm import BIN, process_env
 
 SECRET = b"runner-secret-0123456789abcdef"
@@ -66,12 +68,14 @@ def _options(**overrides: Any) -> VllmLaunchOptions:
 
 
 def test_command_line_load_request_with_every_parameter() -> None:
-    """Every load parameter and setting lands on vLLM's flag, in one exact argv and env."""
+    """Every load parameter and setting lands on vLLM's flag, in one exact argv and env;
+    it listens on its private Unix socket, and the key is in its environment only."""
     opts = launch_options(
         binary="/opt/vllm/bin/vllm",
         model="Qwen/Qwen2.5-7B-Instruct-AWQ",
         model_id="qwen-7b",
-        port=8123,
+        port=None,
+        uds="/tmp/quorum-vllm-x/engine.sock",
         api_key="abc123",
         slots=8,
         quantization="awq-4bit",
@@ -87,7 +91,7 @@ def test_command_line_load_request_with_every_parameter() -> None:
     )
     assert command_line(opts) == [
         "/opt/vllm/bin/vllm", "serve", "Qwen/Qwen2.5-7B-Instruct-AWQ",
-        "--host", "127.0.0.1", "--port", "8123", "--api-key", "abc123",
+        "--uds", "/tmp/quorum-vllm-x/engine.sock",
         "--served-model-name", "qwen-7b", "--gpu-memory-utilization", "0.25",
         "--max-model-len", "16384", "--quantization", "awq",
         "--no-enable-prefix-caching", "--max-num-seqs", "8", "--enable-prompt-tokens-details",
@@ -96,8 +100,19 @@ def test_command_line_load_request_with_every_parameter() -> None:
     assert engine_env(opts) == {
         "VLLM_SERVER_DEV_MODE": "1",
         "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_API_KEY": "abc123",
         "CUDA_VISIBLE_DEVICES": "1",
     }
+
+
+def test_command_line_on_a_port_keeps_the_key_off_it() -> None:
+    """On a loopback port instead (an engine the runner does not start the usual way): the
+    key is still in the environment only, never on the command line (`ps`)."""
+    argv = command_line(_options(port=8123))
+    assert argv[3:7] == ["--host", "127.0.0.1", "--port", "8123"]
+    assert "--api-key" not in argv and "--uds" not in argv
+    with pytest.raises(ValueError, match="exactly one"):
+        _options(port=8123, uds="/tmp/s.sock")
 
 
 def test_command_line_defaults_from_settings() -> None:
@@ -206,6 +221,42 @@ async def test_place_splices_the_tenant_salt_into_the_body() -> None:
     assert orjson.loads(placed.body) == {**obj, "cache_salt": salts.salt("a", "t")}
     assert placed.body.startswith(b'{"cache_salt":')  # spliced, not re-serialized
     assert orjson.loads(with_fields(b"{}", {}, {"cache_salt": "s"})) == {"cache_salt": "s"}
+
+
+def test_command_line_lora_flags_only_with_adapters() -> None:
+    """With adapters (or room for them) vLLM starts with LoRA on, the declared ones served
+    from start in the JSON form (any path), at most a batch's worth active at once, a rank
+    holding theirs, and runtime loading allowed; without, none of it."""
+    plain = _options()
+    assert "--enable-lora" not in command_line(plain)
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in engine_env(plain)
+    opts = _options(
+        slots=2,
+        lora_modules=[("alpha", "/a/al,pha=1")],
+        adapter_capacity=3,
+        lora_ranks=[8, None],
+    )
+    argv = command_line(opts)
+    assert "--enable-lora" in argv
+    assert argv[argv.index("--max-loras") + 1] == "2"  # a batch: at most the slots
+    assert argv[argv.index("--max-cpu-loras") + 1] == "3"
+    assert argv[argv.index("--max-lora-rank") + 1] == "16"
+    module = orjson.loads(argv[argv.index("--lora-modules") + 1])
+    assert module == {"name": "alpha", "path": "/a/al,pha=1"}
+    assert engine_env(opts)["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    assert lora_rank_for([100]) == 128 and lora_rank_for([1000]) == 0
+
+
+async def test_place_names_the_adapter_as_the_model() -> None:
+    """An adapter's request goes to vLLM with `model` = the adapter's vLLM name; an adapter
+    the engine does not hold is refused."""
+    engine = _engine(None)
+    engine.adapters = {"m:alpha": "alpha"}
+    obj = {"model": "m", "prompt": "x"}
+    placed = await engine.place(orjson.dumps(obj), obj, "a", None, "m:alpha")
+    assert orjson.loads(placed.body)["model"] == "alpha"
+    with pytest.raises(EngineUnavailable):
+        await engine.place(orjson.dumps(obj), obj, "a", None, "m:other")
 
 
 async def test_place_without_isolation_sends_no_salt() -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.fleet import Model, caps, runner, wait_for
 from tests.support.runner_proc import REPO_ROOT, RunnerProcess
-from tests.support.tokens import dev_token
+from tests.support.tokens import ADMIN_KEY, admin_env, dev_token
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -31,10 +31,14 @@ MODELS = {
 }
 
 
+ACME_KEY = "acme-cli-key-0123456789abcdef0123456789"
+
+
 @pytest.fixture
-def r() -> Iterator[RunnerProcess]:
-    """A runner with `ok` loaded, `slow` (3 s to load) and `broken` (exits at start)."""
-    with runner(RID, models=MODELS, env={"ADMIN_TENANTS": "ops"}) as proc:
+def r(tmp_path: Path) -> Iterator[RunnerProcess]:
+    """A runner with `ok` loaded, `slow` (3 s to load) and `broken` (exits at start); its
+    admin `ops` and tenant `acme` sign in with their keys."""
+    with runner(RID, models=MODELS, env=admin_env(tmp_path, acme=ACME_KEY)) as proc:
         yield proc
 
 
@@ -225,11 +229,11 @@ def test_unload_flush_cancel_and_tasks(r: RunnerProcess, tmp_path: Path) -> None
 
 def test_logs_for_admins_only(r: RunnerProcess) -> None:
     """`quorum logs` prints an engine's lines to an admin tenant; anyone else gets exit 1."""
-    child = pty("logs", "ok", "--url", r.url, "--tenant", "ops")
+    child = pty("logs", "ok", "--url", r.url, "--api-key", ADMIN_KEY)
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
-    code, doc = run_json("logs", "ok", "--url", r.url, "--tenant", "ops")
+    code, doc = run_json("logs", "ok", "--url", r.url, "--api-key", ADMIN_KEY)
     assert code == 0 and doc["modelId"] == "ok" and isinstance(doc["lines"], list)
-    code, doc = run_json("logs", "ok", "--url", r.url, "--tenant", "acme")
+    code, doc = run_json("logs", "ok", "--url", r.url, "--api-key", ACME_KEY)
     assert code == 1 and doc["httpStatus"] == 403

@@ -5,6 +5,7 @@ tenants file, governance with the dev registry) in front of the fake OpenAI engi
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import subprocess
@@ -23,18 +24,25 @@ from tests.support.tokens import DEV_REGISTRY, dev_token
 pytestmark = pytest.mark.timeout(120)
 
 RID = "cli-tenants"
-TENANTS = """
+KEYS = {
+    "ops": "ops-cli-key-0123456789abcdef012345678",
+    "acme": "acme-cli-key-0123456789abcdef01234567",
+}
+DIGEST = {t: "sha256:" + hashlib.sha256(k.encode()).hexdigest() for t, k in KEYS.items()}
+TENANTS = f"""
 tenants:
-  ops: {}
+  ops: {{api_keys: ["{DIGEST["ops"]}"]}}
   acme:
     models: ["echo"]
-    token_budgets: [{tokens: 5000, per: hour}]
+    token_budgets: [{{tokens: 5000, per: hour}}]
+    api_keys: ["{DIGEST["acme"]}"]
 """
 
 
 @pytest.fixture
 def r(tmp_path: Path) -> Iterator[RunnerProcess]:
-    """A runner whose admin is `ops`; acme may use `echo` only, with an hourly budget."""
+    """A runner whose admin is `ops`; acme may use `echo` only, with an hourly budget; both
+    identified by their API keys (an admin needs keys or a gateway)."""
     path = tmp_path / "tenants.yaml"
     path.write_text(TENANTS)
     env = {
@@ -54,7 +62,10 @@ def r(tmp_path: Path) -> Iterator[RunnerProcess]:
 def chat(r: RunnerProcess, tenant: str, model: str = "echo") -> httpx.Response:
     body = {"model": model, "messages": [{"role": "user", "content": "hi there"}], "max_tokens": 3}
     return httpx.post(
-        r.url + "/v1/chat/completions", json=body, headers={"X-Tenant-ID": tenant}, timeout=30
+        r.url + "/v1/chat/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {KEYS[tenant]}"},
+        timeout=30,
     )
 
 
@@ -74,18 +85,18 @@ def test_cli_usage_table_json_and_csv(r: RunnerProcess) -> None:
     prompt = sum(a.json()["usage"]["prompt_tokens"] for a in answers[:2])
     output = sum(a.json()["usage"]["completion_tokens"] for a in answers[:2])
 
-    screen = plain(pty("usage", "--url", r.url, "--tenant", "ops"))
+    screen = plain(pty("usage", "--url", r.url, "--api-key", KEYS["ops"]))
     assert "usage by hour" in screen and "outcomes: ok/cancelled/refused/failed" in screen
     assert f"│ ops │ echo │ 2 │ 2/0/0/0 │ {prompt} │ {output} │ 0 │" in screen
     assert "│ acme │ _unknown │ 1 │ 0/0/1/0 │ 0 │ 0 │ 0 │" in screen  # never a label it chose
 
-    code, doc = run_json("usage", "--url", r.url, "--tenant", "ops", "--tenant-id", "ops")
+    code, doc = run_json("usage", "--url", r.url, "--api-key", KEYS["ops"], "--tenant-id", "ops")
     assert code == 0 and doc["groupBy"] == "hour"
     (row,) = doc["data"]
     assert (row["tenant"], row["model"], row["requests"]) == ("ops", "echo", 2)
     assert (row["promptTokens"], row["completionTokens"]) == (prompt, output)
 
-    done = run("usage", "--url", r.url, "--tenant", "acme", "--csv", "--group-by", "day")
+    done = run("usage", "--url", r.url, "--api-key", KEYS["acme"], "--csv", "--group-by", "day")
     assert done.returncode == 0, done.stderr
     rows = list(csv.DictReader(io.StringIO(done.stdout)))
     assert {(x["tenant"], x["model"]) for x in rows} == {("acme", "echo"), ("acme", "_unknown")}
@@ -93,7 +104,7 @@ def test_cli_usage_table_json_and_csv(r: RunnerProcess) -> None:
     (refused,) = [x for x in rows if x["model"] == "_unknown"]
     assert refused["requests_refused"] == "1" and refused["promptTokens"] == "0"
 
-    denied = run("usage", "--url", r.url, "--tenant", "acme", "--tenant-id", "ops")
+    denied = run("usage", "--url", r.url, "--api-key", KEYS["acme"], "--tenant-id", "ops")
     assert denied.returncode == 1 and "403 forbidden" in denied.stderr
 
 
@@ -102,6 +113,7 @@ def _policy_file(tmp_path: Path) -> str:
     path = tmp_path / "acme.yaml"
     path.write_text(
         "models: [echo, other]\npriority: {default: normal, max: high}\nmax_in_flight: 2\n"
+        f"api_keys: ['{DIGEST['acme']}']\n"  # the policy replaces the file's: the key stays
     )
     return str(path)
 
@@ -118,6 +130,7 @@ POLICY = {
     "models": ["echo", "other"],
     "priority": {"default": "normal", "max": "high"},
     "max_in_flight": 2,
+    "api_keys": [DIGEST["acme"]],
 }
 
 
@@ -142,20 +155,20 @@ def test_cli_tenant_set_show_and_delete(r: RunnerProcess, tmp_path: Path) -> Non
     assert "tenant acme set: version 1 (approved by admin1, admin2)" in screen
     assert chat(r, "acme", "other").status_code == 200  # applied at once
 
-    screen = plain(pty("tenant", "show", "--url", r.url, "--tenant", "ops"))
+    screen = plain(pty("tenant", "show", "--url", r.url, "--api-key", KEYS["ops"]))
     assert "tenant policies (version 1)" in screen
     assert "│ acme │ api │ 1 │ admin1, admin2 │" in screen
-    assert "│ ops │ file │ 0 │ │ {} │" in screen
-    code, doc = run_json("tenant", "show", "acme", "--url", r.url, "--tenant", "ops")
+    assert "│ ops │ file │ 0 │ │" in screen
+    code, doc = run_json("tenant", "show", "acme", "--url", r.url, "--api-key", KEYS["ops"])
     assert code == 0 and doc["version"] == 1
     (acme,) = doc["tenants"]
     assert acme["policy"] == POLICY and acme["policySha256"] == policy_sha256(POLICY)
-    code, doc = run_json("tenant", "show", "--url", r.url, "--tenant", "acme")
+    code, doc = run_json("tenant", "show", "--url", r.url, "--api-key", KEYS["acme"])
     assert code == 1 and doc["httpStatus"] == 403
 
     delete_token = _token_file(tmp_path, "delete", "acme", None)
     code, doc = run_json("tenant", "delete", "acme", "--token", delete_token, "--url", r.url)
     assert code == 0 and doc["ok"] and doc["deleted"] is True and doc["version"] == 2
-    code, doc = run_json("tenant", "show", "acme", "--url", r.url, "--tenant", "ops")
+    code, doc = run_json("tenant", "show", "acme", "--url", r.url, "--api-key", KEYS["ops"])
     (acme,) = doc["tenants"]
     assert (acme["source"], acme["version"], acme["policy"]) == ("api", 2, None)

@@ -50,7 +50,8 @@ def test_compose_parser_rejects_a_misspelt_key(compose: dict[str, Any]) -> None:
 
 def test_compose_runners_serve_the_images_default_models(compose: dict[str, Any]) -> None:
     """Two runners built from the Dockerfile on its embedded models.yaml: no models file or
-    engine URL from the host, distinct runner ids, known settings only, one Redis."""
+    engine URL from the host (the only mount is the tenants file, read-only), distinct
+    runner ids, known settings only, one Redis."""
     runners = _runners(compose)
     assert len(runners) == 2
     known = {name.upper() for name in Settings.model_fields}
@@ -59,7 +60,11 @@ def test_compose_runners_serve_the_images_default_models(compose: dict[str, Any]
         assert service["build"]["context"] == "." and service["build"]["dockerfile"] == "Dockerfile"
         env = service["environment"]
         assert set(env) <= known, set(env) - known
-        assert "MODELS_CONFIG" not in env and not service.get("volumes")
+        assert "MODELS_CONFIG" not in env
+        assert _mounts(service) == {
+            "/etc/quorum/tenants.yaml": ROOT / "deploy/compose/tenants.yaml"
+        }
+        assert service["volumes"][0].endswith(":ro")
         assert env["REDIS_URL"].startswith("redis://redis:")
         ids.add(env["RUNNER_ID"])
     assert len(ids) == 2

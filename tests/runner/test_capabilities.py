@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.features import Features
-from adapters.kind import EngineLoad, EngineSettings
+from adapters.kind import EngineSettings
+from adapters.launched import EngineLoad
 from adapters.llama_server.engine import LLAMA_SERVER_VERSION
 from runner.engines.kinds import EngineKinds
 from runner.engines.record import EngineRecord

@@ -184,7 +184,9 @@ def test_oversized_body_is_413(fleet: Fleet) -> None:
 @pytest.mark.parametrize("body", [b"not json", b"[1,2]", b'{"messages": []}', b'{"model": 3}'])
 def test_bad_body_is_400(fleet: Fleet, body: bytes) -> None:
     """A body that is not a JSON object with a string model is 400."""
-    r = fleet.client.post("/v1/chat/completions", content=body)
+    r = fleet.client.post(
+        "/v1/chat/completions", content=body, headers={"Content-Type": "application/json"}
+    )
     assert r.status_code == 400
     assert r.json()["error"]["type"] == "invalid_request_error"
 

@@ -189,8 +189,8 @@ def runner(
 
 
 def test_contract_capabilities_shape(runner: Runner) -> None:
-    """The seed's keys at every level (plus the documented additions `models.failed`,
-    `resources.memorySource` and `queue.running`), the engine and its version in
+    """The seed's keys at every level (plus the documented additions `identity`,
+    `models.failed`, `resources.memorySource` and `queue.running`), the engine and its version in
     `runnerType`, and the loaded engine's flags."""
 
     def versioned() -> dict[str, Any] | None:  # the version is learnt by a stats poll
@@ -198,7 +198,7 @@ def test_contract_capabilities_shape(runner: Runner) -> None:
         return doc if "-" in doc["runnerType"] else None
 
     doc = eventually(versioned, timeout=30, what="the engine's version in runnerType")
-    assert set(doc) == SEED_TOP
+    assert set(doc) == SEED_TOP | {"identity"} and doc["identity"] == "open"
     assert re.fullmatch(runner.kind.runner_type, doc["runnerType"]), doc["runnerType"]
     assert doc["runnerId"] == "test-runner" and doc["health"] == "healthy"
     assert set(doc["models"]) == {"loaded", "loading", "available", "failed"}

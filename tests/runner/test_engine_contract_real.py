@@ -250,12 +250,13 @@ def test_real_tenant_flush_keeps_other_tenants(runner: Runner) -> None:
 
 
 def _engine_families(runner: Runner) -> dict[str, float]:
-    """vLLM's own gauges, read from the engine the runner started (its port and key from
-    its command line)."""
+    """vLLM's own gauges, read from the engine the runner started, over the Unix socket its
+    command line names (the test runs as the runner's user: nobody else can connect)."""
     pid = engine_pid(runner.proc.proc.pid, runner.kind.name)
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-    url = f"http://127.0.0.1:{argv[argv.index('--port') + 1]}/metrics"
-    text = httpx.get(url, timeout=10).text
+    sock = argv[argv.index("--uds") + 1]
+    with httpx.Client(transport=httpx.HTTPTransport(uds=sock), timeout=10) as client:
+        text = client.get("http://localhost/metrics").text
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -302,11 +303,9 @@ def test_real_governed_unload_then_load_measure_memory(runner: Runner) -> None:
     """A governed unload stops the engine and reports the memory it freed, measured; a
     governed load answers 202, its task completes with the engine's measured memory.
     An unload asking vLLM to sleep is refused, naming why (sleep mode is off: on the CPU
-    vLLM refuses to start with it), before a token is spent; the engine keeps serving."""
+    vLLM refuses to start with it), once its token is approved; the engine keeps serving."""
     pid = engine_pid(runner.proc.proc.pid, runner.kind.name)
-    asleep = httpx.post(
-        runner.url + "/v1/models/unload", json={"modelId": runner.model, "mode": "sleep"}
-    )
+    asleep = unload(runner.url, runner.model, mode="sleep")
     assert asleep.status_code == 400, asleep.text
     assert "sleep" in asleep.json()["error"]["message"]
     r = unload(runner.url, runner.model)

@@ -17,6 +17,7 @@ import pytest
 
 from runner.memory.proc import child_pids
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner, wait_started
+from tests.support.tokens import FAIRNESS, gateway_env
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -35,8 +36,11 @@ def _models(**extra: object) -> str:
     return "\n".join(lines) + "\n"
 
 
+AS_TENANT = {FAIRNESS: "acme"}  # the gateway names the tenant (TENANT_IDENTITY=gateway)
+
+
 def _runner(binary: str, **extra: object) -> Iterator[RunnerProcess]:
-    env = {"LLAMA_SERVER_BIN": fixture_bin(binary), "ADMIN_TENANTS": "ops"}
+    env = {"LLAMA_SERVER_BIN": fixture_bin(binary), **gateway_env()}
     with start_runner(models_file=_models(**extra), env=env, wait_ready=False) as runner:
         wait_started(runner)
         yield runner
@@ -72,10 +76,10 @@ def test_engine_exits_at_start_model_failed_with_exit_code_and_log() -> None:
         assert failed["exitCode"] == 1
         assert "exited while starting (exit code 1)" in str(failed["error"])
         assert line not in str(failed["error"])
-        r = httpx.post(runner.url + "/v1/chat/completions", json=CHAT)
+        r = httpx.post(runner.url + "/v1/chat/completions", json=CHAT, headers=AS_TENANT)
         assert r.status_code == 503 and r.json()["error"]["code"] == "model_unavailable"
         assert line not in r.text
-        logs = httpx.get(runner.url + "/v1/models/m/logs", headers={"X-Tenant-ID": "ops"})
+        logs = httpx.get(runner.url + "/v1/models/m/logs", headers={FAIRNESS: "ops"})
         assert any(line in entry for entry in logs.json()["lines"])
 
 
@@ -93,14 +97,23 @@ def test_engine_slow_but_healthy_is_loaded() -> None:
     for runner in _runner("llama-server-slow", load_timeout_s=30):
         caps = httpx.get(runner.url + "/v1/capabilities").json()
         assert "m" in [m["id"] for m in caps["models"]["loaded"]]
-        assert httpx.post(runner.url + "/v1/chat/completions", json=CHAT).status_code == 200
+        assert (
+            httpx.post(
+                runner.url + "/v1/chat/completions", json=CHAT, headers=AS_TENANT
+            ).status_code
+            == 200
+        )
 
 
 def test_engine_dies_midstream_client_gets_error_event_and_runner_serves_on() -> None:
     """A crash mid-stream: error event naming the crash, model failed, others still served."""
     for runner in _runner("llama-server-dies-midstream"):
         with httpx.stream(
-            "POST", runner.url + "/v1/chat/completions", json={**CHAT, "stream": True}, timeout=30
+            "POST",
+            runner.url + "/v1/chat/completions",
+            json={**CHAT, "stream": True},
+            headers=AS_TENANT,
+            timeout=30,
         ) as r:
             body = b"".join(r.iter_bytes())
         assert b"engine_crashed" in body or b"engine_unavailable" in body
@@ -109,7 +122,9 @@ def test_engine_dies_midstream_client_gets_error_event_and_runner_serves_on() ->
             time.sleep(0.05)
         assert _failed(runner)["exitCode"] is not None
         assert httpx.get(runner.url + "/health").status_code == 200  # "other" still loaded
-        other = httpx.post(runner.url + "/v1/chat/completions", json={**CHAT, "model": "other"})
+        other = httpx.post(
+            runner.url + "/v1/chat/completions", json={**CHAT, "model": "other"}, headers=AS_TENANT
+        )
         assert other.status_code == 200
 
 
@@ -132,16 +147,26 @@ def test_engine_killed_with_restart_comes_back() -> None:
                 break
             time.sleep(0.05)
         assert seen_failed and "m" in loaded
-        assert httpx.post(runner.url + "/v1/chat/completions", json=CHAT).status_code == 200
+        assert (
+            httpx.post(
+                runner.url + "/v1/chat/completions", json=CHAT, headers=AS_TENANT
+            ).status_code
+            == 200
+        )
 
 
 def test_engine_floods_logs_runner_keeps_serving_and_logs_are_admin_only() -> None:
     """A flooding engine is served normally; its bounded log is for ADMIN_TENANTS only."""
     for runner in _runner("llama-server-floods-logs"):
-        assert httpx.post(runner.url + "/v1/chat/completions", json=CHAT).status_code == 200
-        denied = httpx.get(runner.url + "/v1/models/m/logs", headers={"X-Tenant-ID": "guest"})
+        assert (
+            httpx.post(
+                runner.url + "/v1/chat/completions", json=CHAT, headers=AS_TENANT
+            ).status_code
+            == 200
+        )
+        denied = httpx.get(runner.url + "/v1/models/m/logs", headers={FAIRNESS: "guest"})
         assert denied.status_code == 403
-        r = httpx.get(runner.url + "/v1/models/m/logs", headers={"X-Tenant-ID": "ops"})
+        r = httpx.get(runner.url + "/v1/models/m/logs", headers={FAIRNESS: "ops"})
         assert r.status_code == 200
         lines = r.json()["lines"]
         assert 0 < len(lines) <= 500 and max(len(x) for x in lines) <= 4096

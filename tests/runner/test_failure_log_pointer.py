@@ -15,6 +15,7 @@ import pytest
 from tests.support import real_engines
 from tests.support.engines import CHECKPOINT, caps, comfyui_root
 from tests.support.runner_proc import start_runner, wait_started
+from tests.support.tokens import FAIRNESS, gateway_env
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -62,11 +63,9 @@ def test_failed_start_points_at_the_models_own_logs(broken: Broken, tmp_path: Pa
     """The model's failure names `GET /v1/models/w/logs`, which answers admins with the
     engine's output (and nothing else names a path that does not exist)."""
     models, env = broken.make(tmp_path)
-    with start_runner(
-        models_file=models, env={**env, "ADMIN_TENANTS": "ops"}, wait_ready=False
-    ) as runner:
+    with start_runner(models_file=models, env={**env, **gateway_env()}, wait_ready=False) as runner:
         wait_started(runner, 60)
         [failed] = caps(runner.url)["models"]["failed"]
         assert failed["id"] == "w" and "GET /v1/models/w/logs (admins)" in failed["error"], failed
-        logs = httpx.get(runner.url + "/v1/models/w/logs", headers={"X-Tenant-ID": "ops"})
+        logs = httpx.get(runner.url + "/v1/models/w/logs", headers={FAIRNESS: "ops"})
         assert logs.status_code == 200 and logs.json()["lines"], logs.text

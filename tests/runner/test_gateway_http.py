@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fixtures.launch import start_fake
 from tests.support.runner_proc import RunnerProcess, start_runner
+from tests.support.tokens import FAIRNESS, gateway_env
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -53,7 +54,9 @@ def _blocking_stream(runner: RunnerProcess) -> Iterator[None]:
     body = {**CHAT, "stream": True, "messages": [{"role": "user", "content": "blocker"}]}
     with (
         httpx.Client(timeout=30) as client,
-        client.stream("POST", runner.url + "/v1/chat/completions", json=body) as resp,
+        client.stream(
+            "POST", runner.url + "/v1/chat/completions", json=body, headers={FAIRNESS: "t0"}
+        ) as resp,
     ):
         assert resp.status_code == 200
         chunks = resp.iter_raw()  # keep a reference: dropping it would hang up at once
@@ -62,7 +65,7 @@ def _blocking_stream(runner: RunnerProcess) -> Iterator[None]:
 
 
 def _waiting_by_tenant(runner: RunnerProcess) -> list[dict[str, Any]]:
-    state = httpx.get(runner.url + "/ui/state.json", headers={"X-Tenant-ID": "ops"}).json()
+    state = httpx.get(runner.url + "/ui/state.json", headers={FAIRNESS: "ops"}).json()
     rows: list[dict[str, Any]] = state["queues"]["byTenant"]
     return rows
 
@@ -102,7 +105,7 @@ def test_gateway_fairness_id_and_objective_queue_as_tenant_and_priority() -> Non
         start_fake(
             "fake_openai", "--latency-ms", "0", "--chunks", "50", "--chunk-delay-ms", "200"
         ) as engine,
-        start_runner({"echo": engine.url}, parallel=1, env={"ADMIN_TENANTS": "ops"}) as r,
+        start_runner({"echo": engine.url}, parallel=1, env=gateway_env()) as r,
         ThreadPoolExecutor(2) as pool,
     ):
         with _blocking_stream(r):

@@ -167,14 +167,16 @@ def _b64(token: Any) -> str:
 
 
 def test_flush_bad_request_spends_nothing(governed: Governed) -> None:
-    """Bad bodies are 400/401/404 before governance, so the token stays usable."""
+    """Bad bodies are 400/401 before governance, so the token stays usable; a model that is
+    not loaded is told only to an approved token (404 after it is spent)."""
     token = flush_token(governed.tmp)
     assert governed.flush({"scope": "everything", "verifiedOpToken": token}).status_code == 400
     assert governed.flush({"scope": "all", "extra": 1, "verifiedOpToken": token}).status_code == 400
-    assert (
-        governed.flush({"scope": "model", "modelId": "nope", "verifiedOpToken": token}).status_code
-        == 404
-    )
+    assert governed.flush({"scope": "model", "modelId": "nope"}).status_code == 401
+    model = flush_token(governed.tmp, params=("scope=model",), model="nope")
+    unknown = {"scope": "model", "modelId": "nope", "verifiedOpToken": model}
+    assert governed.flush(unknown).status_code == 404
+    assert governed.flush(unknown).status_code == 409  # approved, so spent
     assert governed.flush({"scope": "all"}).status_code == 401
     raw = httpx.post(
         governed.runner.url + "/v1/cache/flush",

@@ -309,7 +309,8 @@ def _wait_slots_idle(runner_pid: int, timeout: float = 30.0) -> None:
     """Wait (bounded) until the runner's llama-server reports no slot processing (`/slots`)."""
     argv = Path(f"/proc/{_engine_pid(runner_pid)}/cmdline").read_bytes().decode().split("\0")
     url = f"http://127.0.0.1:{argv[argv.index('--port') + 1]}/slots"
-    headers = {"Authorization": f"Bearer {argv[argv.index('--api-key') + 1]}"}
+    key = Path(argv[argv.index("--api-key-file") + 1]).read_text().strip()  # the runner's
+    headers = {"Authorization": f"Bearer {key}"}
     deadline = time.monotonic() + timeout
     slots: list[dict[str, Any]] = []
     while time.monotonic() < deadline:

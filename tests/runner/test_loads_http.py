@@ -132,15 +132,19 @@ def test_load_answers_202_at_once_then_seed_client_completes(slow_runner: Runner
 
 
 def test_load_refused_before_governance_and_without_token(slow_runner: RunnerProcess) -> None:
-    """Bad bodies are 400, unknown models 404, a missing token 401, a wrong one 403."""
+    """A bad body is 400 before governance; without a token every modelId gets the same
+    401 (what the model roots hold is not told to anyone without one); an approved token
+    for a path outside the roots is 400, for an unknown model 404; a wrong token 403."""
     url = slow_runner.url
     r = httpx.post(url + "/v1/models/load", json={"modelId": "slow", "quantization": "int3"})
     assert r.status_code == 400
-    r = httpx.post(url + "/v1/models/load", json={"modelId": "../../etc/passwd.gguf"})
-    assert r.status_code == 400
-    r = httpx.post(url + "/v1/models/load", json={"modelId": "nope"})
-    assert r.status_code == 404
-    assert httpx.post(url + "/v1/models/load", json={"modelId": "slow"}).status_code == 401
+    for model in ("../../etc/passwd.gguf", "nope", "slow"):
+        r = httpx.post(url + "/v1/models/load", json={"modelId": model})
+        assert r.status_code == 401 and r.json()["error"]["code"] == "missing_op_token"
+    for model, status in (("../../etc/passwd.gguf", 400), ("nope", 404)):
+        token = dev_token("model-load", model, {})
+        r = httpx.post(url + "/v1/models/load", json={"modelId": model, "verifiedOpToken": token})
+        assert r.status_code == status, r.text
     token = dev_token("model-load", "other", {})
     r = httpx.post(url + "/v1/models/load", json={"modelId": "slow", "verifiedOpToken": token})
     assert r.status_code == 403

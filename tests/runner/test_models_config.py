@@ -157,3 +157,67 @@ def test_default_models_path_is_the_repositorys_models_yaml() -> None:
     assert path == str(REPO_ROOT / "models.yaml")
     ids = [spec.id for spec in load_models_file(path, KINDS).models]
     assert ids[0] == "smollm2-135m-instruct" and "gemma-3-270m" in ids
+
+
+def test_models_file_adapters_and_public_prefixes(tmp_path: Path) -> None:
+    """A llama-server or vLLM model carries adapters, each served as `<base>:<name>` (or the
+    id it declares) to the tenants it lists, and a llama-server public prefixes."""
+    f = load_models_file(
+        _write(
+            tmp_path,
+            f"""
+models:
+  - id: base
+    backend: llama-server
+    path: {tmp_path}/m.gguf
+    adapters:
+      - {{name: alpha, path: /a/alpha.gguf, tenants: [team-a, "ops-*"]}}
+      - {{name: bravo, id: acme-support, path: /a/b.gguf, tenants: ["*"], scale: 0.5}}
+    public_prefixes:
+      - {{name: ops, system: "{"You are the platform's shared assistant. " * 3}"}}
+""",
+        ),
+        KINDS,
+    )
+    (spec,) = f.models
+    assert [a.model_id("base") for a in spec.adapters] == ["base:alpha", "acme-support"]
+    assert spec.adapter_capacity == 2 and spec.public_prefixes[0].name == "ops"
+
+
+A = "adapters: [{name: a, path: /x, tenants: [t]}]"
+LLAMA = "id: m, backend: llama-server, path: /m"
+TWICE = "{name: a, path: /x, tenants: [t]}"
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        (f"{{id: m, backend: comfyui, workflow: txt2img, {A}}}", "'llama-server' or 'vllm' only"),
+        (f"{{id: m, backend: vllm, url: 'http://h:1', {A}}}", "an engine the runner starts"),
+        (f"{{{LLAMA}, adapters: [{{name: a, path: /x}}]}}", "tenants"),
+        (f"{{{LLAMA}, adapters: [{TWICE}, {TWICE}]}}", "two adapters share a name"),
+        (f"{{{LLAMA}, max_adapters: 0, {A}}}", "more adapters than max_adapters"),
+        ("{id: m, backend: vllm, path: /m, public_prefixes: [{name: p, prompt: " + "x" * 80 + "}]}",
+         "public_prefixes applies to backend 'llama-server' only"),
+        ("{id: m, backend: llama-server, url: 'http://h:1', public_prefixes: [{name: p, prompt: "
+         + "x" * 80 + "}]}", "public_prefixes apply to a llama-server the runner starts"),
+        (f"{{{LLAMA}, public_prefixes: [{{name: p, system: short}}]}}", "at least 64"),
+        (f"{{{LLAMA}, args: [--lora, /a.gguf]}}", "declare LoRA adapters under adapters"),
+        ("{id: m, backend: vllm, path: /m, args: [--enable-lora]}", "under adapters"),
+    ],
+)  # fmt: skip
+def test_models_file_adapter_mistakes_refused(tmp_path: Path, entry: str, problem: str) -> None:
+    """Adapters and public prefixes where they cannot work, or incomplete, stop start-up
+    with the problem named."""
+    with pytest.raises(ConfigError, match=problem):
+        load_models_file(_write(tmp_path, f"models:\n  - {entry}\n"), KINDS)
+
+
+def test_models_file_adapter_id_clashing_with_a_model_refused(tmp_path: Path) -> None:
+    """An adapter's model id must not be another model's."""
+    text = """models:
+  - {id: "m:a", backend: llama-server, path: /x}
+  - {id: m, backend: llama-server, path: /m, adapters: [{name: a, path: /y, tenants: [t]}]}
+"""
+    with pytest.raises(ConfigError, match="appears twice"):
+        load_models_file(_write(tmp_path, text), KINDS)

@@ -17,6 +17,7 @@ import pytest
 from tests.fixtures.fake_leaks_logs import LEAK_MARKER
 from tests.support.engines import GOVERNED, caps, eventually, load, wait_task
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner, wait_started
+from tests.support.tokens import FAIRNESS, gateway_env
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -35,7 +36,7 @@ def _models() -> str:
 
 @pytest.fixture(scope="module")
 def runner() -> Iterator[RunnerProcess]:
-    env = {**GOVERNED, "ADMIN_TENANTS": "ops"}
+    env = {**GOVERNED, **gateway_env()}
     with start_runner(models_file=_models(), env=env, wait_ready=False) as r:
         wait_started(r)
         yield r
@@ -50,7 +51,7 @@ def _text(r: httpx.Response) -> str:
 def _chat(url: str, model: str, tenant: str, content: str = "hi") -> httpx.Response:
     body = {"model": model, "messages": [{"role": "user", "content": content}]}
     return httpx.post(
-        url + "/v1/chat/completions", json=body, headers={"X-Tenant-ID": tenant}, timeout=30
+        url + "/v1/chat/completions", json=body, headers={FAIRNESS: tenant}, timeout=30
     )
 
 
@@ -72,7 +73,7 @@ def test_no_tenant_visible_answer_carries_engine_log_text(runner: RunnerProcess)
     assert task.status_code == 202, task.text
     done = wait_task(url, task.json()["taskId"])
     assert done["status"] == "failed"
-    tenant_b = {"X-Tenant-ID": "tenant-b"}
+    tenant_b = {FAIRNESS: "tenant-b"}
     seen["load task"] = httpx.get(f"{url}/v1/models/load/{done['taskId']}", headers=tenant_b)
     for path in ("/v1/capabilities", "/health", "/metrics", "/v1/models", "/ui/state.json"):
         seen[path] = httpx.get(url + path, headers=tenant_b)
@@ -87,7 +88,7 @@ def test_no_tenant_visible_answer_carries_engine_log_text(runner: RunnerProcess)
             assert secret not in text, f"{what} shows {secret!r}:\n{text[:3000]}"
         if what != "crash error (tenant a)":
             assert PROMPT_OF_A not in text, f"{what} shows tenant a's prompt"
-    admin = {"X-Tenant-ID": "ops"}
+    admin = {FAIRNESS: "ops"}
     start_log = httpx.get(url + "/v1/models/m/logs", headers=admin).json()["lines"]
     crash_log = httpx.get(url + "/v1/models/c/logs", headers=admin).json()["lines"]
     assert any(LEAK_MARKER in line for line in start_log), start_log

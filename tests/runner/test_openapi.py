@@ -68,6 +68,7 @@ values = ["app.js", "style.css"]
 "body.modelId" = {{ dictionary = "models", probability = 0.5 }}
 "path.name" = {{ dictionary = "ui", probability = 0.5 }}
 "header.X-Tenant-ID" = {{ dictionary = "tenants", probability = 0.3 }}
+"header.x-llm-d-inference-fairness-id" = {{ dictionary = "tenants", probability = 0.7 }}
 """
 
 
@@ -88,7 +89,9 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunnerProcess]:
     with ExitStack() as stack:
         engine = stack.enter_context(start_fake("fake_openai", "--latency-ms", "0"))
         comfy = stack.enter_context(start_fake("fake_comfyui", "--base-directory", str(folder)))
-        env = {**GOVERNED, "ADMIN_TENANTS": ADMIN, "IMAGES_DIR": str(root / "images")}
+        env = {**GOVERNED, "TENANT_IDENTITY": "gateway", "ADMIN_TENANTS": ADMIN}
+        env["LIFECYCLE_RATE_LIMIT"] = "100000/minute"  # the fuzzer calls them fast
+        env["IMAGES_DIR"] = str(root / "images")
         yield stack.enter_context(
             start_runner(models_file=_models_file(engine.url, comfy.url), env=env)
         )
@@ -96,7 +99,7 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunnerProcess]:
 
 def _image(url: str, **headers: str) -> httpx.Response:
     body = {"model": "sd", "prompt": "a kite", "size": "64x64", "response_format": "url"}
-    headers = {"X-Tenant-ID": ADMIN, **headers}
+    headers = {"x-llm-d-inference-fairness-id": ADMIN, **headers}
     return httpx.post(url + "/v1/images/generations", json=body, headers=headers, timeout=30)
 
 
@@ -150,9 +153,16 @@ def test_openapi_served_as_3_1_with_the_envelope(runner: RunnerProcess) -> None:
         "examples"
     ] == ["echo", "later", "sd"]
     envelope = doc["components"]["schemas"]["Error429"]["properties"]["error"]
-    # a token budget without room is a 429 too (issue 26: tenant token budgets)
-    codes = ["http_error", "rate_limit_exceeded", "token_budget_exceeded"]
-    assert envelope["properties"]["code"]["enum"] == codes
+    # a token budget without room (issue 26), the source's failed authentications or
+    # lifecycle calls, the tenant's live jobs (issue 25) are 429s too
+    assert envelope["properties"]["code"]["enum"] == [
+        "http_error",
+        "lifecycle_rate_limited",
+        "rate_limit_exceeded",
+        "token_budget_exceeded",
+        "too_many_auth_failures",
+        "too_many_jobs",
+    ]
     headers = doc["components"]["responses"]["D429"]["headers"]
     assert {"Retry-After", "RateLimit-Limit", "X-Request-Id", "X-Queue-Wait-Ms"} <= set(headers)
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from adapters.kind import EngineLoad
+from adapters.launched import EngineLoad
 from adapters.reaper import GUARD_SCRIPT
 from runner.engines.kinds import EngineKinds
 from runner.engines.pool import ModelPool
@@ -29,6 +29,9 @@ from tests.support.engines import CHECKPOINT, comfyui_root
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner, wait_started
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+JSON_TYPE = {"Content-Type": "application/json"}
 
 
 def _samples(url: str, name: str) -> dict[str, float]:
@@ -101,7 +104,7 @@ def test_metrics_requests_refused_before_their_model_carry_no_made_up_label() ->
     with start_runner({}) as runner:
         url = runner.url + "/v1/chat/completions"
         assert httpx.post(url, json=CHAT, headers={"X-Priority": "urgent"}).status_code == 400
-        assert httpx.post(url, content=b"{nope").status_code == 400
+        assert httpx.post(url, content=b"{nope", headers=JSON_TYPE).status_code == 400
         assert httpx.post(url, json={**CHAT, "model": "nope"}).status_code == 404
         requests = _samples(runner.url, "quorum_requests_total")
     assert '{model="",status="400",tenant="_invalid"}' in requests

@@ -16,7 +16,7 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from adapters.kind import EngineLoad
+from adapters.launched import EngineLoad
 from adapters.vllm.metrics import parse_families
 from runner.engines.kinds import EngineKinds
 from runner.runtime.models_file import ModelSpec
@@ -26,6 +26,7 @@ from runner.scheduler.models import ModelView
 from runner.telemetry.metrics import METRICS_PATH, Metrics
 from runner.telemetry.picker_metrics import (
     NAMES,
+    AdapterInfo,
     KvCache,
     PickerCollector,
     PickerView,
@@ -92,9 +93,11 @@ def test_cache_config_sums_blocks_of_one_block_size() -> None:
     assert cache_config([]) is None
 
 
-def test_picker_view_reads_queue_flight_models_and_caches() -> None:
-    """Waiting is the queue, running the requests in flight; ready models run, loading ones
-    wait; KV comes from vLLM's own figures and llama-server's snapshot, not from others."""
+def test_picker_view_reads_queue_flight_adapters_and_caches() -> None:
+    """Waiting is the queue, running the requests in flight; loaded adapters run, adapters
+    asked for (requests queued) or being loaded wait, and the runner holds the loaded and
+    loading ones; models are not adapters; KV comes from vLLM's own figures and
+    llama-server's snapshot, not from others."""
     models = {
         "a": _view("a", ModelState.READY, in_flight=2),
         "b": _view("b", ModelState.LOADING),
@@ -113,13 +116,22 @@ def test_picker_view_reads_queue_flight_models_and_caches() -> None:
     loads = {"v": EngineLoad(kv_cache_mb=100, kv_cache_utilization=0.0)}
     kinds = EngineKinds()
     reports_kv = lambda spec: kinds.of(spec).traits.reports_kv  # noqa: E731
-    view = picker_view(models, 6, specs, snapshot, loads, [_info("16", "64")], reports_kv)
-    assert view == PickerView(6, 3, 0.75, (16, 64), ("a", "v"), ("b",), 4)
+    adapters = [
+        AdapterInfo("a:one", loaded=True, waiting=0, loading=False),
+        AdapterInfo("a:two", loaded=True, waiting=2, loading=False),
+        AdapterInfo("v:new", loaded=False, waiting=0, loading=True),
+        AdapterInfo("x:off", loaded=False, waiting=0, loading=False),  # base not running
+    ]
+    samples = [_info("16", "64")]
+    view = picker_view(models, 6, specs, snapshot, loads, samples, reports_kv, adapters)
+    assert view == PickerView(6, 3, 0.75, (16, 64), ("a:one", "a:two"), ("a:two", "v:new"), 3)
+    assert picker_view(models, 6, specs, snapshot, loads, []).running_adapters == ()
 
 
 def test_families_are_typed_single_samples() -> None:
-    """Each name is one gauge sample; the LoRA info carries the model lists comma-separated
-    and the time it was read; cache config is left out when no engine says."""
+    """Each name is one gauge sample; the LoRA info carries the adapter lists
+    comma-separated and the time it was read; cache config is left out when no engine
+    says."""
     view = PickerView(6, 2, 0.5, None, ("a", "b"), ("c",), 3)
     by_name: dict[str, Metric] = {f.name: f for f in families(view, 1234.5)}
     assert list(by_name) == list(NAMES)
@@ -226,8 +238,8 @@ def test_metrics_picker_gauges_with_two_slots_busy_and_six_queued(
 ) -> None:
     """With both slots of `m` streaming and 6 requests queued, the picker's endpoint
     (/metrics/picker) says `vllm:num_requests_running 2` and `vllm:num_requests_waiting 6`
-    as typed gauges, and `vllm:lora_requests_info` names `m` ready (max 2: `spare` loads
-    on a request)."""
+    as typed gauges, and `vllm:lora_requests_info` names no adapter (the models are not
+    adapters)."""
     r = two_slots
     chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     with ExitStack() as stack:
@@ -251,9 +263,9 @@ def test_metrics_picker_gauges_with_two_slots_busy_and_six_queued(
         (usage,) = found["vllm:kv_cache_usage_perc"]
         assert 0.0 <= usage.value <= 1.0
         (lora,) = found["vllm:lora_requests_info"]
-        assert lora.labels["running_lora_adapters"] == "m"
+        assert lora.labels["running_lora_adapters"] == ""
         assert lora.labels["waiting_lora_adapters"] == ""
-        assert lora.labels["max_lora"] == "2"
+        assert lora.labels["max_lora"] == "0"
         assert lora.value > 1.7e9  # a Unix time: the picker keeps the newest
         assert found["vllm:cache_config_info"] == []  # llama-server has no paged blocks
         assert "vllm:" not in httpx.get(r.url + "/metrics", timeout=5).text
@@ -268,7 +280,7 @@ def test_picker_metrics_path_setting_puts_the_family_back_into_metrics() -> None
         found = {f.name: f for f in text_string_to_metric_families(text)}
         assert [found[name].type for name in NAMES] == ["gauge"] * len(NAMES)
         (lora,) = found["vllm:lora_requests_info"].samples
-        assert lora.labels["running_lora_adapters"] == "m"
+        assert lora.labels["max_lora"] == "0"
         assert "quorum_requests_in_flight" in found and "vllm_queue_depth" in found
         assert httpx.get(r.url + PICKER_PATH, timeout=5).status_code == 404
 
@@ -305,5 +317,5 @@ def test_metrics_vllm_series_replaced_by_the_runners_aggregate() -> None:
             assert "model_name" not in found[name].samples[0].labels
         (config,) = found["vllm:cache_config_info"].samples
         assert config.labels == {"block_size": "16", "num_gpu_blocks": "2048"}
-        assert found["vllm:lora_requests_info"].samples[0].labels["running_lora_adapters"] == "v"
+        assert found["vllm:lora_requests_info"].samples[0].labels["running_lora_adapters"] == ""
         assert found["vllm:prefix_cache_queries"].samples[0].labels["model_name"] == "v"

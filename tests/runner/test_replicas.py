@@ -59,6 +59,8 @@ class Fleet:
     def raw(self, key: str) -> bytes | None:
         client = redis.Redis(port=self.redis.port)
         try:
+            if client.type(key) != b"string":  # hashes, sets: the tenants' shared tallies
+                return None
             value = client.get(key)
             return value if isinstance(value, bytes) else None
         finally:
@@ -293,7 +295,8 @@ def test_replicas_leases_shared_and_keys_name_their_runner(fleet: Fleet) -> None
     """Each replica's memory leases are in Redis for every replica to read, and every key
     the runners write, while a load and a job run, names its runner (in the key or, for a
     record any replica reads by id, in the record) unless it is one of the fleet's
-    shared keys (nonces, rate windows, the active-task set, a job's cancel request)."""
+    shared keys (nonces, rate windows, the active-task set, a job's cancel request, and
+    the tenants' policies, budgets, in-flight permits and usage, which are one per fleet)."""
     wait_for(lambda: {f"{runner_id}/m" for runner_id in IDS} <= _lease_holders(fleet))
     a, c = fleet.url("replica-a"), fleet.url("replica-c")
     task_id = _load(a, "replica-a", "slow").json()["taskId"]
@@ -305,7 +308,15 @@ def test_replicas_leases_shared_and_keys_name_their_runner(fleet: Fleet) -> None
         keys = fleet.redis_keys()
         assert "quorum:task:model:replica-a:slow" in keys, keys
         assert "quorum:job:runner:replica-c" in keys, keys
-        shared = ("quorum:gov:nonce:", "quorum:{LIMITER/", "quorum:task:active")
+        shared = (
+            "quorum:gov:nonce:",
+            "quorum:{LIMITER/",
+            "quorum:task:active",
+            "quorum:tenants:",
+            "quorum:budget:",
+            "quorum:inflight:",
+            "quorum:usage:",
+        )
         assert {k for k in keys if k.startswith(shared[:2])}, keys
         unnamed = [
             key

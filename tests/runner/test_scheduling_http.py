@@ -203,6 +203,9 @@ def test_capabilities_reports_queue_section() -> None:
         assert [m["id"] for m in doc["models"]["loaded"]] == ["echo"]
 
 
+ACME_KEY = "acme-key-0123456789abcdef0123456789abc"
+
+
 def test_api_keys_decide_the_tenant(tmp_path: Path) -> None:
     """With API keys in the tenants file the key decides the tenant; a disagreeing header is 403."""
     tenants = tmp_path / "tenants.yaml"
@@ -210,13 +213,13 @@ def test_api_keys_decide_the_tenant(tmp_path: Path) -> None:
         "tenants:\n"
         "  acme:\n"
         "    rate_limit: 2req/min\n"
-        "    api_keys: ['sha256:" + hashlib.sha256(b"acme-key").hexdigest() + "']\n"
+        "    api_keys: ['sha256:" + hashlib.sha256(ACME_KEY.encode()).hexdigest() + "']\n"
     )
     with (
         start_fake("fake_openai", "--latency-ms", "0") as engine,
         start_runner({"echo": engine.url}, env={"TENANTS_FILE": str(tenants)}) as r,
     ):
-        key = {"Authorization": "Bearer acme-key"}
+        key = {"Authorization": f"Bearer {ACME_KEY}"}
         assert _post(r, key).status_code == 200
         assert _post(r, {**key, "X-Tenant-ID": "acme"}).headers["ratelimit-remaining"] == "0"
         assert _post(r, {**key, "X-Tenant-ID": "other"}).status_code == 403

@@ -26,11 +26,13 @@ from tests.support.artefacts import artefact
 from tests.support.chromium import Page, open_browser
 from tests.support.fleet import Model, full_queue, load_token, runner, wait_for
 from tests.support.runner_proc import RunnerProcess, start_runner
+from tests.support.tokens import ADMIN_KEY, FAIRNESS, admin_env, gateway_env
 
 pytestmark = pytest.mark.timeout(180)
 
 RID = "page-runner"
 PROMPT = "PROMPT-TEXT-7f3a"  # must never reach the page
+ACME_KEY = "acme-page-key-0123456789abcdef012345678"
 MODELS = {
     "ok": Model("llama-server-ok", preload=True, restart=True),
     "slower": Model("llama-server-slower"),
@@ -45,7 +47,10 @@ def basic(user: str, password: str = "") -> dict[str, str]:
 @pytest.fixture
 def r(tmp_path: Path) -> Iterator[RunnerProcess]:
     """A runner whose admin is `ops`, its audit log in a file; `ok` restarts when it dies."""
-    env = {"ADMIN_TENANTS": "ops", "GOVERNANCE_AUDIT_LOG": str(tmp_path / "audit.jsonl")}
+    env = {
+        **admin_env(tmp_path, acme=ACME_KEY),
+        "GOVERNANCE_AUDIT_LOG": str(tmp_path / "audit.jsonl"),
+    }
     with runner(RID, models=MODELS, env=env) as proc:
         yield proc
 
@@ -73,24 +78,24 @@ def test_status_page_refuses_everyone_but_admins(r: RunnerProcess) -> None:
     plain = httpx.get(r.url + "/ui")
     assert plain.status_code == 401 and plain.headers["www-authenticate"].startswith("Basic ")
     for path in ("/ui", "/ui/state.json", "/ui/app.js"):
-        for headers in ({"X-Tenant-ID": "acme"}, basic("acme")):
+        for headers in ({"Authorization": f"Bearer {ACME_KEY}"}, basic("acme", ACME_KEY)):
             answer = httpx.get(r.url + path, headers=headers)
             assert answer.status_code == 403, (path, headers)
             assert answer.json()["error"]["code"] == "forbidden"
-    page = httpx.get(r.url + "/ui", headers={"X-Tenant-ID": "ops"})
+    page = httpx.get(r.url + "/ui", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "script-src 'self'" in page.headers["content-security-policy"]
-    assert httpx.get(r.url + "/ui/secret.txt", headers=basic("ops")).status_code == 404
+    assert httpx.get(r.url + "/ui/secret.txt", headers=basic("ops", ADMIN_KEY)).status_code == 404
 
 
 def test_status_page_in_chromium_follows_a_governed_load(r: RunnerProcess) -> None:
     """The page renders in Chromium, shows `slower` go from absent through loading (with
     its progress) to ready after a governed load, the decision that approved it, queued
     requests per tenant and priority, and an engine restart; a screenshot is kept."""
-    queued_as = {"X-Tenant-ID": "acme", "X-Priority": "low"}
+    queued_as = {"Authorization": f"Bearer {ACME_KEY}", "X-Priority": "low"}
     with (
-        open_browser(headers=basic("ops")) as page,
-        full_queue(r, 2, model="held", headers=queued_as, prompt=PROMPT),
+        open_browser(headers=basic("ops", ADMIN_KEY)) as page,
+        full_queue(r, 2, model="held", headers=queued_as, prompt=PROMPT, holder=queued_as),
     ):
         page.navigate(r.url + "/ui")
         page.wait_for("document.body.dataset.ready === 'true'")
@@ -123,7 +128,7 @@ def test_status_page_in_chromium_follows_a_governed_load(r: RunnerProcess) -> No
         wait_for(lambda: row_state(page, "ok") == "ready", timeout=30)
         shot = page.screenshot(artefact("status-page.png"))
         html = page.evaluate("document.documentElement.outerHTML")
-        state = httpx.get(r.url + "/ui/state.json", headers=basic("ops")).text
+        state = httpx.get(r.url + "/ui/state.json", headers=basic("ops", ADMIN_KEY)).text
     assert shot.stat().st_size > 10_000 and shot.read_bytes().startswith(b"\x89PNG")
     for text in (html, state):
         assert PROMPT not in text
@@ -134,7 +139,7 @@ def test_status_page_in_chromium_follows_a_governed_load(r: RunnerProcess) -> No
 
 def test_status_page_in_chromium_for_a_non_admin_is_403(r: RunnerProcess) -> None:
     """Signed in as a tenant that is not an admin, the browser gets the 403 envelope only."""
-    with open_browser(headers=basic("acme")) as page:
+    with open_browser(headers=basic("acme", ACME_KEY)) as page:
         page.navigate(r.url + "/ui")
         text = page.evaluate("document.body.innerText")
     assert json.loads(text)["error"]["code"] == "forbidden"
@@ -160,14 +165,14 @@ def test_status_page_in_chromium_shows_each_tenants_budgets_and_cap(tmp_path: Pa
     is kept."""
     path = tmp_path / "tenants.yaml"
     path.write_text(TENANTS)
-    env = {"TENANTS_FILE": str(path), "ADMIN_TENANTS": "ops"}
-    acme = {"X-Tenant-ID": "acme"}
+    env = {"TENANTS_FILE": str(path), **gateway_env()}  # behind a gateway: it names tenants
+    acme = {FAIRNESS: "acme"}
     url_of = "/v1/chat/completions"
     with (
         start_fake("fake_openai", "--chunks", "400", "--chunk-delay-ms", "100") as echo,
         start_runner({"echo": echo.url}, env=env) as r,
         ThreadPoolExecutor(1) as pool,
-        open_browser(headers=basic("ops")) as page,
+        open_browser(headers={FAIRNESS: "ops"}) as page,
     ):
         whole = {"model": "echo", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
         answer = httpx.post(r.url + url_of, json=whole, headers=acme, timeout=30)
@@ -182,7 +187,7 @@ def test_status_page_in_chromium_shows_each_tenants_budgets_and_cap(tmp_path: Pa
             page.wait_for(f"{cell}?.querySelector('.queued')?.textContent === '1'")
             assert page.evaluate(f"{cell}.querySelector('.in-flight').textContent") == "1 / 1"
             text = page.evaluate(f"{cell}.textContent")
-            state = httpx.get(r.url + "/ui/state.json", headers=basic("ops")).json()
+            state = httpx.get(r.url + "/ui/state.json", headers={FAIRNESS: "ops"}).json()
             shot = page.screenshot(artefact("status-page-tenants.png"))
         assert queued.result(60).status_code == 200
     (row,) = [t for t in state["tenants"] if t["tenant"] == "acme"]

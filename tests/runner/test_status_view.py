@@ -20,7 +20,8 @@ from runner.telemetry.status_view import (
     page_state,
 )
 from tenants.config import parse_tenants_file
-from tenants.errors import TenantMismatch
+from tenants.errors import MissingApiKey, MissingGatewayIdentity, TenantMismatch
+from tenants.identity import Identity, IdentityMode
 
 
 def inputs(**changes: Any) -> PageInputs:
@@ -131,43 +132,58 @@ def _basic(user: str, password: str) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
+OPS_KEY = "ops-key-0123456789abcdef0123456789abcd"
+ACME_KEY = "acme-key-0123456789abcdef0123456789abc"
 KEYED = parse_tenants_file(
-    "tenants:\n  ops:\n    api_keys: [ops-key]\n  acme:\n    api_keys: [acme-key]\n", "t.yaml"
+    f"tenants:\n  ops:\n    api_keys: [{OPS_KEY}]\n  acme:\n    api_keys: [{ACME_KEY}]\n",
+    "t.yaml",
 )
+FAIRNESS = "x-llm-d-inference-fairness-id"
+
+
+class _Runtime:
+    """What `page_admin` reads of the Runtime: the identity and the admins."""
+
+    def __init__(self, identity: Identity) -> None:
+        self.identity = identity
+        self.settings = SimpleNamespace(admins=frozenset({"ops"}), objectives={})
+
+    def identify(self, scope: Any) -> str:
+        from runner.runtime.wiring import Runtime
+
+        return Runtime.identify(self, scope)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
-    ("tenants", "headers", "outcome"),
+    ("mode", "headers", "outcome"),
     [
-        (None, {}, LoginRequired),
-        (None, {"X-Tenant-ID": "ops"}, "ops"),
-        (None, {"X-Tenant-ID": "acme"}, Forbidden),
-        (None, _basic("ops", ""), "ops"),
-        (None, _basic("acme", "x"), Forbidden),
-        (None, {"Authorization": "Basic !!"}, LoginRequired),
-        (KEYED, _basic("ops", "ops-key"), "ops"),
-        (KEYED, _basic("ops", "wrong"), LoginRequired),
-        (KEYED, _basic("ops", ""), LoginRequired),
-        (KEYED, _basic("ops", "acme-key"), TenantMismatch),
-        (KEYED, {"Authorization": "Bearer acme-key"}, Forbidden),
-        (KEYED, {"Authorization": "Bearer ops-key"}, "ops"),
+        ("keys", {}, LoginRequired),
+        ("keys", {"Authorization": "Basic !!"}, LoginRequired),
+        ("keys", _basic("ops", OPS_KEY), "ops"),
+        ("keys", _basic("ops", "wrong"), LoginRequired),
+        ("keys", _basic("ops", ""), LoginRequired),
+        ("keys", _basic("ops", ACME_KEY), TenantMismatch),
+        ("keys", {"Authorization": f"Bearer {ACME_KEY}"}, Forbidden),
+        ("keys", {"Authorization": f"Bearer {OPS_KEY}"}, "ops"),
+        ("keys", {"X-Tenant-ID": "ops"}, MissingApiKey),
+        ("gateway", {FAIRNESS: "ops"}, "ops"),
+        ("gateway", {FAIRNESS: "acme"}, Forbidden),
+        ("gateway", {"X-Tenant-ID": "ops"}, MissingGatewayIdentity),
+        ("gateway", _basic("ops", OPS_KEY), MissingGatewayIdentity),
     ],
 )
 def test_page_admin_identifies_like_inference_or_by_basic(
-    tenants: Any, headers: dict[str, str], outcome: object
+    mode: str, headers: dict[str, str], outcome: object
 ) -> None:
-    """Admins pass by X-Tenant-ID or API key, or by HTTP Basic (tenant, key); no identity
-    is a 401 challenge, a bad Basic key another one, a non-admin 403."""
-    from tenants.config import TenantsConfig
-
-    rt = SimpleNamespace(
-        tenants=tenants or TenantsConfig(), settings=SimpleNamespace(admins=frozenset({"ops"}))
-    )
+    """Admins pass by the one identity (API key, or the gateway's fairness id), or in keys
+    mode by HTTP Basic (tenant, key); no identity in keys mode is a 401 challenge, a bad
+    Basic key another one, a non-admin 403; X-Tenant-ID alone names no one."""
+    rt = _Runtime(Identity(KEYED, IdentityMode(mode)))
     if isinstance(outcome, str):
-        assert page_admin(rt, _request(headers)) == outcome
+        assert page_admin(rt, _request(headers)) == outcome  # type: ignore[arg-type]
     else:
         assert isinstance(outcome, type)
         with pytest.raises(outcome) as raised:
-            page_admin(rt, _request(headers))
+            page_admin(rt, _request(headers))  # type: ignore[arg-type]
         if outcome is LoginRequired:
             assert raised.value.headers["WWW-Authenticate"].startswith("Basic realm=")

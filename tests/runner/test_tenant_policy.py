@@ -25,7 +25,9 @@ from tests.support.tokens import DEV_REGISTRY, dev_token
 
 pytestmark = pytest.mark.timeout(90)
 
-KEY_OPS, KEY_ACME, KEY_NEW = "ops-key-0123456789", "acme-key-0123456789", "acme-key-rotated-99"
+KEY_OPS = "ops-key-0123456789abcdef0123456789abcd"  # 32+ characters, as keys must be
+KEY_ACME = "acme-key-0123456789abcdef0123456789abc"
+KEY_NEW = "acme-key-rotated-99-0123456789abcdef012"
 
 
 def digest(key: str) -> str:
@@ -43,7 +45,7 @@ tenants:
     token_budgets:
       - {{tokens: 3000, per: hour}}
   globex:
-    api_keys: ["globex-key-0123456789"]
+    api_keys: ["globex-key-0123456789abcdef0123456789"]
 """
 
 

@@ -21,6 +21,7 @@ from tests.runner.test_llama_real import MODEL, _models
 from tests.support.fleet import wait_for
 from tests.support.real_engines import LlamaServer
 from tests.support.runner_proc import RunnerProcess, start_runner
+from tests.support.tokens import FAIRNESS, gateway_env
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -42,7 +43,7 @@ def runner(
     (folder / "tenants.yaml").write_text(TENANTS)
     env = {
         "TENANTS_FILE": str(folder / "tenants.yaml"),
-        "ADMIN_TENANTS": "alpha",
+        **gateway_env("alpha"),  # an admin needs keys or a gateway: here the gateway
         "USAGE_DB": str(folder / "usage.sqlite3"),
     }
     with start_runner(
@@ -52,11 +53,13 @@ def runner(
 
 
 def _engine(r: RunnerProcess) -> tuple[str, str]:
-    """The llama-server the runner started: its URL and its API key (its command line)."""
+    """The llama-server the runner started: its URL and its API key (its key file, which
+    the test can read as the runner's user)."""
     for pid in child_pids(r.proc.pid) or []:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
         if "--alias" in argv and argv[argv.index("--alias") + 1] == MODEL:
-            port, key = argv[argv.index("--port") + 1], argv[argv.index("--api-key") + 1]
+            port = argv[argv.index("--port") + 1]
+            key = Path(argv[argv.index("--api-key-file") + 1]).read_text().strip()
             return f"http://127.0.0.1:{port}", key
     raise AssertionError("no llama-server under the runner")
 
@@ -78,7 +81,7 @@ def _body(content: str, **extra: Any) -> dict[str, Any]:
 def _whole(r: RunnerProcess, tenant: str, content: str) -> tuple[int, int]:
     """A whole answer: the engine's usage in it."""
     answer = httpx.post(r.url + "/v1/chat/completions", json=_body(content, max_tokens=8),
-                        headers={"X-Tenant-ID": tenant}, timeout=300)  # fmt: skip
+                        headers={FAIRNESS: tenant}, timeout=300)  # fmt: skip
     assert answer.status_code == 200, answer.text
     usage = answer.json()["usage"]
     return usage["prompt_tokens"], usage["completion_tokens"]
@@ -91,7 +94,7 @@ def _streamed(r: RunnerProcess, tenant: str, content: str, usage: bool) -> tuple
     if usage:
         extra["stream_options"] = {"include_usage": True}
     with httpx.stream("POST", r.url + "/v1/chat/completions", json=_body(content, **extra),
-                      headers={"X-Tenant-ID": tenant}, timeout=300) as answer:  # fmt: skip
+                      headers={FAIRNESS: tenant}, timeout=300) as answer:  # fmt: skip
         assert answer.status_code == 200
         events = [json.loads(x[6:]) for x in answer.iter_lines() if x.startswith("data: {")]
     if usage:
@@ -106,7 +109,7 @@ def _cancelled(r: RunnerProcess, tenant: str, content: str) -> int:
     body = _body(content, stream=True, max_tokens=48)
     seen = 0
     with httpx.stream("POST", r.url + "/v1/chat/completions", json=body,
-                      headers={"X-Tenant-ID": tenant}, timeout=300) as answer:  # fmt: skip
+                      headers={FAIRNESS: tenant}, timeout=300) as answer:  # fmt: skip
         assert answer.status_code == 200
         for line in answer.iter_lines():
             seen += '"content":"' in line
@@ -116,7 +119,7 @@ def _cancelled(r: RunnerProcess, tenant: str, content: str) -> int:
 
 
 def _rows(r: RunnerProcess) -> dict[str, dict[str, Any]]:
-    doc = httpx.get(r.url + "/v1/usage", headers={"X-Tenant-ID": "alpha"}, timeout=30).json()
+    doc = httpx.get(r.url + "/v1/usage", headers={FAIRNESS: "alpha"}, timeout=30).json()
     return {row["tenant"]: row for row in doc["data"] if row["model"] == MODEL}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -86,8 +87,9 @@ def engine(model: str) -> tuple[int, list[str]]:
 
 def fake_stats(model: str) -> dict[str, Any]:
     _, argv = engine(model)
-    port = argv[argv.index("--port") + 1]
-    stats: dict[str, Any] = httpx.get(f"http://127.0.0.1:{port}/_fake/stats").json()
+    sock = argv[argv.index("--uds") + 1]  # the engine listens on its private socket only
+    with httpx.Client(transport=httpx.HTTPTransport(uds=sock)) as client:
+        stats: dict[str, Any] = client.get("http://localhost/_fake/stats").json()
     return stats
 
 
@@ -99,23 +101,28 @@ def test_vllm_load_api_quantizations_are_the_adapters() -> None:
 def test_vllm_load_starts_the_exact_command_line(runner: RunnerProcess) -> None:
     """A load with every parameter starts `vllm serve` with exactly these flags: the budget
     as a fraction of the GPU's total (20480 of 81920 MB), the context length, the mapped
-    quantization, max-num-seqs = the model's slots, and dev mode in its environment."""
+    quantization, max-num-seqs = the model's slots; it listens on a Unix socket in a folder
+    only the runner's user may enter, and its key and dev mode are in its environment."""
     done = load_and_wait(
         runner.url, "n", quantization="awq-4bit", maxContextLength=4096, gpuMemoryBudgetMB=20480
     )
     assert done["status"] == "completed", done.get("error")
     pid, argv = engine("n")
-    port, key = argv[argv.index("--port") + 1], argv[argv.index("--api-key") + 1]
+    sock = argv[argv.index("--uds") + 1]
     assert argv == [
-        "serve", "org/n", "--host", "127.0.0.1", "--port", port, "--api-key", key,
+        "serve", "org/n", "--uds", sock,
         "--served-model-name", "n", "--gpu-memory-utilization", "0.25",
         "--max-model-len", "4096", "--quantization", "awq", "--enable-prefix-caching",
         "--max-num-seqs", "1", "--enable-prompt-tokens-details", "--enable-per-request-metrics",
         "--enable-sleep-mode",
     ]  # fmt: skip
-    assert 1024 <= int(port) <= 65535 and len(key) == 48
+    assert (
+        sock.endswith("/engine.sock")
+        and stat.S_IMODE(os.stat(os.path.dirname(sock)).st_mode) == 0o700
+    )
     env = env_of(pid)
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_NO_USAGE_STATS"] == "1"
+    assert len(env["VLLM_API_KEY"]) == 48
     entry = {m["id"]: m for m in caps(runner.url)["models"]["loaded"]}["n"]
     assert entry["quantization"] == "awq-4bit" and entry["contextLength"] == 4096
     assert unload(runner.url, "n").status_code == 200
@@ -168,13 +175,25 @@ def test_vllm_capabilities_reflect_the_fakes_metrics(runner: RunnerProcess) -> N
     assert caps(runner.url)["resources"]["kvCacheSizeMB"] > 0  # vLLM's start-up log
     with ThreadPoolExecutor(1) as pool:
         held = pool.submit(chat, runner.url, "metrics", stream=True, max_tokens=30)
-        doc = eventually(
-            lambda: (d := caps(runner.url))["queue"]["running"] == 1 and d, 20, "running"
+        # the KV figure comes from the engine watch's next scrape (ENGINE_STATS_INTERVAL_S)
+        # after the grant: wait for both, while the stream runs
+        eventually(
+            lambda: (
+                (d := caps(runner.url))["queue"]["running"] == 1
+                and d["resources"]["kvCacheUtilization"] > 0
+            ),
+            20,
+            "running, with its KV use scraped",
         )
-        assert doc["resources"]["kvCacheUtilization"] > 0
         assert held.result(60).status_code == 200
-    eventually(lambda: caps(runner.url)["queue"]["running"] == 0, 20, "idle")
-    assert caps(runner.url)["resources"]["kvCacheUtilization"] == 0
+    eventually(
+        lambda: (
+            (d := caps(runner.url))["queue"]["running"] == 0
+            and d["resources"]["kvCacheUtilization"] == 0
+        ),
+        20,
+        "idle, with the engine's KV use scraped at 0",
+    )
 
 
 def test_vllm_sleep_and_wake_through_unload_and_load(runner: RunnerProcess) -> None:
@@ -270,9 +289,9 @@ def test_vllm_attached_waiting_requests_count_in_the_queue(
 
 
 def test_vllm_attached_cannot_sleep(attached: tuple[RunnerProcess, str]) -> None:
-    """Sleep is for engines the runner started: 400 before governance."""
+    """Sleep is for engines the runner started: 400 (told once a token is approved)."""
     runner, _ = attached
-    r = httpx.post(runner.url + "/v1/models/unload", json={"modelId": "a", "mode": "sleep"})
+    r = unload(runner.url, "a", mode="sleep")
     assert r.status_code == 400 and "sleep" in r.json()["error"]["message"]
 
 

@@ -31,6 +31,7 @@ from tests.support.real_vllm import (
     models_file,
 )
 from tests.support.runner_proc import start_runner, wait_started
+from tests.support.tokens import FAIRNESS, gateway_env
 
 pytestmark = pytest.mark.timeout(int(START_TIMEOUT_S) + 300)
 
@@ -78,15 +79,17 @@ def test_real_vllm_preload_failure_fails_the_model_with_vllms_reason(
     vLLM's own words to admins."""
     broken = BROKEN[how]
     models = models_file(default_entry(preload=True, **broken.changes))
-    env = {"ADMIN_TENANTS": "ops"}
+    env = gateway_env()
     with start_runner(models_file=models, env=env, wait_ready=False) as runner:
         wait_started(runner, START_TIMEOUT_S + 60)
         url = runner.url
         doc = caps(url)
         health = httpx.get(url + "/health", timeout=10)
         body = {"model": DEFAULT_ID, "messages": [{"role": "user", "content": "hi"}]}
-        refused = httpx.post(url + "/v1/chat/completions", json=body, timeout=30)
-        logs = httpx.get(f"{url}/v1/models/{DEFAULT_ID}/logs", headers={"X-Tenant-ID": "ops"})
+        refused = httpx.post(
+            url + "/v1/chat/completions", json=body, headers={FAIRNESS: "acme"}, timeout=30
+        )
+        logs = httpx.get(f"{url}/v1/models/{DEFAULT_ID}/logs", headers={FAIRNESS: "ops"})
         log = runner.log()
     [failed] = doc["models"]["failed"]
     error = failed["error"]

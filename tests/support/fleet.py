@@ -101,17 +101,18 @@ def full_queue(
     model: str = "m",
     headers: dict[str, str] | None = None,
     prompt: str = "hi",
+    holder: dict[str, str] | None = None,
 ) -> Iterator[list[Future[httpx.Response]]]:
     """Hold `model`'s only slot with a long stream and queue `waiting` requests (with
     `headers`, asking `prompt`) behind it, until the block ends (then the stream hangs up
-    and the queued requests are served)."""
+    and the queued requests are served); `holder`: the headers of the holding stream."""
     chat = {"model": model, "messages": [{"role": "user", "content": prompt}]}
     body = {**chat, "stream": True}
     with ExitStack() as stack:
         client = stack.enter_context(httpx.Client(timeout=60))
         pool = stack.enter_context(ThreadPoolExecutor(waiting))
         stream = stack.enter_context(
-            client.stream("POST", r.url + "/v1/chat/completions", json=body)
+            client.stream("POST", r.url + "/v1/chat/completions", json=body, headers=holder or {})
         )
         assert stream.status_code == 200
         chunks = stream.iter_raw()  # keep a reference: dropping it would hang up at once

@@ -72,6 +72,8 @@ def start_runner(
             "LOG_FORMAT": "text",
             "RUNNER_ID": "test-runner",
             "FAKE_ENGINE_PYTHON": sys.executable,  # tests/fixtures/bin/ stand-ins for engines
+            # saved prompt states outlive engines: each runner its own, unless a test shares one
+            "PREFIX_CACHE_DIR": str(tmp / "prefixes"),
         }
     )
     path = tmp / "models.yaml"  # never the repository's default models.yaml

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from governance.signing import combine, load_private_key, propose, sign
@@ -31,3 +32,24 @@ def dev_token(
     )
     keys = [load_private_key((KEYS / f"{name}.key").read_bytes()) for name in signers]
     return combine(sign(proposal, key) for key in keys)
+
+
+ADMIN_KEY = "ops-admin-key-0123456789abcdef0123456789"
+"""The API key of tenant `ops`, the admin of test runners in keys mode (`admin_env`)."""
+FAIRNESS = "x-llm-d-inference-fairness-id"
+
+
+def admin_env(directory: Path, **keys: str) -> dict[str, str]:
+    """Settings of a runner whose admin `ops` signs in with ADMIN_KEY (keys mode), plus the
+    tenants `keys` names (tenant -> key): ADMIN_TENANTS needs keys or a gateway."""
+    path = directory / "tenants.yaml"
+    tenants = {"ops": ADMIN_KEY, **keys}
+    path.write_text(
+        "tenants:\n" + "".join(f"  {t}:\n    api_keys: ['{k}']\n" for t, k in tenants.items())
+    )
+    return {"ADMIN_TENANTS": "ops", "TENANTS_FILE": str(path)}
+
+
+def gateway_env(admin: str = "ops") -> dict[str, str]:
+    """Settings of a runner behind a gateway whose admin is `admin` (send FAIRNESS: it)."""
+    return {"TENANT_IDENTITY": "gateway", "ADMIN_TENANTS": admin}

@@ -12,11 +12,13 @@ from tenants.config import (
     TenantsConfig,
     build_config,
     limits_from_env,
+    parse_policy_document,
     parse_tenants_file,
 )
 from tenants.errors import InvalidTenantConfig
 from tenants.rates import Rate
 
+LONG_KEY = "k0123456789abcdef0123456789abcdef0"
 FILE = """
 defaults:
   rate_limit: 50req/min
@@ -27,7 +29,7 @@ tenants:
     rate_limit: 100req/min
     weight: 2
     max_queued: 8
-    api_keys: ["sk-x-plain", "sha256:{digest}"]
+    api_keys: ["sk-x-plain-0123456789abcdef0123456789", "sha256:{digest}"]
   community-y:
     weight: 0.5
   internal:
@@ -105,11 +107,11 @@ def test_tenants_config_api_keys_plain_and_hashed(tmp_path: Path) -> None:
     """Plain and `sha256:` keys both identify their tenant; unknown keys identify none."""
     config = build_config({}, tenants_file(tmp_path))
     assert config.has_api_keys
-    assert config.tenant_for_key(b"sk-x-plain") == "community-x"
+    assert config.tenant_for_key(b"sk-x-plain-0123456789abcdef0123456789") == "community-x"
     assert config.tenant_for_key(b"sk-x-hashed") == "community-x"
-    assert config.tenant_for_key(b"sk-x-plai") is None
+    assert config.tenant_for_key(b"sk-x-plain-0123456789abcdef012345678") is None
     assert all(len(digest) == 32 for digest, _ in config.api_keys)
-    assert b"sk-x-plain" not in repr(config).encode()
+    assert b"sk-x-plain-0123456789abcdef0123456789" not in repr(config).encode()
 
 
 def test_build_config_env_overrides_file(tmp_path: Path) -> None:
@@ -144,7 +146,12 @@ def test_build_config_without_anything_is_unlimited() -> None:
         ("tenants: {x: {api_keys: k}}", "tenants.x.api_keys: must be a list"),
         ("tenants: {x: {api_keys: ['']}}", "tenants.x.api_keys: every key must be"),
         ("tenants: {x: {api_keys: ['sha256:abc']}}", "'sha256:' needs 64 hex digits"),
-        ("tenants: {x: {api_keys: [k]}, y: {api_keys: [k]}}", "also listed for x"),
+        (
+            f"tenants: {{x: {{api_keys: [{LONG_KEY}]}}, y: {{api_keys: [{LONG_KEY}]}}}}",
+            "also listed for x",
+        ),
+        ("tenants: {x: {api_keys: [short]}}", "tenants.x.api_keys: a key is shorter than 32"),
+        ("tenants: {x: {webhook_secret: s}}", "tenants.x.webhook_secret: must be whsec_"),
         ("tenants: {x: [1", "not valid YAML"),
         ("- 1", "expected a mapping, got list"),
     ],
@@ -166,3 +173,15 @@ def test_parse_tenants_file_empty_is_empty() -> None:
     """An empty file is valid and configures nothing."""
     config = parse_tenants_file("", "t.yaml")
     assert dict(config.tenants) == {} and config.default == TenantPolicy()
+
+
+def test_tenants_config_webhook_secret_is_file_only_and_never_shown() -> None:
+    """A tenant's webhook_secret is read from the file, kept apart from the documents that
+    `GET /v1/tenants` shows, and refused in a policy sent to `PUT /v1/tenants/{id}`."""
+    secret = "whsec_" + "A" * 43 + "="
+    config = parse_tenants_file(f"tenants: {{acme: {{webhook_secret: '{secret}'}}}}", "t.yaml")
+    assert config.webhook_secrets == {"acme": secret}
+    assert "webhook_secret" not in config.documents["acme"]
+    assert secret not in repr(config.documents)
+    with pytest.raises(InvalidTenantConfig, match="webhook_secret: set it in the tenants file"):
+        parse_policy_document("acme", {"webhook_secret": secret})

@@ -60,15 +60,17 @@ _ERROR_HEADERS = {
 }
 _ERROR_WHEN = {
     400: "A bad request: header, body or field (`param` or the message names it).",
-    401: "No or a bad API key, governance token or login.",
-    403: "Not for this tenant (a model outside its `models`), or the token's signers may "
-    "not do this.",
+    401: "No or a bad API key, governance token or login; gateway mode: no gateway identity.",
+    403: "Not for this tenant (a model outside its `models`), not from the runner's gateway, "
+    "or the token's signers may not do this.",
     404: "No such model, task, job, image or path.",
     405: "Another method than the path takes (`Allow`).",
     408: "The request's headers or body did not arrive in time.",
     409: "A replayed governance token, or a task that cannot be cancelled any more.",
     413: "A body (or token) above its limit.",
-    429: "The tenant is over its rate limit or a token budget (`Retry-After`).",
+    415: "A JSON path's body not sent as `Content-Type: application/json`.",
+    429: "The tenant is over its rate limit, a token budget or its live jobs, or the source "
+    "failed to authenticate (or called lifecycle routes) too often lately (`Retry-After`).",
     431: "Request headers too large, or too many of them.",
     502: "The engine failed under the request.",
     503: "The runner, the model, the queue or a store cannot take it now (`Retry-After` "
@@ -77,6 +79,28 @@ _ERROR_WHEN = {
 }
 
 _ANY_PATH = {s: {"$ref": f"#/components/responses/E{s}"} for s in ANY_PATH_STATUSES}
+
+ADAPTER: Schema = {
+    "type": "object",
+    "required": ["id", "baseModel", "state", "rank", "memoryMB", "requests"],
+    "properties": {
+        "id": {"type": "string"},
+        "baseModel": {"type": "string"},
+        "state": {"enum": ["loaded", "available", "adding", "removing", "failed"]},
+        "rank": {"type": ["integer", "null"]},
+        "memoryMB": {"type": "number"},
+        "sha256": {"type": ["string", "null"]},
+        "governed": {"type": "boolean"},
+        "error": {"type": ["string", "null"]},
+        "loadTimeMs": {"type": "integer"},
+        "requests": {
+            "type": "object",
+            "required": ["running", "waiting"],
+            "properties": {"running": {"type": "integer"}, "waiting": {"type": "integer"}},
+        },
+    },
+}
+"""A LoRA adapter as capabilities and an adapter load list it (runner/lifecycle/adapter_ops.py)."""
 
 CAPABILITIES: Schema = {
     "type": "object",
@@ -116,6 +140,7 @@ CAPABILITIES: Schema = {
             "additionalProperties": {"type": "boolean"},
         },
         "health": {"type": "string"},
+        "adapters": {"type": "array", "items": ADAPTER},
     },
 }
 
@@ -150,6 +175,7 @@ def openapi_document(models: Sequence[str] = (), picker_path: str = PICKER_PATH)
     schemas: dict[str, Schema] = {
         **SCHEMAS,
         "Capabilities": CAPABILITIES,
+        "Adapter": ADAPTER,
         **{f"Error{s}": error_schema(s, codes[s]) for s in ERROR_STATUSES},
     }
     paths = {

@@ -31,7 +31,7 @@ ERROR_MODULES = (
 )
 """Every package's error table (`errors.py`): the rows a client can be answered with."""
 
-ERROR_STATUSES = (400, 401, 403, 404, 405, 408, 409, 413, 429, 431, 502, 503, 504)
+ERROR_STATUSES = (400, 401, 403, 404, 405, 408, 409, 413, 415, 429, 431, 502, 503, 504)
 """The statuses the runner answers in its envelope (500 is never documented: a bug; 499 is
 the metrics' label for a client gone, never sent). Every row's status must be one of these
 (tests/runner/test_openapi.py)."""
@@ -178,7 +178,8 @@ PARAMETERS: dict[str, Schema] = {
     "X-Tenant-ID": _header_param(
         "X-Tenant-ID",
         {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"},
-        "The tenant (when no API keys are configured); else it must match the key's tenant.",
+        "The tenant in open mode (TENANT_IDENTITY=open); in keys and gateway mode it names "
+        "no one: it must match the key's (or the gateway's) tenant, else 403.",
     ),
     "X-Priority": _header_param(
         "X-Priority", {"type": "string", "enum": ["high", "normal", "low"]}, "Queue priority."
@@ -201,8 +202,8 @@ PARAMETERS: dict[str, Schema] = {
     "x-llm-d-inference-fairness-id": _header_param(
         "x-llm-d-inference-fairness-id",
         {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"},
-        "The gateway's fairness id: the tenant where X-Tenant-ID is absent (and no API "
-        "keys are configured).",
+        "The gateway's fairness id: the tenant in gateway mode (TENANT_IDENTITY=gateway); "
+        "in open mode where X-Tenant-ID is absent.",
     ),
     "x-gateway-inference-fairness-id": _header_param(
         "x-gateway-inference-fairness-id",
@@ -238,6 +239,12 @@ PARAMETERS: dict[str, Schema] = {
         {"type": "string", "examples": ["respond-async"]},
         "`respond-async`: answer 202 with a job at once; other preferences are ignored (RFC 7240).",
     ),
+    "X-Quorum-Gateway-Secret": _header_param(
+        "X-Quorum-Gateway-Secret",
+        {"type": "string"},
+        "Gateway mode with GATEWAY_SECRET: the gateway's shared secret (else 403 "
+        "untrusted_gateway).",
+    ),
     "X-Op-Token": _header_param(
         "X-Op-Token",
         {"type": "string"},
@@ -257,6 +264,7 @@ DATA_PATH_PARAMETERS = (
     "x-gateway-inference-objective",
     "X-Request-Deadline-Ms",
     "x-llm-d-slo-ttft-ms",
+    "X-Quorum-Gateway-Secret",
 )
 """The request headers every inference path reads (the gateway's where ours are absent)."""
 
@@ -343,3 +351,6 @@ SCHEMAS: dict[str, Schema] = {
         },
     },
 }
+
+IDENTITY_PARAMETERS = ("X-Tenant-ID", "x-llm-d-inference-fairness-id", "X-Quorum-Gateway-Secret")
+"""What identifies a request beside an API key (tenants/identity.py), on every path that asks."""

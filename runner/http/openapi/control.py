@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.http.openapi.components import OP_TOKEN, Schema, header_refs
+from runner.http.openapi.components import IDENTITY_PARAMETERS, OP_TOKEN, Schema, header_refs
 from runner.http.openapi.paths import (
     JSON,
     OPTIONAL_KEY,
@@ -32,7 +32,7 @@ def _governed(summary: str, body: Schema, ok: Schema, *extra: int) -> Schema:
             "tags": ["lifecycle"],
             "parameters": params("X-Op-Token"),
             "requestBody": {"required": True, "content": {JSON: {"schema": body}}},
-            "responses": {**ok, **errors(400, 401, 403, 404, 409, 413, *extra, 503)},
+            "responses": {**ok, **errors(400, 401, 403, 404, 409, 413, 429, *extra, 503)},
         }
     }
 
@@ -77,6 +77,41 @@ FLUSH_BODY = strict_body(
     },
 )
 CANCEL_BODY = strict_body([], {"verifiedOpToken": OP_TOKEN})
+SHA256: Schema = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+ADAPTER_LOAD_BODY = strict_body(
+    ["adapterId", "baseModel", "path", "sha256", "tenants"],
+    {
+        "adapterId": {"type": "string", "minLength": 1, "maxLength": 256},
+        "baseModel": {"type": "string", "minLength": 1, "maxLength": 256},
+        "path": {"type": "string", "minLength": 1, "maxLength": 256},
+        "sha256": SHA256,
+        "tenants": {
+            "type": "array",
+            "minItems": 1,
+            "items": {"type": "string", "minLength": 1, "maxLength": 64},
+        },
+        "scale": {"type": "number", "exclusiveMinimum": 0, "maximum": 4},
+        "verifiedOpToken": OP_TOKEN,
+    },
+)
+ADAPTER_UNLOAD_BODY = strict_body(
+    ["adapterId", "baseModel", "sha256"],
+    {
+        "adapterId": {"type": "string", "minLength": 1, "maxLength": 256},
+        "baseModel": {"type": "string", "minLength": 1, "maxLength": 256},
+        "sha256": SHA256,
+        "verifiedOpToken": OP_TOKEN,
+    },
+)
+ADAPTER_UNLOADED: Schema = {
+    "type": "object",
+    "required": ["adapterId", "baseModel", "unloaded"],
+    "properties": {
+        "adapterId": {"type": "string"},
+        "baseModel": {"type": "string"},
+        "unloaded": {"const": True},
+    },
+}
 
 ACCEPTED_LOAD: Schema = {
     "type": "object",
@@ -143,7 +178,7 @@ def lifecycle() -> dict[str, Schema]:
                 "requestBody": cancel_body,
                 "responses": {
                     "200": json_answer(ref("schemas", "LoadTask"), "The task, cancelled."),
-                    **errors(400, 401, 403, 404, 409, 413, 503),
+                    **errors(400, 401, 403, 404, 409, 413, 429, 503),
                 },
             },
         },
@@ -156,6 +191,16 @@ def lifecycle() -> dict[str, Schema]:
             "Flush the KV cache (governed: cache-flush)",
             FLUSH_BODY,
             {"200": json_answer(FLUSHED, "What was flushed.")},
+        ),
+        "/v1/adapters/load": _governed(
+            "Load a LoRA adapter onto its base model (governed: adapter-load)",
+            ADAPTER_LOAD_BODY,
+            {"200": json_answer(ref("schemas", "Adapter"), "The adapter, loaded or ready.")},
+        ),
+        "/v1/adapters/unload": _governed(
+            "Unload a LoRA adapter (governed: adapter-unload)",
+            ADAPTER_UNLOAD_BODY,
+            {"200": json_answer(ADAPTER_UNLOADED, "The adapter is gone.")},
         ),
     }
 
@@ -202,7 +247,7 @@ def runner_state(picker_path: str = PICKER_PATH) -> dict[str, Schema]:
     caps = ref("schemas", "Capabilities")
     cache = header_refs(("Cache-Control",), ("Cache-Control",))
     retry = header_refs(("Retry-After",))  # while starting: the preloads' time left
-    admin = {"security": OPTIONAL_KEY, "parameters": params("X-Tenant-ID")}
+    admin = {"security": OPTIONAL_KEY, "parameters": params(*IDENTITY_PARAMETERS)}
     return {
         "/health": get_operation(
             "Readiness: able to serve",
@@ -223,18 +268,24 @@ def runner_state(picker_path: str = PICKER_PATH) -> dict[str, Schema]:
             {
                 "200": json_answer(caps, "The seed's document.", cache),
                 "503": json_answer(caps, "Starting or stopping.", {**cache, **retry}),
+                **errors(400, 401, 403, 429),
             },
+            parameters=params(*IDENTITY_PARAMETERS),
         ),
         **_metrics_paths(picker_path),
         "/v1/models": get_operation(
-            "The models ready to serve", "state", {"200": json_answer(models, "Models.")}
+            "The models ready to serve (a tenant that names itself: those it may use)",
+            "state",
+            {"200": json_answer(models, "Models."), **errors(400, 401, 403, 429)},
+            security=OPTIONAL_KEY,
+            parameters=params(*IDENTITY_PARAMETERS),
         ),
         "/v1/models/{modelId}/logs": {
             "parameters": [path_param("modelId", "A model of this runner.")],
             **get_operation(
                 "An engine's last output lines (ADMIN_TENANTS)",
                 "state",
-                {"200": json_answer(logs, "The lines."), **errors(400, 401, 403, 404)},
+                {"200": json_answer(logs, "The lines."), **errors(400, 401, 403, 404, 429)},
                 **admin,
             ),
         },
@@ -254,8 +305,11 @@ def status_page() -> dict[str, Schema]:
     def page(media: str, description: str) -> Schema:
         return {"description": description, "content": {media: {"schema": {}}}}
 
-    admin = {"security": [{}, {"apiKey": []}, {"basic": []}], "parameters": params("X-Tenant-ID")}
-    refused = errors(400, 401, 403)
+    admin = {
+        "security": [{}, {"apiKey": []}, {"basic": []}],
+        "parameters": params(*IDENTITY_PARAMETERS),
+    }
+    refused = errors(400, 401, 403, 429)
     state = {"type": "object"}
     return {
         "/ui": get_operation(

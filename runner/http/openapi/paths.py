@@ -13,7 +13,12 @@ from collections.abc import Sequence
 from adapters.comfyui.image_request import IGNORED_IMAGE_FIELDS, MAX_N
 from adapters.comfyui.node_limits import MAX_SEED
 from runner.audio.formats import RESPONSE_FORMATS
-from runner.http.openapi.components import DATA_PATH_PARAMETERS, Schema, header_refs
+from runner.http.openapi.components import (
+    DATA_PATH_PARAMETERS,
+    IDENTITY_PARAMETERS,
+    Schema,
+    header_refs,
+)
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -130,7 +135,7 @@ def _inference(models: Sequence[str], summary: str, required: str, value: Schema
             "requestBody": {"required": True, "content": {JSON: {"schema": body}}},
             "responses": {
                 "200": ok,
-                **errors(400, 401, 403, 404, 405, 413, 429, 502, 503, 504, data=True),
+                **errors(400, 401, 403, 404, 405, 413, 415, 429, 502, 503, 504, data=True),
             },
         }
     }
@@ -231,7 +236,7 @@ def _images(models: Sequence[str]) -> Schema:
             "responses": {
                 "200": json_answer(answer, "The images.", DATA_OK_HEADERS),
                 "202": JOB_ACCEPTED,
-                **errors(400, 401, 403, 404, 405, 413, 429, 502, 503, data=True),
+                **errors(400, 401, 403, 404, 405, 413, 415, 429, 502, 503, data=True),
             },
         }
     }
@@ -276,20 +281,20 @@ def jobs() -> dict[str, Schema]:
                 "summary": "An async job (its creator's tenant only)",
                 "tags": ["jobs"],
                 "security": OPTIONAL_KEY,
-                "parameters": params("X-Tenant-ID"),
-                "responses": {"200": job, **errors(400, 401, 403, 404, 503)},
+                "parameters": params(*IDENTITY_PARAMETERS),
+                "responses": {"200": job, **errors(400, 401, 403, 404, 429, 503)},
             },
             "delete": {
                 "summary": "Cancel an async job",
                 "tags": ["jobs"],
                 "security": OPTIONAL_KEY,
-                "parameters": params("X-Tenant-ID"),
+                "parameters": params(*IDENTITY_PARAMETERS),
                 "responses": {
                     "200": job,
                     "202": json_answer(
                         ref("schemas", "Job"), "Handed to the replica that runs it."
                     ),
-                    **errors(400, 401, 403, 404, 503),
+                    **errors(400, 401, 403, 404, 429, 503),
                 },
             },
         }

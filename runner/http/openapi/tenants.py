@@ -3,7 +3,7 @@ the admins' list) and `/v1/usage` (billable usage)."""
 
 from __future__ import annotations
 
-from runner.http.openapi.components import OP_TOKEN, Schema
+from runner.http.openapi.components import IDENTITY_PARAMETERS, OP_TOKEN, Schema
 from runner.http.openapi.control import get_operation, strict_body
 from runner.http.openapi.paths import (
     JSON,
@@ -117,8 +117,8 @@ TENANT_LIST: Schema = {
 def tenants() -> dict[str, Schema]:
     """`/v1/tenants` (governed policy changes, the admins' list) and `/v1/usage`."""
     tenant = path_param("tenantId", "A tenant id: 1-64 of `[A-Za-z0-9._-]`.")
-    governed = errors(400, 401, 403, 404, 409, 413, 503)
-    who = {"security": OPTIONAL_KEY, "parameters": params("X-Tenant-ID")}
+    governed = errors(400, 401, 403, 404, 409, 413, 429, 503)
+    who = {"security": OPTIONAL_KEY, "parameters": params(*IDENTITY_PARAMETERS)}
     query = [
         {"name": n, "in": "query", "required": False, "schema": {"type": "string"}}
         for n in ("from", "to", "tenant", "model")
@@ -130,7 +130,7 @@ def tenants() -> dict[str, Schema]:
         "/v1/tenants": get_operation(
             "Every tenant policy, its source, version and approvers (ADMIN_TENANTS)",
             "tenants",
-            {"200": json_answer(TENANT_LIST, "The policies."), **errors(400, 401, 403)},
+            {"200": json_answer(TENANT_LIST, "The policies."), **errors(400, 401, 403, 429)},
             **who,
         ),
         "/v1/tenants/{tenantId}": {
@@ -168,10 +168,10 @@ def tenants() -> dict[str, Schema]:
                 "summary": "Usage per tenant, model and hour or day (a tenant: its own)",
                 "tags": ["tenants"],
                 **who,
-                "parameters": [*params("X-Tenant-ID"), *query],
+                "parameters": [*params(*IDENTITY_PARAMETERS), *query],
                 "responses": {
                     "200": json_answer(USAGE, "The rows, oldest first."),
-                    **errors(400, 401, 403, 503),
+                    **errors(400, 401, 403, 429, 503),
                 },
             }
         },

@@ -35,9 +35,11 @@ def speech_runner(
     whisper_model: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SpeechRunner]:
     """`python -m runner` with model `whisper` (tiny.en, 2 parallel, preloaded, restarted
-    when its worker dies) and a webhook secret; uploads spool in its own TMPDIR."""
+    when its worker dies) and a webhook secret, loopback receivers allowed; uploads spool
+    in its own TMPDIR."""
     tmp = tmp_path_factory.mktemp("runner-tmp")
     models = whisper_models_file(whisper_model, parallel=2, preload=True, restart=True)
     env = {"WEBHOOK_SECRET": SECRET, "WHISPER_CPU_THREADS": "1", "TMPDIR": str(tmp)}
+    env["WEBHOOK_ALLOW_HOSTS"] = "127.0.0.1/32"  # the tests' receivers are on loopback
     with start_runner(models_file=models, env=env, ready_timeout=60) as runner:
         yield SpeechRunner(runner, tmp)

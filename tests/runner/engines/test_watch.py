@@ -18,7 +18,7 @@ from adapters.comfyui.kind import launched as comfy_launched
 from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.workflows import MODEL_FREE_TEST
 from adapters.http_client import EngineConnections
-from adapters.kind import EngineLoad, Launched
+from adapters.launched import EngineLoad, Launched
 from adapters.vllm.engine import VllmEngine, VllmMetricsCollector
 from adapters.vllm.kind import launched as vllm_launched
 from runner.engines.kinds import EngineKinds

@@ -40,6 +40,7 @@ from runner.jobs import (
     WebhookSender,
 )
 from runner.jobs.http import job_submitter
+from runner.jobs.outbound import OutboundPolicy
 from runner.scheduler import SchedulerAdmission, SchedulerConfig
 from runner.telemetry.metrics import Metrics
 from tenants.config import TenantsConfig
@@ -49,6 +50,13 @@ from tests.fixtures.launch import FakeEngine
 
 SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
 HOOK = "https://hooks.example.test/images"
+
+
+async def _public(host: str, port: int) -> list[str]:
+    """The test's receiver name resolves to a public address (a MockTransport answers)."""
+    return ["93.184.216.34"]
+
+
 LOOSE = WorkflowTemplate(
     "loose",
     TXT2IMG.graph,
@@ -99,7 +107,9 @@ async def runner(comfy: FakeEngine, comfy_dir: Path, tmp_path: Path) -> AsyncIte
         return httpx.Response(204)
 
     hook_client = httpx.AsyncClient(transport=httpx.MockTransport(receive_hook))
-    sender = WebhookSender(hook_client, SECRET, policy=RetryPolicy(attempts=1))
+    sender = WebhookSender(
+        hook_client, SECRET, retry=RetryPolicy(attempts=1), policy=OutboundPolicy(resolve=_public)
+    )
     jobs = MemoryJobStore(time.time)
     manager = JobManager(jobs, sender, "runner-1", time.time)
     store = ImageStore(tmp_path / "images")

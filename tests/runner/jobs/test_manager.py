@@ -16,6 +16,7 @@ from adapters.errors import EngineUnavailable
 from runner.jobs import record
 from runner.jobs.errors import InvalidWebhook, JobNotFound, JobsStopped, JobStoreUnavailable
 from runner.jobs.manager import JobManager
+from runner.jobs.outbound import AllowList, OutboundPolicy
 from runner.jobs.progress import ProgressReporter
 from runner.jobs.record import Failure, Job, JobStatus, Progress
 from runner.jobs.store import JobStore, MemoryJobStore, RedisJobStore
@@ -70,6 +71,15 @@ class Sleeps:
 
     async def __call__(self, seconds: float) -> None:
         self.waits.append(seconds)
+
+
+async def _public(host: str, port: int) -> list[str]:
+    return ["93.184.216.34"]
+
+
+LOOPBACK = OutboundPolicy(allow=AllowList.parse("127.0.0.1/32"), resolve=_public)
+"""The test receivers listen on loopback, which the operator's allow-list must admit; a
+name (`h.test`, for a MockTransport) resolves to a public address."""
 
 
 def manager(
@@ -366,7 +376,7 @@ async def test_manager_start_delivers_webhooks_of_interrupted_jobs() -> None:
         )
     )
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-        sender = WebhookSender(client, SECRET, clock=Clock(), sleep=Sleeps())
+        sender = WebhookSender(client, SECRET, clock=Clock(), sleep=Sleeps(), policy=LOOPBACK)
         m = manager(store, sender=sender)
         await m.start()
         await m.join("job_left")
@@ -417,7 +427,9 @@ async def test_manager_async_job_with_signed_webhook_end_to_end(store: JobStore)
     clock = Clock(time.time())  # the receiver checks the signature's age against its own clock
     sleeps = Sleeps()
     async with receiver(SECRET, statuses=[500]) as hook, httpx.AsyncClient() as client:
-        m = manager(store, clock, WebhookSender(client, SECRET, clock=clock, sleep=sleeps))
+        m = manager(
+            store, clock, WebhookSender(client, SECRET, clock=clock, sleep=sleeps, policy=LOOPBACK)
+        )
         work = Scripted(total=12.5)
         job = await m.submit("transcription", "acme", "whisper-tiny.en", work, hook.url)
         await work.step("report", 5.0)
@@ -470,7 +482,7 @@ async def test_manager_cancel_racing_the_end_keeps_the_result_and_webhook() -> N
         return httpx.Response(200)
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-        sender = WebhookSender(client, SECRET, clock=Clock(), sleep=Sleeps())
+        sender = WebhookSender(client, SECRET, clock=Clock(), sleep=Sleeps(), policy=LOOPBACK)
         m = manager(SlowEnd(), sender=sender)  # type: ignore[arg-type]
         work = Scripted()
         job = await m.submit("image", "acme", "sdxl", work, "https://h.test/hook")

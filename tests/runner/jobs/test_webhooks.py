@@ -14,6 +14,7 @@ from standardwebhooks import Webhook
 from runner.errors import ConfigError
 from runner.jobs import record
 from runner.jobs.errors import InvalidWebhook
+from runner.jobs.outbound import AllowList, OutboundPolicy
 from runner.jobs.record import Delivery
 from runner.jobs.webhooks import (
     RetryPolicy,
@@ -124,7 +125,7 @@ async def test_webhooks_delivered_to_a_real_server_that_verifies() -> None:
         attempts.append(delivery)
 
     async with receiver(SECRET, statuses=[503]) as hook, httpx.AsyncClient() as client:
-        sender = WebhookSender(client, SECRET, clock=time.time, sleep=sleeps)
+        sender = WebhookSender(client, SECRET, clock=time.time, sleep=sleeps, policy=LOOPBACK)
         body = event_body(record.succeed(running(), {"text": "hello"}, time.time()))
         assert await sender.deliver(hook.url, "msg_one", body, on_attempt)
 
@@ -139,13 +140,16 @@ async def test_webhooks_delivered_to_a_real_server_that_verifies() -> None:
 async def test_webhooks_wrong_secret_fails_verification() -> None:
     """A receiver holding another secret rejects the signature (the test server answers 401)."""
     async with receiver(OTHER_SECRET) as hook, httpx.AsyncClient() as client:
-        sender = WebhookSender(client, SECRET, sleep=Sleeps(), policy=RetryPolicy(attempts=1))
+        sender = WebhookSender(
+            client, SECRET, sleep=Sleeps(), retry=RetryPolicy(attempts=1), policy=LOOPBACK
+        )
         assert not await sender.deliver(hook.url, "msg_x", b"{}", _ignore)
     assert hook.received[0].error == "No matching signature found"
 
 
 async def test_webhooks_gives_up_after_the_policy(unused_port: int) -> None:
-    """A receiver that never answers gets 5 attempts, each recorded with its error."""
+    """A receiver that never answers gets 5 attempts, each recorded with a short error code
+    (never the error's text: it would tell a tenant how the network answered)."""
     attempts: list[Delivery] = []
 
     async def on_attempt(delivery: Delivery) -> None:
@@ -154,18 +158,19 @@ async def test_webhooks_gives_up_after_the_policy(unused_port: int) -> None:
     sleeps = Sleeps()
     clock = Clock()
     async with httpx.AsyncClient() as client:
-        sender = WebhookSender(client, SECRET, clock=clock, sleep=sleeps)
+        sender = WebhookSender(client, SECRET, clock=clock, sleep=sleeps, policy=LOOPBACK)
         delivered = await sender.deliver(
             f"http://127.0.0.1:{unused_port}/hook", "msg_1", b"{}", on_attempt
         )
     assert not delivered
     assert [d.attempt for d in attempts] == [1, 2, 3, 4, 5]
-    assert all(d.status_code is None and d.error and "ConnectError" in d.error for d in attempts)
+    assert all(d.status_code is None and d.error == "connection_failed" for d in attempts)
     assert sleeps.waits == [1.0, 2.0, 4.0, 8.0]
 
 
 async def test_webhooks_status_codes_with_mock_transport() -> None:
-    """Through a MockTransport: 2xx ends the delivery, 3xx/4xx/5xx are retried, none followed."""
+    """Through a MockTransport: 2xx ends the delivery, 3xx/4xx/5xx are retried (`http_<status>`),
+    none followed; the request goes to the address the policy checked, the name in Host."""
     answers = [302, 410, 500, 204]
     seen: list[httpx.Request] = []
 
@@ -179,12 +184,24 @@ async def test_webhooks_status_codes_with_mock_transport() -> None:
         attempts.append(delivery)
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-        sender = WebhookSender(client, SECRET, clock=Clock(), sleep=Sleeps())
+        sender = WebhookSender(client, SECRET, clock=Clock(), sleep=Sleeps(), policy=PUBLIC)
         assert await sender.deliver("https://h.test/hook", "msg_1", b'{"a":1}', on_attempt)
     assert [d.status_code for d in attempts] == [302, 410, 500, 204]
-    assert {str(r.url) for r in seen} == {"https://h.test/hook"}
+    assert [d.error for d in attempts] == ["http_302", "http_410", "http_500", None]
+    assert {str(r.url) for r in seen} == {"https://93.184.216.34/hook"}
+    assert {r.headers["host"] for r in seen} == {"h.test"}
+    assert {r.extensions["sni_hostname"] for r in seen} == {"h.test"}
     assert seen[0].headers["content-type"] == "application/json"
     assert seen[0].content == b'{"a":1}'
+
+
+async def _public(host: str, port: int) -> list[str]:
+    return ["93.184.216.34"]
+
+
+LOOPBACK = OutboundPolicy(allow=AllowList.parse("127.0.0.1/32"))
+"""The test receivers listen on loopback, which the operator's allow-list must admit."""
+PUBLIC = OutboundPolicy(resolve=_public)
 
 
 async def _ignore(_: Delivery) -> None:

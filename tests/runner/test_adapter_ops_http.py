@@ -1,0 +1,224 @@
+"""Governed adapter loads and unloads, refused through HTTP before a token is spent, and the
+adapter entitlement, on a runner whose models need no real engine (the real ones:
+tests/runner/test_adapters_llama_real.py, tests/runner/test_adapters_vllm_real.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fixtures.launch import start_fake
+from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
+from tests.support.tokens import DEV_REGISTRY, dev_token
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Rig:
+    def __init__(self, runner: RunnerProcess, audit: Path, adapter: Path) -> None:
+        self.runner, self.audit, self.adapter = runner, audit, adapter
+
+    def audited(self) -> list[dict[str, Any]]:
+        if not self.audit.exists():
+            return []
+        return [json.loads(line) for line in self.audit.read_text().splitlines()]
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    audit = tmp_path / "audit.jsonl"
+    folder = tmp_path / "adapters"
+    folder.mkdir()
+    adapter = folder / "a.gguf"
+    adapter.write_bytes(b"GGUF adapter stand-in")
+    models = f"""models:
+  - id: base
+    backend: llama-server
+    path: {tmp_path}/base.gguf
+    adapters:
+      - {{name: own, path: {adapter}, tenants: [team-a, team-x]}}
+  - id: echo
+    backend: openai
+    url: ECHO
+"""
+    with ExitStack() as stack:
+        echo = stack.enter_context(start_fake("fake_openai", "--latency-ms", "0"))
+        tenants = tmp_path / "tenants.yaml"
+        tenants.write_text(
+            "tenants:\n  team-a: {models: ['base:own']}\n  team-x: {models: [echo, base]}\n"
+        )
+        env = {
+            "TENANTS_FILE": str(tenants),
+            "GOVERNANCE_REGISTRY": str(DEV_REGISTRY),
+            "GOVERNANCE_AUDIT_LOG": str(audit),
+            "LLAMA_SERVER_BIN": fixture_bin("llama-server-ok"),
+        }
+        runner = stack.enter_context(
+            start_runner(models_file=models.replace("ECHO", echo.url), env=env)
+        )
+        yield Rig(runner, audit, adapter)
+
+
+def _load(rig: Rig, **fields: Any) -> httpx.Response:
+    body = {
+        "adapterId": "base:new",
+        "baseModel": "base",
+        "path": str(rig.adapter),
+        "sha256": hashlib.sha256(rig.adapter.read_bytes()).hexdigest(),
+        "tenants": ["team-b"],
+        **fields,
+    }
+    body = {k: v for k, v in body.items() if v is not None}
+    params = {k: v for k, v in body.items() if k != "adapterId"}
+    token = dev_token("adapter-load", body.get("adapterId"), params)
+    return httpx.post(rig.runner.url + "/v1/adapters/load", json={**body, "verifiedOpToken": token})
+
+
+@pytest.mark.parametrize(
+    ("fields", "status", "says"),
+    [
+        ({"extra": 1}, 400, "unknown field"),
+        ({"tenants": []}, 400, "tenants"),
+        ({"sha256": "ab"}, 400, "sha256"),
+        ({"path": "/etc/hostname"}, 400, "inside the model roots"),
+    ],
+)
+def test_adapter_load_malformed_is_refused_before_a_token_is_spent(
+    rig: Rig, fields: dict[str, Any], status: int, says: str
+) -> None:
+    """A body that cannot be an adapter load (its syntax, or a path outside the model roots,
+    read from the text alone) is refused with a clear 4xx before governance sees the
+    token: the call is not audited (no approval, no nonce spent)."""
+    r = _load(rig, **fields)
+    assert r.status_code == status, r.text
+    assert says in r.json()["error"]["message"]
+    assert rig.audited() == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "status", "says"),
+    [
+        ({"sha256": "0" * 64}, 400, "sha256"),
+        ({"path": "a\u0000b"}, 400, "cannot be read"),  # schemathesis found a 500
+        ({"baseModel": "nope"}, 404, "nope"),
+        ({"baseModel": "echo"}, 400, "cannot serve adapters"),
+        ({"adapterId": "base:own"}, 409, "already taken"),
+        ({"adapterId": "echo"}, 409, "already taken"),
+    ],
+)
+def test_adapter_load_naming_what_is_not_there_is_refused_only_after_approval(
+    rig: Rig, fields: dict[str, Any], status: int, says: str
+) -> None:
+    """Which models, adapters and files exist is told only to a caller with a valid token
+    (docs/security.md): a well-formed load naming an unknown base, a base that takes no
+    adapters, a taken id or a file with another sha256 is approved (audited, its nonce
+    spent) and then refused with the specific 4xx; nothing is loaded."""
+    r = _load(rig, **fields)
+    assert r.status_code == status, r.text
+    assert says in r.json()["error"]["message"]
+    (record,) = rig.audited()
+    assert record["operation"] == "adapter-load"
+    caps = httpx.get(rig.runner.url + "/v1/capabilities").json()
+    assert [a["id"] for a in caps["adapters"]] == ["base:own"]
+
+
+def test_adapter_load_naming_an_unknown_base_without_a_token_tells_nothing(rig: Rig) -> None:
+    """Without a valid token, a load naming a base that does not exist gets the gate's
+    refusal, the same as one naming a base that does: existence is not revealed."""
+
+    def post(base: str) -> httpx.Response:
+        body = {
+            "adapterId": "x:new",
+            "baseModel": base,
+            "path": str(rig.adapter),
+            "sha256": "0" * 64,
+            "tenants": ["team-b"],
+        }
+        token = dev_token("adapter-load", "x:new", {**body, "tenants": ["*"]})
+        return httpx.post(
+            rig.runner.url + "/v1/adapters/load", json={**body, "verifiedOpToken": token}
+        )
+
+    unknown, known = post("nope"), post("base")
+    assert unknown.status_code == known.status_code == 403, unknown.text
+    assert unknown.json()["error"]["code"] == known.json()["error"]["code"] == "binding_mismatch"
+
+
+def test_adapter_load_with_a_token_for_other_params_is_403_and_audited(rig: Rig) -> None:
+    """A token approving other tenants than the body lists is a binding mismatch (403),
+    audited as rejected; nothing is loaded."""
+    body = {
+        "adapterId": "base:new",
+        "baseModel": "base",
+        "path": str(rig.adapter),
+        "sha256": hashlib.sha256(rig.adapter.read_bytes()).hexdigest(),
+        "tenants": ["team-b"],
+    }
+    params = {k: v for k, v in body.items() if k != "adapterId"}
+    token = dev_token("adapter-load", "base:new", {**params, "tenants": ["*"]})
+    r = httpx.post(rig.runner.url + "/v1/adapters/load", json={**body, "verifiedOpToken": token})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "binding_mismatch"
+    (record,) = rig.audited()
+    assert (record["operation"], record["outcome"]) == ("adapter-load", "rejected")
+    caps = httpx.get(rig.runner.url + "/v1/capabilities").json()
+    assert [a["id"] for a in caps["adapters"]] == ["base:own"]
+
+
+def test_adapter_load_onto_a_base_not_running_joins_its_set(rig: Rig) -> None:
+    """Approved while its base has no engine, an adapter joins the base's set (loaded with
+    it) and reads `available`; unloaded again, it is gone."""
+    r = _load(rig)
+    assert r.status_code == 200, r.text
+    assert r.json()["state"] == "available" and r.json()["governed"] is True
+    caps = httpx.get(rig.runner.url + "/v1/capabilities").json()
+    assert {a["id"]: a["state"] for a in caps["adapters"]} == {
+        "base:own": "available",
+        "base:new": "available",
+    }
+    assert "base:new" in caps["models"]["available"]
+    body = {"adapterId": "base:new", "baseModel": "base", "sha256": r.json()["sha256"]}
+    token = dev_token(
+        "adapter-unload", "base:new", {k: v for k, v in body.items() if k != "adapterId"}
+    )
+    r = httpx.post(rig.runner.url + "/v1/adapters/unload", json={**body, "verifiedOpToken": token})
+    assert r.status_code == 200 and r.json()["unloaded"] is True
+    assert [(a["operation"], a["outcome"]) for a in rig.audited()] == [
+        ("adapter-load", "approved"),
+        ("adapter-unload", "approved"),
+    ]
+
+
+def test_adapter_entitlement_is_checked_before_the_model(rig: Rig) -> None:
+    """A tenant not bound to an adapter gets 403 model_not_allowed whatever state its base
+    is in; a bound one gets what the base's state gives (404 model_not_loaded here)."""
+    chat = {"model": "base:own", "messages": [{"role": "user", "content": "hi"}]}
+    url = rig.runner.url + "/v1/chat/completions"
+    r = httpx.post(url, json=chat, headers={"X-Tenant-ID": "team-b"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "model_not_allowed"
+    r = httpx.post(
+        url, json={**chat, "lora": [{"id": 0, "scale": 1}]}, headers={"X-Tenant-ID": "team-a"}
+    )
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_loaded"
+
+
+def test_adapter_needs_both_its_binding_and_the_tenants_models_policy(rig: Rig) -> None:
+    """An adapter's id goes through the tenant's `models` entitlement like any model id: a
+    tenant bound to the adapter but whose policy lists only other models (its base
+    included) is refused 403; a tenant whose policy lists the adapter's id alone, not its
+    base, gets past both (here to the base's state: 404 model_not_loaded)."""
+    chat = {"model": "base:own", "messages": [{"role": "user", "content": "hi"}]}
+    url = rig.runner.url + "/v1/chat/completions"
+    r = httpx.post(url, json=chat, headers={"X-Tenant-ID": "team-x"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "model_not_allowed"
+    assert "echo" in r.json()["error"]["message"]
+    r = httpx.post(url, json=chat, headers={"X-Tenant-ID": "team-a"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_loaded"
+    listed = httpx.get(rig.runner.url + "/v1/capabilities", headers={"X-Tenant-ID": "team-x"})
+    assert listed.json().get("adapters", []) == []  # asked as team-x: not its adapter
