@@ -8,7 +8,7 @@ pays for it, so it does only what the features need. Through the one front-end
     1. identify the tenant, rate limit                     (front-end)  -> 400/401/403/429
     2. read the body, bounded                                            -> 413
     3. parse it once; the model: an adapter resolved to its base model once its tenant is
-       bound to it (`runner/http/entitlements.py`), then `check_model` (the tenant's
+       bound to it (`runner/engines/adapters.check_bound`), then `check_model` (the tenant's
        `models` entitlement, on the adapter's id for an adapter); the numeric fields
        the runner can check (`runner/http/body_checks.py`: token limits, sampling ranges);
        the tenant's token budgets reserve the request's upper bound (runner/tenancy/guard.py)
@@ -38,11 +38,10 @@ from adapters.errors import EngineBadResponse
 from adapters.http_client import ClientFailure, Response, translate_failure
 from adapters.refusals import refusal
 from faults import QuorumError
-from runner.engines.adapters import AdapterBook, AdapterRecord, counted
+from runner.engines.adapters import AdapterBook, AdapterRecord, check_adapter, check_bound, counted
 from runner.errors import BadRequest, error_body
 from runner.http.asgi import FALSE_REPORT_HEADERS, JSON, Receive, Scope, Send, send_whole
 from runner.http.body_checks import check_generation
-from runner.http.entitlements import check_adapter, check_bound
 from runner.http.frontend import Admitted, ClientCall, FrontEnd
 from runner.http.json_body import OFFLOAD_BYTES, dump_json, load_json
 from runner.scheduler.grants import Usage
