@@ -110,7 +110,7 @@ class EngineSettings:
     hf_home: str | None = None
     llama_server_bin: str = "llama-server"
     llama_slot_cache_entries: int = 64
-    prefix_cache_dir: str = "~/.cache/quorum/prefixes"
+    prefix_cache_dir: str | None = None  # None: saved prompt states die with their engine
     prefix_cache_persist: bool = True
     prefix_cache_max_mb: int = 2048
     prefix_cache_ttl_s: float = 86_400.0

@@ -110,9 +110,9 @@ class LlamaServerKind(KindDefaults):
     def __init__(self, settings: EngineSettings) -> None:
         super().__init__(settings)
         s = settings
-        root = Path(s.prefix_cache_dir).expanduser()
+        root = s.prefix_cache_dir if s.prefix_cache_persist else None
         self.prefixes = PrefixCache(
-            root if s.prefix_cache_persist else None,
+            Path(root).expanduser() if root is not None else None,
             Bounds(s.prefix_cache_max_mb * 2**20, s.llama_slot_cache_entries, s.prefix_cache_ttl_s),
         )
 
