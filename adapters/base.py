@@ -1,10 +1,11 @@
-"""What the runner needs from an engine, whatever kind it is.
+"""What the runner needs from an engine (`Engine`), and from one the chat path forwards to
+(`ChatEngine`).
 
-An adapter knows one engine kind. The data path asks it where to send a
-request and how to adjust the body for the request's cache mode and tenant,
-and asks it to read the cache and timing report out of the engine's answer.
-Transport (the HTTP client, streaming) is the data path's job, so every
-adapter shares the same fast forwarding code.
+The chat path asks a chat engine where to send a request and how to adjust the body for
+the request's cache mode and tenant, and asks it to read the cache and timing report out
+of the engine's answer. Transport (the HTTP client, streaming) is the data path's job, so
+every such engine shares the same fast forwarding code. What a kind of engine is as a
+whole (started, probed, sized, its facets): `adapters/kind.py`.
 """
 
 from __future__ import annotations
@@ -60,20 +61,35 @@ class Placement:
 
 
 class Engine(Protocol):
-    """One engine serving one model, as the data path sees it.
+    """What every engine is, whatever the request path that drives it."""
+
+    model_id: str
+    slots: int
+    failure: str | None  # set when the engine process died: how (exit code, signal)
+    cut: QuorumError | None  # set when the runner stops it under requests still on it
+    # (an unload past its drain timeout): what those requests are answered
+
+    def lost(self, reason: str) -> None:
+        """The engine is gone (its process died, or it stopped answering): the requests
+        still on it fail naming `reason`."""
+        ...
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop the engine: its connections closed, its own process (if any) ended with
+        SIGTERM, `grace_s`, SIGKILL."""
+        ...
+
+
+class ChatEngine(Engine, Protocol):
+    """An engine the chat path forwards to over HTTP.
 
     Order per request: `rewrite` (before admission; may refuse with a 400), then, once
     granted, `place` (may pick and prepare an engine slot), the forward on `http`, and
     `done` with the engine's report (exactly once per `place`).
     """
 
-    model_id: str
     base_url: str
-    slots: int
     http: EngineConnections
-    failure: str | None  # set when the engine process died: how (exit code, signal)
-    cut: QuorumError | None  # set when the runner stops it under requests still on it
-    # (an unload past its drain timeout): what those requests are answered
 
     def rewrite(self, body: dict[str, Any], cache_mode: str, tenant: str) -> bool:
         """Adjust `body` in place for the engine; return True if it changed."""

@@ -1,10 +1,10 @@
-"""What each engine kind can do for a client: the one table `/v1/capabilities` reads.
+"""What an engine can do for a client: the flags `/v1/capabilities` reads.
 
 The seed's `capabilities` flags (`streaming`, `prefixCaching`, `functionCalling`,
 `visionInput`, `audioInput`) describe what the runner's *loaded* engines offer: a runner
 with nothing loaded claims none of them (`multiTenant` is the runner's own, not an
-engine's). Each backend declares its features here; `docs/engines.md` says why each one
-is on or off:
+engine's). Each engine kind declares its own (`EngineKind.features`, in
+`adapters/<kind>/kind.py`); `docs/engines.md` says why each one is on or off:
 
 | backend          | streaming | prefixCaching                 | functionCalling | vision | audio |
 |------------------|-----------|-------------------------------|-----------------|--------|-------|
@@ -20,7 +20,7 @@ Pure data and pure functions; no I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,39 +45,6 @@ class Features:
 
 
 NONE = Features()
-
-BACKEND_FEATURES: dict[str, Features] = {
-    "llama-server": Features(streaming=True, prefix_caching=True),
-    "vllm": Features(streaming=True, prefix_caching=True),
-    "comfyui": NONE,
-    "faster-whisper": Features(audio_input=True),
-    "openai": Features(streaming=True),
-}
-"""Each backend's features at its best; `model_features` turns off what settings turn off."""
-
-
-def model_features(
-    backend: str,
-    *,
-    attached: bool = False,
-    isolated: bool = False,
-    vllm_prefix_caching: bool = True,
-) -> Features:
-    """What one loaded model's engine offers.
-
-    1. The backend's row of `BACKEND_FEATURES` (an unknown backend offers nothing).
-    2. vLLM: prefix caching only with VLLM_ENABLE_PREFIX_CACHING (the runner starts it
-       with `--no-enable-prefix-caching` otherwise; an attached one is assumed to follow
-       the same setting).
-    3. An attached llama-server whose tenants are kept apart (`isolated`) is sent
-       `cache_prompt: false` on every request: no prefix caching.
-    """
-    features = BACKEND_FEATURES.get(backend, NONE)  # 1
-    if backend == "vllm" and not vllm_prefix_caching:  # 2
-        features = replace(features, prefix_caching=False)
-    if backend == "llama-server" and attached and isolated:  # 3
-        features = replace(features, prefix_caching=False)
-    return features
 
 
 def combined(features: Iterable[Features]) -> Features:

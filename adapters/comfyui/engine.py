@@ -288,6 +288,15 @@ class ComfyUIEngine(NoPlacement):
     async def flush(self, scope: FlushScope) -> FlushResult:
         return FlushResult(False, reason=NO_KV_CACHE)
 
+    # -- the runner's Engine protocol (adapters/base.py) ---------------------------------
+
+    def lost(self, reason: str) -> None:
+        self.failure = reason
+        self.http.close()
+
+    async def stop(self, grace_s: float) -> None:
+        self.http.close()  # the server is shared: it stops with the runner (kind.close)
+
 
 def warmup_values(
     template: WorkflowTemplate, checkpoint: str | None, prefix: str

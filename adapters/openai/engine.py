@@ -60,5 +60,12 @@ class AttachedOpenAIEngine(NoPlacement):
     async def diagnose(self) -> str | None:
         return None  # not our process: nothing more to tell
 
+    def lost(self, reason: str) -> None:
+        self.failure = reason
+        self.http.close()
+
+    async def stop(self, grace_s: float) -> None:
+        self.http.close()  # not our process: nothing else to stop
+
     async def flush(self, scope: FlushScope) -> FlushResult:
         return FlushResult(False, reason="engine attached by URL: the runner cannot flush it")

@@ -38,11 +38,10 @@ Facts read from vLLM 0.32.0's source and checked against it running (PyPI's CPU 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import re
 import secrets
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +50,9 @@ import httpx
 from adapters.base import CacheReport, FlushResult, FlushScope, Placement
 from adapters.bodies import with_fields
 from adapters.errors import EngineControlFailed, EngineUnavailable
-from adapters.http_client import EngineConnections, control_client, unix_url
+from adapters.http_client import EngineConnections
+from adapters.kind import EngineFamilies
+from adapters.launched import Standby, StandbyReport
 from adapters.lora import LoraAdapter
 from adapters.supervisor import DEATH_GRACE_S, EngineProcess
 from adapters.vllm.launch import (
@@ -90,7 +91,6 @@ __all__ = [
     "VllmMetricsCollector",
     "command_line",
     "engine_env",
-    "launch",
     "launch_options",
     "map_quantization",
     "memory_fraction",
@@ -115,20 +115,6 @@ _KV_GIB = re.compile(r"Available KV cache memory: ([0-9.]+) GiB")
 _KV_GIB_CPU = re.compile(r"(?:Explicitly|Auto) set \(([0-9.]+)/[0-9.]+\) GiB for KV cache")
 
 
-class Standby(enum.Enum):
-    AWAKE = "awake"
-    SLEEPING = "sleeping"
-
-
-@dataclass(frozen=True, slots=True)
-class StandbyReport:
-    """Where a sleep or wake-up left the engine, and the memory measured right after."""
-
-    standby: Standby
-    level: int | None
-    memory_mb: int | None  # from the engine's memory_probe; None without one
-
-
 @dataclass
 class VllmEngine:
     """A running `vllm serve` as the data path and the pool see it.
@@ -145,7 +131,7 @@ class VllmEngine:
     salts: CacheSalts | None
     force_stream_usage: bool = True
     memory_probe: MemoryProbe | None = None
-    metrics_sink: VllmMetricsCollector | None = None
+    metrics_sink: EngineFamilies | None = None
     process: EngineProcess | None = None  # None when attached by URL
     failure: str | None = None
     cut: QuorumError | None = None
@@ -277,6 +263,15 @@ class VllmEngine:
             return self.failure
         return await self.process.died_within(DEATH_GRACE_S) or self.failure
 
+    def lost(self, reason: str) -> None:
+        self.failure = reason
+        self.http.close()
+
+    async def stop(self, grace_s: float) -> None:
+        self.http.close()
+        if self.process is not None:
+            await self.process.stop(grace_s)
+
     # -- cache control -------------------------------------------------------------------
 
     async def flush(self, scope: FlushScope) -> FlushResult:
@@ -396,57 +391,3 @@ class VllmEngine:
                 self.kv_cache_tokens = int(m.group(1).replace(",", ""))
             if m := _KV_GIB.search(line) or _KV_GIB_CPU.search(line):
                 self.kv_size_mb = float(m.group(1)) * 1024
-
-
-async def launch(
-    opts: VllmLaunchOptions,
-    *,
-    salts: CacheSalts | None,
-    load_timeout_s: float,
-    connect_timeout_s: float = 5.0,
-    read_timeout_s: float = 300.0,
-    env: Mapping[str, str] | None = None,
-    memory_probe: MemoryProbe | None = None,
-    metrics_sink: VllmMetricsCollector | None = None,
-    force_stream_usage: bool = True,
-) -> tuple[EngineProcess, VllmEngine]:
-    """Spawn `vllm serve` for `opts`, wait until `/health` answers 200, build its engine.
-
-    The process gets `env` (the runner's additions) and `engine_env(opts)`; a start failure
-    raises `EngineStartFailed` / `EngineOutOfMemory` with vLLM's root cause first.
-    """
-    url = unix_url(opts.uds) if opts.uds is not None else f"http://127.0.0.1:{opts.port}"
-    auth = {"Authorization": f"Bearer {opts.api_key}"}
-    control = control_client(url, headers=auth, timeout=30.0)
-
-    async def healthy() -> bool:
-        r = await control.get("/health", timeout=2.0)
-        return r.status_code == 200
-
-    process = EngineProcess(
-        name=opts.served_model_name,
-        argv=command_line(opts),
-        health=healthy,
-        env={**(env or {}), **engine_env(opts)},
-        load_timeout_s=load_timeout_s,
-    )
-    try:
-        await start(process)
-    except BaseException:
-        await control.aclose()
-        raise
-    engine = VllmEngine(
-        model_id=opts.served_model_name,
-        base_url=url,
-        slots=opts.max_num_seqs,
-        http=EngineConnections(url, connect_timeout_s, read_timeout_s, headers=auth),
-        control=control,
-        salts=salts,
-        force_stream_usage=force_stream_usage,
-        memory_probe=memory_probe,
-        metrics_sink=metrics_sink,
-        process=process,
-    )
-    engine.lora_enabled = opts.max_loras > 0
-    engine.read_startup_log(process.logs())
-    return process, engine

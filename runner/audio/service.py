@@ -39,7 +39,7 @@ from runner.audio.metrics import SpeechMetrics
 from runner.audio.probe import AudioInfo, probe_audio
 from runner.audio.request import SpeechRequest
 from runner.errors import QuorumError, ServiceUnavailable
-from runner.http.frontend import ClientGone
+from runner.http.asgi import ClientGone
 from runner.scheduler.grants import Admission, AdmissionRequest, Admit, Hold, Holding, Usage
 
 COST_UNITS_PER_AUDIO_SECOND = 10

@@ -1,11 +1,18 @@
-"""Engines as the runner holds them: started, probed, measured and stopped.
+"""Engines as the runner holds them: their kinds, started, probed, measured and stopped.
 
-`pool.ModelPool` (the scheduler's effects: start, stop, sleep engines; the ready engines
-the request paths read), `record` (one model's engine facts), `reports` (what the pool
-tells the scheduler), `launch` and `backends` (how an engine is started or attached),
-`sizing` (memory estimates and policies), `gpus` (placement and leases), the watches
-(`attached_watch`, `hang_watch`, `engine_watch`, `probes`).
+`kinds` (the one table from a model's `backend` to its engine kind, adapters/kind.py, and
+a load's parameters), `specs` (the catalog: the models this runner knows and their
+policies), `sizing` (memory estimates and policies, pure), `pool.ModelPool` (the
+scheduler's effects: start, stop, sleep engines) and `launcher` (how it starts one),
+`ready` (the engines ready to serve: the one map the request paths read), `adapters`
+(the LoRA adapters: declared, governed, bound to tenants, their requests counted),
+`record` (one model's engine facts), `reports`
+(what the pool tells the scheduler), `gpus` (placement, leases, what kinds are lent),
+`watch` (the one watch: probes, revivals, the engines' own figures) and `probes` (the
+tally of missed probes, the prober).
 
-May import `scheduler/` (its effects protocol and notices), `memory/`, `tasks.eta`, the
-settings and models file, and `adapters/`; never `http/`, `lifecycle/` or `telemetry/`.
+May import `scheduler/` (its effects protocol, notices and refusals), `memory/`,
+`tasks.eta`, `tenants` (who may use an adapter), the settings and models file
+(`runtime.settings`, `runtime.models_file`, `runtime.periodic`) and `adapters/`; never
+`http/`, `lifecycle/` or `telemetry/` (a contract in pyproject.toml).
 """

@@ -9,19 +9,42 @@ The book keeps what the engines cannot: the declaration, the tenants bound to it
 files' rank, size and digest as read, the governed ones' state while they are being added
 or removed, and each adapter's requests running and waiting (capabilities, and the
 endpoint picker's `vllm:lora_requests_info`).
+
+An adapter is a model id like any other (`<base>:<name>`), bound to the tenants its
+declaration or its governed load lists (`LoraAdapter.tenants`). A request naming it
+(the chat path asks `check_bound`, then `check_adapter`):
+
+    1. a tenant it is not bound to                        -> 403 model_not_allowed
+    2. the adapter failed (its file is missing or changed) -> 503 model_unavailable
+    3. being unloaded (governed adapter-unload)            -> 503 model_unloading
+    4. being loaded, or not in its base's running engine   -> 503 model_unloading
+       (retry shortly) when the base runs; else what the base's state gives (404
+       model_not_loaded, ...), checked by the front-end as for the base itself
+    5. otherwise: served by its base model's engine and slots, with the adapter chosen
+       by the runner (the client's `lora` is removed by the engine's `rewrite`).
+
+Step 1 is the adapter's own binding; the tenant's `models` entitlement (the tenants
+file, docs/tenants.md) is then checked by the front-end on the adapter's id, exactly as on
+any model id (`FrontEnd.check_model(..., named=adapter id)`): a request needs both. A
+tenant entitled to an adapter's id needs no entitlement to its base model.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 
+from adapters.base import AdapterHost
 from adapters.lora import LoraAdapter, file_digest, read_rank, size_mb
-from runner.runtime.models_file import ModelsFile
+from runner.runtime.models_file import ModelSpec
+from runner.scheduler.errors import ModelFailed, ModelUnloading
+from tenants.errors import ModelNotAllowed
+from tenants.policy import Entitlements
 
 log = logging.getLogger("quorum.adapters")
 
@@ -69,11 +92,14 @@ class AdapterRecord:
 
 
 class AdapterBook:
-    """Every adapter of the runner, by the model id clients send."""
+    """Every adapter of the runner, by the model id clients send. `hosts`: the ready
+    engines that serve adapters, by model (the pool's `ReadyEngines.adapters`): whether an
+    adapter is loaded is theirs to say (`loaded`)."""
 
-    def __init__(self, models: ModelsFile) -> None:
+    def __init__(self, models: Iterable[ModelSpec], hosts: Mapping[str, AdapterHost]) -> None:
+        self.hosts = hosts
         self._records: dict[str, AdapterRecord] = {}
-        for spec in models.models:
+        for spec in models:
             for declared in spec.adapters:
                 adapter = LoraAdapter(
                     id=declared.model_id(spec.id),
@@ -94,6 +120,11 @@ class AdapterBook:
 
     def __contains__(self, model_id: object) -> bool:
         return model_id in self._records
+
+    def loaded(self, record: AdapterRecord) -> bool:
+        """Its base's running engine has it loaded now."""
+        host = self.hosts.get(record.adapter.base)
+        return host is not None and record.adapter.id in host.adapter_ids
 
     def of_base(self, base: str) -> list[LoraAdapter]:
         """What its next engine is started with: the active adapters, declared first."""
@@ -150,3 +181,58 @@ class AdapterBook:
     def _fail(self, record: AdapterRecord, why: str) -> None:
         record.state, record.error = AdapterState.FAILED, why
         log.error("adapter %s: %s; its base starts without it", record.adapter.id, why)
+
+
+class RequestCount:
+    """One request's place in its adapter's counts (waiting, then running)."""
+
+    __slots__ = ("record", "started")
+
+    def __init__(self, record: AdapterRecord | None) -> None:
+        self.record = record
+        self.started = False
+
+    def running(self) -> None:
+        if self.record is not None and not self.started:
+            self.started = True
+            self.record.started()
+
+
+@contextlib.contextmanager
+def counted(record: AdapterRecord | None) -> Iterator[RequestCount]:
+    """Count the request against its adapter while it waits and runs (nothing for a base
+    model's request)."""
+    count = RequestCount(record)
+    if record is not None:
+        record.queued()
+    try:
+        yield count
+    finally:
+        if record is not None:
+            record.ended(count.started)
+
+
+RETRY_S = 1  # an adapter being loaded: ask again this soon
+
+
+def check_bound(adapters: AdapterBook, tenant: str, models: Entitlements, model_id: str) -> None:
+    """Step 1: an adapter names only tenants bound to it (`models`: the tenant's own
+    entitlement, named in the refusal as every `model_not_allowed` does)."""
+    record = adapters.get(model_id)
+    if record is not None and not record.adapter.allows(tenant):
+        allowed = ", ".join(models.patterns) if models.patterns is not None else "every model"
+        raise ModelNotAllowed(tenant=tenant, model=model_id, allowed=allowed)
+
+
+def check_adapter(record: AdapterRecord, loaded: bool) -> None:
+    """Steps 2-4 for an adapter its tenant may use; `loaded`: its base's running engine
+    has it now."""
+    model = record.adapter.id
+    if record.state is AdapterState.FAILED:  # 2
+        raise ModelFailed(model=model, reason=record.error or "it failed", retry_after=30)
+    if record.state is AdapterState.REMOVING:  # 3
+        raise ModelUnloading(model=model, reason="it is being unloaded", retry_after=RETRY_S)
+    if record.state is AdapterState.ADDING or not loaded:  # 4
+        raise ModelUnloading(
+            model=model, reason="it is being loaded into its engine", retry_after=RETRY_S
+        )

@@ -1,13 +1,14 @@
 """The model pool: engines started, watched and stopped, as the scheduler decides.
 
 The pool is the scheduler's `ModelEffects` (runner/scheduler/effects.py): it starts an
-engine when told (`start_load`: through the backends in `backends.py` and the
-supervisor), stops it or puts it to sleep when told (`stop_model`), measures memory, and
-reports what happened (`ModelReports`: ready, load failed, stopped, asleep, crashed). It
-decides nothing about a model's state and gates nothing on it: the scheduler owns that
-(`runner/scheduler/models.py`). It keeps the maps of ready engines the request paths
-read (`engines` for chat and images, `speech` for audio) and each model's engine facts
-(`record.EngineRecord`).
+engine when told (`start_load`: the model's engine kind starts or attaches it), stops it
+or puts it to sleep when told (`stop_model`), measures memory, and reports what happened
+(`ModelReports`: ready, load failed, stopped, asleep, crashed). It decides nothing about
+a model's state and gates nothing on it: the scheduler owns that
+(`runner/scheduler/models.py`). It files the engines ready to serve in the one map the
+request paths read (`ready.ReadyEngines`) and keeps each model's engine facts
+(`record.EngineRecord`); which models exist and how they are started is the catalog's
+(`specs.ModelSpecs`).
 """
 
 from __future__ import annotations
@@ -18,107 +19,87 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
-from adapters.base import AdapterHost, Engine, FlushScope
 from adapters.errors import EngineStartFailed
-from adapters.llama_server.engine import LlamaServerEngine, saved_in_scope
+from adapters.launched import Launched
 from adapters.supervisor import EngineProcess
-from adapters.vllm.engine import VllmEngine, VllmMetricsCollector
-from adapters.whisper.engine import WhisperEngine
 from faults import QuorumError
 from runner.engines.adapters import AdapterBook
-from runner.engines.backends import Launcher
-from runner.engines.gpus import GpuAccounting
-from runner.engines.launch import Launched, LoadParams
+from runner.engines.gpus import EngineHost, GpuAccounting
+from runner.engines.launcher import Launcher
+from runner.engines.ready import ReadyEngines
 from runner.engines.record import EngineRecord
 from runner.engines.reports import ModelReports, NoReports
-from runner.engines.sizing import estimate_for, model_size_mb, policy_for
+from runner.engines.sizing import model_size_mb
+from runner.engines.specs import ModelSpecs
 from runner.errors import ModelNotFound
-from runner.memory.leases import LeaseStore, MemoryLeaseStore
-from runner.memory.telemetry import Telemetry
-from runner.runtime.models_file import ModelsFile, ModelSpec
-from runner.runtime.settings import Settings
+from runner.runtime.models_file import ModelSpec
 from runner.scheduler.config import ModelPolicy
-from runner.tasks.eta import EtaEstimator, LoadSpeed
+from runner.tasks.eta import EtaEstimator
 
 log = logging.getLogger("quorum.pool")
 
-LEASE_TTL_S = 30.0  # renewed every snapshot refresh (5 s); a dead runner's leases expire
+
+class PoolObserver(Protocol):
+    """What the pool tells metrics (runner/telemetry/outcome_metrics.py)."""
+
+    def loaded(self, spec: ModelSpec, seconds: float) -> None: ...
+
+    def restarted(self, spec: ModelSpec) -> None: ...
+
+    def crashed(self, spec: ModelSpec) -> None: ...
+
+
+class NoObserver:
+    def loaded(self, spec: ModelSpec, seconds: float) -> None:
+        return None
+
+    def restarted(self, spec: ModelSpec) -> None:
+        return None
+
+    def crashed(self, spec: ModelSpec) -> None:
+        return None
 
 
 class ModelPool:
     def __init__(
         self,
-        settings: Settings,
-        models: ModelsFile,
-        telemetry: Telemetry,
+        specs: ModelSpecs,
+        gpus: GpuAccounting,
+        host: EngineHost,
+        estimator: EtaEstimator,
         *,
-        multi_tenant: bool,
+        stop_grace_s: float = 10.0,
+        drain_timeout_s: float = 30.0,
+        observer: PoolObserver | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
-        leases: LeaseStore | None = None,
-        vllm_metrics: VllmMetricsCollector | None = None,
     ) -> None:
-        self.settings = settings
-        self.telemetry = telemetry
-        self.launcher = Launcher(
-            settings, telemetry, multi_tenant=multi_tenant, vllm_metrics=vllm_metrics
-        )
-        self.clock = clock  # wall clock: `loadedAt`
-        self.monotonic = monotonic  # durations (load, wake) and the default leases' expiry
-        self.engines: dict[str, Engine] = {}  # ready HTTP engines: the data path's routes
-        self.speech: dict[str, WhisperEngine] = {}  # ready speech workers: the audio path's
-        self.records: dict[str, EngineRecord] = {m.id: EngineRecord(m) for m in models.models}
-        self.adapters = AdapterBook(models)  # LoRA adapters by model id, on their bases
+        """`estimator` learns each load's time (by backend and size); `drain_timeout_s`
+        bounds how long an engine started again waits for its requests before it stops;
+        `clock` is the wall clock (`loadedAt`), `monotonic` times loads and wake-ups."""
+        self.specs = specs
+        self.kinds = specs.kinds
+        self.gpus = gpus
+        self.host = host
+        self.estimator = estimator
+        self.stop_grace_s = stop_grace_s
+        self.drain_timeout_s = drain_timeout_s
+        self.observer = observer or NoObserver()
+        self.clock = clock
+        self.monotonic = monotonic
+        self.ready = ReadyEngines()
+        self.records: dict[str, EngineRecord] = {}
+        self.adapters = AdapterBook(specs.specs().values(), self.ready.adapters)  # LoRA
+        self.launcher = Launcher(self.kinds, gpus, host, self.adapters)
         self.reports: ModelReports = NoReports()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
-        # Load time by backend and size (the tasks' eta); until a first load is measured,
-        # a guess: llama-server maps its GGUF and starts in about a second; vLLM imports,
-        # profiles and warms up for ~30 s before its weights count (measured on the CPU).
-        self.estimator = EtaEstimator(
-            defaults={"llama-server": LoadSpeed(1.0, 500.0), "vllm": LoadSpeed(30.0, 50.0)}
-        )
-        self.gpus = GpuAccounting(telemetry, leases or MemoryLeaseStore(monotonic), settings)
-        self.leases = self.gpus.leases
-        self.on_loaded: Callable[[str, float], None] = lambda _backend, _seconds: None
-        self.on_restart: Callable[[ModelSpec], None] = lambda _spec: None
-        self.on_crash: Callable[[ModelSpec], None] = lambda _spec: None  # metrics
 
-    # -- the catalog -------------------------------------------------------------------
-
-    def spec(self, model: str) -> ModelSpec | None:
-        record = self.records.get(model)
-        return record.spec if record else None
-
-    def specs(self) -> dict[str, ModelSpec]:
-        return {m: record.spec for m, record in self.records.items()}
-
-    def register(self, spec: ModelSpec, params: LoadParams | None = None) -> None:
-        """Know `spec` (a governed load named it), and what its next start asks for.
-
-        A model with an engine keeps its spec until the engine is gone.
-        """
-        record = self.records.get(spec.id)
-        if record is None:
-            record = self.records[spec.id] = EngineRecord(spec)
-        elif record.launched is None:
-            record.spec = spec
-        if params is not None:
-            record.params = params
-
-    def policy(self, spec: ModelSpec, budget_mb: int | None = None) -> ModelPolicy:
-        """How the scheduler treats `spec` (`sizing.policy_for`)."""
-        wants_share = spec.backend == "vllm" and not spec.attached and budget_mb is None
-        gpu_total = self.launcher.gpu_total_mb(spec) if wants_share else None
-        return policy_for(
-            spec,
-            budget_mb,
-            gpu_total,
-            self.settings.vllm_gpu_memory_utilization,
-            sleep_enabled=self.settings.vllm_enable_sleep_mode,
-        )
+    def start(self, reports: ModelReports) -> None:
+        """Report to `reports` (the scheduler) from now on; `close` stops every engine."""
+        self.reports = reports
 
     def serving(self) -> list[str]:
         """The models whose engine is up and awake (what the snapshot measures)."""
@@ -131,7 +112,10 @@ class ModelPool:
     def logs(self, model: str, lines: int | None = None) -> list[str]:
         record = self.records.get(model)
         if record is None:
-            raise ModelNotFound(model=model, models=", ".join(sorted(self.records)) or "none")
+            known = self.specs.specs()
+            if model not in known:
+                raise ModelNotFound(model=model, models=", ".join(sorted(known)) or "none")
+            return []
         process = record.process or record.last_process
         if process is None:  # never started: what its failed start printed
             return record.start_log[-lines:] if lines else list(record.start_log)
@@ -139,13 +123,18 @@ class ModelPool:
 
     # -- the scheduler's ModelEffects (runner/scheduler/effects.py) ----------------------
 
-    def attach(self, reports: ModelReports) -> None:
-        """Report to `reports` (the scheduler) from now on."""
-        self.reports = reports
-
     def start_load(self, model: str, policy: ModelPolicy) -> None:
-        """The scheduler made room: start (or wake) the engine; report ready or failed."""
-        record = self.records[model]
+        """The scheduler made room: start (or wake) the engine; report ready or failed.
+
+        A model without an engine starts from the catalog's spec and parameters; one whose
+        engine failed or sleeps keeps the spec that engine was started from."""
+        record = self.records.get(model)
+        spec = self.specs.spec(model)
+        if record is None:
+            assert spec is not None, f"the scheduler loads a model nobody knows: {model}"
+            record = self.records[model] = EngineRecord(spec)
+        if record.launched is None and spec is not None:
+            record.spec, record.params = spec, self.specs.params(model)
         task = self._spawn(self._load_and_report(record), name=f"load-{model}")
         record.loading = task
 
@@ -219,10 +208,10 @@ class ModelPool:
             task.cancel()
         for record in self.records.values():
             if record.launched is not None:
-                self._withdraw(record.spec.id)
+                self.ready.withdraw(record.spec.id)
                 await record.launched.close(grace_s=5.0)
                 record.launched = None
-        await self.launcher.close()
+        await self.kinds.close()
 
     def engine_pids(self) -> list[int]:
         """Every engine process alive for this runner (sleeping ones and shared servers too)."""
@@ -231,7 +220,7 @@ class ModelPool:
             for record in self.records.values()
             if record.launched is not None and record.launched.watch is not None
         }
-        pids.update(self.launcher.pids())
+        pids.update(self.kinds.pids())
         return sorted(pid for pid in pids if pid is not None)
 
     async def hold_leases(self) -> None:
@@ -254,41 +243,22 @@ class ModelPool:
         3. Healthy: measure its memory (the estimate is replaced by the measurement);
            file it where its request path finds it.
         """
-        spec, params = record.spec, record.params
+        spec = record.spec
         if record.launched is not None:  # 1
             await record.launched.close(grace_s=1.0)
             record.launched = None
-            self.on_restart(spec)
+            self.observer.restarted(spec)
         started = self.monotonic()
-        record.launched = await self._launch(spec, params)  # 2
+        record.launched = await self.launcher.launch(record.spec, record.params)  # 2
         seconds = self.monotonic() - started
         size_mb = model_size_mb(spec)
         if size_mb > 0:
             self.estimator.record(spec.backend, size_mb, seconds)
-        self.on_loaded(spec.backend, seconds)
-        measured = record.launched.memory_mb  # 3
-        mem = measured if measured is not None else await self._measure(record)
+        self.observer.loaded(spec, seconds)
+        mem = await self.launcher.started_mb(record)  # 3
         self._ready(record, mem)
         log.info("model %s ready in %d ms, %d MB", spec.id, round(1000 * seconds), mem)
         return mem
-
-    async def _launch(self, spec: ModelSpec, params: LoadParams) -> Launched:
-        cpu_worker = spec.backend == "faster-whisper" and self.settings.whisper_device == "cpu"
-        if spec.attached or cpu_worker:  # not our process on a GPU: nothing placed
-            return await self.launcher.launch(spec, params, {})
-        adapters = await asyncio.to_thread(self.adapters.check_files, spec.id)
-        env, split = await self.gpus.env_for(spec, estimate_for(spec, params.gpu_memory_budget_mb))
-        return await self.launcher.launch(spec, params, env, tensor_split=split, adapters=adapters)
-
-    def flush_at_rest(self, scope: FlushScope) -> int:
-        """Remove the saved prompt states in `scope` of models whose engine is not running
-        (the running ones flush their own); expired ones go too. How many were in scope."""
-        held = [
-            e.store.folder
-            for e in self.engines.values()
-            if isinstance(e, LlamaServerEngine) and e.store is not None
-        ]
-        return self.launcher.prefixes.sweep(lambda v: saved_in_scope(v, scope), held)
 
     async def restart_engine(self, model: str) -> None:
         """Start the model's engine again beside the running one, with its adapter set as
@@ -300,22 +270,13 @@ class ModelPool:
         old = record.launched
         if old is None or record.loading is not None or record.asleep:
             raise EngineStartFailed(f"model {model!r} has no running engine to restart")
-        launched = await self._launch(record.spec, record.params)
-        record.launched = launched
-        mem = launched.memory_mb if launched.memory_mb is not None else await self._measure(record)
+        record.launched = await self.launcher.launch(record.spec, record.params)
+        mem = await self.launcher.started_mb(record)
         self._ready(record, mem)
         log.info("model %s: engine started again (%d MB); the old one drains", model, mem)
-        engine = old.engine
-        if isinstance(engine, AdapterHost):
-            await engine.drained(self.settings.unload_drain_timeout_s)
-        await old.close(grace_s=self.settings.engine_stop_grace_s)
-
-    async def _measure(self, record: EngineRecord) -> int:
-        process = record.process
-        if process is None or process.pid is None:
-            return record.spec.vram_mb or 0
-        pid = process.pid
-        return await asyncio.to_thread(self.telemetry.process_used_mb, [pid])
+        if old.adapters is not None:
+            await old.adapters.drained(self.drain_timeout_s)
+        await old.close(grace_s=self.stop_grace_s)
 
     def _ready(self, record: EngineRecord, mem_mb: int) -> None:
         launched = record.launched
@@ -330,14 +291,10 @@ class ModelPool:
             if not launched.watched:
                 process.on_exit(functools.partial(self._exited, record, launched))
                 launched.watched = True
-        engine = launched.engine
-        if isinstance(engine, WhisperEngine):
-            self.speech[model] = engine
-        else:
-            self.engines[model] = engine
+        self.ready.file(model, launched)
 
     def attached_lost(self, model: str, reason: str) -> None:
-        """An engine attached by URL stopped answering (`runner/engines/attached_watch.py`): off the
+        """An engine attached by URL stopped answering (`runner/engines/watch.py`): off the
         request paths, requests still on it fail naming `reason`, and the scheduler hears
         it crashed (no exit code: not our process)."""
         record = self.records.get(model)
@@ -345,13 +302,8 @@ class ModelPool:
         if record is None or launched is None or not record.spec.attached:
             return
         launched.lost(reason)
-        self._withdraw(model)
+        self.ready.withdraw(model)
         self.reports.model_crashed(model, reason, None)
-
-    def _withdraw(self, model: str) -> None:
-        """No request path routes to `model` any more."""
-        self.engines.pop(model, None)
-        self.speech.pop(model, None)
 
     def _exited(self, record: EngineRecord, launched: Launched, process: EngineProcess) -> None:
         """The engine process ended; a crash unless the pool asked for it."""
@@ -359,7 +311,7 @@ class ModelPool:
             return
         how = process.exit.describe()
         launched.lost(f"exited: {how}")
-        self._withdraw(record.spec.id)
+        self.ready.withdraw(record.spec.id)
         record.exit_code = process.exit.returncode
         log.error(
             "model %s: engine died (%s); last log lines:\n%s",
@@ -367,7 +319,7 @@ class ModelPool:
             how,
             "\n".join(process.logs(20)),
         )
-        self.on_crash(record.spec)
+        self.observer.crashed(record.spec)
         if not self._closing:
             self.reports.model_crashed(record.spec.id, f"engine exited: {how}", record.exit_code)
 
@@ -384,44 +336,52 @@ class ModelPool:
             return 0
         model = record.spec.id
         alive = launched.engine.failure is None and launched.watch is not None
-        freed = await self._measure(record) if alive and record.process else record.mem_mb
-        self._withdraw(model)
+        freed = await self.launcher.measure(record) if alive and record.process else record.mem_mb
+        self.ready.withdraw(model)
         if launched.release is not None and launched.engine.failure is None:
             try:
                 freed = await launched.release()
             except QuorumError as exc:
                 log.warning("model %s: releasing it from its server failed: %s", model, exc)
-        await launched.close(grace_s=self.settings.engine_stop_grace_s)
+        await launched.close(grace_s=self.stop_grace_s)
         record.launched, record.asleep, record.mem_mb, record.loaded_at = None, False, 0, None
         await self.gpus.release(model)
         log.info("model %s stopped, %d MB freed", model, freed)
         return freed
 
-    # -- warm standby (vLLM) -----------------------------------------------------------
+    # -- warm standby (an engine whose kind can sleep: vLLM) ------------------------------
 
     async def _sleep(self, record: EngineRecord) -> tuple[int, int]:
-        """`/sleep` (level 1: weights to host memory, KV cache dropped), the process kept;
+        """Sleep (level 1: weights to host memory, KV cache dropped), the process kept;
         its memory after, and freed = the process's memory before minus after."""
         launched = record.launched
         assert launched is not None
-        engine = launched.engine
-        if not isinstance(engine, VllmEngine):
+        standby = launched.standby
+        if standby is None:
             raise EngineStartFailed(f"model {record.spec.id!r} cannot sleep")
-        before = await self._measure(record)
-        self._withdraw(record.spec.id)
-        report = await engine.sleep(level=1)
-        after = report.memory_mb if report.memory_mb is not None else await self._measure(record)
+        before = await self.launcher.measure(record)
+        self.ready.withdraw(record.spec.id)
+        report = await standby.sleep(level=1)
+        after = (
+            report.memory_mb
+            if report.memory_mb is not None
+            else await self.launcher.measure(record)
+        )
         record.asleep, record.mem_mb, record.loaded_at = True, after, None
         log.info("model %s asleep: %d MB -> %d MB", record.spec.id, before, after)
         return after, max(0, before - after)
 
     async def _wake(self, record: EngineRecord) -> int:
-        """`/wake_up`: serving again, with the memory measured right after."""
+        """Wake up: serving again, with the memory measured right after."""
         launched = record.launched
-        assert launched is not None and isinstance(launched.engine, VllmEngine)
+        assert launched is not None and launched.standby is not None
         started = self.monotonic()
-        report = await launched.engine.wake_up()
-        mem = report.memory_mb if report.memory_mb is not None else await self._measure(record)
+        report = await launched.standby.wake_up()
+        mem = (
+            report.memory_mb
+            if report.memory_mb is not None
+            else await self.launcher.measure(record)
+        )
         self._ready(record, mem)
         load_ms = round(1000 * (self.monotonic() - started))
         log.info("model %s awake in %d ms, %d MB", record.spec.id, load_ms, mem)

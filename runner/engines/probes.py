@@ -1,12 +1,12 @@
 """Is an engine there? One cheap question per engine, and the tally of missed answers.
 
-Both watches ask it: `runner/engines/attached_watch.py` of engines attached by URL (a lost one
-fails its model), `runner/engines/hang_watch.py` of the engine processes the runner started (a
-hung one is killed: a crash). The question is the same for both, by backend (`PROBES`),
-and so is the rule: any HTTP answer within the timeout, whatever its status, means the
-engine is there (a busy engine still answers it: llama-server and vLLM answer `/health`
-from their HTTP threads, ComfyUI `/system_stats` from its event loop while a prompt runs);
-`misses` probes missed in a row mean it is not (`MissedProbes`, pure).
+The engine watch (`runner/engines/watch.py`) asks it of every engine whose kind names a
+probe (`adapters.kind.Traits.probe_path`), attached by URL (a lost one fails its model)
+or started by the runner (a hung one is killed: a crash). The rule is the same for
+both: any HTTP answer within the timeout, whatever its status, means the engine is there
+(a busy engine still answers it: llama-server and vLLM answer `/health` from their HTTP
+threads, ComfyUI `/system_stats` from its event loop while a prompt runs); `misses`
+probes missed in a row mean it is not (`MissedProbes`, pure).
 
     ENGINE_PROBE_MISSES     3    probes missed in a row before the engine is given up
     ENGINE_PROBE_TIMEOUT_S  5    how long one probe waits for an answer
@@ -16,28 +16,12 @@ from their HTTP threads, ComfyUI `/system_stats` from its event loop while a pro
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable
 from typing import Generic, Protocol, TypeVar
 
 import httpx
 
 from adapters.http_client import split_unix
-
-PROBES: Mapping[str, str] = {
-    "llama-server": "/health",
-    "vllm": "/health",
-    "comfyui": "/system_stats",
-    "openai": "/v1/models",
-}
-
-
-def probe_path(backend: str) -> str:
-    """The path asked of an engine of `backend` (`/` for a kind not listed)."""
-    return PROBES.get(backend, "/")
-
-
-def probe_url(base_url: str, backend: str) -> str:
-    return base_url.rstrip("/") + probe_path(backend)
 
 
 class Prober(Protocol):

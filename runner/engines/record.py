@@ -1,7 +1,9 @@
-"""What the pool holds of one model: its spec, how to start it, and its engine if any.
+"""What the pool holds of one model's engine: the spec it was started from, the engine while
+it has one, and how its engine last ended.
 
-These are engine facts (the process, when it became ready, how it last exited), not the
-model's state: that is the scheduler's (`runner/scheduler/models.py`).
+These are engine facts, not the model's state: that is the scheduler's
+(`runner/scheduler/models.py`); the models the runner knows are the catalog's
+(`specs.ModelSpecs`).
 """
 
 from __future__ import annotations
@@ -9,14 +11,16 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from adapters.launched import Launched
 from adapters.supervisor import EngineProcess
-from runner.engines.launch import Launched, LoadParams
+from runner.engines.kinds import LoadParams
 from runner.runtime.models_file import ModelSpec
 
 
 @dataclass
 class EngineRecord:
-    """One model in the pool: `launched` is its engine while it has one."""
+    """One model in the pool: `launched` is its engine while it has one; `spec` and
+    `params` what it was (last) started from."""
 
     spec: ModelSpec
     params: LoadParams = field(default_factory=LoadParams)

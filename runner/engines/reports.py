@@ -25,7 +25,7 @@ class ModelReports(Protocol):
 
 
 class NoReports:
-    """Until `ModelPool.attach`: nothing is reported."""
+    """Until `ModelPool.start`: nothing is reported."""
 
     def model_ready(self, model: str, concurrency: int, mem_mb: int) -> None:
         return None

@@ -5,13 +5,14 @@ paths to the bare audio path (runner/audio/handler.py), the image paths to the
 image handler (runner/images/handler.py), all three through the one front-end
 (runner/http/frontend.py); the control plane (runner/http/control_plane.py: health, metrics,
 capabilities, model list, lifecycle, jobs) is a FastAPI app, where a little framework
-cost does not matter. What the runner holds while it lives is built in
-runner/runtime/wiring.py. The runner handles the ASGI lifespan itself: start-up starts the
-scheduler, the rate limiter, the job manager and the request paths, and completes at
-once, so uvicorn listens from the first second; the engines are attached and the
-`preload` models loaded in the background meanwhile (`/health` 503 `starting`,
-capabilities 503 with `Retry-After`), and the runner turns ready when they are done.
-Shutdown stops them after uvicorn has drained in-flight requests.
+cost does not matter. What the runner holds while it lives, the request paths included,
+is built once in runner/runtime/wiring.py. The runner handles the ASGI lifespan itself:
+start-up starts what the runtime holds (`Runtime.start`, each stop pushed on one
+`AsyncExitStack`) and completes at once, so uvicorn listens from the first second; the
+engines are attached and the `preload` models loaded in the background meanwhile
+(`/health` 503 `starting`, capabilities 503 with `Retry-After`), and the runner turns
+ready when they are done. Shutdown, after uvicorn has drained in-flight requests, closes
+the stack: everything stops in the reverse order it started.
 """
 
 from __future__ import annotations
@@ -22,28 +23,23 @@ import gc
 import logging
 import math
 
-from adapters.comfyui import FILES_PATH, ImageStore
+from adapters.comfyui import FILES_PATH
 from governance.verifier import Verifier
 from runner.audio.handler import AUDIO_PATHS, AudioPath
-from runner.audio.multipart import FormLimits
+from runner.engines.kinds import EngineKinds
 from runner.errors import MethodNotAllowed, RouteNotFound
 from runner.http.asgi import Receive, Scope, Send, send_error, send_whole
 from runner.http.chat import CHAT_PATHS, ChatPath
 from runner.http.control_plane import control_plane
-from runner.http.frontend import FrontEnd
 from runner.http.headers import new_request_id
-from runner.images.handler import IMAGES_PATH, ImageFiles, ImagesPath
-from runner.images.routes import image_routes, sweep_forever
-from runner.jobs.http import job_submitter
+from runner.images.handler import IMAGES_PATH
 from runner.runtime.models_file import ModelsFile
+from runner.runtime.periodic import cancelled
 from runner.runtime.settings import Settings
 from runner.runtime.wiring import Runtime
 from runner.telemetry.exposition import Exposition
-from runner.telemetry.forecast_metrics import ForecastGauges
 from runner.telemetry.health import Life
 from tenants.config import TenantsConfig
-from tenants.ratelimit import RateLimiter
-from tenants.storage import storage_from_url
 
 log = logging.getLogger("quorum.app")
 
@@ -59,13 +55,7 @@ class RunnerApp:
         self.rt = rt
         self.metric_paths = rt.api_metric_paths()
         self.control = control_plane(rt)
-        self.chat: ChatPath | None = None
-        self.audio: AudioPath | None = None
-        self.images: ImagesPath | None = None
-        self.image_files: ImageFiles | None = None
-        self.image_store: ImageStore | None = None
-        self._sweeper: asyncio.Task[None] | None = None
-        self._preloading: asyncio.Task[None] | None = None
+        self._stack = contextlib.AsyncExitStack()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._refusal_set = False
         self._refusing: asyncio.Task[None] | None = None
@@ -77,9 +67,9 @@ class RunnerApp:
             if path == IMAGES_PATH or path.startswith(FILES_PATH):
                 await self._images(scope, receive, send)
             elif path in CHAT_PATHS:
-                await self._post_only(self.chat, scope, receive, send)
+                await self._post_only(self.rt.chat, scope, receive, send)
             elif path in AUDIO_PATHS:
-                await self._post_only(self.audio, scope, receive, send)
+                await self._post_only(self.rt.audio, scope, receive, send)
             elif (
                 (exposition := self.metric_paths.get(path)) is not None
                 and scope["method"] == "GET"
@@ -103,13 +93,13 @@ class RunnerApp:
         await send_whole(send, 200, headers, exposition.render())
 
     async def _post_only(
-        self, handler: ChatPath | AudioPath | None, scope: Scope, receive: Receive, send: Send
+        self, handler: ChatPath | AudioPath, scope: Scope, receive: Receive, send: Send
     ) -> None:
         """A bare request path: POST only, and only while the runner is ready."""
         if scope["method"] != "POST":
             error = MethodNotAllowed(path=scope["path"], allow="POST")
             await send_error(send, error, new_request_id())
-        elif handler is not None and self.rt.life is Life.READY:
+        elif self.rt.life is Life.READY:
             await handler(scope, receive, send)
         else:
             await send_error(send, self.rt.unavailable(), new_request_id())
@@ -117,28 +107,14 @@ class RunnerApp:
     async def _images(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The image routes: bare ASGI like the data path (runner/images/handler.py)."""
         files = scope["path"].startswith(FILES_PATH)
-        handler = self.image_files if files else self.images
+        routes = self.rt.images
+        handler = routes.files if files else routes.images
         if self.rt.life is not Life.READY or (handler is None and not files):
             await send_error(send, self.rt.unavailable(), new_request_id())
         elif handler is None:
             await send_error(send, RouteNotFound("no image is kept here"), new_request_id())
         else:
             await handler(scope, receive, send)
-
-    def _start_images(self, front: FrontEnd) -> None:
-        rt = self.rt
-        routes = image_routes(
-            front,
-            rt.pool,
-            rt.settings,
-            job_submitter(rt.jobs),
-            keep_files=any(m.backend == "comfyui" for m in rt.models.models),
-            count_images=rt.count_images,
-        )
-        self.images, self.image_files = routes.images, routes.files
-        self.image_store = routes.store
-        if routes.store is not None:
-            self._sweeper = asyncio.get_running_loop().create_task(sweep_forever(routes.store))
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -157,47 +133,13 @@ class RunnerApp:
                 return
 
     async def startup(self) -> None:
+        """Start what the runtime holds, then preload in the background. Listen first:
+        uvicorn binds once this returns, so /health and capabilities answer 503
+        "starting" (Retry-After: the preloads' eta) while the models preload."""
         self._loop = asyncio.get_running_loop()
-        rt = self.rt
-        s = rt.settings
-        rt.pool.attach(rt.admission)
-        await rt.admission.start()
-        await rt.loads.start()
-        await rt.jobs.start()
-        await rt.refresher.start()
-        await rt.watch.start()
-        await rt.attached.start()
-        await rt.hangs.start()
-        store_errors = rt.metrics.ratelimit_store_errors
-        rt.limiter = RateLimiter(
-            rt.tenants,
-            storage_from_url(s.redis_url, timeout_s=s.rate_limit_store_timeout_ms / 1000),
-            fail_open=s.rate_limit_fail_open,
-            on_storage_error=lambda _tenant, _exc: store_errors.inc(),
-        )
-        rt.metrics.watch_queue(rt.admission.depth_by_priority)
-        rt.metrics.registry.register(ForecastGauges(rt.admission.stats))
-        if s.enable_metrics and s.metrics_port and s.metrics_port != s.port:
-            rt.metrics.serve_separately(s.metrics_port, s.host)
-        front = rt.front = rt.front_end(rt.limiter)
-        await rt.tenancy.start(rt.apply_tenants, rt.admission.permit_granted)
-        records = rt.pool.records
-        self.chat = ChatPath(
-            front, rt.pool.engines, rt.metrics, s.max_body_bytes,
-            context_of=lambda m: r.context_length if (r := records.get(m)) else None,
-            adapters=rt.pool.adapters,
-        )  # fmt: skip
-        self.audio = AudioPath(
-            front,
-            rt.pool.speech,
-            rt.metrics,
-            FormLimits(max_file_bytes=s.audio_max_bytes),
-            submit_job=job_submitter(rt.jobs),
-        )
-        self._start_images(front)
-        # Listen first: uvicorn binds once this returns, so /health and capabilities answer
-        # 503 "starting" (Retry-After: the preloads' eta) while the models preload.
-        self._preloading = asyncio.get_running_loop().create_task(self._preload())
+        await self.rt.start(self._stack)
+        preloading = self._loop.create_task(self._preload())
+        self._stack.push_async_callback(cancelled, preloading)  # SIGTERM while preloading
 
     async def _preload(self) -> None:
         """Preload, then turn READY (unless a SIGTERM came first: it stays STOPPING). A
@@ -212,7 +154,7 @@ class RunnerApp:
         gc.freeze()  # start-up objects never need scanning again: shorter GC pauses later
         if rt.life is Life.STARTING:
             rt.life = Life.READY
-            ready = len(rt.pool.engines)
+            ready = len(rt.pool.ready)
             log.info("runner %s ready with %d model(s)", rt.settings.runner_id, ready)
 
     def begin_shutdown(self) -> None:
@@ -236,36 +178,9 @@ class RunnerApp:
         self._refusing = asyncio.get_running_loop().create_task(self.rt.admission.stop())
 
     async def shutdown(self) -> None:
+        """Stop everything, in the reverse order it started (`Runtime.start`)."""
         self.rt.life = Life.STOPPING
-        if self._preloading is not None:  # SIGTERM while preloading: the pool stops engines
-            self._preloading.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._preloading
-        await self.rt.loads.aclose()
-        await self.rt.jobs.aclose()
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-        if self.image_store is not None:  # URLs die with the runner: so do their files
-            removed = await asyncio.to_thread(self.image_store.close)
-            log.info("image store closed: %d image(s) removed", removed)
-        await self.rt.refresher.stop()
-        await self.rt.watch.stop()
-        await self.rt.attached.stop()
-        await self.rt.hangs.stop()
-        await self.rt.admission.stop()
-        if self.rt.limiter is not None:
-            await self.rt.limiter.aclose()
-        if self.rt.verifier is not None:
-            await self.rt.verifier.aclose()
-        await self.rt.pool.close()
-        await self.rt.loads.store.aclose()
-        await self.rt.pool.leases.aclose()
-        await self.rt.job_store.aclose()
-        await self.rt.tenancy.aclose()
-        if self.rt.webhook_client is not None:
-            await self.rt.webhook_client.aclose()
+        await self._stack.aclose()
 
 
 def build_app(
@@ -273,9 +188,8 @@ def build_app(
     models: ModelsFile,
     tenants: TenantsConfig | None = None,
     verifier: Verifier | None = None,
+    kinds: EngineKinds | None = None,
 ) -> RunnerApp:
-    return RunnerApp(
-        Runtime(
-            settings=settings, models=models, tenants=tenants or TenantsConfig(), verifier=verifier
-        )
-    )
+    """The runner for `settings` and `models`; `kinds` the engine kinds the models file
+    was checked against (default: those the settings name)."""
+    return RunnerApp(Runtime(settings, models, tenants, verifier, kinds))

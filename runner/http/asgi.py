@@ -1,6 +1,7 @@
 """What the bare-ASGI request paths share (the data path, the audio path, the image path):
-the ASGI types, the watch that cancels a handler when its client goes away, and the two
-ways an answer leaves in one write (a whole body, or the runner's error envelope).
+the ASGI types, the one bounded body reader (the control plane's too), the watch that
+cancels a handler when its client goes away, and the two ways an answer leaves in one
+write (a whole body, or the runner's error envelope).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from runner.errors import error_body, error_headers, error_status
+from runner.errors import PayloadTooLarge, error_body, error_headers, error_status
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -19,6 +20,33 @@ Send = Callable[[Message], Awaitable[None]]
 JSON = b"application/json"
 FALSE_REPORT_HEADERS = [(b"x-cache-hit", b"false"), (b"x-cache-tokens-reused", b"0")]
 """The cache headers of an answer the engine reported nothing for (or an error)."""
+
+
+class ClientGone(Exception):
+    """The client disconnected; nothing more is sent to it (counted as 499)."""
+
+
+async def read_body(receive: Receive, content_length: int | None, limit: int) -> bytes:
+    """The whole body, refused with 413 the moment it passes `limit` (its Content-Length
+    first); a client gone meanwhile raises `ClientGone`."""
+    if content_length is not None and content_length > limit:
+        raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+        if not message.get("more_body", False):
+            if not parts:
+                return chunk
+            parts.append(chunk)
+            return b"".join(parts)
+        parts.append(chunk)
 
 
 class DisconnectWatch:

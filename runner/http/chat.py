@@ -8,7 +8,7 @@ pays for it, so it does only what the features need. Through the one front-end
     1. identify the tenant, rate limit                     (front-end)  -> 400/401/403/429
     2. read the body, bounded                                            -> 413
     3. parse it once; the model: an adapter resolved to its base model once its tenant is
-       bound to it (`runner/http/entitlements.py`), then `check_model` (the tenant's
+       bound to it (`runner/engines/adapters.check_bound`), then `check_model` (the tenant's
        `models` entitlement, on the adapter's id for an adapter); the numeric fields
        the runner can check (`runner/http/body_checks.py`: token limits, sampling ranges);
        the tenant's token budgets reserve the request's upper bound (runner/tenancy/guard.py)
@@ -27,24 +27,22 @@ is withdrawn, while served the engine connection is dropped (the engine then abo
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
 
-from adapters.base import NO_REPORT, AdapterHost, CacheReport, Engine, Placement
+from adapters.base import NO_REPORT, CacheReport, ChatEngine, Placement
 from adapters.errors import EngineBadResponse
 from adapters.http_client import ClientFailure, Response, translate_failure
 from adapters.refusals import refusal
 from faults import QuorumError
-from runner.engines.adapters import AdapterBook, AdapterRecord
+from runner.engines.adapters import AdapterBook, AdapterRecord, check_adapter, check_bound, counted
 from runner.errors import BadRequest, error_body
 from runner.http.asgi import FALSE_REPORT_HEADERS, JSON, Receive, Scope, Send, send_whole
 from runner.http.body_checks import check_generation
-from runner.http.entitlements import check_adapter, check_bound
-from runner.http.frontend import Admitted, Call, FrontEnd
+from runner.http.frontend import Admitted, ClientCall, FrontEnd
 from runner.http.json_body import OFFLOAD_BYTES, dump_json, load_json
 from runner.scheduler.grants import Usage
 from runner.telemetry.metrics import Metrics
@@ -66,7 +64,7 @@ class ChatPath:
     def __init__(
         self,
         front: FrontEnd,
-        engines: Mapping[str, Engine],
+        engines: Mapping[str, ChatEngine],
         metrics: Metrics,
         max_body_bytes: int,
         context_of: Callable[[str], int | None] = lambda _model: None,
@@ -77,12 +75,12 @@ class ChatPath:
         self.context_of = context_of
         self.metrics = metrics
         self.max_body = max_body_bytes
-        self.adapters = adapters
+        self.adapters = adapters if adapters is not None else AdapterBook((), {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.front(scope, receive, send, self._serve)
 
-    async def _serve(self, call: Call) -> int:
+    async def _serve(self, call: ClientCall) -> int:
         body = await self.front.read_body(call, self.max_body)  # 2
         if len(body) >= OFFLOAD_BYTES:  # 3: off the event loop (runner/http/json_body.py)
             obj, model = await _parse_large(body)
@@ -98,7 +96,7 @@ class ChatPath:
             check_generation(obj, context)
         engine = self.engines.get(model)
         if adapter is not None and engine is not None:
-            check_adapter(adapter, _hosts(engine, adapter))
+            check_adapter(adapter, self.adapters.loaded(adapter))
         changed = _strip_extensions(obj)  # 4
         spent = call.spent  # what it can cost at most (runner/tenancy/guard.py)
         spent.input_bound = prompt_bound(body, obj)
@@ -115,7 +113,7 @@ class ChatPath:
             size = len(body)
             body = orjson.dumps(obj) if size < OFFLOAD_BYTES else await dump_json(obj, size)
         request = call.admission_request(_estimate_input_tokens(body), _estimate_output(obj))
-        with _counted(adapter) as count:
+        with counted(adapter) as count:
             async with self.front.admitted(call, request) as admitted:  # 5
                 count.running()
                 current = self.engines.get(model)
@@ -126,21 +124,19 @@ class ChatPath:
                     if engine.rewrite(obj, meta.cache_mode, call.tenant):
                         body = orjson.dumps(obj)
                 if adapter is not None:
-                    check_adapter(adapter, _hosts(engine, adapter))
+                    check_adapter(adapter, self.adapters.loaded(adapter))
                 return await self._place_and_forward(call, admitted, engine, body, obj, adapter)
 
-    def _adapter(self, call: Call, model: str) -> AdapterRecord | None:
+    def _adapter(self, call: ClientCall, model: str) -> AdapterRecord | None:
         """The adapter `model` names, once the tenant may use it (403 otherwise)."""
-        if self.adapters is None:
-            return None
         check_bound(self.adapters, call.tenant, call.policy.models, model)
         return self.adapters.get(model)
 
     async def _place_and_forward(
         self,
-        call: Call,
+        call: ClientCall,
         admitted: Admitted,
-        engine: Engine,
+        engine: ChatEngine,
         body: bytes,
         obj: dict[str, Any],
         adapter: AdapterRecord | None,
@@ -162,9 +158,9 @@ class ChatPath:
 
     async def _forward(
         self,
-        call: Call,
+        call: ClientCall,
         admitted: Admitted,
-        engine: Engine,
+        engine: ChatEngine,
         placement: Placement,
         obj: dict[str, Any],
     ) -> tuple[int, CacheReport]:
@@ -184,7 +180,12 @@ class ChatPath:
         return await self._whole(call, admitted, engine, resp, payload)
 
     async def _whole(
-        self, call: Call, admitted: Admitted, engine: Engine, resp: Response, payload: bytes
+        self,
+        call: ClientCall,
+        admitted: Admitted,
+        engine: ChatEngine,
+        resp: Response,
+        payload: bytes,
     ) -> tuple[int, CacheReport]:
         """A whole answer with its report; an engine's refusal becomes our envelope."""
         if resp.status != 200:
@@ -209,9 +210,9 @@ class ChatPath:
 
     async def _stream(
         self,
-        call: Call,
+        call: ClientCall,
         admitted: Admitted,
-        engine: Engine,
+        engine: ChatEngine,
         placement: Placement,
         resp: Response,
     ) -> tuple[int, CacheReport]:
@@ -267,7 +268,7 @@ class ChatPath:
         return 200, report
 
 
-async def _engine_error(exc: ClientFailure, engine: Engine) -> QuorumError:
+async def _engine_error(exc: ClientFailure, engine: ChatEngine) -> QuorumError:
     """The engine client's failure as an engine error; when the runner stopped the engine
     under the request (`engine.cut`), or the engine process died, say so (the supervisor
     may need a moment to see the exit that reset the connection)."""
@@ -275,40 +276,6 @@ async def _engine_error(exc: ClientFailure, engine: Engine) -> QuorumError:
         return engine.cut
     failure = engine.failure or await engine.diagnose()
     return translate_failure(exc, engine.model_id, failure)
-
-
-def _hosts(engine: Engine, record: AdapterRecord) -> bool:
-    """The engine has the adapter loaded now."""
-    return isinstance(engine, AdapterHost) and record.adapter.id in engine.adapter_ids
-
-
-class _Count:
-    """One request's place in its adapter's counts (waiting, then running)."""
-
-    __slots__ = ("record", "started")
-
-    def __init__(self, record: AdapterRecord | None) -> None:
-        self.record = record
-        self.started = False
-
-    def running(self) -> None:
-        if self.record is not None and not self.started:
-            self.started = True
-            self.record.started()
-
-
-@contextlib.contextmanager
-def _counted(record: AdapterRecord | None) -> Iterator[_Count]:
-    """Count the request against its adapter while it waits and runs (nothing for a base
-    model's request)."""
-    count = _Count(record)
-    if record is not None:
-        record.queued()
-    try:
-        yield count
-    finally:
-        if record is not None:
-            record.ended(count.started)
 
 
 def _loads(body: bytes) -> object:
@@ -362,7 +329,9 @@ def _estimate_output(obj: dict[str, Any]) -> int:
     return 256
 
 
-def _response_headers(call: Call, report: CacheReport, ctype: bytes) -> list[tuple[bytes, bytes]]:
+def _response_headers(
+    call: ClientCall, report: CacheReport, ctype: bytes
+) -> list[tuple[bytes, bytes]]:
     """The runner's headers on an answer: cache report, queue wait, GPU time, ids, limits."""
     if report.cache_hit:
         headers = [
@@ -381,7 +350,7 @@ def _response_headers(call: Call, report: CacheReport, ctype: bytes) -> list[tup
     return headers
 
 
-def _took(call: Call, report: CacheReport, *, final: bool) -> CacheReport:
+def _took(call: ClientCall, report: CacheReport, *, final: bool) -> CacheReport:
     """The engine's figures, when `report` has them: what the call cost if `final` (a
     whole answer), else once the stream has ended (`guard.Spent.used`)."""
     if report.input_tokens or report.output_tokens:
@@ -392,7 +361,7 @@ def _took(call: Call, report: CacheReport, *, final: bool) -> CacheReport:
     return report
 
 
-def _sniff_report(engine: Engine, chunk: bytes) -> CacheReport | None:
+def _sniff_report(engine: ChatEngine, chunk: bytes) -> CacheReport | None:
     """Find the usage block (or llama-server's timings) in a streamed chunk (the final
     one carries it)."""
     for line in chunk.split(b"\n"):

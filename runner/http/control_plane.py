@@ -19,13 +19,13 @@ from runner.errors import (
     HTTP_ERRORS,
     Forbidden,
     LifecycleRateLimited,
-    PayloadTooLarge,
     ServiceUnavailable,
     error_body,
     error_headers,
     error_status,
     route_error,
 )
+from runner.http.asgi import read_body
 from runner.http.headers import parse_request_headers
 from runner.http.openapi import OPENAPI_PATH, openapi_json
 from runner.http.status_page import mount_status_page
@@ -53,19 +53,11 @@ one is refused (413) before anything reads, parses or audits it."""
 
 
 async def bounded_body(request: Request, limit: int) -> bytes:
-    """The request body, read while it stays within `limit` bytes (413 once it does not;
-    a Content-Length above it is refused before any byte is read)."""
+    """The request body, read while it stays within `limit` bytes (413 once it does not):
+    the one reader of the data paths (`asgi.read_body`)."""
     length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise PayloadTooLarge(f"request body is larger than {limit} bytes")
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
-        parts.append(chunk)
-    return b"".join(parts)
+    declared = int(length) if length is not None and length.isdigit() else None
+    return await read_body(request.receive, declared, limit)
 
 
 class LifecycleDoor:
@@ -148,10 +140,11 @@ def control_plane(rt: Runtime) -> FastAPI:
             rt.settings.runner_id,
             str(rt.health().body["status"]),
             rt.admission.models(),
+            rt.specs.specs(),
             rt.pool.records,
             rt.admission.stats().capabilities(),
             rt.settings.enable_multi_tenant,
-            rt.settings.vllm_enable_prefix_caching,
+            rt.features_of,
             loading=rt.loading(),
             available=available,
             resources=rt.refresher.current,

@@ -21,7 +21,7 @@ Every inference request goes the same way, whatever its path:
        (`Metrics.count_request`); what it cost (`runner/tenancy/guard.Spent`) settles
        its token reservation and goes to the usage (`_account`).
 
-Per-request state travels in one record (`Call`), not in arguments.
+Per-request state travels in one record (`ClientCall`), not in arguments.
 """
 
 from __future__ import annotations
@@ -36,14 +36,21 @@ from typing import Protocol
 from runner.errors import (
     HTTP_ERRORS,
     ModelNotFound,
-    PayloadTooLarge,
     QuorumError,
     ServiceUnavailable,
     UnsupportedMediaType,
     WrongEndpoint,
     error_status,
 )
-from runner.http.asgi import DisconnectWatch, Receive, Scope, Send, send_error
+from runner.http.asgi import (
+    ClientGone,
+    DisconnectWatch,
+    Receive,
+    Scope,
+    Send,
+    read_body,
+    send_error,
+)
 from runner.http.headers import (
     DEFAULT_OBJECTIVES,
     RequestMeta,
@@ -79,17 +86,8 @@ PATHS = {
     "audio": "POST /v1/audio/transcriptions or /v1/audio/translations",
     "images": "POST /v1/images/generations",
 }
-"""Which path serves which kind of model (`path_kind`), and where to send it."""
+"""Where to send a model of each request path (its kind's `Traits.request_path`)."""
 _KINDS = {"chat": "a text model", "audio": "a speech model", "images": "an image model"}
-
-
-def path_kind(backend: str) -> str:
-    """The request path that serves a backend's models."""
-    return {"faster-whisper": "audio", "comfyui": "images"}.get(backend, "chat")
-
-
-class ClientGone(Exception):
-    """The client disconnected; nothing more is sent to it (counted as 499)."""
 
 
 class RequestMetrics(Protocol):
@@ -102,14 +100,17 @@ class RequestMetrics(Protocol):
     def end_request(self, model: str, seconds: float) -> None: ...
 
 
-class ModelCheck(Protocol):
+class CheckedAdmission(Admission, Protocol):
+    """The scheduler's admission (`SchedulerAdmission`): grants and releases slots, and
+    says what a request for a model would be refused with now."""
+
     def check(self, model: str) -> None:
-        """Raise what a request for `model` would be refused with now (the scheduler)."""
+        """Raise what a request for `model` would be refused with now."""
         ...
 
 
 @dataclass(slots=True)
-class Call:
+class ClientCall:
     """One request through the front-end: who sent it, and how far it got."""
 
     scope: Scope
@@ -146,7 +147,7 @@ class Call:
         )  # fmt: skip
 
 
-Serve = Callable[[Call], Awaitable[int]]
+Serve = Callable[[ClientCall], Awaitable[int]]
 """A path's work on an identified, rate-limited request; returns the status it answered."""
 
 
@@ -155,13 +156,12 @@ class FrontEnd:
 
     def __init__(
         self,
-        admission: Admission,
+        admission: CheckedAdmission,
         limiter: RateLimiter,
         tenants: TenantsConfig,
         metrics: RequestMetrics,
         *,
         multi_tenant: bool = True,
-        models: ModelCheck | None = None,
         path_of: Callable[[str], str | None] = lambda _model: None,
         objectives: Mapping[bytes, str] = DEFAULT_OBJECTIVES,
         budgets: Budgets | None = None,
@@ -178,7 +178,6 @@ class FrontEnd:
         self.tenants = tenants
         self.metrics = metrics
         self.multi_tenant = multi_tenant
-        self.models = models
         self.path_of = path_of
         self.objectives = objectives
         self.budgets = budgets
@@ -190,12 +189,12 @@ class FrontEnd:
         self, scope: Scope, receive: Receive, send: Send, serve: Serve, *, json: bool = True
     ) -> None:
         """`json`: the path's body is JSON (chat, images): any other media type is 415."""
-        call: Call | None = None
+        call: ClientCall | None = None
         try:
             meta = parse_request_headers(scope["headers"], self.objectives)  # 1
             if json and not meta.json_body:
                 raise UnsupportedMediaType()
-            call = Call(scope, receive, send, meta, "_invalid")
+            call = ClientCall(scope, receive, send, meta, "_invalid")
             call.tenant = self.identify(
                 meta.authorization,
                 meta.tenant_header,
@@ -220,7 +219,7 @@ class FrontEnd:
         self.metrics.count_request(call.model, call.tenant, status)
         self._account(call, status)
 
-    def _police(self, call: Call) -> None:
+    def _police(self, call: ClientCall) -> None:
         """The tenant's policy as it is now, and the priority the request is served at
         (`tenants.policy.effective_priority`; X-Effective-Priority on every answer)."""
         policy = call.policy = self.tenants.policy(call.tenant)
@@ -242,7 +241,7 @@ class FrontEnd:
             raise error
         return self.limiter.headers(decision) + headers
 
-    async def reserve_tokens(self, call: Call, model: str) -> None:
+    async def reserve_tokens(self, call: ClientCall, model: str) -> None:
         """Reserve the request's bounds (`call.spent`) against its tenant's token budgets
         (429, 400 or 503 when refused); the headers join the call's."""
         if self.budgets is None or not call.policy.token_budgets:
@@ -258,7 +257,7 @@ class FrontEnd:
             raise
         call.limits += headers
 
-    def _account(self, call: Call, status: int) -> None:
+    def _account(self, call: ClientCall, status: int) -> None:
         """Step 5: what the request is charged (`guard.Spent.used`) replaces its token
         reservation and goes to the usage, with its outcome and times."""
         used_in, used_out = call.spent.used()
@@ -271,7 +270,9 @@ class FrontEnd:
                 queue_ms=call.queue_wait_ms,
             )  # fmt: skip
 
-    def check_model(self, call: Call, model: str, kind: str, named: str | None = None) -> None:
+    def check_model(
+        self, call: ClientCall, model: str, kind: str, named: str | None = None
+    ) -> None:
         """`model` is the call's: refused now if the tenant may not use it (403
         `model_not_allowed`, before any queueing), if another path serves it (400
         `unsupported_model` naming where to send it) or with what the scheduler would
@@ -287,16 +288,15 @@ class FrontEnd:
         path = self.path_of(model)
         if path is not None and path != kind:
             raise WrongEndpoint(model=model, kind=_KINDS[path], where=PATHS[path])
-        if self.models is not None:
-            try:
-                self.models.check(model)
-            except ModelNotFound as exc:
-                call.model = UNKNOWN_MODEL  # never a label a client chose
-                if entitled.patterns is None:
-                    raise
-                known = str(exc.fields.get("models", "")).split(", ")
-                mine = ", ".join(entitled.filter(known)) or "none"
-                raise ModelNotFound(model=model, models=mine) from None
+        try:
+            self.admission.check(model)
+        except ModelNotFound as exc:
+            call.model = UNKNOWN_MODEL  # never a label a client chose
+            if entitled.patterns is None:
+                raise
+            known = str(exc.fields.get("models", "")).split(", ")
+            mine = ", ".join(entitled.filter(known)) or "none"
+            raise ModelNotFound(model=model, models=mine) from None
 
     def engine_gone(self, model: str) -> QuorumError:
         """What a request granted a slot gets when its model's engine is gone before the
@@ -305,38 +305,19 @@ class FrontEnd:
         `Retry-After`), else 503 with `Retry-After: 1` (a restart is on its way). Never a
         502: nothing was sent to the engine."""
         try:
-            if self.models is not None:
-                self.models.check(model)
+            self.admission.check(model)
         except QuorumError as exc:
             return exc
         error = ServiceUnavailable(f"model {model!r} is restarting; retry shortly")
         error.headers["Retry-After"] = "1"
         return error
 
-    async def read_body(self, call: Call, limit: int) -> bytes:
-        """The whole body, refused with 413 the moment it passes `limit` (Content-Length
-        first); a client gone meanwhile raises `ClientGone`."""
-        length = call.meta.content_length
-        if length is not None and length > limit:
-            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
-        parts: list[bytes] = []
-        size = 0
-        while True:
-            message = await call.receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone
-            chunk: bytes = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise PayloadTooLarge(f"request body is larger than {limit} bytes")
-            if not message.get("more_body", False):
-                if not parts:
-                    return chunk
-                parts.append(chunk)
-                return b"".join(parts)
-            parts.append(chunk)
+    async def read_body(self, call: ClientCall, limit: int) -> bytes:
+        """The whole body, refused with 413 the moment it passes `limit` (`asgi.read_body`);
+        a client gone meanwhile raises `ClientGone`."""
+        return await read_body(call.receive, call.meta.content_length, limit)
 
-    def admitted(self, call: Call, request: AdmissionRequest) -> Admitted:
+    def admitted(self, call: ClientCall, request: AdmissionRequest) -> Admitted:
         """Step 4: `async with front.admitted(call, request) as grant:` (see `Admitted`)."""
         return Admitted(self, call, request)
 
@@ -359,7 +340,7 @@ class Admitted:
         "_call", "_front", "_let_go", "_request", "_started", "_watch", "grant", "usage",
     )  # fmt: skip
 
-    def __init__(self, front: FrontEnd, call: Call, request: AdmissionRequest) -> None:
+    def __init__(self, front: FrontEnd, call: ClientCall, request: AdmissionRequest) -> None:
         self._front = front
         self._call = call
         self._request = request

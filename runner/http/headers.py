@@ -36,36 +36,16 @@ from dataclasses import dataclass
 from itertools import count
 
 from runner.errors import InvalidHeader
+from runner.http.asgi import Scope
+from runner.runtime.settings import DEFAULT_OBJECTIVE_PRIORITIES, parse_objective_priorities
+from tenants.identity import Identity
 
 _TENANT = re.compile(rb"[A-Za-z0-9._-]{1,64}")
 _REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
 _PRIORITIES = {b"high": "high", b"normal": "normal", b"low": "low"}
-_PRIORITIES_S = frozenset(_PRIORITIES.values())
 _CACHE_MODES = {b"prefix": "prefix", b"none": "none", b"auto": "auto"}
 _BOOT = os.urandom(4).hex()
 _SEQ = count(1)
-
-DEFAULT_OBJECTIVE_PRIORITIES = (
-    "high=high,normal=normal,low=low,critical=high,standard=normal,sheddable=low"
-)
-"""OBJECTIVE_PRIORITIES' default: the InferenceObjectives of deploy/k8s/ (high, normal, low)
-and the Inference Extension's older criticality names (Critical, Standard, Sheddable)."""
-
-
-def parse_objective_priorities(text: str) -> dict[bytes, str]:
-    """`name=priority,...` (an InferenceObjective's name, one of high, normal, low) as the
-    table `parse_request_headers` reads; names are case-insensitive. ValueError names the
-    bad entry."""
-    table: dict[bytes, str] = {}
-    for entry in text.split(","):
-        if not entry.strip():
-            continue
-        name, sep, priority = (part.strip().lower() for part in entry.partition("="))
-        if not sep or not name or not name.isascii() or priority not in _PRIORITIES_S:
-            raise ValueError(f"{entry.strip()!r} is not <objective>=high|normal|low")
-        table[name.encode()] = priority
-    return table
-
 
 DEFAULT_OBJECTIVES = parse_objective_priorities(DEFAULT_OBJECTIVE_PRIORITIES)
 
@@ -218,3 +198,16 @@ def parse_deadline(deadline: bytes | None, slo: bytes | None) -> int | None:
     if not text.isdigit() or len(text) > 7 or not 1 <= int(text) <= MAX_DEADLINE_MS:
         raise InvalidHeader(f"{name} must be an integer of 1-{MAX_DEADLINE_MS} milliseconds")
     return int(text)
+
+
+def tenant_of(identity: Identity, scope: Scope, objectives: Mapping[bytes, str]) -> str:
+    """The tenant of a request that the front-end does not serve (jobs, engine logs, the
+    status page), identified exactly as an inference request is (tenants/identity.py)."""
+    meta = parse_request_headers(list(scope["headers"]), objectives)
+    return identity.identify(
+        meta.authorization,
+        meta.tenant_header,
+        meta.fairness_id,
+        meta.gateway_secret,
+        scope.get("client"),
+    )

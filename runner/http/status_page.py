@@ -17,7 +17,7 @@ not served from here.
 What it reads of the runner (names kept in `gather`, so a refactor of the Runtime knows
 what the page depends on): settings.runner_id, settings.admins, life, started_at,
 admission.models() (the scheduler's view of each model: state, memory, restarts, exit code,
-reason), pool.records (spec.backend, loaded_at), refresher.current (total/used/free_mb,
+reason), specs.specs() (backend), pool.records (loaded_at), refresher.current (total/used/free_mb,
 source, models: weights_mb, kv_mb, kv_utilization), loads.progress() (LoadTask),
 admission.stats() (QueueStats), admission.core.waiting_tickets() (tenant, band, model: counts
 only), verifier.audit_sink (records in memory, or the tail of the JSON Lines file),
@@ -155,6 +155,7 @@ async def gather(rt: Runtime) -> PageInputs:
     """Everything the page shows, read from the Runtime now (see the module docstring)."""
     snapshot = rt.refresher.current
     measured = {m.model: m for m in snapshot.models}
+    specs = rt.specs.specs()
     records = rt.pool.records
     waiting = rt.admission.core.waiting_tickets()
     stats = rt.admission.stats()
@@ -170,7 +171,7 @@ async def gather(rt: Runtime) -> PageInputs:
         models=[
             ModelRow(
                 id=model,
-                backend=records[model].spec.backend,
+                backend=specs[model].backend,
                 state=view.state.value,
                 mem_mb=view.mem_mb,
                 weights_mb=measured[model].weights_mb if model in measured else None,
@@ -179,10 +180,10 @@ async def gather(rt: Runtime) -> PageInputs:
                 restarts=view.restarts,
                 exit_code=view.exit_code,
                 error=view.reason,
-                loaded_at=records[model].loaded_at,
+                loaded_at=records[model].loaded_at if model in records else None,
             )
             for model, view in rt.admission.models().items()
-            if model in records
+            if model in specs
         ],
         loads=[
             LoadRow(t.task_id, t.model_id, t.status.value, t.progress, t.eta, t.created_at)

@@ -38,7 +38,7 @@ from adapters.comfyui.store import FILES_PATH, TOKEN_RE, ImageStore, file_path
 from faults import BadRequest
 from runner.errors import MethodNotAllowed
 from runner.http.asgi import Receive, Scope, Send, send_error
-from runner.http.frontend import Call, FrontEnd, Headers
+from runner.http.frontend import ClientCall, FrontEnd, Headers
 from runner.http.headers import new_request_id
 from runner.http.json_body import load_json
 from runner.jobs.http import JobSubmitter, wants_async
@@ -91,7 +91,7 @@ class ImagesPath:
             return
         await self.front(scope, receive, send, self._serve)
 
-    async def _serve(self, call: Call) -> int:
+    async def _serve(self, call: ClientCall) -> int:
         body = await self.front.read_body(call, self.max_body)  # 2
         request = await _parse(body)  # 3
         self.front.check_model(call, request.model, "images")
@@ -129,7 +129,7 @@ class ImagesPath:
             raise self.front.engine_gone(model_id)
         return model
 
-    def _url_for(self, call: Call) -> Callable[[str], str]:
+    def _url_for(self, call: ClientCall) -> Callable[[str], str]:
         """Absolute image URLs: `public_url`, else the scheme and Host of the request."""
         base = self.public_url
         if base is None:
@@ -138,7 +138,7 @@ class ImagesPath:
         return lambda token: base + file_path(token)
 
     def job_work(
-        self, request: ImageRequest, call: Call, url_for: Callable[[str], str] = file_path
+        self, request: ImageRequest, call: ClientCall, url_for: Callable[[str], str] = file_path
     ) -> Work:
         """The job's work: wait for a slot in the fair queue, then generate.
 
@@ -196,7 +196,7 @@ async def _parse(body: bytes) -> ImageRequest:
     return parse_image_request(obj)
 
 
-def _ticket(request_id: str, call: Call, request: ImageRequest) -> AdmissionRequest:
+def _ticket(request_id: str, call: ClientCall, request: ImageRequest) -> AdmissionRequest:
     prompt_tokens = max(1, len(request.prompt) // 4)
     meta = call.meta
     return AdmissionRequest(
@@ -235,7 +235,7 @@ class ImageFiles:
         )
 
 
-def _headers(call: Call, queue_wait_ms: int, engine_ms: int) -> Headers:
+def _headers(call: ClientCall, queue_wait_ms: int, engine_ms: int) -> Headers:
     return [
         (b"content-type", b"application/json"),
         (b"x-cache-hit", b"false"),

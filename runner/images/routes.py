@@ -2,9 +2,10 @@
 
 The handlers are in `runner/images/handler.py` (`ImagesPath`, `ImageFiles`); this builds
 them on the runner's front-end, pool and jobs. `ImagesPath` routes by `model` among
-`ImageModels(pool.engines)`: a live view, kept current by the pool like the chat path's
-engine map. What a request for a model that is not ready meets is the front-end's and the
-scheduler's answer (a model of another backend is 400, one that is not loaded 404, ...).
+the pool's ready engines with an image facet (`ReadyEngines.images`): a live view, kept
+current by the pool like the chat path's. What a request for a model that is not ready
+meets is the front-end's and the scheduler's answer (a model of another backend is 400,
+one that is not loaded 404, ...).
 """
 
 from __future__ import annotations
@@ -12,17 +13,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from adapters.base import Engine
-from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.follow import FollowTiming
 from adapters.comfyui.images import ImageGenerator
+from adapters.comfyui.kind import DEFAULT_WORKFLOW
 from adapters.comfyui.store import ImageStore
 from adapters.comfyui.workflows import WorkflowTemplate, load_template
-from runner.engines.comfyui import DEFAULT_WORKFLOW
 from runner.engines.pool import ModelPool
 from runner.errors import ConfigError
 from runner.http.frontend import FrontEnd
@@ -31,25 +30,6 @@ from runner.jobs.http import JobSubmitter
 from runner.runtime.settings import Settings
 
 log = logging.getLogger("quorum.images")
-
-
-class ImageModels(Mapping[str, ComfyUIEngine]):
-    """The ComfyUI engines among `engines`, read live."""
-
-    def __init__(self, engines: Mapping[str, Engine]) -> None:
-        self.engines = engines
-
-    def __getitem__(self, model: str) -> ComfyUIEngine:
-        engine = self.engines[model]
-        if not isinstance(engine, ComfyUIEngine):
-            raise KeyError(model)
-        return engine
-
-    def __iter__(self) -> Iterator[str]:
-        return (m for m, e in list(self.engines.items()) if isinstance(e, ComfyUIEngine))
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +59,7 @@ def image_routes(
             if s.images_dir
             else ImageStore.temporary(s.images_url_ttl_s)
         )
-    models = ImageModels(pool.engines)
+    models = pool.ready.images
     images = ImagesPath(
         front,
         models,
@@ -116,9 +96,9 @@ def _template(workflow: str) -> WorkflowTemplate | None:
 
 
 def _shape(pool: ModelPool, model: str) -> _Shape | None:
-    """A ComfyUI model not loaded yet, from its spec: what its requests are checked against."""
-    spec = pool.spec(model)
-    if spec is None or spec.backend != "comfyui":
+    """An image model not loaded yet, from its spec: what its requests are checked against."""
+    spec = pool.specs.spec(model)
+    if spec is None or pool.kinds.of(spec).traits.request_path != "images":
         return None
     template = _template(spec.workflow or DEFAULT_WORKFLOW)
     return None if template is None else _Shape(model, template, spec.checkpoint)
@@ -135,3 +115,9 @@ async def sweep_forever(store: ImageStore, every_s: float = 300.0) -> None:
             if removed:
                 log.info("image store: %d expired image(s) removed", removed)
         await asyncio.sleep(every_s)
+
+
+async def close_images(store: ImageStore) -> None:
+    """Remove the images kept for URLs: they die with the runner that served them."""
+    removed = await asyncio.to_thread(store.close)
+    log.info("image store closed: %d image(s) removed", removed)

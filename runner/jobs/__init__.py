@@ -1,8 +1,9 @@
 """Async jobs: long work (transcriptions, image generations) run in the background.
 
-`JobManager` (manager.py) is the entry point; `http.py` holds the answers the
-routes send; records and their state machine are in record.py, storage in
-store.py, signed webhooks in webhooks.py, errors in errors.py.
+`JobManager` (manager.py) is the entry point, built with its store and webhook sender
+from the settings in build.py; `http.py` holds the answers the routes send; records and
+their state machine are in record.py, storage in store.py, signed webhooks in
+webhooks.py, where they may go in outbound.py, errors in errors.py.
 """
 
 from runner.jobs.errors import (

@@ -100,8 +100,11 @@ class JobManager:
         shutdown_grace_s: float = 5.0,
         store_retry_s: float = RETRY_S,
         max_per_tenant: int | None = None,
+        on_finished: Callable[[str, str], None] = lambda _kind, _outcome: None,
     ) -> None:
-        """`max_per_tenant`: unfinished jobs one tenant may hold on this replica (None: no cap)."""
+        """`max_per_tenant`: unfinished jobs one tenant may hold on this replica (None: no
+        cap); `on_finished(kind, outcome)`: each job that ends here, once, with its kind and
+        outcome (its terminal status): metrics."""
         self._store = store
         self._sender = sender
         self.runner_id = runner_id
@@ -117,8 +120,7 @@ class JobManager:
         self._writes: PendingWrites[Job, None] = PendingWrites(
             store.put, JobStoreUnavailable, "job", retry_s=store_retry_s
         )
-        # Metrics: each job that ends here, once, with its kind and outcome (terminal status).
-        self.on_finished: Callable[[str, str], None] = lambda _kind, _outcome: None
+        self.on_finished = on_finished
 
     def active(self) -> int:
         """Jobs of this replica still running or delivering their webhook."""

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from runner.jobs.errors import InvalidWebhook
+from runner.runtime.settings import Network, parse_allow_hosts
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 """`resolve(host, port)`: every address the host has (strings), or OSError."""
 Endpoints = Callable[[], Collection[tuple[str, int]]]
@@ -122,24 +122,9 @@ class AllowList:
 
     @classmethod
     def parse(cls, text: str) -> AllowList:
-        """Comma-separated entries; ValueError names a bad one."""
-        networks: list[Network] = []
-        names: set[str] = set()
-        suffixes: list[str] = []
-        for part in (p.strip().lower() for p in text.split(",")):
-            if not part:
-                continue
-            try:
-                networks.append(ipaddress.ip_network(part, strict=False))
-                continue
-            except ValueError:
-                pass
-            if part.startswith("*.") and len(part) > 2:
-                suffixes.append(part[1:])
-            elif all(c.isalnum() or c in "-." for c in part):
-                names.add(part)
-            else:
-                raise ValueError(f"{part!r} is not a CIDR, a host name or *.suffix")
+        """Comma-separated entries (`runner/runtime/settings.parse_allow_hosts`, which
+        checks the setting at start-up); ValueError names a bad one."""
+        networks, names, suffixes = parse_allow_hosts(text)
         return cls(tuple(networks), frozenset(names), tuple(suffixes))
 
     def admits(self, host: str, address: Address) -> bool:

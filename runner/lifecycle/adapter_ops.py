@@ -14,8 +14,9 @@ Both go the way of every lifecycle call (`runner/lifecycle/governed.py`):
        adapter on this base with this file (its sha256) for these tenants (audited);
     3. only then check what it names, so that nobody without a token learns which models,
        adapters or files exist (docs/security.md): the base is a model of this runner
-       (404) whose backend serves adapters (400), the id is free (load) or an adapter of
-       that base (unload) (409 / 404), room under the base's `max_adapters` (409), the
+       (404) whose engine kind serves adapters (`Traits.adapters`; 400), the id is free
+       (load) or an adapter of that base (unload) (409 / 404), room under the base's
+       `max_adapters` (its kind's `adapter_room`; 409), the
        base not in the middle of a load, an unload or a sleep (409); a load's file has the
        sha256 given (400);
     4. load: rank and size read from the file (an engine started with it checks its sha256
@@ -41,14 +42,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from adapters.base import AdapterHost
 from adapters.lora import LoraAdapter, file_digest, read_rank, size_mb
 from runner.engines.adapters import AdapterBook, AdapterRecord, AdapterState
 from runner.engines.pool import ModelPool
 from runner.errors import AdapterRefused, BadRequest, ModelNotFound, QuorumError
 from runner.lifecycle.catalog import Roots, inside
 from runner.lifecycle.governed import GovernedOps, GovernedRequest, governed_request, parse_body
-from runner.runtime.models_file import ADAPTER_BACKENDS
+from runner.runtime.models_file import ModelSpec
 from runner.scheduler import ModelState, SchedulerAdmission
 
 log = logging.getLogger("quorum.adapters")
@@ -74,6 +74,7 @@ class AdapterOps:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.pool = pool
+        self.specs = pool.specs
         self.book: AdapterBook = pool.adapters
         self.scheduler = scheduler
         self.governed = governed
@@ -86,11 +87,10 @@ class AdapterOps:
         doc = parse_body(body)  # 1
         adapter = self._parse_load(doc)
         await self.governed.approve("adapter-load", _governed(doc, header_token))  # 2
-        self._check_base(adapter.base)  # 3
-        if adapter.id in self.book or adapter.id in self.pool.records:
+        spec = self._check_base(adapter.base)  # 3
+        if adapter.id in self.book or self.specs.spec(adapter.id) is not None:
             raise AdapterRefused(f"model id {adapter.id!r} is already taken on this runner")
-        spec = self.pool.records[adapter.base].spec
-        capacity = spec.adapter_capacity if spec.backend == "vllm" else spec.max_adapters
+        capacity = self.specs.kind(spec).adapter_room(self.specs.kinds.engine_spec(spec))
         if capacity is not None and self.book.count(adapter.base) >= capacity:
             raise AdapterRefused(
                 f"model {adapter.base!r} has room for {capacity} adapters (max_adapters), all taken"
@@ -149,8 +149,7 @@ class AdapterOps:
 
     def loaded(self, record: AdapterRecord) -> bool:
         """Its base's running engine has it now."""
-        engine = self.pool.engines.get(record.adapter.base)
-        return isinstance(engine, AdapterHost) and record.adapter.id in engine.adapter_ids
+        return self.book.loaded(record)
 
     # -- steps -------------------------------------------------------------------------
 
@@ -193,17 +192,18 @@ class AdapterOps:
             governed=True,
         )
 
-    def _check_base(self, base: str) -> None:
-        record = self.pool.records.get(base)
-        if record is None:
-            known = ", ".join(sorted(self.pool.records)) or "none"
+    def _check_base(self, base: str) -> ModelSpec:
+        """The base's spec, once it can serve adapters."""
+        spec = self.specs.spec(base)
+        if spec is None:
+            known = ", ".join(sorted(self.specs.specs())) or "none"
             raise ModelNotFound(model=base, models=known)
-        spec = record.spec
-        if spec.backend not in ADAPTER_BACKENDS or spec.attached:
+        if not self.specs.kind(spec).traits.adapters or spec.attached:
             raise BadRequest(
                 f"model {base!r} cannot serve adapters (backend {spec.backend}"
                 f"{', attached by URL' if spec.attached else ''})"
             )
+        return spec
 
     def _check_running(self, base: str) -> None:
         """The base is not changing state: absent or failed (its next start picks the set
@@ -229,8 +229,8 @@ class AdapterOps:
         """Step 5 of a load: into the running engine (in place, or started again with it),
         else into the set its next start loads."""
         base = record.adapter.base
-        engine = self.pool.engines.get(base)
-        if isinstance(engine, AdapterHost):
+        engine = self.pool.ready.adapters.get(base)
+        if engine is not None:
             if await _engine_call(engine.add_adapter(record.adapter)):
                 record.state = AdapterState.ACTIVE
                 return
@@ -248,8 +248,8 @@ class AdapterOps:
 
     async def _remove(self, record: AdapterRecord) -> None:
         base = record.adapter.base
-        engine = self.pool.engines.get(base)
-        if not isinstance(engine, AdapterHost) or record.adapter.id not in engine.adapter_ids:
+        engine = self.pool.ready.adapters.get(base)
+        if engine is None or record.adapter.id not in engine.adapter_ids:
             return
         if not await _engine_call(engine.remove_adapter(record.adapter.id)):
             record.state = AdapterState.REMOVING  # not in the set the new engine starts with

@@ -19,8 +19,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from adapters.kind import EngineKind
+from runner.engines.kinds import EngineKinds
 from runner.errors import BadRequest, ModelNotFound
-from runner.runtime.models_file import Backend, ModelSpec
+from runner.runtime.models_file import ModelSpec
 
 _HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
@@ -111,31 +113,21 @@ def hf_snapshot(hf_home: Path | None, repo_id: str) -> Path | None:
     return dirs[-1] if dirs else None
 
 
-def pick_gguf(directory: Path, quantization: str | None) -> Path | None:
-    """The GGUF file in `directory` to load: one whose name holds the quantization, else the
-    smallest (the first shard of a split model counts as the model)."""
-    files = sorted(directory.rglob("*.gguf"))
-    if quantization:
-        q = quantization.lower().replace("-", "_")
-        matching = [f for f in files if q in f.name.lower().replace("-", "_")]
-        files = matching or files
-    if not files:
-        return None
-    return min(files, key=lambda f: f.stat().st_size)
-
-
 def resolve(
     model_id: str,
     specs: dict[str, ModelSpec],
     roots: Roots,
-    backend: Backend,
+    kinds: EngineKinds,
+    backend: str,
     quantization: str | None = None,
 ) -> tuple[ModelSpec, str | None]:
-    """The spec to load for `model_id`, and the HF repo to download first (or None).
+    """The spec to load for `model_id` (a new one of `backend`), and the HF repo to download
+    first (or None).
 
-    1. An id of the models file (or one loaded before): its entry; a llama-server entry
-       naming only an `hf` repo whose file is not on disk is downloaded first (an earlier
-       download failed or was cancelled; llama-server cannot fetch it itself).
+    1. An id of the models file (or one loaded before): its entry; one naming only an `hf`
+       repo whose files are not on disk is downloaded first when its engine cannot fetch
+       them itself (`EngineKind.downloads_first`: llama-server; an earlier download
+       failed or was cancelled).
     2. A path (relative to MODEL_BASE_PATH, or absolute) inside the allowed roots: a spec
        for that file; outside them, or `..`: 400.
     3. An `org/name` repo id: its local snapshot in the HF cache, else (none, or one a
@@ -144,9 +136,10 @@ def resolve(
     """
     if model_id in specs:  # 1
         known = specs[model_id]
-        if known.backend == "llama-server" and known.hf and known.local_path() is None:
+        if known.hf and kinds.of(known).downloads_first(kinds.engine_spec(known)):
             return known, known.hf
         return known, None
+    kind = kinds.named(backend)
     if "\x00" in model_id or len(model_id) > 1024:
         raise BadRequest("modelId is not a valid model name or path")
     candidate = Path(model_id)
@@ -156,34 +149,33 @@ def resolve(
             raise BadRequest("modelId names a path outside the runner's model directories")
         if not path.exists():
             raise ModelNotFound(f"model {model_id!r} does not exist under the model directories")
-        return _spec_for_path(model_id, path, backend, quantization), None
+        return _spec_for_path(model_id, path, kind, quantization), None
     base_path = roots.model_base / candidate
     if base_path.exists() and inside(base_path, roots.allowed()):
-        return _spec_for_path(model_id, base_path, backend, quantization), None
+        return _spec_for_path(model_id, base_path, kind, quantization), None
     if is_hf_repo_id(model_id):  # 3
         snapshot = hf_snapshot(roots.hf_home, model_id)
-        if snapshot is not None and _holds_model(snapshot, backend, quantization):
-            return _spec_for_path(model_id, snapshot, backend, quantization), None
+        if snapshot is not None and _holds_model(snapshot, kind, quantization):
+            return _spec_for_path(model_id, snapshot, kind, quantization), None
         spec = ModelSpec(id=model_id, backend=backend, hf=model_id, quantization=quantization)
         return spec, model_id
     raise ModelNotFound(f"model {model_id!r} is not in the catalog")  # 4
 
 
-def _holds_model(snapshot: Path, backend: Backend, quantization: str | None) -> bool:
+def _holds_model(snapshot: Path, kind: EngineKind, quantization: str | None) -> bool:
     """Whether a snapshot has the model's files (a download under way or cut short leaves
-    the directory without them)."""
-    if backend == "llama-server":
-        return pick_gguf(snapshot, quantization) is not None
-    return any(snapshot.iterdir())
+    the directory without them): the file its kind loads, or anything at all."""
+    found = kind.model_file(snapshot, quantization)
+    return found is not None and (found != snapshot or any(snapshot.iterdir()))
 
 
 def _spec_for_path(
-    model_id: str, path: Path, backend: Backend, quantization: str | None
+    model_id: str, path: Path, kind: EngineKind, quantization: str | None
 ) -> ModelSpec:
     target = path
-    if backend == "llama-server" and path.is_dir():
-        gguf = pick_gguf(path, quantization)
-        if gguf is None:
-            raise BadRequest(f"model {model_id!r}: no GGUF file in {path.name} for llama-server")
-        target = gguf
-    return ModelSpec(id=model_id, backend=backend, path=str(target), quantization=quantization)
+    if path.is_dir():
+        found = kind.model_file(path, quantization)
+        if found is None:
+            raise BadRequest(f"model {model_id!r}: no model file in {path.name} for {kind.name}")
+        target = found
+    return ModelSpec(id=model_id, backend=kind.name, path=str(target), quantization=quantization)

@@ -6,13 +6,14 @@ it makes byte bars (`unit="B"`) whose `total` grows by each file's size as the f
 starts and whose `update(n)` counts the bytes written, from the download's worker threads.
 `ByteMeter.bar_class()` is such a class, drawing nothing; each update calls the meter's
 `on_bytes` (from the download's thread), and the load task reads `ByteMeter.fraction()`
-then (`runner/lifecycle/loads.py`).
+then (`fetch_reporting`, for `runner/lifecycle/loads.py`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +99,45 @@ def fetch_snapshot(
         tqdm_class=meter.bar_class(),
     )
     return path
+
+
+Report = Callable[[ByteMeter, float], Awaitable[bool]]
+"""`report(meter, now)`: the bytes done so far, at `now`; True: stop waiting for the rest."""
+
+
+async def fetch_reporting(
+    repo_id: str,
+    cache_dir: Path,
+    patterns: list[str] | None,
+    report: Report,
+    clock: Callable[[], float],
+    every_s: float,
+) -> str | None:
+    """`fetch_snapshot` in a thread, `report`ed as its bytes move (at most every `every_s`
+    on `clock`); its local path, or None when a report said to stop (the thread still
+    finishes the file; nothing uses it). Raises huggingface_hub's errors as they are."""
+    loop = asyncio.get_running_loop()
+    moved = asyncio.Event()
+
+    def bytes_moved() -> None:  # in the download's thread
+        loop.call_soon_threadsafe(moved.set)
+
+    meter = ByteMeter(on_bytes=bytes_moved)
+    fetch = asyncio.ensure_future(
+        asyncio.to_thread(fetch_snapshot, repo_id, cache_dir, patterns, meter)
+    )
+    # A cancelled caller stops waiting; the thread still ends, and its outcome is nobody's.
+    fetch.add_done_callback(lambda f: f.cancelled() or f.exception())
+    written = clock()
+    while not fetch.done():
+        waiter = asyncio.ensure_future(moved.wait())
+        await asyncio.wait({fetch, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        moved.clear()
+        now = clock()
+        if fetch.done() or now - written < every_s:
+            continue
+        written = now
+        if await report(meter, now):
+            return None
+    return fetch.result()

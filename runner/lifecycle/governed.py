@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.base import Engine, FlushResult, FlushScope
+from adapters.base import FlushResult, FlushScope
 from governance.encoding import loads_strict
 from governance.verifier import Approval, Verifier
 from runner.errors import BadRequest, MissingOpToken, ModelNotFound, ServiceUnavailable
@@ -40,6 +40,9 @@ from runner.telemetry.metrics import Metrics
 _TENANT = re.compile(r"[A-Za-z0-9._-]{1,64}")
 FLUSH_SCOPES = ("all", "model", "tenant", "tag")
 _FLUSH_FIELDS = frozenset({"scope", "modelId", "tenantId", "tag", "verifiedOpToken"})
+
+Flush = Callable[[FlushScope], Awaitable[FlushResult]]
+"""One ready engine's cache flush (`adapters.kind.Launched.flush`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +109,8 @@ def flush_scope(doc: dict[str, Any]) -> FlushScope:
     return FlushScope(scope, model_id, tenant_id, tag)
 
 
-def loaded_engine(model_id: str, engines: Mapping[str, Engine]) -> Engine:
-    """The engine of a loaded model (404 otherwise); asked after approval only."""
+def loaded_engine(model_id: str, engines: Mapping[str, Flush]) -> Flush:
+    """The flush of a loaded model's engine (404 otherwise); asked after approval only."""
     engine = engines.get(model_id)
     if engine is None:
         loaded = ", ".join(sorted(engines)) or "none"
@@ -134,14 +137,15 @@ class GovernedOps:
     def __init__(
         self,
         verifier: Verifier | None,
-        engines: Mapping[str, Engine],
+        flushes: Mapping[str, Flush],
         metrics: Metrics,
         at_rest: Callable[[FlushScope], int] = lambda _scope: 0,
     ) -> None:
-        """`at_rest(scope)` removes the saved states in `scope` of models not running
-        (blocking file work: run in a thread) and says how many."""
+        """`flushes`: the ready engines a cache flush addresses, by model (kept current by
+        the pool); `at_rest(scope)` removes the saved states in `scope` of models not
+        running (blocking file work: run in a thread) and says how many."""
         self.verifier = verifier
-        self.engines = engines
+        self.flushes = flushes
         self.metrics = metrics
         self.at_rest = at_rest
 
@@ -167,10 +171,10 @@ class GovernedOps:
         request = governed_request(doc, header_token)  # 2
         await self.approve("cache-flush", request)  # 3
         if scope.model_id is not None:  # 4
-            targets = [loaded_engine(scope.model_id, self.engines)]
+            targets = [loaded_engine(scope.model_id, self.flushes)]
         else:
-            targets = list(self.engines.values())
-        results = [await engine.flush(scope) for engine in targets]
+            targets = list(self.flushes.values())
+        results = [await flush(scope) for flush in targets]
         if scope.model_id is None:
             removed = await asyncio.to_thread(self.at_rest, scope)
             if removed:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from runner.engines.kinds import LoadParams
 from runner.errors import BadRequest
 
 QUANTIZATIONS = ("awq-4bit", "gptq-4bit", "fp16", "bf16")
@@ -30,6 +31,10 @@ class LoadRequest:
     max_context_length: int | None
     gpu_memory_budget_mb: int | None
     evict_model: str | None
+
+    def params(self) -> LoadParams:
+        """What the load asks its engine's start for, beyond the model's spec."""
+        return LoadParams(self.max_context_length, self.quantization, self.gpu_memory_budget_mb)
 
 
 def _opt_int(doc: dict[str, Any], key: str, low: int, high: int) -> int | None:

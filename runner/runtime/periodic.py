@@ -1,4 +1,5 @@
-"""A background task that does one thing on a timer, off the request path."""
+"""Background tasks off the request path: one that does one thing on a timer (`Periodic`),
+and how any is stopped (`cancelled`)."""
 
 from __future__ import annotations
 
@@ -27,9 +28,7 @@ class Periodic:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancelled(self._task)
             self._task = None
 
     async def _loop(self) -> None:
@@ -39,3 +38,10 @@ class Periodic:
                 await self.work()
             except Exception:
                 log.exception("%s failed; keeping the last figures", self.name)
+
+
+async def cancelled(task: asyncio.Task[None]) -> None:
+    """Cancel `task` and wait until it ended."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -10,6 +10,7 @@ raises `ConfigError` whose message names each bad variable and its problem.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 from collections.abc import Mapping
@@ -18,19 +19,67 @@ from typing import Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from adapters.llama_server.kind import default_binary as default_llama_server_bin
+from adapters.vllm.launch import DEFAULT_BIN as DEFAULT_VLLM_BIN
 from runner.errors import ConfigError
-from runner.http.headers import DEFAULT_OBJECTIVE_PRIORITIES, parse_objective_priorities
-from runner.telemetry.metrics import PICKER_PATH
 from tenants.identity import parse_peers
 from tenants.rates import parse_rate
 
+DEFAULT_OBJECTIVE_PRIORITIES = (
+    "high=high,normal=normal,low=low,critical=high,standard=normal,sheddable=low"
+)
+"""OBJECTIVE_PRIORITIES' default: the InferenceObjectives of deploy/k8s/ (high, normal, low)
+and the Inference Extension's older criticality names (Critical, Standard, Sheddable)."""
 
-def default_llama_server_bin() -> str:
-    """Where `scripts/install-llama-server` puts its build (QUORUM_CACHE, else ~/.cache/quorum)."""
-    from adapters.llama_server.engine import LLAMA_SERVER_VERSION
+PRIORITIES = ("high", "normal", "low")
+"""The priority bands a request may ask for (X-Priority, OBJECTIVE_PRIORITIES)."""
 
-    cache = os.environ.get("QUORUM_CACHE") or os.path.expanduser("~/.cache/quorum")
-    return os.path.join(cache, "llama-server", LLAMA_SERVER_VERSION, "llama-server")
+
+def parse_objective_priorities(text: str) -> dict[bytes, str]:
+    """`name=priority,...` (an InferenceObjective's name, one of high, normal, low) as the
+    table the request headers are read with (runner/http/headers.py); names are
+    case-insensitive. ValueError names the bad entry."""
+    table: dict[bytes, str] = {}
+    for entry in text.split(","):
+        if not entry.strip():
+            continue
+        name, sep, priority = (part.strip().lower() for part in entry.partition("="))
+        if not sep or not name or not name.isascii() or priority not in PRIORITIES:
+            raise ValueError(f"{entry.strip()!r} is not <objective>=high|normal|low")
+        table[name.encode()] = priority
+    return table
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_allow_hosts(text: str) -> tuple[list[Network], set[str], list[str]]:
+    """WEBHOOK_ALLOW_HOSTS, comma-separated: (networks, exact host names, `.suffix`es of
+    `*.suffix` entries), lower-cased (runner/jobs/outbound.AllowList). ValueError names a
+    bad entry."""
+    networks: list[Network] = []
+    names: set[str] = set()
+    suffixes: list[str] = []
+    for part in (p.strip().lower() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(part, strict=False))
+            continue
+        except ValueError:
+            pass
+        if part.startswith("*.") and len(part) > 2:
+            suffixes.append(part[1:])
+        elif all(c.isalnum() or c in "-." for c in part):
+            names.add(part)
+        else:
+            raise ValueError(f"{part!r} is not a CIDR, a host name or *.suffix")
+    return networks, names, suffixes
+
+
+PICKER_PATH = "/metrics/picker"
+"""PICKER_METRICS_PATH's default: where the endpoint picker's `vllm:*` gauges are served
+(runner/telemetry/picker_metrics.py)."""
 
 
 def default_prefix_cache_dir() -> str:
@@ -115,6 +164,7 @@ class Settings(BaseSettings):
     # The gateway's x-llm-d-inference-objective names -> X-Priority (runner/http/headers.py).
     objective_priorities: str = DEFAULT_OBJECTIVE_PRIORITIES
     # Engines the runner starts (docs/engines.md).
+    engine_kinds: str = ""  # more engine kinds: module:attr,... (runner/engines/kinds.py)
     llama_server_bin: str = Field(default_factory=lambda: default_llama_server_bin())
     engine_load_timeout_s: float = Field(default=300.0, gt=0)
     llama_slot_cache_entries: int = Field(default=64, ge=0, le=100_000)
@@ -132,7 +182,7 @@ class Settings(BaseSettings):
     engine_probe_misses: int = Field(default=3, ge=1, le=1000)  # runner/engines/probes.py
     engine_probe_timeout_s: float = Field(default=5.0, gt=0)
     # vLLM backend (docs/engines.md).
-    vllm_bin: str = "vllm"
+    vllm_bin: str = DEFAULT_VLLM_BIN
     vllm_enable_sleep_mode: bool = False
     vllm_cache_salt_secret: str | None = Field(default=None, min_length=16)
     # ComfyUI backend (docs/engines.md).
@@ -198,9 +248,7 @@ class Settings(BaseSettings):
     @field_validator("webhook_allow_hosts")
     @classmethod
     def _allow_hosts(cls, value: str) -> str:
-        from runner.jobs.outbound import AllowList
-
-        AllowList.parse(value)  # ValueError names the bad entry
+        parse_allow_hosts(value)  # ValueError names the bad entry
         return value
 
     @field_validator("gateway_peers")

@@ -14,12 +14,17 @@ the predictions of those not started yet.
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from runner.runtime.models_file import ModelSpec
+from runner.scheduler import ModelNotice, ModelState
 from runner.tasks import LoadTask
 from runner.tasks.eta import eta_remaining
+
+log = logging.getLogger("quorum.runtime")
 
 
 @dataclass
@@ -31,6 +36,27 @@ class Preloads:
     clock: Callable[[], float]
     _planned: dict[str, float] = field(default_factory=dict)  # model -> predicted s, in order
     _current: LoadTask | None = None
+
+    async def run(
+        self,
+        specs: Sequence[ModelSpec],
+        load: Callable[[ModelSpec], Awaitable[ModelNotice]],
+        predict: Callable[[ModelSpec], float],
+    ) -> None:
+        """Attach URL engines and load `preload` models (`specs`), one after another
+        (`load`: through the scheduler's memory policy, `LoadManager.preload`); a failure is
+        recorded (the model reads failed), not fatal. `predict(spec)`: its load time."""
+        for spec in specs:  # attaching an engine somebody else runs is one probe: ~0 s
+            self.plan(spec.id, 0.0 if spec.attached else predict(spec))
+        for spec in specs:
+            self.begin(spec.id)
+            try:
+                notice = await load(spec)
+            finally:
+                self.end()
+            if notice.refused is not None or notice.view.state is not ModelState.READY:
+                why = notice.refused or notice.view.reason
+                log.error("preload of %s failed: %s", spec.id, why)
 
     def plan(self, model: str, predicted_s: float) -> None:
         """`model` will be preloaded; its load should take `predicted_s`."""

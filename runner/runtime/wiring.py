@@ -1,32 +1,44 @@
-"""What the runner holds while it lives, built once at start: settings, models, the pool,
-the scheduler's admission, load tasks, governance, jobs, telemetry and the snapshot
-refresher, wired to each other. Handlers read it; only start-up and shutdown
-(runner/http/app.py) start and stop what it holds.
+"""What the runner holds while it lives, built once: each part is given what it needs when it
+is made, and nothing is assigned to it afterwards.
+
+`Runtime(settings, models, ...)` builds, in order of need: tenancy (runner/tenancy/), the
+engine kinds and the catalog (`ModelSpecs`), the pool and the scheduler's admission (each
+other's effects and reports: the one place where two parts need each other, joined by
+`ModelPool.start` when the runtime starts), the engine watch, governance, load tasks, jobs,
+the snapshot refresher, the rate limiter, the front-end and the three request paths.
+`start(stack)` starts what runs (timers, stores, the paths' background work) in that order,
+each start's stop pushed on the stack at once, so closing the stack stops everything in the
+reverse order, by construction (runner/http/app.py holds the stack across the ASGI
+lifespan). Handlers read the runtime; nothing else starts or stops what it holds.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import socket
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
-import httpx
-
+from adapters.features import Features
 from governance.verifier import Verifier
-from runner.engines.attached_watch import AttachedWatch
-from runner.engines.engine_watch import EngineWatch
-from runner.engines.hang_watch import HangWatch
+from runner.audio.handler import AudioPath
+from runner.audio.multipart import FormLimits
+from runner.engines.gpus import EngineHost, GpuAccounting
+from runner.engines.kinds import EngineKinds
 from runner.engines.pool import ModelPool
 from runner.engines.sizing import model_size_mb
+from runner.engines.specs import ModelSpecs
+from runner.engines.watch import EngineWatch
 from runner.errors import QuorumError, ServiceUnavailable
 from runner.http.asgi import Scope
-from runner.http.frontend import FrontEnd, path_kind
-from runner.http.headers import parse_request_headers
-from runner.jobs import JobManager, JobStore, MemoryJobStore, RedisJobStore, WebhookSender
-from runner.jobs.outbound import AllowList, OutboundPolicy
+from runner.http.chat import ChatPath
+from runner.http.frontend import FrontEnd
+from runner.http.headers import tenant_of
+from runner.images.routes import ImageRoutes, close_images, image_routes, sweep_forever
+from runner.jobs.build import Jobs, endpoints_of
+from runner.jobs.http import job_submitter
 from runner.lifecycle.adapter_ops import AdapterOps
 from runner.lifecycle.catalog import Roots, available
 from runner.lifecycle.governed import GovernedOps
@@ -35,97 +47,89 @@ from runner.memory.factory import telemetry_from_settings
 from runner.memory.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore
 from runner.memory.proc import tree_resident_mb
 from runner.runtime.models_file import ModelsFile, ModelSpec
+from runner.runtime.periodic import cancelled
 from runner.runtime.safety import identity_from
+from runner.runtime.scheduling import scheduler_config
 from runner.runtime.settings import Settings
 from runner.runtime.startup import Preloads
-from runner.scheduler import ModelState, SchedulerAdmission, SchedulerConfig
-from runner.scheduler.config import RESTART_BACKOFF_S
-from runner.tasks import LoadTask, MemoryTaskStore, RedisTaskStore, TaskStore
+from runner.scheduler import ModelState, SchedulerAdmission
+from runner.tasks import (
+    EtaEstimator,
+    LoadSpeed,
+    LoadTask,
+    MemoryTaskStore,
+    RedisTaskStore,
+    TaskStore,
+)
 from runner.telemetry.exposition import Exposition
 from runner.telemetry.health import HealthReport, Life, health
-from runner.telemetry.metrics import METRICS_PATH, Metrics, SchedulerMetrics
-from runner.telemetry.outcome_metrics import OutcomeMetrics
+from runner.telemetry.metrics import Metrics, SchedulerMetrics
+from runner.telemetry.outcome_metrics import EngineOutcomes, OutcomeMetrics
 from runner.telemetry.picker_metrics import picker_collector
 from runner.telemetry.seed_metrics import export_seed_names
 from runner.telemetry.snapshot import Refresher, SnapshotCollector
-from runner.telemetry.state_metrics import EngineQueueCollector, HealthCollector
+from runner.telemetry.state_metrics import EngineQueueCollector, ForecastGauges, HealthCollector
 from runner.tenancy.build import Tenancy
 from runner.tenancy.live import tenants_event
 from tenants.config import TenantsConfig
 from tenants.identity import Identity
 from tenants.ratelimit import RateLimiter
+from tenants.storage import storage_from_url
 
 log = logging.getLogger("quorum.runtime")
 
 
-def scheduler_config(
-    settings: Settings, pool: ModelPool, tenants: TenantsConfig
-) -> SchedulerConfig:
-    """The scheduler's limits from settings, the pool's models and the tenants' policies.
-
-    Every model is managed (loaded, stopped, evicted by the scheduler's policy); an engine
-    attached by URL is pinned with no memory of ours, and reported ready once attached.
-    """
-    policies = dict(tenants.tenants)
-    caps = {t: p.max_in_flight for t, p in policies.items() if p.max_in_flight}
-    return SchedulerConfig(
-        max_queue_depth=settings.max_queue_depth,
-        queue_timeout_s=settings.queue_timeout_ms / 1000,
-        models={m: pool.policy(spec) for m, spec in pool.specs().items()},
-        unlisted_ready=False,
-        drain_timeout_s=settings.unload_drain_timeout_s,
-        restart_backoff_s=tuple(
-            settings.engine_restart_backoff_s * step for step in RESTART_BACKOFF_S
-        ),
-        tenant_weights={t: p.weight for t, p in policies.items()},
-        default_weight=tenants.default.weight,
-        tenant_queue_caps={t: p.max_queued for t, p in policies.items() if p.max_queued},
-        default_tenant_queue_cap=tenants.default.max_queued,
-        tenant_in_flight_caps=caps,
-        default_in_flight_cap=tenants.default.max_in_flight,
-        shared_in_flight=settings.redis_url is not None,
-        low_aging_s=settings.queue_low_aging_ms / 1000 or None,
-    )
-
-
-@dataclass
 class Runtime:
     """Everything the runner holds while it lives; built once, read by handlers."""
 
-    settings: Settings
-    models: ModelsFile
-    tenants: TenantsConfig = field(default_factory=TenantsConfig)
-    metrics: Metrics = field(default_factory=Metrics)
-    pool: ModelPool = field(init=False)
-    loads: LoadManager = field(init=False)
-    front: FrontEnd = field(init=False)
-    refresher: Refresher = field(init=False)
-    preloads: Preloads = field(init=False)
-    outcomes: OutcomeMetrics = field(init=False)
-    roots: Roots = field(init=False)
-    life: Life = Life.STARTING
-    started_at: float = field(default_factory=time.monotonic)
-    verifier: Verifier | None = None
-    admission: SchedulerAdmission = field(init=False)
-    limiter: RateLimiter | None = None
-    governed: GovernedOps = field(init=False)
-    adapter_ops: AdapterOps = field(init=False)
-    watch: EngineWatch = field(init=False)
-    attached: AttachedWatch = field(init=False)
-    hangs: HangWatch = field(init=False)
-    webhook_client: httpx.AsyncClient | None = None
-    tenancy: Tenancy = field(init=False)
-    identity: Identity = field(init=False)
-
-    def __post_init__(self) -> None:
-        s = self.settings
-        self.identity = identity_from(s, self.tenants)
+    def __init__(
+        self,
+        settings: Settings,
+        models: ModelsFile,
+        tenants: TenantsConfig | None = None,
+        verifier: Verifier | None = None,
+        kinds: EngineKinds | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        """`kinds`: the engine kinds `models` was checked against (default: those the
+        settings name)."""
+        s = self.settings = settings
+        self.models = models
+        self.tenants = tenants or TenantsConfig()
+        self.verifier = verifier
+        self.metrics = metrics or Metrics()
+        self.life = Life.STARTING
+        self.started_at = time.monotonic()
+        self.outcomes = OutcomeMetrics(self.metrics.registry, self.metrics.tenant_label)
+        self.kinds = kinds or EngineKinds.from_settings(s)
+        self.identity: Identity = identity_from(s, self.tenants)
         self.tenancy = Tenancy.from_settings(s, self.tenants, self._in_flight_cap)
         self.metrics.declare_tenants(self.tenants.declared)
         self.metrics.audio_usage = self.tenancy.usage.audio
         self.telemetry = telemetry_from_settings(
             s.runner_memory_mb, s.cuda_visible_devices, measure=self._engines_memory_mb
         )
+        self._build_engines()
+        self._build_lifecycle()
+        self.refresher = Refresher(
+            self.pool,
+            self.telemetry,
+            catalog=lambda: available(list(self.specs.specs().values()), self.roots),
+        )
+        self._build_jobs()
+        self.limiter = RateLimiter(
+            self.tenants,
+            storage_from_url(s.redis_url, timeout_s=s.rate_limit_store_timeout_ms / 1000),
+            fail_open=s.rate_limit_fail_open,
+            on_storage_error=lambda _tenant, _exc: self.metrics.ratelimit_store_errors.inc(),
+        )
+        self.front = self._front_end()
+        self._build_paths()
+        self._register_metrics()
+
+    def _build_engines(self) -> None:
+        """The catalog, the pool, the scheduler's admission and the engine watch."""
+        s, kinds = self.settings, self.kinds
         leases: LeaseStore = (
             RedisLeaseStore.from_url(
                 s.redis_url, prefix=f"quorum:mem:lease:{socket.gethostname()}:"
@@ -133,58 +137,72 @@ class Runtime:
             if s.redis_url
             else MemoryLeaseStore(time.monotonic)
         )
-        self.pool = ModelPool(
-            s,
-            self.models,
-            self.telemetry,
-            multi_tenant=s.enable_multi_tenant,
-            clock=time.time,  # `loadedAt`
-            monotonic=time.monotonic,  # load and wake times, the leases' expiry
-            leases=leases,
-            vllm_metrics=self.metrics.vllm,
+        host = EngineHost(self.telemetry, self.metrics.vllm)
+        self.specs = ModelSpecs(self.models.models, kinds, host.gpu_total_mb)
+        # Load time by backend and size (the tasks' eta); until a first load is measured,
+        # each kind's guess.
+        self.estimator = EtaEstimator(
+            defaults={
+                k.name: LoadSpeed(g.start_s, g.bandwidth_mb_s)
+                for k in kinds
+                if (g := k.traits.load_guess) is not None
+            }
         )
-        self.outcomes = OutcomeMetrics(self.metrics.registry, self.metrics.tenant_label)
-        self.pool.on_restart = self._restarted
-        self.pool.on_crash = lambda spec: self.outcomes.count_engine_crash(spec.id, spec.backend)
-        self.watch = EngineWatch(self.pool.engines, s.engine_stats_interval_s, self.metrics.vllm)
+        self.pool = ModelPool(
+            self.specs,
+            GpuAccounting(self.telemetry, leases, s.runner_id, s.cuda_visible_devices),
+            host,
+            self.estimator,
+            stop_grace_s=s.engine_stop_grace_s,
+            observer=EngineOutcomes(self.metrics, self.outcomes, kinds),
+            clock=time.time,  # `loadedAt`
+            monotonic=time.monotonic,  # load and wake times
+        )
         self.admission = SchedulerAdmission(
-            scheduler_config(s, self.pool, self.tenants),
+            scheduler_config(s, self.specs, self.tenants),
             observer=SchedulerMetrics(self.metrics),
             models=self.pool,
             permits=self.tenancy.permits,
         )
-        self.pool.attach(self.admission)
-        self.attached = AttachedWatch(
-            self.pool, self.admission, s.engine_stats_interval_s,
-            failures=s.engine_probe_misses, timeout_s=s.engine_probe_timeout_s,
-        )  # fmt: skip
-        self.hangs = HangWatch(
-            self.pool.records, self.admission, s.engine_stats_interval_s,
-            misses=s.engine_probe_misses, timeout_s=s.engine_probe_timeout_s,
-        )  # fmt: skip
-        self.hangs.on_hang = self.outcomes.count_engine_hang
-        self.governed = GovernedOps(
-            self.verifier, self.pool.engines, self.metrics, at_rest=self.pool.flush_at_rest
+        self.watch = EngineWatch(
+            self.pool,
+            self.admission,
+            s.engine_stats_interval_s,
+            misses=s.engine_probe_misses,
+            timeout_s=s.engine_probe_timeout_s,
+            families=self.metrics.vllm,
+            on_hang=self.outcomes.count_engine_hang,
         )
-        store: TaskStore = (
+
+    def _build_lifecycle(self) -> None:
+        """Governance, load tasks and the preloads."""
+        s = self.settings
+        ready = self.pool.ready
+        self.governed = GovernedOps(
+            self.verifier,
+            ready.flushes,
+            self.metrics,
+            at_rest=lambda scope: self.kinds.flush_at_rest(scope, list(ready.values())),
+        )
+        self.task_store: TaskStore = (
             RedisTaskStore.from_url(s.redis_url) if s.redis_url else MemoryTaskStore(time.time)
         )
-        roots = Roots(
+        self.roots = Roots(
             Path(s.model_base_path).expanduser(),
             Path(s.hf_home).expanduser() if s.hf_home else None,
             tuple(p.parent for m in self.models.models if (p := m.local_path()) is not None),
         )
-        self.roots = roots
         self.loads = LoadManager(
-            self.pool,
+            self.specs,
             self.admission,
             self.governed,
-            store,
-            roots,
-            self.models.default_backend,
+            self.task_store,
+            self.roots,
+            self.estimator,
             s.runner_id,
+            on_finished=self.metrics.count_load,
         )
-        self.loads.on_finished = self.metrics.count_load
+        roots = self.roots
         self.adapter_ops = AdapterOps(
             self.pool,
             self.admission,
@@ -196,27 +214,112 @@ class Runtime:
             ),
             drain_timeout_s=s.unload_drain_timeout_s,
         )
-        self.pool.on_loaded = self.metrics.observe_load
         self.preloads = Preloads(s.runner_id, time.time)
-        self.refresher = Refresher(
+
+    def _build_jobs(self) -> None:
+        """Async jobs (`Prefer: respond-async` on the image and audio routes, GET/DELETE
+        /v1/jobs/{id}) and their webhooks (runner/jobs/build.py)."""
+        built = Jobs.from_settings(
+            self.settings, self.tenants, self.own_endpoints, self.outcomes.count_job
+        )
+        self.job_store, self.jobs, self.webhook_client = (
+            built.store,
+            built.manager,
+            built.webhook_client,
+        )
+
+    def _front_end(self) -> FrontEnd:
+        """The request front-end every inference path shares (runner/http/frontend.py)."""
+        return FrontEnd(
+            self.admission,
+            self.limiter,
+            self.tenants,
+            self.metrics,
+            multi_tenant=self.settings.enable_multi_tenant,
+            path_of=self.specs.request_path,
+            objectives=self.settings.objectives,
+            budgets=self.tenancy.budgets,
+            usage=self.tenancy.usage,
+            identity=self.identity,
+        )
+
+    def _build_paths(self) -> None:
+        """The three request paths on the front-end, each reading the pool's ready engines
+        of its own kind."""
+        s, ready, records = self.settings, self.pool.ready, self.pool.records
+        self.chat = ChatPath(
+            self.front, ready.chat, self.metrics, s.max_body_bytes,
+            context_of=lambda m: r.context_length if (r := records.get(m)) else None,
+            adapters=self.pool.adapters,
+        )  # fmt: skip
+        self.audio = AudioPath(
+            self.front,
+            ready.speech,
+            self.metrics,
+            FormLimits(max_file_bytes=s.audio_max_bytes),
+            submit_job=job_submitter(self.jobs),
+        )
+        images = any(self.specs.kind(m).traits.request_path == "images" for m in self.models.models)
+        self.images: ImageRoutes = image_routes(
+            self.front,
             self.pool,
-            self.telemetry,
-            catalog=lambda: available(list(self.pool.specs().values()), roots),
+            s,
+            job_submitter(self.jobs),
+            keep_files=images,
+            count_images=self.count_images,
         )
-        self.admission.listen(lambda _notice: self.refresher.soon())  # a model changed state
-        self.metrics.registry.register(SnapshotCollector(lambda: self.refresher.current))
-        self.metrics.registry.register(HealthCollector(lambda: str(self.health().body["status"])))
-        self.metrics.registry.register(EngineQueueCollector(lambda: self.watch.loads))
-        rt = self  # the endpoint picker's `vllm:*` gauges (runner/telemetry/picker_metrics.py)
+
+    def _register_metrics(self) -> None:
+        """The families read at scrape time, and where `/metrics` and the picker's are."""
+        s, metrics = self.settings, self.metrics
+        current = lambda: self.refresher.current  # noqa: E731
+        metrics.registry.register(SnapshotCollector(current))
+        metrics.registry.register(HealthCollector(lambda: str(self.health().body["status"])))
+        metrics.registry.register(EngineQueueCollector(lambda: self.watch.loads))
+        metrics.registry.register(ForecastGauges(self.admission.stats))
+        metrics.watch_queue(self.admission.depth_by_priority)
         picker = picker_collector(
-            rt.admission, rt.pool, lambda: rt.refresher.current, rt.watch, rt.metrics.vllm
+            self.admission, self.specs, current, self.watch, metrics.vllm, self.pool.adapters
         )
-        self.metrics.picker_registry.register(picker)
-        self.metrics.route(s.picker_metrics_path)
-        export_seed_names(
-            rt.metrics, s.metrics_names, rt.admission.queue_depth, lambda: rt.refresher.current
-        )
-        self._jobs_init()
+        metrics.picker_registry.register(picker)
+        metrics.route(s.picker_metrics_path)
+        export_seed_names(metrics, s.metrics_names, self.admission.queue_depth, current)
+
+    async def start(self, stack: contextlib.AsyncExitStack) -> None:
+        """Start what runs, in order, each stop pushed on `stack` right after its start:
+        closing `stack` stops the request paths' work, the load tasks and jobs, the
+        timers, the scheduler, then the engines, then the stores, in that order."""
+        s = self.settings
+        stack.push_async_callback(self.job_store.aclose)
+        if self.webhook_client is not None:
+            stack.push_async_callback(self.webhook_client.aclose)
+        stack.push_async_callback(self.pool.gpus.leases.aclose)
+        stack.push_async_callback(self.task_store.aclose)
+        self.pool.start(self.admission)
+        stack.push_async_callback(self.pool.close)
+        if self.verifier is not None:
+            stack.push_async_callback(self.verifier.aclose)
+        stack.push_async_callback(self.limiter.aclose)
+        await self.admission.start()
+        stack.push_async_callback(self.admission.stop)
+        await self.tenancy.start(self.apply_tenants, self.admission.permit_granted)
+        stack.push_async_callback(self.tenancy.aclose)
+        stack.callback(self.admission.listen(lambda _notice: self.refresher.soon()))
+        await self.watch.start()
+        stack.push_async_callback(self.watch.stop)
+        await self.refresher.start()
+        stack.push_async_callback(self.refresher.stop)
+        store = self.images.store
+        if store is not None:  # URLs die with the runner: so do their files
+            stack.push_async_callback(close_images, store)
+            sweeper = asyncio.get_running_loop().create_task(sweep_forever(store))
+            stack.push_async_callback(cancelled, sweeper)
+        await self.jobs.start()
+        stack.push_async_callback(self.jobs.aclose)
+        await self.loads.start()
+        stack.push_async_callback(self.loads.aclose)
+        if s.enable_metrics and s.metrics_port and s.metrics_port != s.port:
+            self.metrics.serve_separately(s.metrics_port, s.host)
 
     def health(self) -> HealthReport:
         """The runner's health, derived once from the scheduler's models
@@ -234,28 +337,6 @@ class Runtime:
             gpu_out_of_memory=snap.source == "nvml" and snap.out_of_memory(),
         )
 
-    def front_end(self, limiter: RateLimiter) -> FrontEnd:
-        """The request front-end every inference path shares (runner/http/frontend.py)."""
-        specs = self.pool.specs
-
-        def path_of(model: str) -> str | None:
-            spec = specs().get(model)
-            return path_kind(spec.backend) if spec is not None else None
-
-        return FrontEnd(
-            self.admission,
-            limiter,
-            self.tenants,
-            self.metrics,
-            multi_tenant=self.settings.enable_multi_tenant,
-            models=self.admission,
-            path_of=path_of,
-            objectives=self.settings.objectives,
-            budgets=self.tenancy.budgets,
-            usage=self.tenancy.usage,
-            identity=self.identity,
-        )
-
     def count_images(self, model: str, tenant: str, images: int) -> None:
         self.outcomes.count_images(model, tenant, images)
         self.tenancy.usage.images(model, tenant, images)
@@ -266,23 +347,19 @@ class Runtime:
     def apply_tenants(self, config: TenantsConfig) -> None:
         """A new tenant configuration (runner/tenancy/live.py) applied to everything that
         reads one: identity, rate limits, the scheduler, the metrics' declared tenants."""
-        self.tenants = config
+        self.tenants = self.front.tenants = config
         self.identity.config = config  # a rotated key works, and the old one is refused, at once
-        if hasattr(self, "front"):
-            self.front.tenants = config
-        if self.limiter is not None:
-            self.limiter.reload(config)
+        self.limiter.reload(config)
         self.admission.tenants_changed(tenants_event(config, time.monotonic()))
         self.metrics.declare_tenants(config.declared)
 
+    def features_of(self, spec: ModelSpec) -> Features:
+        """What a loaded engine of `spec` offers its clients (its kind's)."""
+        return self.specs.kind(spec).features(self.kinds.engine_spec(spec))
+
     def api_metric_paths(self) -> dict[str, Exposition]:
-        """The metrics paths the inference port serves: all of them, or, with
-        METRICS_ON_API_PORT=false (production), not `/metrics`, whose series name tenants
-        (it stays on METRICS_PORT); the picker's aggregate path stays where it reads it."""
-        paths = self.metrics.paths
-        if self.settings.metrics_on_api_port:
-            return paths
-        return {path: e for path, e in paths.items() if path != METRICS_PATH}
+        """The metrics paths the inference port serves (`Metrics.api_paths`)."""
+        return self.metrics.api_paths(self.settings.metrics_on_api_port)
 
     def loading(self) -> dict[str, LoadTask]:
         """Each loading model's progress: start-up's preload, governed load tasks."""
@@ -297,90 +374,25 @@ class Runtime:
         return error
 
     async def preload(self) -> None:
-        """Attach URL engines and load `preload` models, one after another, through the
-        scheduler's memory policy; a failure is recorded (the model reads failed), not
-        fatal. Runs while the runner already answers (503 `starting`): `preloads` says how
-        far it is."""
-        specs = [s for s in self.pool.specs().values() if s.attached or s.preload]
-        for spec in specs:  # attaching an engine somebody else runs is one probe: ~0 s
-            size = model_size_mb(spec)
-            predicted = 0.0 if spec.attached else self.pool.estimator.predict(spec.backend, size)
-            self.preloads.plan(spec.id, predicted)
-        for spec in specs:
-            self.preloads.begin(spec.id)
-            try:
-                notice = await self.loads.preload(spec)
-            finally:
-                self.preloads.end()
-            if notice.refused is not None or notice.view.state is not ModelState.READY:
-                why = notice.refused or notice.view.reason
-                log.error("preload of %s failed: %s", spec.id, why)
-
-    def _restarted(self, spec: ModelSpec) -> None:
-        self.outcomes.count_engine_restart(spec.id, spec.backend)
-        if spec.backend == "faster-whisper":
-            self.metrics.count_worker_restart(spec.id)
+        """Start-up's preloads (`Preloads.run`), while the runner already answers (503
+        `starting`)."""
+        specs = [s for s in self.specs.specs().values() if s.attached or s.preload]
+        predict = lambda s: self.estimator.predict(s.backend, model_size_mb(s))  # noqa: E731
+        await self.preloads.run(specs, self.loads.preload, predict)
 
     def _engines_memory_mb(self) -> int:
         pids = self.pool.engine_pids()
         return tree_resident_mb(pids) if pids else 0
 
-    # -- async jobs: `Prefer: respond-async` on the image and audio routes,
-    # GET/DELETE /v1/jobs/{id}; webhooks signed with the tenant's own secret or the shared
-    # WEBHOOK_SECRET, sent only where the outbound policy allows (runner/jobs/outbound.py).
-
-    def _jobs_init(self) -> None:
-        s = self.settings
-        self.job_store: JobStore = (
-            RedisJobStore.from_url(s.redis_url, retention_s=s.job_retention_s)
-            if s.redis_url
-            else MemoryJobStore(time.time, retention_s=s.job_retention_s)
-        )
-        sender = None
-        shared = s.webhook_secret.get_secret_value() if s.webhook_secret is not None else None
-        if shared is not None or self.tenants.webhook_secrets:  # checked at start-up
-            self.webhook_client = httpx.AsyncClient(follow_redirects=False, trust_env=False)
-            policy = OutboundPolicy(
-                allow=AllowList.parse(s.webhook_allow_hosts), own_endpoints=self.own_endpoints
-            )
-            sender = WebhookSender(
-                self.webhook_client,
-                shared,
-                secrets=self.tenants.webhook_secrets,
-                policy=policy,
-                timeout_s=s.webhook_timeout_s,
-            )
-        self.jobs = JobManager(
-            self.job_store, sender, s.runner_id, time.time, max_per_tenant=s.jobs_max_per_tenant
-        )
-        self.jobs.on_finished = self.outcomes.count_job
-
     def own_endpoints(self) -> list[tuple[str, int]]:
-        """Where this runner and its engines listen (no tenant's webhook may go there): the
-        engines' URLs (started or attached), its own ports on every local address."""
-        found = [("127.0.0.1", self.settings.port)]
-        if self.settings.metrics_port:
-            found.append(("127.0.0.1", self.settings.metrics_port))
-        urls = [e.base_url for e in list(self.pool.engines.values())]
-        urls += [spec.url for spec in self.pool.specs().values() if spec.url]
-        for url in urls:
-            parts = urlsplit(url)
-            if parts.scheme in ("http", "https") and parts.hostname:
-                try:
-                    port = parts.port or (443 if parts.scheme == "https" else 80)
-                except ValueError:
-                    continue
-                found.append((parts.hostname, port))
-        return found
+        """Where this runner and its engines listen (no tenant's webhook may go there): its
+        own ports, the engines' URLs (started or attached)."""
+        s = self.settings
+        urls = [e.url for e in list(self.pool.ready.values()) if e.url is not None]
+        urls += [spec.url for spec in self.specs.specs().values() if spec.url]
+        return endpoints_of([p for p in (s.port, s.metrics_port) if p], urls)
 
     def identify(self, scope: Scope) -> str:
         """The tenant of a control-plane request (jobs, engine logs, the status page): the
-        same `Identity.identify` as inference (tenants/identity.py)."""
-        meta = parse_request_headers(list(scope["headers"]), self.settings.objectives)
-        return self.identity.identify(
-            meta.authorization,
-            meta.tenant_header,
-            meta.fairness_id,
-            meta.gateway_secret,
-            scope.get("client"),
-        )
+        same `Identity.identify` as inference (`headers.tenant_of`)."""
+        return tenant_of(self.identity, scope, self.settings.objectives)

@@ -17,7 +17,7 @@ posted while another is being handled (a model pool answering inside
 `start_load`) is queued and handled right after it, so the core is never
 re-entered.
 
-The model pool plugs in as the `ModelEffects` (`models=` or `attach_models`)
+The model pool plugs in as the `ModelEffects` (`models=`, given at construction)
 and reports back with `model_ready`, `load_failed`, `model_stopped`,
 `model_slept`, `model_crashed`; the API asks with `request_load` /
 `request_unload`. Each stamps the event with the injected clock. Whoever wants to
@@ -45,8 +45,8 @@ from runner.scheduler.errors import SchedulerError, SchedulerStopped
 from runner.scheduler.events import (
     Band,
     Event,
-    LoadCancelled,
-    LoadFailed,
+    LoadCancellation,
+    LoadFailure,
     LoadRequested,
     ModelCrashed,
     ModelReady,
@@ -191,10 +191,6 @@ class SchedulerAdmission:
         self._handling = False
         self._later: deque[Event] = deque()
 
-    def attach_models(self, models: ModelEffects) -> None:
-        """Hand model loads and stops to this pool from now on."""
-        self._effects.models = models
-
     async def start(self) -> None:
         if self._ticker is None:
             self._ticker = asyncio.create_task(self._tick(), name="scheduler-tick")
@@ -291,7 +287,7 @@ class SchedulerAdmission:
 
     def cancel_load(self, model: str) -> None:
         """Call off `model`'s load: its want is forgotten, or its start is stopped."""
-        self._post(LoadCancelled(model, self._clock()))
+        self._post(LoadCancellation(model, self._clock()))
 
     def request_load(self, model: str, policy: ModelPolicy, evict_first: str | None = None) -> None:
         """Ask for `model`; listeners hear how it goes (`ModelNotice`)."""
@@ -307,7 +303,7 @@ class SchedulerAdmission:
     def load_failed(
         self, model: str, reason: str, exit_code: int | None = None, cancelled: bool = False
     ) -> None:
-        self._post(LoadFailed(model, reason, self._clock(), exit_code, cancelled))
+        self._post(LoadFailure(model, reason, self._clock(), exit_code, cancelled))
 
     def model_stopped(self, model: str, freed_mb: int = 0) -> None:
         self._post(ModelStopped(model, self._clock(), freed_mb))

@@ -321,7 +321,7 @@ class Scheduler:
     def _catch_up(self, now: float) -> None:
         """Bring the queue up to `now` (every event does, first).
 
-        1. Waiters whose deadline has come leave with `DeadlineExceeded` (504).
+        1. Waiters whose deadline has come leave with `DeadlinePassed` (504).
         2. Waiters older than the queue timeout are refused with `QueueTimeout`.
         3. Low waiters older than the aging age move to normal.
         """

@@ -19,7 +19,7 @@ import heapq
 import math
 from collections import deque
 
-from runner.scheduler.errors import DeadlineExceeded, DeadlineUnreachable, SchedulerError
+from runner.scheduler.errors import DeadlinePassed, DeadlineUnreachable, SchedulerError
 from runner.scheduler.events import Band, Ticket
 from runner.scheduler.forecast import TenantQueue, ahead, forecast_wait_s
 from runner.scheduler.models import ModelRecord, ModelState, ModelTable
@@ -138,7 +138,7 @@ class DeadlineBook:
 def deadline_exceeded(ticket: Ticket, now: float) -> SchedulerError:
     """504 `deadline_exceeded` for a waiter whose deadline has come."""
     waited_ms = round(1000 * (now - ticket.arrived_at))
-    return DeadlineExceeded(queueWaitMs=waited_ms, deadlineMs=ticket.request.deadline_ms)
+    return DeadlinePassed(queueWaitMs=waited_ms, deadlineMs=ticket.request.deadline_ms)
 
 
 def opens_in_s(record: ModelRecord, wanted: bool, now: float) -> float:

@@ -5,7 +5,7 @@ the request half with asyncio futures, hands the model half to the model pool
 (`ModelEffects`) and passes `notify` on to whoever listens (load tasks, unloads,
 metrics); tests and `bench/` implement all of it with recorders and simulators.
 No method may call back into the scheduler: results come back later as events
-(`ModelReady`, `LoadFailed`, `ModelStopped`, `ModelSlept`, `ServeDone`).
+(`ModelReady`, `LoadFailure`, `ModelStopped`, `ModelSlept`, `ServeDone`).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ class ModelEffects(Protocol):
 
     def start_load(self, model: str, policy: ModelPolicy) -> None:
         """Begin loading `model` (or waking it up); answer later with `ModelReady` or
-        `LoadFailed`. The scheduler reserves `policy.mem_mb` in its own accounting from
-        this call until `ModelReady` (then the measured size) or `LoadFailed`.
+        `LoadFailure`. The scheduler reserves `policy.mem_mb` in its own accounting from
+        this call until `ModelReady` (then the measured size) or `LoadFailure`.
         """
         ...
 

@@ -10,7 +10,7 @@ Exception tree::
         ├── SchedulerStopped         503  shutting_down: the runner stopped while it waited
         ├── DeadlineUnreachable      503  deadline_unreachable: the forecast wait exceeds the
         │                                 request's deadline (refused on arrival)
-        ├── DeadlineExceeded         504  deadline_exceeded: the deadline passed while it waited
+        ├── DeadlinePassed           504  deadline_exceeded: the deadline passed while it waited
         ├── ModelNotLoaded           404  model_not_loaded: not resident, not loading, not autoload
         ├── ModelLoadFailed          503  model_load_failed: the load it waited for failed
         ├── ModelDoesNotFit          503  model_does_not_fit: no eviction can make room
@@ -20,7 +20,7 @@ Exception tree::
 Every refusal a client may retry carries `Retry-After` (the `retry_after` field, seconds:
 for the queue ones when a place opens, `retry_after.retry_after_s`; from the model's state
 for the others); the model ones carry `model` (and `reason`) in the envelope.
-`DeadlineExceeded` carries none: the client's own deadline has passed, so no retry can meet
+`DeadlinePassed` carries none: the client's own deadline has passed, so no retry can meet
 it. Which model state gives which row is decided in one place, `models.admission`
 (`models.unload_refusal` for an unload, `models.cut_short` for a request cut by a drain
 timeout); `docs/api.md` lists it. A model that is not in the catalog is `runner.errors`'s
@@ -61,8 +61,8 @@ DeadlineUnreachable = SchedulerError.row(
     "retry in {retry_after} seconds or on another replica",
     extra=("forecastWaitMs", "deadlineMs"),
 )  # fmt: skip
-DeadlineExceeded = SchedulerError.row(
-    "DeadlineExceeded", "deadline_exceeded", 504,
+DeadlinePassed = SchedulerError.row(
+    "DeadlinePassed", "deadline_exceeded", 504,
     "The deadline of {deadlineMs} ms passed after {queueWaitMs} ms in the queue",
     extra=("queueWaitMs", "deadlineMs"), retry_after=False,
 )  # fmt: skip

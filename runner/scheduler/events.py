@@ -7,7 +7,7 @@ scheduler never reads a clock itself.
 
 Requests: `RequestArrived`, `RequestCancelled`, `ServeDone`. Time: `Tick`.
 Model lifecycle, from the API and the model pool: `LoadRequested`,
-`LoadCancelled`, `UnloadRequested` (asked for), `ModelReady`, `LoadFailed`, `ModelStopped`,
+`LoadCancellation`, `UnloadRequested` (asked for), `ModelReady`, `LoadFailure`, `ModelStopped`,
 `ModelSlept`, `ModelCrashed` (reported by the pool, which acts on
 `Effects.start_load` and `Effects.stop_model`). `RunnerStopping` ends it all.
 """
@@ -148,7 +148,7 @@ class LoadRequested:
 
 
 @dataclass(frozen=True, slots=True)
-class LoadCancelled:
+class LoadCancellation:
     """A governed load is called off: forget the want, or stop the start in progress."""
 
     model: str
@@ -166,7 +166,7 @@ class ModelReady:
 
 
 @dataclass(frozen=True, slots=True)
-class LoadFailed:
+class LoadFailure:
     """The pool could not load `model` (start, health); `reason` says why in words fit
     for any tenant (never engine log lines), `exit_code` the engine's if it exited.
     `cancelled`: the load was called off (it ends absent, not failed)."""
@@ -221,9 +221,9 @@ class ModelCrashed:
 
 ModelEvent = (
     LoadRequested
-    | LoadCancelled
+    | LoadCancellation
     | ModelReady
-    | LoadFailed
+    | LoadFailure
     | UnloadRequested
     | ModelStopped
     | ModelSlept

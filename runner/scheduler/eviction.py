@@ -19,7 +19,7 @@ from runner.scheduler.models import LEAVING, ModelState
 
 
 @dataclass(frozen=True, slots=True)
-class Candidate:
+class Incoming:
     """The model that wants to load."""
 
     model: str
@@ -80,7 +80,7 @@ _EVICTABLE = (ModelState.READY, ModelState.SLEEPING)
 
 
 def plan(
-    target: Candidate,
+    target: Incoming,
     resident: Sequence[Resident],
     free_mb: int,
     evict_first: str | None = None,

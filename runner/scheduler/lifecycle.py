@@ -1,7 +1,7 @@
 """The scheduler's model half: what each model event does to the model's record.
 
 `ModelLifecycle` is fed the model events (asked for by the API: `LoadRequested`,
-`UnloadRequested`; reported by the pool: `ModelReady`, `LoadFailed`,
+`UnloadRequested`; reported by the pool: `ModelReady`, `LoadFailure`,
 `ModelStopped`, `ModelSlept`, `ModelCrashed`) by `core.Scheduler`, moves the
 records of `models.ModelTable` through their states, tells listeners each change
 (`ModelNotice`), and leaves planning forward in time to `swaps.Swaps`.
@@ -18,8 +18,8 @@ from runner.scheduler.errors import (
     SchedulerError,
 )
 from runner.scheduler.events import (
-    LoadCancelled,
-    LoadFailed,
+    LoadCancellation,
+    LoadFailure,
     LoadRequested,
     ModelCrashed,
     ModelEvent,
@@ -54,11 +54,11 @@ class ModelLifecycle:
         match event:
             case LoadRequested():
                 self.on_load_requested(event)
-            case LoadCancelled():
+            case LoadCancellation():
                 self.on_load_cancelled(event)
             case ModelReady():
                 self.on_model_ready(event)
-            case LoadFailed():
+            case LoadFailure():
                 self.on_load_failed(event)
             case UnloadRequested():
                 self.on_unload_requested(event)
@@ -96,7 +96,7 @@ class ModelLifecycle:
         self.swaps.want(model, event.policy, event.evict_first, now, governed=True)
         self.swaps.advance(now)
 
-    def on_load_cancelled(self, event: LoadCancelled) -> None:
+    def on_load_cancelled(self, event: LoadCancellation) -> None:
         """A governed load is called off.
 
         1. Still wanted: the want is forgotten (listeners are told it is refused).
@@ -149,7 +149,7 @@ class ModelLifecycle:
         self.requests.dispatch(model, now)  # 4
         self.swaps.advance(now)
 
-    def on_load_failed(self, event: LoadFailed) -> None:
+    def on_load_failed(self, event: LoadFailure) -> None:
         """A load failed: its reservation is freed and its waiters refused with the reason.
 
         1. A failure for a model that is not loading (a stale answer) changes nothing.

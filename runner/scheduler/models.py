@@ -8,7 +8,7 @@ reports what happened (runner/engines/pool.py).
     ABSENT ──start_load──▶ LOADING ──ModelReady──▶ READY ──drain──▶ DRAINING ──▶ STOPPING
       ▲ ▲                    │  ▲                    │                              │
       │ │                    │  └──restart (backoff)─┼──── FAILED ◀──crash──────────┤
-      │ │                    └──LoadFailed──▶ ABSENT │       │                       │
+      │ │                    └──LoadFailure──▶ ABSENT │       │                       │
       │ └──────────────────────────ModelStopped──────┼───────┴── unload ─────────────┘
       │                                              └──unload mode sleep──▶ SLEEPING
       └──────────────────────────unload / evict ◀──────────────────────────────┘

@@ -29,7 +29,7 @@ from runner.scheduler.config import ModelPolicy, SchedulerConfig
 from runner.scheduler.effects import Effects, ModelNotice
 from runner.scheduler.errors import ModelDoesNotFit, SchedulerError
 from runner.scheduler.events import Band
-from runner.scheduler.eviction import Candidate, Evict, Fits, Impossible, Resident, Wait, plan
+from runner.scheduler.eviction import Evict, Fits, Impossible, Incoming, Resident, Wait, plan
 from runner.scheduler.models import (
     LEAVING,
     ModelRecord,
@@ -193,7 +193,7 @@ class Swaps:
             # 5
             free = self.effects.free_memory_mb() - self.table.reserved_mb()
             held = record.mem_mb if record.state is ModelState.SLEEPING else 0
-            target = Candidate(model, max(0, want.policy.mem_mb - held), want.policy.priority)
+            target = Incoming(model, max(0, want.policy.mem_mb - held), want.policy.priority)
             residents = [self._resident_view(m, r) for m, r in self.table.holding().items()]
             decision = plan(target, residents, free, want.evict_first)
             match decision:

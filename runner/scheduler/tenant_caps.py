@@ -24,7 +24,7 @@ from runner.scheduler.effects import PermitEffects
 from runner.scheduler.events import TenantsChanged
 
 
-class TenantQueue(Protocol):
+class TenantRequests(Protocol):
     """What the caps ask of the request half (`core.Scheduler`)."""
 
     def tenant_depth(self, tenant: str) -> int: ...
@@ -34,7 +34,7 @@ class TenantQueue(Protocol):
 
 class TenantCaps:
     def __init__(
-        self, config: SchedulerConfig, permits: PermitEffects | None, queue: TenantQueue
+        self, config: SchedulerConfig, permits: PermitEffects | None, queue: TenantRequests
     ) -> None:
         self.config = config  # replaced on TenantsChanged (`changed`)
         self._effects = permits

@@ -5,18 +5,18 @@ The central router polls it every 5 s. Memory figures come from NVML on a GPU
 (`memorySource: "budget"`, `gpuIds` empty: there is no GPU to name). Nothing is invented:
 what the runner cannot know reads zero or null.
 
-From the engines (`runner/engines/engine_watch.py`, polled off the hot path): `runnerType` names
-the engine kinds this runner serves and their versions (`vllm-0.32.0`, the seed's form);
-the `capabilities` flags are those of the loaded engines (`adapters/features.py`; nothing
-loaded claims nothing); the KV figures of engines that report their own (vLLM's KV pool
-and `kv_cache_usage_perc`, ComfyUI: none) replace the snapshot's estimate for them; the
-queue adds what the engines report of themselves: `queue.depth` counts requests waiting in
-the runner and inside the engines (vLLM's `num_requests_waiting`, ComfyUI's pending
-prompts). `queue.running` (an addition to the seed's keys) is the scheduler's: the requests
-holding an engine slot now, the same count that decides who is granted next (a ComfyUI
-prompt included, and a request whose client left until its engine let it go; a poll of
-the engines would lag it by up to ENGINE_STATS_INTERVAL_S), less those the engines say
-they hold queued (counted in `depth` already). `queue.forecastWaitMs` and
+From the engines (`runner/engines/watch.py`, polled off the hot path): `runnerType` names
+the engine kinds this runner serves and their versions (`vllm-0.32.0`, the seed's form); the
+`capabilities` flags are those of the loaded engines (each kind's `features`,
+`adapters/kind.py`; nothing loaded claims nothing); the KV figures of engines that report
+their own (vLLM's KV pool and `kv_cache_usage_perc`, ComfyUI: none) replace the snapshot's
+estimate for them; the queue adds what the engines report of themselves: `queue.depth`
+counts requests waiting in the runner and inside the engines (vLLM's `num_requests_waiting`,
+ComfyUI's pending prompts). `queue.running` (an addition to the seed's keys) is the
+scheduler's: the requests holding an engine slot now, the same count that decides who is
+granted next (a ComfyUI prompt included, and a request whose client left until its engine
+let it go; a poll of the engines would lag it by up to ENGINE_STATS_INTERVAL_S), less those
+the engines say they hold queued (counted in `depth` already). `queue.forecastWaitMs` and
 `queue.forecastWaitMsByModel` are the scheduler's forecasts (`runner/scheduler/forecast.py`).
 
 LoRA adapters (`adapters`, each as `runner/lifecycle/adapter_ops.adapter_entry` lists it:
@@ -28,12 +28,13 @@ only on a runner with adapters).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from adapters.features import combined, model_features
+from adapters.features import Features, combined
+from adapters.launched import EngineLoad
 from runner import __version__
-from runner.engines.engine_watch import EngineLoad
 from runner.engines.record import EngineRecord
+from runner.runtime.models_file import ModelSpec
 from runner.scheduler.models import ModelState, ModelView
 from runner.tasks import LoadTask
 from runner.telemetry.snapshot import ResourceSnapshot
@@ -64,10 +65,11 @@ def capabilities(
     runner_id: str,
     health: str,
     models: Mapping[str, ModelView],
+    specs: Mapping[str, ModelSpec],
     engines_of: Mapping[str, EngineRecord],
     queue: Mapping[str, object],
     multi_tenant: bool,
-    prefix_caching: bool,
+    features_of: Callable[[ModelSpec], Features],
     *,
     loading: Mapping[str, LoadTask] | None = None,
     available: Sequence[str] = (),
@@ -77,34 +79,27 @@ def capabilities(
     adapters: Sequence[Mapping[str, object]] = (),
 ) -> dict[str, object]:
     """The document (pure): models from the scheduler's view of them (`models`: the one
-    state), their engine facts from the pool (`engines_of`: spec, load parameters, when
-    it became ready) and the load tasks' progress; resources from the latest snapshot
-    (`runner/telemetry/snapshot.py`, refreshed off the hot path) and the engines' own figures
-    (`engines`, by model); `health` as `/health` says it (`runner/telemetry/health.py`);
-    `prefix_caching` is VLLM_ENABLE_PREFIX_CACHING; `versions` the engine versions by
-    backend."""
+    state) and the catalog (`specs`), the engine facts of those with an engine from the
+    pool (`engines_of`: the spec and load parameters it was started from, when it became
+    ready) and the load tasks' progress; resources from the latest snapshot
+    (`runner/telemetry/snapshot.py`, refreshed off the hot path) and the engines' own
+    figures (`engines`, by model); `health` as `/health` says it
+    (`runner/telemetry/health.py`); `features_of` what a loaded engine of a spec offers
+    (its kind's); `versions` the engine versions by backend."""
     loading = loading or {}
     res = resources or ResourceSnapshot()
-    known = [(m, engines_of[m.model]) for m in models.values() if m.model in engines_of]
-    loaded = [(m, e) for m, e in known if m.serving]
+    known = [m for m in models.values() if m.model in specs]
+    loaded = [(m, engines_of[m.model]) for m in known if m.serving and m.model in engines_of]
     engines = engines or {}
     loads = [engines[m.model] for m, _ in loaded if m.model in engines]
     inside = sum(load.waiting for load in loads)  # granted, but queued inside an engine
     caches = loads + [  # engines that report no KV figures of their own: the snapshot's
         EngineLoad(m.kv_mb, m.kv_utilization) for m in res.models if m.model not in engines
     ]
-    features = combined(
-        model_features(
-            e.spec.backend,
-            attached=e.spec.attached,
-            isolated=multi_tenant and e.spec.isolate_tenants,
-            vllm_prefix_caching=prefix_caching,
-        )
-        for _, e in loaded
-    ).to_json()
+    features = combined(features_of(e.spec) for _, e in loaded).to_json()
     bases = {m.model: e for m, e in loaded}
     doc: dict[str, object] = {
-        "runnerType": runner_type((e.spec.backend for e in engines_of.values()), versions or {}),
+        "runnerType": runner_type((s.backend for s in specs.values()), versions or {}),
         "runnerId": runner_id,
         "models": {
             "loaded": [
@@ -135,13 +130,13 @@ def capabilities(
                     "progress": loading[m.model].progress if m.model in loading else 0.0,
                     "eta": loading[m.model].eta if m.model in loading else None,
                 }
-                for m, _ in known
+                for m in known
                 if m.state is ModelState.LOADING
             ],
-            "available": (list(available) or sorted(engines_of)) + [str(a["id"]) for a in adapters],
+            "available": (list(available) or sorted(specs)) + [str(a["id"]) for a in adapters],
             "failed": [
                 {"id": m.model, "error": m.reason, "exitCode": m.exit_code}
-                for m, _ in known
+                for m in known
                 if m.state is ModelState.FAILED
             ],
         },

@@ -31,12 +31,12 @@ from prometheus_client.registry import Collector
 
 from adapters.vllm.metrics import VllmMetricsCollector
 from runner.audio.metrics import RTF_BUCKETS
+from runner.runtime.settings import PICKER_PATH
 from runner.telemetry.exposition import Exposition
 from runner.telemetry.histogram import LabelledHistogram
 from runner.telemetry.metrics_port import serve_paths
 
 METRICS_PATH = "/metrics"
-PICKER_PATH = "/metrics/picker"  # PICKER_METRICS_PATH's default
 OTHER_TENANT = "_other"
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -178,6 +178,14 @@ class Metrics:
         else:
             self.exposition.sources = (self.registry,)
             self.paths = {METRICS_PATH: self.exposition, picker_path: self.picker_exposition}
+
+    def api_paths(self, on_api_port: bool) -> dict[str, Exposition]:
+        """The metrics paths the inference port serves: all of them, or, with
+        METRICS_ON_API_PORT=false (production), not `/metrics`, whose series name tenants
+        (it stays on METRICS_PORT); the picker's aggregate path stays where it reads it."""
+        if on_api_port:
+            return self.paths
+        return {path: e for path, e in self.paths.items() if path != METRICS_PATH}
 
     def declare_tenants(self, tenants: Collection[str]) -> None:
         """The tenants the configuration names (file, governed policies, env): the only

@@ -5,7 +5,7 @@
                                                   starts is a failed load instead)
     quorum_engine_hangs_total{model, backend}     of those crashes, engines the runner
                                                   killed because they stopped answering
-                                                  their probe (runner/engines/hang_watch.py)
+                                                  their probe (runner/engines/watch.py)
     quorum_engine_restarts_total{model, backend}  an engine started again after a crash
                                                   (`restart: true`)
     quorum_jobs_total{kind, outcome}              async jobs that ended: succeeded, failed,
@@ -14,7 +14,8 @@
     quorum_images_total{model, tenant}            images generated and answered (sync or job)
 
 The runner's other counters are in runner/telemetry/metrics.py; these share its registry and its
-tenant label cap.
+tenant label cap. `EngineOutcomes` is what the pool tells them (and the load times, the
+speech workers' restarts in metrics.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter
+
+from runner.engines.kinds import EngineKinds
+from runner.runtime.models_file import ModelSpec
+from runner.telemetry.metrics import Metrics
 
 
 class OutcomeMetrics:
@@ -74,3 +79,23 @@ class OutcomeMetrics:
     def count_images(self, model: str, tenant: str, images: int) -> None:
         if images > 0:
             self.images.labels(model, self.tenant_label(tenant)).inc(images)
+
+
+class EngineOutcomes:
+    """What the pool tells metrics (`pool.PoolObserver`): loads, restarts, crashes."""
+
+    def __init__(self, metrics: Metrics, outcomes: OutcomeMetrics, kinds: EngineKinds) -> None:
+        self.metrics = metrics
+        self.outcomes = outcomes
+        self.kinds = kinds
+
+    def loaded(self, spec: ModelSpec, seconds: float) -> None:
+        self.metrics.observe_load(spec.backend, seconds)
+
+    def restarted(self, spec: ModelSpec) -> None:
+        self.outcomes.count_engine_restart(spec.id, spec.backend)
+        if self.kinds.of(spec).traits.request_path == "audio":  # a speech worker
+            self.metrics.count_worker_restart(spec.id)
+
+    def crashed(self, spec: ModelSpec) -> None:
+        self.outcomes.count_engine_crash(spec.id, spec.backend)

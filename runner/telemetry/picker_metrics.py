@@ -49,11 +49,11 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from adapters.base import AdapterHost
+from adapters.launched import EngineLoad
 from adapters.vllm.metrics import VllmMetricsCollector
-from runner.engines.adapters import AdapterState
-from runner.engines.engine_watch import EngineLoad, EngineWatch
-from runner.engines.pool import ModelPool
+from runner.engines.adapters import AdapterBook, AdapterState
+from runner.engines.specs import ModelSpecs
+from runner.engines.watch import EngineWatch
 from runner.runtime.models_file import ModelSpec
 from runner.scheduler import SchedulerAdmission
 from runner.scheduler.models import ModelView
@@ -146,24 +146,28 @@ def picker_view(
     snapshot: ResourceSnapshot,
     loads: Mapping[str, EngineLoad],
     cache_samples: Iterable[Sample],
+    reports_kv: Callable[[ModelSpec], bool] = lambda _spec: False,
     adapters: Iterable[AdapterInfo] = (),
 ) -> PickerView:
     """The picker's figures from the scheduler's models and queue, the models' specs, the
     last snapshot, the engine watch's last poll, vLLM's `cache_config_info` samples and
-    the runner's adapters.
+    the runner's adapters; `reports_kv(spec)`: whether its kind's engines report their KV
+    figures themselves.
 
     1. Waiting: the scheduler's queue; running: its requests in flight, over all models.
-    2. KV caches: a vLLM model's from its engine's own figures, a llama-server model's
-       from the snapshot; other backends have none.
+    2. KV caches: from the engine's own figures for a model whose engines report them
+       (vLLM), else from the snapshot for a model whose memory holds a KV cache
+       (llama-server); other models have none.
     3. Adapters loaded are running; adapters with requests waiting, or being loaded, are
        waiting; `max_adapters` counts the adapters loaded or being loaded.
     """
     kv: list[KvCache] = []  # 2
     measured = {m.model: m for m in snapshot.models}
     for model, spec in specs.items():
-        if spec.backend == "vllm" and (load := loads.get(model)) is not None:
-            kv.append(KvCache(load.kv_cache_utilization, load.kv_cache_mb))
-        elif spec.backend == "llama-server" and (memory := measured.get(model)) is not None:
+        if reports_kv(spec):
+            if (load := loads.get(model)) is not None:
+                kv.append(KvCache(load.kv_cache_utilization, load.kv_cache_mb))
+        elif (memory := measured.get(model)) is not None and memory.kv_cache:
             kv.append(KvCache(memory.kv_utilization, memory.kv_mb))
     held = list(adapters)  # 3
     ready = tuple(sorted(a.adapter for a in held if a.loaded))
@@ -223,23 +227,21 @@ class PickerCollector(Collector):
         yield from families(self.read(), self.clock())
 
 
-def adapter_infos(pool: ModelPool) -> list[AdapterInfo]:
-    """The pool's adapters as the LoRA family reports them (O(adapters))."""
-    infos = []
-    for record in pool.adapters:
-        engine = pool.engines.get(record.adapter.base)
-        loaded = isinstance(engine, AdapterHost) and record.adapter.id in engine.adapter_ids
-        adding = record.state is AdapterState.ADDING
-        infos.append(AdapterInfo(record.adapter.id, loaded, record.waiting, adding))
-    return infos
+def adapter_infos(book: AdapterBook) -> list[AdapterInfo]:
+    """The runner's adapters as the LoRA family reports them (O(adapters))."""
+    return [
+        AdapterInfo(r.adapter.id, book.loaded(r), r.waiting, r.state is AdapterState.ADDING)
+        for r in book
+    ]
 
 
 def picker_collector(
     admission: SchedulerAdmission,
-    pool: ModelPool,
+    specs: ModelSpecs,
     snapshot: Callable[[], ResourceSnapshot],
     watch: EngineWatch,
     vllm: VllmMetricsCollector,
+    book: AdapterBook,
 ) -> PickerCollector:
     """The runner's picker gauges, read from what it holds; vLLM's own series of the same
     names are shadowed from now on."""
@@ -249,11 +251,12 @@ def picker_collector(
         return picker_view(
             admission.models(),
             admission.queue_depth(),
-            pool.specs(),
+            specs.specs(),
             snapshot(),
             watch.loads,
             vllm.samples(CACHE_CONFIG),
-            adapter_infos(pool),
+            lambda spec: specs.kind(spec).traits.reports_kv,
+            adapter_infos(book),
         )
 
     return PickerCollector(read)

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from adapters.llama_server.engine import LlamaServerEngine
 from faults import QuorumError
 from runner.engines.pool import ModelPool
 from runner.engines.sizing import model_size_mb
@@ -29,11 +28,6 @@ from runner.memory.telemetry import GpuInfo, Telemetry
 from runner.runtime.periodic import Periodic
 
 log = logging.getLogger("quorum.snapshot")
-
-
-KV_CACHE_BACKENDS = frozenset({"llama-server", "vllm"})
-"""Engines with a KV cache. The memory ComfyUI or faster-whisper holds beyond their weights
-(activations, buffers) is no KV cache: it reads `other`, and their KV cache size is 0."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +38,8 @@ class ModelMemory:
     kv_mb: int  # KV cache and compute buffers: measured memory beyond the weights
     kv_utilization: float  # share of the engine's context slots holding cached tokens
     other_mb: int = 0  # an engine with no KV cache: its memory beyond the weights
-    kv_cache: bool = True  # the engine has a KV cache (KV_CACHE_BACKENDS)
+    kv_cache: bool = True  # the engine has a KV cache (its kind's `Traits.kv_cache`: the
+    # memory ComfyUI or faster-whisper holds beyond their weights is `other`, not KV cache)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,12 +146,11 @@ class Refresher:
         weights = min(total, round(model_size_mb(record.spec)))
         beyond = max(0, total - weights)
         utilization = 0.0
-        engine = record.launched.engine
-        if isinstance(engine, LlamaServerEngine):
-            engine.kv_mb = beyond
+        kv = record.launched.kv  # an engine that tells how much of its KV cache is in use
+        if kv is not None:
             with contextlib.suppress(Exception):
-                utilization = await engine.kv_utilization()
-        if record.spec.backend not in KV_CACHE_BACKENDS:
+                utilization = await kv(beyond)
+        if not self.pool.kinds.of(record.spec).traits.kv_cache:
             return ModelMemory(model, total, weights, 0, 0.0, other_mb=beyond, kv_cache=False)
         return ModelMemory(model, total, weights, beyond, utilization)
 

@@ -4,7 +4,13 @@
 status (1 for the current one, 0 for the others: a state set), read from the same
 `Runtime.health()` that `/health`, readiness and capabilities' `health` read, so the four
 never disagree. `quorum_engine_queue_depth{model}` / `quorum_engine_requests_running{model}`:
-the engines' own queues as `EngineWatch` last polled them.
+the engines' own queues as `EngineWatch` last polled them. The scheduler's wait forecasts,
+the same figures as capabilities' `queue.forecastWaitMs` (per priority: the longest over
+the models) and `queue.forecastWaitMsByModel`, in seconds:
+`quorum_queue_forecast_wait_seconds{priority}`,
+`quorum_model_queue_forecast_wait_seconds{model, priority}`. They forecast the wait of a
+new request of a new tenant (`runner/scheduler/forecast.py`); a model whose wait cannot be
+forecast yet (nothing measured) has no series.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from typing import TypeVar
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from runner.engines.engine_watch import EngineLoad
+from adapters.launched import EngineLoad
+from runner.scheduler.stats import QueueStats
 from runner.telemetry.health import STATUSES
 
 _TRIES = 3
@@ -54,7 +61,7 @@ class HealthCollector(Collector):
 
 class EngineQueueCollector(Collector):
     """`quorum_engine_queue_depth{model}` and `quorum_engine_requests_running{model}`: what
-    the engines that report their own queue said at their last poll (runner/engines/engine_watch.py:
+    the engines that report their own queue said at their last poll (runner/engines/watch.py:
     vLLM's `num_requests_waiting` / `num_requests_running`, ComfyUI's pending / running
     prompts, counted once per server under its first model). Engines that report nothing
     (llama-server, faster-whisper, attached `openai`) have no series."""
@@ -79,3 +86,30 @@ class EngineQueueCollector(Collector):
             running.add_metric([model], load.running)
         yield waiting
         yield running
+
+
+class ForecastGauges(Collector):
+    """Both gauge families from one `QueueStats` snapshot per scrape."""
+
+    def __init__(self, stats: Callable[[], QueueStats]) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.stats()
+        overall = GaugeMetricFamily(
+            "quorum_queue_forecast_wait_seconds",
+            "Forecast queue wait of a new request, by priority (the longest over the models)",
+            labels=["priority"],
+        )
+        for priority, ms in stats.forecast_wait_ms.items():
+            overall.add_metric([priority], ms / 1000)
+        yield overall
+        per_model = GaugeMetricFamily(
+            "quorum_model_queue_forecast_wait_seconds",
+            "Forecast queue wait of a new request, by model and priority",
+            labels=["model", "priority"],
+        )
+        for model, waits in sorted(stats.forecast_by_model.items()):
+            for priority, ms in waits.items():
+                per_model.add_metric([model, priority], ms / 1000)
+        yield per_model

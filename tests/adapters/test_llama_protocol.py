@@ -154,7 +154,7 @@ def test_kv_flags_leave_out_what_does_not_shape_a_saved_state() -> None:
     """The prefix cache folder is keyed by the flags that shape the KV cache: not the port,
     key, slot folder, alias, adapters or slot count (the model is keyed by its digest)."""
     one = command_line(replace(OPTS, ctx_size=512, alias="m", lora_paths=("/s/l.gguf",)))
-    two = command_line(replace(OPTS, port=9, api_key="z" * 48, slot_save_path="/o", slots=4,
+    two = command_line(replace(OPTS, port=9, api_key_file="/k/.key", slot_save_path="/o", slots=4,
                                ctx_size=512))  # fmt: skip
     assert kv_flags(one) == kv_flags(two)
     assert "--swa-full" in kv_flags(one) and "512" not in " ".join(kv_flags(command_line(OPTS)))

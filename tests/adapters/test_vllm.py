@@ -12,7 +12,7 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from adapters.base import Engine, FlushScope
+from adapters.base import ChatEngine, FlushScope
 from adapters.errors import (
     EngineControlFailed,
     EngineOutOfMemory,
@@ -29,13 +29,13 @@ from adapters.vllm.engine import (
     VllmMetricsCollector,
     command_line,
     engine_env,
-    launch,
     launch_options,
     memory_fraction,
     start_failure_cause,
     strip_usage_chunk,
     with_fields,
 )
+from adapters.vllm.kind import launch
 from adapters.vllm.launch import lora_rank_for
 from tests.fixtures.fake_vllm import BIN, process_env
 
@@ -166,9 +166,9 @@ def _engine(salts: CacheSalts | None = None) -> VllmEngine:
 
 
 def test_vllm_engine_is_an_engine_whose_headers_do_not_wait() -> None:
-    """VllmEngine satisfies the data path's Engine protocol (mypy checks the assignment);
+    """VllmEngine satisfies the chat path's ChatEngine protocol (mypy checks the assignment);
     its first chunk has no cache report, so headers do not wait for it."""
-    engine: Engine = _engine()
+    engine: ChatEngine = _engine()
     assert not engine.holds_headers_for_first_chunk
     assert engine.first_chunk_report(b'data: {"choices":[]}\n\n') is None
 

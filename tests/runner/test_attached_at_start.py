@@ -1,6 +1,6 @@
 """An engine attached by URL that does not answer when the runner starts
 (docs/reliability.md, sections 2 and 6). Attaching an `openai`, llama-server or vLLM engine
-sends nothing that must succeed, so the watch (runner/engines/attached_watch.py) is what finds it
+sends nothing that must succeed, so the watch (runner/engines/watch.py) is what finds it
 dead; attaching a ComfyUI reads its `/system_stats`, so its load fails at once."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Engines attached by URL are probed (runner/engines/attached_watch.py): a dead one turns its model
+"""Engines attached by URL are probed (runner/engines/watch.py): a dead one turns its model
 failed, and it comes back by itself when the engine answers again (issue 17, point 4)."""
 
 from __future__ import annotations

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from adapters.features import Features
+from adapters.kind import EngineSettings
+from adapters.launched import EngineLoad
 from adapters.llama_server.engine import LLAMA_SERVER_VERSION
-from runner.engines.engine_watch import EngineLoad
+from runner.engines.kinds import EngineKinds
 from runner.engines.record import EngineRecord
 from runner.runtime.models_file import ModelSpec
 from runner.scheduler.models import ModelState, ModelView
@@ -29,8 +32,13 @@ def _slot(model: str, backend: Any, state: ModelState, **spec: Any) -> Slot:
 def _doc(slots: list[Slot], **kw: Any) -> dict[str, Any]:
     views = {view.model: view for view, _ in slots}
     records = {view.model: record for view, record in slots}
-    caching = kw.pop("caching", True)
-    return capabilities("r1", "healthy", views, records, dict(QUEUE), True, caching, **kw)
+    specs = {view.model: record.spec for view, record in slots}
+    kinds = EngineKinds(EngineSettings(vllm_enable_prefix_caching=kw.pop("caching", True)))
+
+    def features(spec: ModelSpec) -> Features:
+        return kinds.of(spec).features(kinds.engine_spec(spec))
+
+    return capabilities("r1", "healthy", views, specs, records, dict(QUEUE), True, features, **kw)
 
 
 def test_capabilities_no_model_loaded_claims_no_engine_feature() -> None:

@@ -6,9 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from runner.engines.kinds import EngineKinds
 from runner.errors import BadRequest, ModelNotFound
 from runner.lifecycle.catalog import Roots, available, resolve, scan_hf_cache
 from runner.runtime.models_file import ModelSpec
+
+KINDS = EngineKinds()
 
 
 @pytest.fixture
@@ -36,7 +39,7 @@ def test_catalog_available_lists_file_base_path_and_hf_cache(roots: Roots) -> No
 
 def test_catalog_resolve_relative_path_under_base(roots: Roots) -> None:
     """A path relative to MODEL_BASE_PATH resolves to a spec for that file."""
-    spec, download = resolve("llama/tiny-q4_k_m.gguf", {}, roots, "llama-server")
+    spec, download = resolve("llama/tiny-q4_k_m.gguf", {}, roots, KINDS, "llama-server")
     assert download is None
     assert spec.path is not None and spec.path.endswith("tiny-q4_k_m.gguf")
 
@@ -47,21 +50,21 @@ def test_catalog_resolve_relative_path_under_base(roots: Roots) -> None:
 def test_catalog_resolve_refuses_paths_outside_roots(roots: Roots, model_id: str) -> None:
     """`..` and absolute paths outside the allowed roots are refused with 400."""
     with pytest.raises(BadRequest):
-        resolve(model_id, {}, roots, "llama-server")
+        resolve(model_id, {}, roots, KINDS, "llama-server")
 
 
 def test_catalog_resolve_refuses_symlink_out(roots: Roots, tmp_path: Path) -> None:
     """A symlink under MODEL_BASE_PATH that points outside is refused."""
     (roots.model_base / "escape.gguf").symlink_to(tmp_path / "secret.gguf")
     with pytest.raises(BadRequest):
-        resolve("escape.gguf", {}, roots, "llama-server")
+        resolve("escape.gguf", {}, roots, KINDS, "llama-server")
 
 
 def test_catalog_resolve_hf_repo_local_snapshot_or_download(roots: Roots) -> None:
     """A repo id in the HF cache loads from its snapshot; one that is not, is downloaded."""
-    spec, download = resolve("org/repo", {}, roots, "llama-server")
+    spec, download = resolve("org/repo", {}, roots, KINDS, "llama-server")
     assert download is None and spec.path is not None and spec.path.endswith(".gguf")
-    spec, download = resolve("org/elsewhere", {}, roots, "llama-server")
+    spec, download = resolve("org/elsewhere", {}, roots, KINDS, "llama-server")
     assert download == "org/elsewhere" and spec.hf == "org/elsewhere"
 
 
@@ -72,7 +75,7 @@ def test_catalog_resolve_downloads_a_snapshot_a_download_left_without_the_model(
     model: it is downloaded (huggingface_hub resumes what is there)."""
     assert roots.hf_home is not None
     (roots.hf_home / "hub" / "models--org--partial" / "snapshots" / "abc").mkdir(parents=True)
-    spec, download = resolve("org/partial", {}, roots, "llama-server")
+    spec, download = resolve("org/partial", {}, roots, KINDS, "llama-server")
     assert download == "org/partial" and spec.path is None
 
 
@@ -83,17 +86,17 @@ def test_catalog_resolve_known_repo_whose_download_failed_is_downloaded_again(
     cancelled, or a models-file entry with just `hf`) is downloaded, not started without
     a file; one with its file, or another engine that fetches itself, is not."""
     known = ModelSpec(id="org/elsewhere", backend="llama-server", hf="org/elsewhere")
-    assert resolve("org/elsewhere", {"org/elsewhere": known}, roots, "llama-server") == (
+    assert resolve("org/elsewhere", {"org/elsewhere": known}, roots, KINDS, "llama-server") == (
         known,
         "org/elsewhere",
     )
     vllm = ModelSpec(id="org/v", backend="vllm", hf="org/v")
-    assert resolve("org/v", {"org/v": vllm}, roots, "llama-server") == (vllm, None)
+    assert resolve("org/v", {"org/v": vllm}, roots, KINDS, "llama-server") == (vllm, None)
     on_disk = ModelSpec(id="m", backend="llama-server", path=str(roots.model_base / "llama"))
-    assert resolve("m", {"m": on_disk}, roots, "llama-server") == (on_disk, None)
+    assert resolve("m", {"m": on_disk}, roots, KINDS, "llama-server") == (on_disk, None)
 
 
 def test_catalog_resolve_unknown_name_is_404(roots: Roots) -> None:
     """A name that is neither configured, a path nor a repo id is 404."""
     with pytest.raises(ModelNotFound):
-        resolve("no such model", {}, roots, "llama-server")
+        resolve("no such model", {}, roots, KINDS, "llama-server")

@@ -32,7 +32,7 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     admission = SchedulerAdmission(SchedulerConfig(model_concurrency={"m": 1}))
     await admission.start()
     tenants, metrics = TenantsConfig(), Metrics()
-    front = FrontEnd(admission, RateLimiter(tenants), tenants, metrics, models=admission)
+    front = FrontEnd(admission, RateLimiter(tenants), tenants, metrics)
     chat = ChatPath(front, {}, metrics, 1 << 20)
     audio = AudioPath(front, {}, metrics, FormLimits(temp_dir=str(tmp_path)))
 

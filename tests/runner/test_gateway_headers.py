@@ -5,12 +5,8 @@ from __future__ import annotations
 import pytest
 
 from runner.errors import ConfigError, InvalidHeader
-from runner.http.headers import (
-    DEFAULT_OBJECTIVES,
-    parse_objective_priorities,
-    parse_request_headers,
-)
-from runner.runtime.settings import load_settings
+from runner.http.headers import DEFAULT_OBJECTIVES, parse_request_headers
+from runner.runtime.settings import load_settings, parse_objective_priorities
 
 pytestmark = pytest.mark.timeout(10)
 

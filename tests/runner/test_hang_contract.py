@@ -1,7 +1,7 @@
 """A spawned engine that hangs is found and treated as a crash (issue 17; docs/reliability.md,
 section 5): the engine is frozen with SIGSTOP (it keeps its port, the kernel accepts
 connections, nothing answers: a real hang) with one request in flight and two queued.
-The runner's probe (runner/engines/hang_watch.py; here every 0.5 s, 1 s each) misses three
+The runner's probe (runner/engines/watch.py; here every 0.5 s, 1 s each) misses three
 answers, kills the engine's process group, and the crash contract follows
 (tests/support/crash_contract.py, `HANG`): 502 `engine_crashed` naming the hang for the
 request in flight; the queued served after the restart, or 503 `model_unavailable` with

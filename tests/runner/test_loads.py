@@ -13,8 +13,8 @@ import orjson
 import pytest
 
 from faults import QuorumError
-from runner.engines.launch import LoadParams
-from runner.engines.sizing import policy_for
+from runner.engines.kinds import EngineKinds
+from runner.engines.specs import ModelSpecs
 from runner.lifecycle.catalog import Roots
 from runner.lifecycle.governed import GovernedRequest
 from runner.lifecycle.loads import LoadManager
@@ -31,28 +31,11 @@ GGUF_MB = 10
 
 @dataclass
 class FakePool:
-    """The pool as the load tasks and the scheduler see it: it starts what it is told
-    (recording it) and answers nothing by itself; the test reports for it."""
+    """The pool as the scheduler sees it: it starts what it is told (recording it) and
+    answers nothing by itself; the test reports for it."""
 
-    specs_: dict[str, ModelSpec]
     started: list[str] = field(default_factory=list)
-    estimator: EtaEstimator = field(
-        default_factory=lambda: EtaEstimator(defaults={"llama-server": LoadSpeed(2.0, 10.0)})
-    )
 
-    def specs(self) -> dict[str, ModelSpec]:
-        return self.specs_
-
-    def spec(self, model: str) -> ModelSpec | None:
-        return self.specs_.get(model)
-
-    def register(self, spec: ModelSpec, params: LoadParams | None = None) -> None:
-        self.specs_[spec.id] = spec
-
-    def policy(self, spec: ModelSpec, budget_mb: int | None = None) -> ModelPolicy:
-        return policy_for(spec, budget_mb, None, 0.9)
-
-    # ModelEffects
     def start_load(self, model: str, policy: ModelPolicy) -> None:
         self.started.append(model)
 
@@ -105,21 +88,24 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
     gguf = tmp_path / "g.gguf"
     gguf.write_bytes(b"GGUF" + b"\0" * (GGUF_MB * 2**20))
     spec = ModelSpec(id="g", backend="llama-server", path=str(gguf))
-    pool = FakePool({"g": spec})
+    specs = ModelSpecs([spec], EngineKinds(), lambda _gpus: None)
+    pool = FakePool()
     clock = [1000.0]
     admission = SchedulerAdmission(
-        SchedulerConfig(unlisted_ready=False), clock=lambda: clock[0], tick_interval_s=3600
+        SchedulerConfig(unlisted_ready=False),
+        clock=lambda: clock[0],
+        tick_interval_s=3600,
+        models=pool,
     )
-    admission.attach_models(pool)
     store = CountingStore()
     roots = Roots(tmp_path, None, (tmp_path,))
     loads = LoadManager(
-        pool,  # type: ignore[arg-type]
+        specs,
         admission,
         Approve(),  # type: ignore[arg-type]
         store,
         roots,
-        "llama-server",
+        EtaEstimator(defaults={"llama-server": LoadSpeed(2.0, 10.0)}),
         "r1",
         clock=lambda: clock[0],
         cancel_check_s=0.01,

@@ -6,9 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from runner.engines.kinds import EngineKinds
 from runner.errors import ConfigError
 from runner.runtime.models_file import ModelSpec, default_models_path, load_models_file
 from tests.support.runner_proc import REPO_ROOT
+
+KINDS = EngineKinds()
+slots = KINDS.slots  # `parallel`, else the kind's default
 
 
 def _write(tmp_path: Path, text: str) -> str:
@@ -22,9 +26,10 @@ def test_models_file_minimal_url_entry(tmp_path: Path) -> None:
     f = load_models_file(
         _write(
             tmp_path, "models:\n  - id: echo\n    backend: openai\n    url: http://127.0.0.1:9000\n"
-        )
+        ),
+        KINDS,
     )
-    assert [(m.id, m.url, m.slots) for m in f.models] == [("echo", "http://127.0.0.1:9000", 8)]
+    assert [(m.id, m.url, slots(m)) for m in f.models] == [("echo", "http://127.0.0.1:9000", 8)]
 
 
 def test_models_file_accepts_later_fields(tmp_path: Path) -> None:
@@ -46,14 +51,15 @@ models:
     load_timeout_s: 30
     args: ["--x"]
 """,
-        )
+        ),
+        KINDS,
     )
-    assert f.models[0].slots == 3 and f.models[0].pin
+    assert slots(f.models[0]) == 3 and f.models[0].pin
 
 
 def test_models_file_absent_means_no_models() -> None:
     """No MODELS_CONFIG: the runner starts with no models."""
-    assert load_models_file(None).models == []
+    assert load_models_file(None, KINDS).models == []
 
 
 @pytest.mark.parametrize(
@@ -84,14 +90,14 @@ def test_models_file_invalid_is_refused_naming_problem(
 ) -> None:
     """An invalid models file raises ConfigError naming MODELS_CONFIG and the problem."""
     with pytest.raises(ConfigError) as info:
-        load_models_file(_write(tmp_path, text))
+        load_models_file(_write(tmp_path, text), KINDS)
     assert "MODELS_CONFIG" in str(info.value) and fragment in str(info.value)
 
 
 def test_models_file_missing_is_refused(tmp_path: Path) -> None:
     """A path that does not exist is a start-up error, not an empty runner."""
     with pytest.raises(ConfigError):
-        load_models_file(str(tmp_path / "nope.yaml"))
+        load_models_file(str(tmp_path / "nope.yaml"), KINDS)
 
 
 def test_models_file_faster_whisper_by_path_package_or_size(tmp_path: Path) -> None:
@@ -106,13 +112,14 @@ models:
   - {{id: pkg, backend: faster-whisper, path: "package:runner/engines"}}
   - {{id: size, backend: faster-whisper, whisper_model: tiny.en}}
 """,
-        )
+        ),
+        KINDS,
     )
     by_id = {m.id: m for m in f.models}
-    assert by_id["dir"].local_path() == tmp_path and by_id["dir"].slots == 2
+    assert by_id["dir"].local_path() == tmp_path and slots(by_id["dir"]) == 2
     pkg = by_id["pkg"].local_path()
     assert pkg is not None and pkg.is_dir() and pkg.name == "engines"
-    assert by_id["size"].local_path() is None and by_id["size"].slots == 1
+    assert by_id["size"].local_path() is None and slots(by_id["size"]) == 1
 
 
 def test_models_file_package_path_of_a_missing_package_is_none() -> None:
@@ -139,7 +146,7 @@ def test_models_file_bad_faster_whisper_entry_is_refused(
     """A speech model with no model, two of them, an unknown size, a url, or a bad package
     path is refused naming the problem."""
     with pytest.raises(ConfigError) as info:
-        load_models_file(_write(tmp_path, f"models:\n  - {entry}\n"))
+        load_models_file(_write(tmp_path, f"models:\n  - {entry}\n"), KINDS)
     assert fragment in str(info.value)
 
 
@@ -148,7 +155,7 @@ def test_default_models_path_is_the_repositorys_models_yaml() -> None:
     served no model at all when this pointed inside runner/), and it loads."""
     path = default_models_path()
     assert path == str(REPO_ROOT / "models.yaml")
-    ids = [spec.id for spec in load_models_file(path).models]
+    ids = [spec.id for spec in load_models_file(path, KINDS).models]
     assert ids[0] == "smollm2-135m-instruct" and "gemma-3-270m" in ids
 
 
@@ -169,7 +176,8 @@ models:
     public_prefixes:
       - {{name: ops, system: "{"You are the platform's shared assistant. " * 3}"}}
 """,
-        )
+        ),
+        KINDS,
     )
     (spec,) = f.models
     assert [a.model_id("base") for a in spec.adapters] == ["base:alpha", "acme-support"]
@@ -184,13 +192,15 @@ TWICE = "{name: a, path: /x, tenants: [t]}"
 @pytest.mark.parametrize(
     ("entry", "problem"),
     [
-        (f"{{id: m, backend: comfyui, workflow: txt2img, {A}}}", "backends llama-server and vllm"),
+        (f"{{id: m, backend: comfyui, workflow: txt2img, {A}}}", "'llama-server' or 'vllm' only"),
         (f"{{id: m, backend: vllm, url: 'http://h:1', {A}}}", "an engine the runner starts"),
         (f"{{{LLAMA}, adapters: [{{name: a, path: /x}}]}}", "tenants"),
         (f"{{{LLAMA}, adapters: [{TWICE}, {TWICE}]}}", "two adapters share a name"),
         (f"{{{LLAMA}, max_adapters: 0, {A}}}", "more adapters than max_adapters"),
         ("{id: m, backend: vllm, path: /m, public_prefixes: [{name: p, prompt: " + "x" * 80 + "}]}",
-         "public_prefixes apply to a llama-server"),
+         "public_prefixes applies to backend 'llama-server' only"),
+        ("{id: m, backend: llama-server, url: 'http://h:1', public_prefixes: [{name: p, prompt: "
+         + "x" * 80 + "}]}", "public_prefixes apply to a llama-server the runner starts"),
         (f"{{{LLAMA}, public_prefixes: [{{name: p, system: short}}]}}", "at least 64"),
         (f"{{{LLAMA}, args: [--lora, /a.gguf]}}", "declare LoRA adapters under adapters"),
         ("{id: m, backend: vllm, path: /m, args: [--enable-lora]}", "under adapters"),
@@ -200,7 +210,7 @@ def test_models_file_adapter_mistakes_refused(tmp_path: Path, entry: str, proble
     """Adapters and public prefixes where they cannot work, or incomplete, stop start-up
     with the problem named."""
     with pytest.raises(ConfigError, match=problem):
-        load_models_file(_write(tmp_path, f"models:\n  - {entry}\n"))
+        load_models_file(_write(tmp_path, f"models:\n  - {entry}\n"), KINDS)
 
 
 def test_models_file_adapter_id_clashing_with_a_model_refused(tmp_path: Path) -> None:
@@ -210,4 +220,4 @@ def test_models_file_adapter_id_clashing_with_a_model_refused(tmp_path: Path) ->
   - {id: m, backend: llama-server, path: /m, adapters: [{name: a, path: /y, tenants: [t]}]}
 """
     with pytest.raises(ConfigError, match="appears twice"):
-        load_models_file(_write(tmp_path, text))
+        load_models_file(_write(tmp_path, text), KINDS)

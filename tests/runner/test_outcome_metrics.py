@@ -16,8 +16,9 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from adapters.launched import EngineLoad
 from adapters.reaper import GUARD_SCRIPT
-from runner.engines.engine_watch import EngineLoad
+from runner.engines.kinds import EngineKinds
 from runner.engines.pool import ModelPool
 from runner.memory.proc import child_pids
 from runner.memory.telemetry import TelemetrySnapshot
@@ -187,8 +188,7 @@ def _record(backend: str) -> Any:
     spec = SimpleNamespace(
         id=backend, backend=backend, attached=False, local_path=lambda: None, vram_mb=None
     )
-    engine = object()  # not a llama-server engine: no slot figures to read
-    launched = SimpleNamespace(engine=engine, process=SimpleNamespace(pid=os.getpid()))
+    launched = SimpleNamespace(kv=None, process=SimpleNamespace(pid=os.getpid()))  # no KV figures
     return SimpleNamespace(spec=spec, launched=launched, process=launched.process, mem_mb=0)
 
 
@@ -200,7 +200,9 @@ async def test_snapshot_kv_figures_only_for_engines_with_a_kv_cache() -> None:
     async def hold_leases() -> None:
         return None
 
-    pool = SimpleNamespace(records=records, serving=lambda: list(records), hold_leases=hold_leases)
+    pool = SimpleNamespace(
+        records=records, serving=lambda: list(records), hold_leases=hold_leases, kinds=EngineKinds()
+    )
     snap = await Refresher(cast(ModelPool, pool), _Telemetry()).refresh()
     by_model = {m.model: m for m in snap.models}
     assert by_model["comfyui"].kv_mb == 0 and by_model["comfyui"].other_mb == 900

@@ -16,12 +16,14 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from adapters.launched import EngineLoad
 from adapters.vllm.metrics import parse_families
-from runner.engines.engine_watch import EngineLoad
+from runner.engines.kinds import EngineKinds
 from runner.runtime.models_file import ModelSpec
+from runner.runtime.settings import PICKER_PATH
 from runner.scheduler import ModelState
 from runner.scheduler.models import ModelView
-from runner.telemetry.metrics import METRICS_PATH, PICKER_PATH, Metrics
+from runner.telemetry.metrics import METRICS_PATH, Metrics
 from runner.telemetry.picker_metrics import (
     NAMES,
     AdapterInfo,
@@ -112,13 +114,16 @@ def test_picker_view_reads_queue_flight_adapters_and_caches() -> None:
     }
     snapshot = ResourceSnapshot(models=(ModelMemory("a", 400, 100, 300, 1.0),))
     loads = {"v": EngineLoad(kv_cache_mb=100, kv_cache_utilization=0.0)}
+    kinds = EngineKinds()
+    reports_kv = lambda spec: kinds.of(spec).traits.reports_kv  # noqa: E731
     adapters = [
         AdapterInfo("a:one", loaded=True, waiting=0, loading=False),
         AdapterInfo("a:two", loaded=True, waiting=2, loading=False),
         AdapterInfo("v:new", loaded=False, waiting=0, loading=True),
         AdapterInfo("x:off", loaded=False, waiting=0, loading=False),  # base not running
     ]
-    view = picker_view(models, 6, specs, snapshot, loads, [_info("16", "64")], adapters)
+    samples = [_info("16", "64")]
+    view = picker_view(models, 6, specs, snapshot, loads, samples, reports_kv, adapters)
     assert view == PickerView(6, 3, 0.75, (16, 64), ("a:one", "a:two"), ("a:two", "v:new"), 3)
     assert picker_view(models, 6, specs, snapshot, loads, []).running_adapters == ()
 

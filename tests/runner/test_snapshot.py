@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from adapters.features import NONE
 from runner.memory.telemetry import GpuInfo
 from runner.telemetry.capabilities import capabilities
 from runner.telemetry.snapshot import ModelMemory, ResourceSnapshot, SnapshotCollector
@@ -38,7 +39,9 @@ def test_snapshot_out_of_memory_only_when_every_device_is_full() -> None:
 
 def test_capabilities_resources_come_from_the_snapshot() -> None:
     """The capabilities document carries the snapshot's device and KV figures."""
-    doc = capabilities("r", "healthy", {}, {}, {"depth": 0}, True, True, resources=SNAP)
+    doc = capabilities(
+        "r", "healthy", {}, {}, {}, {"depth": 0}, True, lambda _spec: NONE, resources=SNAP
+    )
     res = doc["resources"]
     assert isinstance(res, dict)
     assert res["gpuIds"] == [0, 1]

@@ -93,7 +93,8 @@ def governed(url: str, path: str, operation: str, body: dict[str, Any]) -> httpx
 
 
 def engine_of(runner_pid: int) -> tuple[str, dict[str, str]]:
-    """The base URL and auth header of the llama-server this runner started (its argv)."""
+    """The base URL and auth header of the llama-server this runner started (its argv and
+    key file)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -105,7 +106,8 @@ def engine_of(runner_pid: int) -> tuple[str, dict[str, str]]:
         ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
         if ppid == runner_pid and argv and argv[0].endswith("llama-server"):
             port = argv[argv.index("--port") + 1]
-            key = argv[argv.index("--api-key") + 1]
+            # the runner hands the key over in a file (--api-key-file), never on argv
+            key = Path(argv[argv.index("--api-key-file") + 1]).read_text().strip()
             return f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {key}"}
     raise AssertionError("no llama-server child of the runner")
 

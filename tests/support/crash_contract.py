@@ -12,7 +12,7 @@ SIGKILL. What each request gets (docs/reliability.md):
   (`exitCode` -9), and `/health` agrees (503 `unhealthy`: no other model).
 
 The same shape for a hang (`fault=HANG`): the engine is frozen with SIGSTOP, so it keeps
-its port and never answers; the runner's probe (runner/engines/hang_watch.py, at a short interval
+its port and never answers; the runner's probe (runner/engines/watch.py, at a short interval
 here) finds it and kills it, and every answer above names the hang instead of the signal
 (`quorum_engine_hangs_total` 1).
 

@@ -37,7 +37,7 @@ from runner.http.openapi.components import (
 from runner.http.openapi.control import lifecycle, runner_state, status_page
 from runner.http.openapi.paths import data_path, jobs
 from runner.http.openapi.tenants import tenants
-from runner.telemetry.metrics import PICKER_PATH
+from runner.runtime.settings import PICKER_PATH
 
 OPENAPI_PATH = "/openapi.json"
 

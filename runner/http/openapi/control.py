@@ -20,7 +20,8 @@ from runner.http.openapi.paths import (
 )
 from runner.lifecycle.governed import FLUSH_SCOPES
 from runner.lifecycle.load_requests import QUANTIZATIONS
-from runner.telemetry.metrics import METRICS_PATH, PICKER_PATH
+from runner.runtime.settings import PICKER_PATH
+from runner.telemetry.metrics import METRICS_PATH
 
 
 def _governed(summary: str, body: Schema, ok: Schema, *extra: int) -> Schema:

@@ -103,7 +103,7 @@ async def api(whisper_model: str, tmp_path_factory: pytest.TempPathFactory) -> A
     metrics = RecordingMetrics()
     temp_dir = tmp_path_factory.mktemp("uploads")
     engines = {MODEL: engine}
-    front = FrontEnd(admission, limiter, tenants, metrics, models=admission)
+    front = FrontEnd(admission, limiter, tenants, metrics)
     app = AudioPath(front, engines, metrics, FormLimits(temp_dir=str(temp_dir)))
     yield Api(app, engines, metrics, temp_dir, whisper_model, admission)
     await admission.stop()

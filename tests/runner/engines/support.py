@@ -4,9 +4,50 @@ report it sends back (no sleeps: each report resolves a future)."""
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runner.engines.pool import ModelPool
+from adapters.vllm.metrics import VllmMetricsCollector
+from runner.engines.gpus import EngineHost, GpuAccounting
+from runner.engines.kinds import EngineKinds, engine_settings
+from runner.engines.pool import ModelPool, PoolObserver
+from runner.engines.specs import ModelSpecs
+from runner.memory.leases import LeaseStore, MemoryLeaseStore
+from runner.memory.telemetry import Telemetry
+from runner.runtime.models_file import ModelSpec
+from runner.runtime.settings import Settings
+from runner.tasks.eta import EtaEstimator
+
+
+def make_pool(
+    settings: Settings,
+    models: list[ModelSpec],
+    telemetry: Telemetry,
+    *,
+    clock: Callable[[], float] = time.time,
+    monotonic: Callable[[], float] = time.monotonic,
+    leases: LeaseStore | None = None,
+    observer: PoolObserver | None = None,
+) -> ModelPool:
+    """A pool as the runtime builds it (runner/runtime/wiring.py), its parts given."""
+    kinds = EngineKinds(engine_settings(settings))
+    host = EngineHost(telemetry, VllmMetricsCollector())
+    return ModelPool(
+        ModelSpecs(models, kinds, host.gpu_total_mb),
+        GpuAccounting(
+            telemetry,
+            leases or MemoryLeaseStore(monotonic),
+            settings.runner_id,
+            settings.cuda_visible_devices,
+        ),
+        host,
+        EtaEstimator(),
+        stop_grace_s=settings.engine_stop_grace_s,
+        observer=observer,
+        clock=clock,
+        monotonic=monotonic,
+    )
 
 
 @dataclass
@@ -49,9 +90,9 @@ class Reports:
 async def load(pool: ModelPool, model: str) -> tuple[str, ...]:
     """Have the pool start `model` as the scheduler would; its report (ready or failed)."""
     reports = pool.reports if isinstance(pool.reports, Reports) else Reports()
-    pool.attach(reports)
-    spec = pool.spec(model)
+    pool.start(reports)
+    spec = pool.specs.spec(model)
     assert spec is not None
     outcome = asyncio.ensure_future(reports.next())
-    pool.start_load(model, pool.policy(spec))
+    pool.start_load(model, pool.specs.policy(spec))
     return await outcome

@@ -9,9 +9,9 @@ import pytest
 
 from runner.engines.pool import ModelPool
 from runner.memory.leases import MemoryLeaseStore
-from runner.runtime.models_file import ModelsFile, ModelSpec
+from runner.runtime.models_file import ModelSpec
 from runner.runtime.settings import load_settings
-from tests.runner.engines.support import load
+from tests.runner.engines.support import load, make_pool
 from tests.runner.memory.fake_telemetry import FakeTelemetry
 from tests.support.runner_proc import fixture_bin
 
@@ -25,13 +25,7 @@ def _pool(telemetry: FakeTelemetry, vram_mb: int) -> ModelPool:
         bin=fixture_bin("llama-server-ok"),
     )
     settings = load_settings({"RUNNER_ID": "r1", "FAKE_ENGINE_PYTHON": sys.executable})
-    return ModelPool(
-        settings,
-        ModelsFile(models=[spec]),
-        telemetry,
-        multi_tenant=True,
-        leases=MemoryLeaseStore(lambda: 0.0),
-    )
+    return make_pool(settings, [spec], telemetry, leases=MemoryLeaseStore(lambda: 0.0))
 
 
 @pytest.fixture(autouse=True)
@@ -76,13 +70,13 @@ async def test_pool_leases_count_other_holders() -> None:
     """Another holder's lease in the store lowers the memory free for loads."""
     telemetry = FakeTelemetry([10_000])
     pool = _pool(telemetry, 1_000)
-    await pool.leases.acquire("training-job", {0: 6_000}, 60)
+    await pool.gpus.leases.acquire("training-job", {0: 6_000}, 60)
     await pool.hold_leases()
     assert pool.free_memory_mb() == 4_000
     assert (await load(pool, "big"))[0] == "ready"
     telemetry.process_mb[pool.records["big"].process.pid] = 1_000  # type: ignore[union-attr]
     pool.records["big"].mem_mb = 1_000
     await pool.hold_leases()
-    holders = {lease.holder: dict(lease.gpu_mb) for lease in await pool.leases.all()}
+    holders = {lease.holder: dict(lease.gpu_mb) for lease in await pool.gpus.leases.all()}
     assert holders["r1/big"] == {0: 1_000} and holders["training-job"] == {0: 6_000}
     await pool.close()

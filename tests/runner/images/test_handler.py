@@ -114,7 +114,7 @@ async def runner(comfy: FakeEngine, comfy_dir: Path, tmp_path: Path) -> AsyncIte
     manager = JobManager(jobs, sender, "runner-1", time.time)
     store = ImageStore(tmp_path / "images")
     tenants = TenantsConfig()
-    front = FrontEnd(admission, RateLimiter(tenants), tenants, Metrics(), models=admission)
+    front = FrontEnd(admission, RateLimiter(tenants), tenants, Metrics())
     images = ImagesPath(
         front,
         {"sd": engine, "loose": loose, "free": free, "wide": wide},

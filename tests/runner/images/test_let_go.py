@@ -97,7 +97,7 @@ async def runner(
     await admission.start()
     manager = JobManager(MemoryJobStore(time.time), None, "runner-1", time.time)
     tenants = TenantsConfig()
-    front = FrontEnd(admission, RateLimiter(tenants), tenants, Metrics(), models=admission)
+    front = FrontEnd(admission, RateLimiter(tenants), tenants, Metrics())
     generator = ImageGenerator(None, timing=FAST, settle_poll_s=0.05)
     images = ImagesPath(
         front, {"blur": engine}, generator, 1 << 20, submit_job=job_submitter(manager)

@@ -1,4 +1,4 @@
-"""JobManager.on_finished: every job that ends is counted once, by kind and outcome
+"""JobManager's `on_finished`: every job that ends is counted once, by kind and outcome
 (`quorum_jobs_total`, runner/telemetry/outcome_metrics.py)."""
 
 from __future__ import annotations
@@ -18,10 +18,13 @@ from tests.runner.jobs.support import Clock
 pytestmark = pytest.mark.timeout(30)
 
 
-def _counted(m: JobManager) -> list[tuple[str, str]]:
+def _counted(store: MemoryJobStore) -> tuple[JobManager, list[tuple[str, str]]]:
+    """A manager on `store`, and the outcomes it counts (its `on_finished`)."""
     seen: list[tuple[str, str]] = []
-    m.on_finished = lambda kind, outcome: seen.append((kind, outcome))
-    return seen
+    manager = JobManager(
+        store, None, "r", Clock(), on_finished=lambda kind, outcome: seen.append((kind, outcome))
+    )
+    return manager, seen
 
 
 async def _ok(_: ProgressReporter) -> object:
@@ -39,8 +42,7 @@ async def _bug(_: ProgressReporter) -> object:
 async def test_jobs_outcomes_succeeded_failed_and_internal_each_counted_once() -> None:
     """A job that succeeds, one that fails with a runner error and one whose work has a
     bug: each counted once with its kind and terminal status."""
-    m = JobManager(MemoryJobStore(Clock()), None, "r", Clock())
-    seen = _counted(m)
+    m, seen = _counted(MemoryJobStore(Clock()))
     for kind, work in (("image_generation", _ok), ("transcription", _fails), ("x", _bug)):
         job = await m.submit(kind, "acme", "m", work)
         await m.join(job.id)
@@ -53,8 +55,7 @@ async def test_jobs_outcomes_succeeded_failed_and_internal_each_counted_once() -
 
 async def test_jobs_outcomes_cancelled_counted_once_even_when_cancelled_twice() -> None:
     """A cancelled job is counted cancelled once; cancelling it again counts nothing."""
-    m = JobManager(MemoryJobStore(Clock()), None, "r", Clock())
-    seen = _counted(m)
+    m, seen = _counted(MemoryJobStore(Clock()))
     job = await m.submit("translation", "acme", "m", _ok)
     assert (await m.cancel(job.id, "acme")).status is JobStatus.CANCELLED
     await m.join(job.id)
@@ -65,8 +66,7 @@ async def test_jobs_outcomes_cancelled_counted_once_even_when_cancelled_twice() 
 async def test_jobs_outcomes_shutdown_and_interrupted_jobs_count_as_failed() -> None:
     """A job failed by shutdown, and one a restarted runner finds unfinished, read failed."""
     store = MemoryJobStore(Clock())
-    first = JobManager(store, None, "r", Clock())
-    seen = _counted(first)
+    first, seen = _counted(store)
 
     async def forever(progress: ProgressReporter) -> object:
         await progress.running()
@@ -79,8 +79,7 @@ async def test_jobs_outcomes_shutdown_and_interrupted_jobs_count_as_failed() -> 
 
     left = record.start(record.new_job("job_left", "image_generation", "acme", "m", "r", 0.0), 0.0)
     await store.put(left)
-    restarted = JobManager(store, None, "r", Clock())
-    counted = _counted(restarted)
+    restarted, counted = _counted(store)
     failed = await restarted.start()
     assert [j.id for j in failed] == ["job_left"]
     assert failed[0].error is not None and failed[0].error.message == INTERRUPTED_REASON

@@ -10,7 +10,6 @@ from runner.memory.estimate import (
     bits_per_weight,
     estimate_from_name,
     params_from_name,
-    speech_worker_mb,
 )
 
 GIB = 1024**3
@@ -173,13 +172,3 @@ def test_estimate_larger_models_estimate_larger() -> None:
     estimates = [estimate_from_name(f"model-{s}-q4_k_m") for s in sizes]
     figures = [e.mb for e in estimates if e is not None]
     assert figures == sorted(figures) and len(figures) == len(sizes)
-
-
-def test_speech_worker_mb_from_files_then_size_name() -> None:
-    """A Whisper worker: its weights on disk x 1.5 + runtime; else its size name's
-    family; else nothing known (the generic chain applies)."""
-    assert speech_worker_mb(100 * 2**20, "large-v3") == 150 + 256
-    assert speech_worker_mb(None, "tiny.en") == round(75 * 1.5) + 256
-    assert speech_worker_mb(None, "distil-large-v3") == speech_worker_mb(None, "turbo")
-    assert speech_worker_mb(None, "large-v3") == round(3090 * 1.5) + 256
-    assert speech_worker_mb(None, None) is None

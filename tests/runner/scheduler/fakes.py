@@ -9,8 +9,8 @@ from runner.scheduler.config import ModelPolicy, SchedulerConfig
 from runner.scheduler.core import Scheduler
 from runner.scheduler.effects import ModelNotice
 from runner.scheduler.events import (
-    LoadCancelled,
-    LoadFailed,
+    LoadCancellation,
+    LoadFailure,
     LoadRequested,
     ModelCrashed,
     ModelReady,
@@ -159,7 +159,7 @@ class Driver:
         self.core.handle(LoadRequested(model, policy, evict_first, self.now))
 
     def cancel_load(self, model: str) -> None:
-        self.core.handle(LoadCancelled(model, self.now))
+        self.core.handle(LoadCancellation(model, self.now))
 
     def ready(self, model: str, mem_mb: int, concurrency: int = 1) -> None:
         """The pool finished loading `model`: it now holds `mem_mb`."""
@@ -169,7 +169,7 @@ class Driver:
     def failed(
         self, model: str, reason: str = "no such file", exit_code: int | None = None
     ) -> None:
-        self.core.handle(LoadFailed(model, reason, self.now, exit_code))
+        self.core.handle(LoadFailure(model, reason, self.now, exit_code))
 
     def unload(self, model: str, sleep: bool = False) -> None:
         self.core.handle(UnloadRequested(model, self.now, sleep))

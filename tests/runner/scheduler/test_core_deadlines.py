@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runner.scheduler.config import SchedulerConfig
-from runner.scheduler.errors import DeadlineExceeded, DeadlineUnreachable
+from runner.scheduler.errors import DeadlinePassed, DeadlineUnreachable
 from tests.runner.scheduler.fakes import Driver
 
 pytestmark = pytest.mark.timeout(10)
@@ -60,7 +60,7 @@ def test_scheduler_queued_request_whose_deadline_passes_never_reaches_the_engine
     assert d.core.is_waiting(doomed)
     d.tick(0.1)  # its deadline
     error = d.effects.rejection(doomed)
-    assert isinstance(error, DeadlineExceeded)
+    assert isinstance(error, DeadlinePassed)
     assert (error.status, error.code) == (504, "deadline_exceeded")
     assert error.extra == {"queueWaitMs": 2500, "deadlineMs": 2500}
     assert "Retry-After" not in error.headers
@@ -76,7 +76,7 @@ def test_scheduler_deadline_due_as_the_slot_frees_is_dropped_first() -> None:
     doomed = d.arrive("doomed", deadline_ms=2000)
     d.now += 2.0
     d.done(busy)
-    assert isinstance(d.effects.rejection(doomed), DeadlineExceeded)
+    assert isinstance(d.effects.rejection(doomed), DeadlinePassed)
     assert doomed not in d.effects.granted_ids
 
 
@@ -88,4 +88,4 @@ def test_scheduler_without_a_measured_service_time_admits() -> None:
     ticket = d.arrive(deadline_ms=1)
     assert d.core.is_waiting(ticket)
     d.tick(0.001)
-    assert isinstance(d.effects.rejection(ticket), DeadlineExceeded)
+    assert isinstance(d.effects.rejection(ticket), DeadlinePassed)

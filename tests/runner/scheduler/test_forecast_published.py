@@ -6,7 +6,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from runner.scheduler.stats import QueueStats
-from runner.telemetry.forecast_metrics import ForecastGauges
+from runner.telemetry.state_metrics import ForecastGauges
 from tests.runner.scheduler.test_core_deadlines import busy_one_slot
 
 pytestmark = pytest.mark.timeout(10)

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from runner.scheduler import SchedulerAdmission, SchedulerConfig
-from runner.scheduler.errors import DeadlineExceeded
+from runner.scheduler.errors import DeadlinePassed
 from runner.scheduler.grants import AdmissionRequest
 
 pytestmark = pytest.mark.timeout(10)
@@ -23,7 +23,7 @@ async def test_admission_waiter_leaves_when_its_deadline_comes() -> None:
     try:
         held = await adm.acquire(AdmissionRequest("a", "m", "t", "normal", 1, 1))
         started = time.monotonic()
-        with pytest.raises(DeadlineExceeded):
+        with pytest.raises(DeadlinePassed):
             await adm.acquire(AdmissionRequest("b", "m", "t", "normal", 1, 1, deadline_ms=50))
         assert 0.05 <= time.monotonic() - started < 1.0
         assert adm.queue_depth() == 0

@@ -1,12 +1,13 @@
-"""The question both engine watches ask (runner/engines/probes.py): any HTTP answer in time means
-the engine is there, and `misses` unanswered in a row mean it is not."""
+"""The question the engine watch asks (runner/engines/probes.py): any HTTP answer in time means
+the engine is there, and `misses` unanswered in a row mean it is not; each kind names its own."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
-from runner.engines.probes import HttpProber, MissedProbes, probe_path, probe_url
+from runner.engines.kinds import EngineKinds
+from runner.engines.probes import HttpProber, MissedProbes
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -46,12 +47,17 @@ def test_missed_probes_needs_at_least_one_miss() -> None:
         MissedProbes(0)
 
 
-def test_probe_path_by_backend() -> None:
+def test_probes_each_kind_declares_its_own() -> None:
     """llama-server and vLLM are asked `/health`, ComfyUI `/system_stats`, a generic
-    OpenAI engine `/v1/models`."""
-    assert probe_path("llama-server") == probe_path("vllm") == "/health"
-    assert probe_url("http://h:1/", "comfyui") == "http://h:1/system_stats"
-    assert probe_url("http://h:1", "openai") == "http://h:1/v1/models"
+    OpenAI engine `/v1/models`; a speech worker is not probed (its socket tells)."""
+    probes = {kind.name: kind.traits.probe_path for kind in EngineKinds()}
+    assert probes == {
+        "llama-server": "/health",
+        "vllm": "/health",
+        "comfyui": "/system_stats",
+        "openai": "/v1/models",
+        "faster-whisper": None,
+    }
 
 
 @pytest.mark.parametrize("status", [200, 401, 503])

@@ -1,15 +1,20 @@
-"""ComfyUI for the pool: one server per runner, its models the checkpoints and workflows on it.
+"""ComfyUI as an engine kind: one server per runner, its models the checkpoints and
+workflows on it, served on the image path.
 
 - Server: spawned from COMFYUI_PATH (`COMFYUI_PYTHON <path>/main.py --listen 127.0.0.1
   --port P --disable-auto-launch [--cpu]`, COMFYUI_CPU) the first time a ComfyUI model
   without a `url` loads, and again after it died; or attached: every model with the same
   `url` shares that ComfyUI.
-- Model load (`start_comfyui`): the server started, the checkpoint present in ComfyUI's
-  `checkpoints` folder (copied from the model's `path`, or downloaded from its `hf` repo,
-  when missing), a warm-up prompt succeeded (`adapters/comfyui/engine.py`); the memory it
-  took is ComfyUI's free device memory before minus after (`/system_stats`).
+- Model load (`ComfyUIKind.start`, and `attach` for a model with a `url`): the server
+  started, the checkpoint present in ComfyUI's `checkpoints` folder (copied from the model's
+  `path`, or downloaded from its `hf` repo, when missing), a warm-up prompt succeeded
+  (`adapters/comfyui/engine.py`); the memory it took is ComfyUI's free device memory before
+  minus after (`/system_stats`).
 - Model unload (`Launched.release`): `POST /free`, and the memory `/system_stats` shows
-  freed after it. The server keeps running; it stops with the runner.
+  freed after it. The server keeps running; it stops with the runner (`close`).
+- Slots: every model on one server shares its one queue (`slot_group`: `comfyui:<url>`,
+  or `comfyui:spawned`); its queue (`/queue`) and version (`/system_stats`) are read
+  once per server; a probe asks `/system_stats`.
 """
 
 from __future__ import annotations
@@ -19,17 +24,17 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from adapters.comfyui.engine import CheckpointFetcher, ComfyUIEngine
 from adapters.comfyui.follow import FollowTiming
 from adapters.comfyui.server import ComfyUIServer, Memory
 from adapters.comfyui.workflows import load_template
+from adapters.kind import Devices, EngineSettings, EngineSpec, Host, KindDefaults, Traits
+from adapters.launched import EngineLoad, Launched
 from adapters.supervisor import EngineState
-from runner.engines.launch import Launched
-from runner.errors import ConfigError
-from runner.runtime.models_file import ModelSpec
-from runner.runtime.settings import Settings
+from faults import ConfigError
 
 log = logging.getLogger("quorum.pool")
 
@@ -39,13 +44,13 @@ DEFAULT_WORKFLOW = "txt2img"
 class ComfyUIServers:
     """The ComfyUI servers of one runner: the one it spawns, and those attached by URL."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
         self._spawned: ComfyUIServer | None = None
         self._attached: dict[str, ComfyUIServer] = {}
         self._retired: list[ComfyUIServer] = []
 
-    def server_for(self, spec: ModelSpec) -> ComfyUIServer:
+    def server_for(self, spec: EngineSpec) -> ComfyUIServer:
         """The server `spec` runs on (created on first use; a dead spawned one replaced)."""
         s = self.settings
         if spec.url is not None:
@@ -55,7 +60,7 @@ class ComfyUIServers:
             return self._attached[url]
         if s.comfyui_path is None:
             raise ConfigError(
-                f"model {spec.id!r}: backend comfyui needs COMFYUI_PATH (to start ComfyUI) "
+                f"model {spec.model_id!r}: backend comfyui needs COMFYUI_PATH (to start ComfyUI) "
                 "or a url (to attach one)"
             )
         if self._spawned is not None and _dead(self._spawned):
@@ -66,10 +71,10 @@ class ComfyUIServers:
                 s.comfyui_path,
                 python=s.comfyui_python or sys.executable,
                 cpu=s.comfyui_cpu,
-                load_timeout_s=spec.load_timeout_s or s.engine_load_timeout_s,
-                request_timeout_s=s.engine_read_timeout_s,
+                load_timeout_s=spec.load_timeout_s or s.load_timeout_s,
+                request_timeout_s=s.read_timeout_s,
                 metadata=s.comfyui_image_metadata,
-                logs_of=spec.id,
+                logs_of=spec.model_id,
             )
         return self._spawned
 
@@ -92,11 +97,11 @@ def _dead(server: ComfyUIServer) -> bool:
     return process is not None and process.state in (EngineState.FAILED, EngineState.STOPPED)
 
 
-def checkpoint_fetcher(spec: ModelSpec) -> CheckpointFetcher | None:
+def checkpoint_fetcher(spec: EngineSpec) -> CheckpointFetcher | None:
     """Where a checkpoint missing from ComfyUI's folder comes from: the model's `path` (a
     local file, linked or copied in), else its `hf` repository (downloaded into the folder
     with huggingface_hub); neither: nothing is fetched."""
-    source = spec.local_path()
+    source = spec.path
     repo = spec.hf
     if source is None and repo is None:
         return None
@@ -136,22 +141,22 @@ def _link_or_copy(source: Path, target: Path) -> None:
     tmp.replace(target)
 
 
-async def start_comfyui(spec: ModelSpec, servers: ComfyUIServers) -> Launched:
+async def start_comfyui(spec: EngineSpec, servers: ComfyUIServers) -> Launched:
     """Start (or reach) `spec`'s ComfyUI and load the model on it (see the module docstring)."""
     template = load_template(spec.workflow or DEFAULT_WORKFLOW)
     if "checkpoint" in template.params and not spec.checkpoint:
-        raise ConfigError(f"model {spec.id!r}: workflow {template.name!r} needs a checkpoint")
+        raise ConfigError(f"model {spec.model_id!r}: workflow {template.name!r} needs a checkpoint")
     server = servers.server_for(spec)
     await server.start()
     before = Memory.of(await server.client.system_stats())
     engine = ComfyUIEngine(
-        spec.id,
+        spec.model_id,
         server,
         template,
         spec.checkpoint,
         slots=spec.slots,
         fetch=checkpoint_fetcher(spec),
-        timing=FollowTiming(silence_s=servers.settings.engine_read_timeout_s),
+        timing=FollowTiming(silence_s=servers.settings.read_timeout_s),
     )
     try:
         report = await engine.load()
@@ -163,4 +168,72 @@ async def start_comfyui(spec: ModelSpec, servers: ComfyUIServers) -> Launched:
         return (await engine.unload()).freed_mb
 
     used = max(0, before.free_mb - report.memory.free_mb)
-    return Launched(engine, None, shared=server.process, release=release, memory_mb=used)
+    return launched(engine, release=release, memory_mb=used)
+
+
+def launched(
+    engine: ComfyUIEngine,
+    release: Callable[[], Awaitable[int]] | None = None,
+    memory_mb: int | None = None,
+) -> Launched:
+    """What a ComfyUI model can do, for the pool: its server's queue and version are read
+    once per server (`server`), its process watched, never stopped with the model."""
+    server = engine.server
+
+    async def load() -> EngineLoad:
+        queue = await engine.client.queue()
+        return EngineLoad(waiting=len(queue.pending), running=len(queue.running))
+
+    async def version() -> str | None:
+        stats = await engine.client.system_stats()
+        return stats.comfyui_version if stats.comfyui_version != "unknown" else None
+
+    return Launched(
+        engine,
+        None,
+        url=server.url,
+        shared=server.process,
+        release=release,
+        memory_mb=memory_mb,
+        images=engine,
+        flush=engine.flush,
+        load=load,
+        version=version,
+        server=server,
+    )
+
+
+class ComfyUIKind(KindDefaults):
+    name = "comfyui"
+    traits = Traits(
+        request_path="images",
+        default_parallel=1,
+        probe_path="/system_stats",
+        own_fields=frozenset({"workflow", "checkpoint"}),
+    )
+
+    def __init__(self, settings: EngineSettings) -> None:
+        super().__init__(settings)
+        self.servers = ComfyUIServers(settings)
+
+    def check(self, spec: EngineSpec) -> None:
+        """A `path` beside a `url` is the checkpoint's source, not the model's engine."""
+
+    def slot_group(self, spec: EngineSpec) -> str | None:
+        """Every model on one server shares its one queue: `comfyui:<url>` for a server
+        attached by `url`, `comfyui:spawned` for the one the runner starts
+        (`ComfyUIServers.server_for` keys its servers the same way)."""
+        url = spec.url.rstrip("/") if spec.url else None
+        return f"comfyui:{url or 'spawned'}"
+
+    async def start(self, spec: EngineSpec, devices: Devices, host: Host) -> Launched:
+        return await start_comfyui(spec, self.servers)
+
+    async def attach(self, spec: EngineSpec, host: Host) -> Launched:
+        return await start_comfyui(spec, self.servers)
+
+    def pids(self) -> list[int]:
+        return self.servers.pids()
+
+    async def close(self) -> None:
+        await self.servers.close()
