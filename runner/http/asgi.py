@@ -49,29 +49,53 @@ async def read_body(receive: Receive, content_length: int | None, limit: int) ->
         parts.append(chunk)
 
 
+GONE_HOOK = "quorum.on_gone"
+"""The scope key of the runner's own protocol (runner/http/limits.py): `scope[GONE_HOOK]
+(callback)` has `callback()` called once if the connection is lost before
+`scope[GONE_HOOK](None)`. Absent under another server (tests' ASGI transports)."""
+
+
 class DisconnectWatch:
     """Cancels the handler's task if the client disconnects before its answer is complete.
 
-    `run` waits on the ASGI `receive()`, which returns when the client goes away or, once
-    the answer is complete, at once; `disarm()` before the last byte makes that second
-    case a no-op (cheaper than cancelling the watch: no exception is thrown).
+    `start` registers with the connection (`GONE_HOOK`): no task per request. Without
+    the hook, a task waits on the ASGI `receive()`, which returns when the client goes
+    away or, once the answer is complete, at once. `disarm()` before the last byte makes
+    that second case a no-op (cheaper than cancelling the watch: no exception is thrown).
     """
 
-    __slots__ = ("_task", "armed", "gone")
+    __slots__ = ("_hook", "_task", "armed", "gone")
 
     def __init__(self, task: asyncio.Task[Any]) -> None:
         self._task = task
+        self._hook: Callable[[Callable[[], None] | None], None] | None = None
         self.armed = True
         self.gone = False
 
+    def start(self, scope: Scope, receive: Receive) -> None:
+        hook = scope.get(GONE_HOOK)
+        if hook is not None:
+            self._hook = hook
+            hook(self.fire)
+        else:
+            self._task.get_loop().create_task(self.run(receive))
+
     async def run(self, receive: Receive) -> None:
         message = await receive()
-        if self.armed and message["type"] == "http.disconnect":
+        if message["type"] == "http.disconnect":
+            self.fire()
+
+    def fire(self) -> None:
+        """The client is gone: cancel the handler, unless its answer is out."""
+        if self.armed:
             self.gone = True
             self._task.cancel()
 
     def disarm(self) -> None:
         self.armed = False
+        if self._hook is not None:
+            self._hook(None)
+            self._hook = None
 
 
 async def send_whole(

@@ -360,7 +360,7 @@ class Admitted:
         self._let_go = let_go_of(let_go)
 
     async def __aenter__(self) -> Admitted:
-        asyncio.get_running_loop().create_task(self._watch.run(self._call.receive))
+        self._watch.start(self._call.scope, self._call.receive)
         try:
             self.grant = self._call.grant = await self._front.admission.acquire(self._request)
         except asyncio.CancelledError:

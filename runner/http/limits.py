@@ -62,6 +62,7 @@ from runner.errors import (
     error_headers,
     error_status,
 )
+from runner.http.asgi import GONE_HOOK
 from runner.http.coalesce import CoalescingHttpToolsProtocol
 
 log = logging.getLogger("quorum.http")
@@ -162,6 +163,8 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         self.resumes = 0  # resume_writing calls: writes that got moving again
         self.stall_mark = -1  # `resumes` when the watch first saw writes paused
         self.stalled_since = 0.0
+        self._on_gone: Callable[[], None] | None = None  # the running request's watch
+        self._gone_hook = self._set_on_gone  # in every request's scope (`GONE_HOOK`)
         limits = self.limits
         self._max_headers = limits.max_headers
         self._max_header_bytes = limits.max_header_bytes
@@ -174,6 +177,18 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         self.watch.start(self.loop, self.connections)
         if len(self.connections) > self.limits.max_connections:
             self.refuse(TooManyConnections(limit=self.limits.max_connections, retry_after=1))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """uvicorn's, then the running request's handler hears of it at once
+        (`asgi.DisconnectWatch`): no task per request waits on `receive()` for it."""
+        super().connection_lost(exc)
+        gone = self._on_gone
+        if gone is not None:
+            self._on_gone = None
+            gone()
+
+    def _set_on_gone(self, callback: Callable[[], None] | None) -> None:
+        self._on_gone = callback
 
     def data_received(self, data: bytes) -> None:
         """uvicorn's, reading no more once refused, and refusing a head that grows past
@@ -222,6 +237,7 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
             self._check_head()
         self.phase = BODY
         self.step += 1
+        self.scope[GONE_HOOK] = self._gone_hook  # type: ignore[literal-required]
         _headers_complete(self)
 
     def on_message_complete(self) -> None:

@@ -179,6 +179,25 @@ def test_client_disconnect_while_queued_never_reaches_engine(slow_engine: FakeEn
         assert seen == ["blocker", "after"]
 
 
+def test_client_gone_midstream_frees_the_slot_before_the_engine_ends(
+    slow_engine: FakeEngine,
+) -> None:
+    """A client that hangs up in the middle of a stream has its handler cancelled at once
+    (the connection tells it, runner/http/limits.py): the slot is free long before the
+    engine's 10 s stream would have ended, and the next request is served."""
+    with start_runner({"echo": slow_engine.url}, parallel=1) as r:
+        with blocking_stream(r, slow_engine):
+            _wait_for(lambda: _running(r) == 1)
+        _wait_for(lambda: _running(r) == 0, timeout=5.0)
+        assert _post(r, {}, "after").status_code == 200
+
+
+def _running(runner: RunnerProcess) -> int:
+    queue = httpx.get(runner.url + "/v1/capabilities").json()["queue"]
+    running: int = queue["running"]
+    return running
+
+
 def test_capabilities_reports_queue_section() -> None:
     """/v1/capabilities carries the seed's queue section (plus `running`, the requests the
     engines execute, and the wait forecast for a new request, per priority and per model)
