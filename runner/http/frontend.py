@@ -81,6 +81,9 @@ NO_MODEL = ""
 """The `model` label of a request refused before its model was read (a bad header, the
 rate limit, a body too large or not JSON): empty, which Prometheus reads as no label."""
 
+NO_POLICY = TenantPolicy()
+"""A call's policy until its tenant's is read (shared: a frozen value)."""
+
 PATHS = {
     "chat": "POST /v1/chat/completions, /v1/completions or /v1/embeddings",
     "audio": "POST /v1/audio/transcriptions or /v1/audio/translations",
@@ -121,7 +124,7 @@ class ClientCall:
     limits: Headers = field(default_factory=list)  # RateLimit-*, x-ratelimit-*, priority
     model: str = NO_MODEL
     grant: Grant | None = None
-    policy: TenantPolicy = field(default_factory=TenantPolicy)  # as the request came in
+    policy: TenantPolicy = NO_POLICY  # as the request came in (`_police`)
     held: Held | None = None  # its token reservation, until settled
     spent: Spent = field(default_factory=Spent)  # what it cost (guard.Spent.used)
     engine_ms: int = 0

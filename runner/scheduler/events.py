@@ -36,10 +36,11 @@ class Band(IntEnum):
 
     @property
     def label(self) -> str:
-        return self.name.lower()
+        return _LABELS[self]  # not `self.name.lower()`: read on every grant (metrics)
 
 
 _BANDS = {"high": Band.HIGH, "normal": Band.NORMAL, "low": Band.LOW}
+_LABELS = {band: label for label, band in _BANDS.items()}
 
 
 @dataclass(frozen=True, slots=True)
