@@ -71,21 +71,16 @@ class MemoryWindowStorage(Storage, SlidingWindowCounterSupport, TimestampedSlidi
     async def acquire_sliding_window_entry(
         self, key: str, limit: int, expiry: int, amount: int = 1
     ) -> bool:
-        if amount > limit:
-            return False
         now = self._clock()
         previous_key, current_key = self.sliding_window_keys(key, expiry, now)
-        previous, previous_ttl, current, _ = self._window(previous_key, current_key, expiry, now)
-        if floor(previous * previous_ttl / expiry + current) + amount > limit:
-            return False
-        self._incr(current_key, 2 * expiry, amount, now)
-        return True
+        return self._acquire(previous_key, current_key, limit, expiry, amount, now)
 
     async def acquire_and_read(self, key: str, limit: int, expiry: int) -> tuple[bool, Window]:
-        """`acquire_sliding_window_entry` then `get_sliding_window`, in one call."""
-        allowed = await self.acquire_sliding_window_entry(key, limit, expiry)
+        """`acquire_sliding_window_entry` then `get_sliding_window`, in one call (one clock
+        read, one key computation: it is the rate limiter's call on every request)."""
         now = self._clock()
         previous_key, current_key = self.sliding_window_keys(key, expiry, now)
+        allowed = self._acquire(previous_key, current_key, limit, expiry, 1, now)
         return allowed, self._window(previous_key, current_key, expiry, now)
 
     async def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
@@ -99,6 +94,17 @@ class MemoryWindowStorage(Storage, SlidingWindowCounterSupport, TimestampedSlidi
         self._counters.pop(current_key, None)
 
     # -- internals (synchronous: atomic on the event loop) --------------------------------
+
+    def _acquire(
+        self, previous_key: str, current_key: str, limit: int, expiry: int, amount: int, now: float
+    ) -> bool:
+        if amount > limit:
+            return False
+        previous, previous_ttl, current, _ = self._window(previous_key, current_key, expiry, now)
+        if floor(previous * previous_ttl / expiry + current) + amount > limit:
+            return False
+        self._incr(current_key, 2 * expiry, amount, now)
+        return True
 
     def _get(self, key: str, now: float) -> int:
         entry = self._counters.get(key)
