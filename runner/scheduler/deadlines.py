@@ -48,12 +48,17 @@ class ServiceTimes:
         self._band_cost: dict[str, dict[Band, int]] = {}  # cost per band in `_granted`
 
     def started(self, ticket: Ticket, now: float) -> None:
-        cost = max(ticket.cost, 1)
-        self._running.setdefault(ticket.model, {})[ticket.ticket_id] = (cost, ticket.band, now)
-        self._granted.setdefault(ticket.model, deque()).append((now, ticket.band, cost))
-        per_band = self._band_cost.setdefault(ticket.model, {})
-        per_band[ticket.band] = per_band.get(ticket.band, 0) + cost
-        self._expire(ticket.model, now)
+        cost, model, band = max(ticket.cost, 1), ticket.model, ticket.band
+        running = self._running.get(model)  # (not `setdefault`: it builds the default on
+        if running is None:  # every grant)
+            running = self._running[model] = {}
+            self._granted[model] = deque()
+            self._band_cost[model] = {}
+        running[ticket.ticket_id] = (cost, band, now)
+        self._granted[model].append((now, band, cost))
+        per_band = self._band_cost[model]
+        per_band[band] = per_band.get(band, 0) + cost
+        self._expire(model, now)
 
     def _expire(self, model: str, now: float) -> None:
         """Forget grants older than the window, and their cost in the per-band sums."""
@@ -63,12 +68,15 @@ class ServiceTimes:
             per_band[band] -= cost
 
     def finished(self, ticket: Ticket, now: float) -> None:
-        began = self._running.get(ticket.model, {}).pop(ticket.ticket_id, None)
+        model = ticket.model
+        running = self._running.get(model)
+        began = running.pop(ticket.ticket_id, None) if running is not None else None
         if began is None:
             return
         cost, _, at = began
-        done = self._done.setdefault(ticket.model, deque())
-        sums = self._sums.setdefault(ticket.model, [0.0, 0.0])
+        done, sums = self._done.get(model), self._sums.get(model)
+        if done is None or sums is None:
+            done, sums = self._done[model], self._sums[model] = deque(), [0.0, 0.0]
         if len(done) >= self._samples:
             old_s, old_cost = done.popleft()
             sums[0] -= old_s

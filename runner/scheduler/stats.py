@@ -55,13 +55,16 @@ class WaitWindow:
 
     Keeps at most MAX_SAMPLES samples, their running sum and the waits in order, so the
     average a refusal reports costs O(1) and the p95 a scrape reads O(log n), however
-    busy the window was (sorting a full window at each `/metrics` cost ~0.8 ms).
+    busy the window was (sorting a full window at each `/metrics` cost ~0.8 ms). Waits of
+    zero (a request granted at once: the common case) are counted, not kept in order:
+    recording one does not move the ordered list.
     """
 
     def __init__(self, window_s: float) -> None:
         self._window_s = window_s
         self._samples: deque[tuple[float, float]] = deque()
-        self._ordered: list[float] = []  # the waits of `_samples`, ascending
+        self._ordered: list[float] = []  # the waits of `_samples` above zero, ascending
+        self._zeros = 0  # the waits of `_samples` that are zero
         self._sum = 0.0
 
     def record(self, at: float, wait_s: float) -> None:
@@ -69,11 +72,17 @@ class WaitWindow:
             self._drop_oldest()
         wait = max(wait_s, 0.0)
         self._samples.append((at, wait))
+        if wait == 0.0:
+            self._zeros += 1
+            return
         insort(self._ordered, wait)
         self._sum += wait
 
     def _drop_oldest(self) -> None:
         wait = self._samples.popleft()[1]
+        if wait == 0.0:
+            self._zeros -= 1
+            return
         del self._ordered[bisect_left(self._ordered, wait)]
         self._sum -= wait
 
@@ -90,9 +99,10 @@ class WaitWindow:
         return round(1000 * max(self._sum, 0.0) / n) if n else 0
 
     def p95_ms(self, now: float) -> int:
-        """Nearest-rank 95th percentile of the waits in the window."""
+        """Nearest-rank 95th percentile of the waits in the window (the zeros first)."""
         self._expire(now)
-        waits = self._ordered
-        if not waits:
+        n = len(self._samples)
+        if not n:
             return 0
-        return round(1000 * waits[math.ceil(0.95 * len(waits)) - 1])
+        rank = math.ceil(0.95 * n) - 1
+        return 0 if rank < self._zeros else round(1000 * self._ordered[rank - self._zeros])
