@@ -1,4 +1,5 @@
-"""One send() per response: writes made in one event-loop step leave as one.
+"""One send() per response: writes made in one event-loop step leave as one; a response
+head checked in two searches.
 
 uvicorn writes a response's status line and headers at `http.response.start`
 and the body at `http.response.body`: two `send()` system calls for every
@@ -9,6 +10,12 @@ runner's CPU was in `write`, more than half of it for those header writes).
 loop and sends them together at the end of the step, so headers and body go
 out in one write. Nothing waits longer than the current step, so streamed
 chunks are not delayed; order is kept; `close()` sends what is pending first.
+
+uvicorn checks a response head with two regular-expression searches per header (a name's
+characters, a value's: ~0.3 us each here, ~8 us for the runner's 14 headers).
+`CheckedOnceCycle` searches all the names at once and all the values at once: one
+header holds a refused character exactly when their concatenation does, so the same
+heads are refused with the same errors; the rest of `http.response.start` is uvicorn's.
 """
 
 from __future__ import annotations
@@ -16,7 +23,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn._types import ASGISendEvent
+from uvicorn.protocols.http.httptools_impl import (
+    HEADER_RE,
+    HEADER_VALUE_RE,
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 
 class CoalescingTransport:
@@ -63,3 +78,64 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         wrapped = CoalescingTransport(transport, self.loop)
         super().connection_made(wrapped)  # type: ignore[arg-type]
+
+
+class CheckedOnceCycle(RequestResponseCycle):
+    """uvicorn's request-response cycle with the head checked in two searches (see the
+    module docstring); `GuardedHttpToolsProtocol` serves each request's cycle as one."""
+
+    async def send(self, message: ASGISendEvent) -> None:
+        if (
+            self.response_started
+            or self.disconnected
+            or self.flow.write_paused
+            or message["type"] != "http.response.start"
+        ):
+            return await _send(self, message)  # uvicorn's: the body, a wait, an error
+        self.response_started = True
+        self.waiting_for_100_continue = False
+        status_code = message["status"]
+        headers = self.default_headers + list(message.get("headers", []))
+        if HEADER_RE.search(b"".join([name for name, _ in headers])):
+            raise RuntimeError("Invalid HTTP header name.")
+        if HEADER_VALUE_RE.search(b"".join([value for _, value in headers])):
+            raise RuntimeError("Invalid HTTP header value.")
+        if self.access_log:
+            self.access_logger.info(
+                '%s - "%s %s HTTP/%s" %d',
+                get_client_addr(self.scope),
+                self.scope["method"],
+                get_path_with_query_string(self.scope),
+                self.scope["http_version"],
+                status_code,
+            )
+        content = [STATUS_LINE[status_code]]
+        has_connection_close = False
+        for name, value in headers:
+            name = name.lower()
+            if name == b"content-length" and self.chunked_encoding is None:
+                self.expected_content_length = int(value.decode())
+                self.chunked_encoding = False
+            elif name == b"transfer-encoding" and value.lower() == b"chunked":
+                self.expected_content_length = 0
+                self.chunked_encoding = True
+            elif name == b"connection":
+                connection = [token.lower().strip() for token in value.split(b",")]
+                if b"close" in connection:
+                    self.keep_alive = False
+                    has_connection_close = True
+            content.extend([name, b": ", value, b"\r\n"])
+        if not self.keep_alive and not has_connection_close:
+            content.append(b"connection: close\r\n")
+        if (
+            self.chunked_encoding is None
+            and self.scope["method"] != "HEAD"
+            and status_code not in (204, 304)
+        ):
+            self.chunked_encoding = True
+            content.append(b"transfer-encoding: chunked\r\n")
+        content.append(b"\r\n")
+        self.transport.write(b"".join(content))
+
+
+_send = RequestResponseCycle.send

@@ -1,11 +1,18 @@
-"""CoalescingTransport (runner/http/coalesce.py): one write per event-loop step."""
+"""CoalescingTransport (runner/http/coalesce.py): one write per event-loop step; and
+CheckedOnceCycle, uvicorn's response head checked in two searches."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 from typing import Any
 
-from runner.http.coalesce import CoalescingTransport
+import pytest
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+from runner.http.coalesce import CheckedOnceCycle, CoalescingTransport
 
 
 class RecordingTransport:
@@ -74,3 +81,77 @@ async def test_coalesce_delegates_everything_else() -> None:
     loop = asyncio.get_running_loop()
     t = CoalescingTransport(RecordingTransport(), loop)  # type: ignore[arg-type]
     assert t.get_extra_info("peername") == "info:peername"
+
+
+def _cycle(cls: type[RequestResponseCycle], method: str = "POST") -> RequestResponseCycle:
+    scope: Any = {"method": method, "http_version": "1.1", "path": "/", "query_string": b""}
+    logger = logging.getLogger("test")
+    return cls(
+        scope=scope,
+        transport=RecordingTransport(),  # type: ignore[arg-type]
+        flow=FlowControl(RecordingTransport()),  # type: ignore[arg-type]
+        logger=logger,
+        access_logger=logger,
+        access_log=False,
+        default_headers=[(b"date", b"Thu, 26 Nov 2026 10:00:00 GMT")],
+        message_event=asyncio.Event(),
+        expect_100_continue=False,
+        keep_alive=True,
+        on_response=lambda: None,
+    )
+
+
+HEADS: list[tuple[str, int, list[tuple[bytes, bytes]]]] = [
+    ("POST", 200, [(b"Content-Type", b"application/json"), (b"content-length", b"2")]),
+    ("POST", 200, [(b"content-type", b"text/event-stream")]),
+    ("POST", 200, [(b"transfer-encoding", b"Chunked"), (b"x-a", b"b")]),
+    ("POST", 503, [(b"content-length", b"0"), (b"Connection", b"keep-alive, Close")]),
+    ("HEAD", 200, [(b"x-request-id", b"r-1")]),
+    ("POST", 204, []),
+    ("POST", 304, [(b"etag", b'"x"')]),
+]
+
+
+@pytest.mark.parametrize(("method", "status", "headers"), HEADS)
+async def test_checked_once_cycle_writes_uvicorns_head(
+    method: str, status: int, headers: list[tuple[bytes, bytes]]
+) -> None:
+    """CheckedOnceCycle writes the same head, and keeps the same connection and length
+    state, as uvicorn's own cycle."""
+    states = []
+    for cls in (RequestResponseCycle, CheckedOnceCycle):
+        cycle = _cycle(cls, method)
+        await cycle.send({"type": "http.response.start", "status": status, "headers": headers})
+        transport: Any = cycle.transport
+        states.append(
+            (
+                transport.writes,
+                cycle.keep_alive,
+                cycle.chunked_encoding,
+                cycle.expected_content_length,
+                cycle.response_started,
+            )
+        )
+    assert states[0] == states[1]
+
+
+@pytest.mark.parametrize(
+    ("headers", "error"),
+    [
+        ([(b"x-ok", b"1"), (b"bad name", b"1")], "Invalid HTTP header name."),
+        ([(b"x-ok", b"1"), (b"x(y)", b"1")], "Invalid HTTP header name."),
+        ([(b"x-ok", b"1"), (b"x-split", b"a\r\nx-injected: 1")], "Invalid HTTP header value."),
+        ([(b"x-nul", b"a\x00b")], "Invalid HTTP header value."),
+    ],
+)
+async def test_checked_once_cycle_refuses_what_uvicorn_refuses(
+    headers: list[tuple[bytes, bytes]], error: str
+) -> None:
+    """A head with a forbidden character in any name or value is refused with uvicorn's
+    error, and nothing is written."""
+    for cls in (RequestResponseCycle, CheckedOnceCycle):
+        cycle = _cycle(cls)
+        with pytest.raises(RuntimeError, match=re.escape(error)):
+            await cycle.send({"type": "http.response.start", "status": 200, "headers": headers})
+        transport: Any = cycle.transport
+        assert transport.writes == []
