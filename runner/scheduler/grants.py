@@ -95,6 +95,9 @@ def give_back(
 ) -> None:
     """Release `grant` now, or, when the engine has not let the request go yet, once
     `let_go` completes (however it ends: a failed or cancelled wait releases too)."""
+    if let_go is None:  # the common case: no callback to build
+        admission.release(grant, usage)
+        return
 
     def release(done: asyncio.Future[object] | None) -> None:
         if done is not None:
