@@ -43,6 +43,13 @@ from tenants.config import TenantsConfig
 
 log = logging.getLogger("quorum.app")
 
+GC_YOUNG_THRESHOLD = 10_000
+"""Net allocations the cyclic GC lets its young generation grow by before it collects
+it (Python's default: 700). 64 requests in flight hold ~2,000 young objects, so at 700
+a young collection ran every ~40 requests and scanned, then promoted, the live requests'
+objects each time: 15-20 us of CPU per request, ~6% of the runner's. Above the requests'
+own population a young collection runs every few seconds (docs/benchmarks.md, issue 24)."""
+
 REFUSE_WAITERS_BEFORE_S = 0.5
 """How long before uvicorn's graceful-shutdown timeout the queued requests are refused:
 time for their 503s to be written before uvicorn cancels what is left."""
@@ -152,6 +159,7 @@ class RunnerApp:
             log.exception("preload failed unexpectedly")
         gc.collect()
         gc.freeze()  # start-up objects never need scanning again: shorter GC pauses later
+        gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
         if rt.life is Life.STARTING:
             rt.life = Life.READY
             ready = len(rt.pool.ready)
