@@ -1,7 +1,7 @@
 """Before/after on the data path: two runner versions against the same engine, in one run.
 
     .venv/bin/python -m bench.proxy.compare --before REF [--after REF] [--duration 8]
-        [--reps 5] [--kinds json,stream] [--clients 16,64] [--docs]
+        [--reps 5] [--kinds json,stream] [--clients 16,64] [--docs [--section TITLE]]
 
 `bench.proxy.run` measures one runner against the engine alone; a change is judged by two
 of those runs at different times, on a machine whose load drifts. This runs one fake engine
@@ -14,7 +14,9 @@ quoted with [min, max]. Also streaming time to first chunk at 16 clients (`bench
 rotated the same way (`--no-ttfb` skips it).
 
 Writes `bench/results/proxy-compare-<time>.json`; with `--docs`, the generated block of
-the "Data path: before and after" section of docs/benchmarks.md.
+the "Data path: before and after" section of docs/benchmarks.md (`--section "## ..."`:
+of that section, added at the end if missing). Each row also gives the runner's CPU per
+request after minus before within each round, and the cores other jobs used meanwhile.
 """
 
 from __future__ import annotations
@@ -154,8 +156,9 @@ def markdown(result: dict[str, Any]) -> str:
         "order rotating), medians over rounds, [min, max].",
         "",
         "| load | clients | before ÷ direct | after ÷ direct | after ÷ before | added p50 before "
-        "(ms) | added p50 after (ms) | runner CPU/req before → after (µs) | errors |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "(ms) | added p50 after (ms) | runner CPU/req before → after (µs) | after - before, "
+        "per round (µs) | errors | other jobs (cores) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result["rows"]:
         s = row["summary"]
@@ -164,7 +167,9 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {row['kind']} | {row['clients']} | {_f(b['ratio'])} | {_f(a['ratio'])} | "
             f"{_f(s['after_over_before'])} | {_f(b['add_p50_ms'], 2, True)} | "
             f"{_f(a['add_p50_ms'], 2, True)} | {b['runner_cpu_us_per_req']['median']:.0f} → "
-            f"{a['runner_cpu_us_per_req']['median']:.0f} | {b['errors'] + a['errors']} |"
+            f"{a['runner_cpu_us_per_req']['median']:.0f} | "
+            f"{_f(s['after_minus_before_cpu_us'], 0, True)} | {b['errors'] + a['errors']} | "
+            f"{_f(a['other_cores'], 2)} |"
         )
     ttfb = result.get("ttfb")
     if ttfb:
@@ -179,16 +184,26 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_docs(path: Path, generated: str) -> None:
-    block = f"{BEGIN}\n{generated}\n{END}"
+def markers(section: str) -> tuple[str, str]:
+    """The generated block's markers: issue 19's section keeps its own; another section's
+    carry its heading, so each section has its block."""
+    if section == SECTION:
+        return BEGIN, END
+    name = section.lstrip("# ")
+    return BEGIN.replace(":begin", f":begin [{name}]"), END.replace(":end", f":end [{name}]")
+
+
+def write_docs(path: Path, generated: str, section: str = SECTION) -> None:
+    begin, end = markers(section)
+    block = f"{begin}\n{generated}\n{end}"
     text = path.read_text()
-    if BEGIN in text and END in text:
-        pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+    if begin in text and end in text:
+        pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
         text = pattern.sub(lambda _: block, text, count=1)
-    elif SECTION in text:
-        text = text.replace(SECTION, f"{SECTION}\n\n{block}", 1)
+    elif section in text:
+        text = text.replace(section, f"{section}\n\n{block}", 1)
     else:
-        text = text.rstrip("\n") + f"\n\n{SECTION}\n\n{block}\n"
+        text = text.rstrip("\n") + f"\n\n{section}\n\n{block}\n"
     path.write_text(text)
 
 
@@ -223,6 +238,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quiet-wait", type=float, default=20.0)
     p.add_argument("--no-ttfb", action="store_true")
     p.add_argument("--docs", action="store_true", help="rewrite the docs/benchmarks.md block")
+    p.add_argument(
+        "--section", default=SECTION, help=f"the docs section of the block (default {SECTION!r})"
+    )
     return p.parse_args(argv)
 
 
@@ -280,8 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + generated + "\n")
     _log(f"wrote {out.relative_to(REPO_ROOT)}")
     if args.docs:
-        write_docs(REPO_ROOT / "docs" / "benchmarks.md", generated)
-        _log("rewrote the before/after block in docs/benchmarks.md")
+        write_docs(REPO_ROOT / "docs" / "benchmarks.md", generated, args.section)
+        _log(f"rewrote the block of {args.section!r} in docs/benchmarks.md")
     return 0
 
 
