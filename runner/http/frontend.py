@@ -81,8 +81,7 @@ NO_MODEL = ""
 """The `model` label of a request refused before its model was read (a bad header, the
 rate limit, a body too large or not JSON): empty, which Prometheus reads as no label."""
 
-NO_POLICY = TenantPolicy()
-"""A call's policy until its tenant's is read (shared: a frozen value)."""
+NO_POLICY = TenantPolicy()  # a call's policy until `_police` reads its tenant's (frozen)
 
 PATHS = {
     "chat": "POST /v1/chat/completions, /v1/completions or /v1/embeddings",
