@@ -41,9 +41,13 @@ _IDLE = ("epoll_wait", "epoll_pwait", "select (", "poll (")
 _SYSCALLS = ("write", "read", "getpid", "sendmsg", "recvmsg", "writev")
 _COMPONENTS = (
     ("runner/scheduler/", "runner scheduler"),
-    ("runner/engine_client.py", "runner engine client"),
+    ("adapters/http_client.py", "engine client (adapters/http_client.py; its socket writes)"),
     ("runner/http/chat.py", "runner chat path (chat.py)"),
     ("runner/http/frontend.py", "runner front-end (frontend.py)"),
+    ("runner/http/coalesce.py", "runner response writes (coalesce.py; its socket writes)"),
+    ("runner/http/", "runner HTTP, other modules (limits, headers, asgi, app)"),
+    ("runner/telemetry/", "runner metrics (telemetry/)"),
+    ("runner/tenancy/", "runner tenancy (usage, budget headers)"),
     ("runner/", "runner, other modules"),
     ("adapters/", "adapters"),
     ("tenants/", "tenants (rate limit, fairness)"),
@@ -87,6 +91,13 @@ def _component(frames: list[str]) -> str:
     return "other: " + caller
 
 
+def _waiting_for_work(frames: list[str]) -> bool:
+    """A thread pool's worker blocked on its queue (py-spy counts it busy): its deepest
+    Python frame is the pool's `_worker` loop itself."""
+    py = [f for f in frames if ".py:" in f]
+    return bool(py) and py[-1].startswith("_worker (") and "concurrent/futures/thread.py" in py[-1]
+
+
 def summarize(raw: str, top: int) -> dict[str, Any]:
     """Shares of the runner's busy samples (idle epoll waits excluded): by component, where
     syscalls are named with their Python caller, and inclusive per Python function."""
@@ -99,7 +110,7 @@ def summarize(raw: str, top: int) -> dict[str, Any]:
             continue
         count = int(count_text)
         frames = stack.split(";")
-        if any(frames[-1].startswith(i) for i in _IDLE):
+        if any(frames[-1].startswith(i) for i in _IDLE) or _waiting_for_work(frames):
             idle += count
             continue
         busy += count
