@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import json
 import re
+import shlex
 import signal
 import sys
 import time
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     modules = {"before": args.before_module, "after": args.after_module}
     result: dict[str, Any] = {
         "started": started.strftime("%Y-%m-%d %H:%M UTC"),
-        "command": ".venv/bin/python -m bench.proxy.compare " + " ".join(sys.argv[1:]),
+        "command": ".venv/bin/python -m bench.proxy.compare " + shlex.join(sys.argv[1:]),
         **refs,
         "modules": modules,
         "duration_s": args.duration,
