@@ -38,7 +38,7 @@ from adapters.errors import EngineBadResponse
 from adapters.http_client import ClientFailure, Response, translate_failure
 from adapters.refusals import refusal
 from faults import QuorumError
-from runner.engines.adapters import AdapterBook, AdapterRecord, check_adapter, check_bound, counted
+from runner.engines.adapters import AdapterBook, AdapterRecord, Counted, check_adapter, check_bound
 from runner.errors import BadRequest, error_body
 from runner.http.asgi import FALSE_REPORT_HEADERS, JSON, Receive, Scope, Send, send_whole
 from runner.http.body_checks import check_generation
@@ -113,7 +113,7 @@ class ChatPath:
             size = len(body)
             body = orjson.dumps(obj) if size < OFFLOAD_BYTES else await dump_json(obj, size)
         request = call.admission_request(_estimate_input_tokens(body), _estimate_output(obj))
-        with counted(adapter) as count:
+        with Counted(adapter) as count:
             async with self.front.admitted(call, request) as admitted:  # 5
                 count.running()
                 current = self.engines.get(model)
