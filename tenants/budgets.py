@@ -145,19 +145,14 @@ class Plans:
                 tuple((b, f"{tenant}|{b.key}|") for b in budgets if b.applies_to(model)),
             )
         charges = []
+        windows = self._windows
         for budget, prefix in applying.prefixes:
-            start, end = self.window(budget.per, now)
+            known = windows.get(budget.per)  # the window, worked out again only when left
+            if known is None or not known[0] <= now < known[1]:
+                known = windows[budget.per] = window(budget.per, now)
             amount = budget.amount(input_bound, output_bound)
-            charges.append(Charge(budget, f"{prefix}{start}", amount, end))
+            charges.append(Charge(budget, f"{prefix}{known[0]}", amount, known[1]))
         return charges
-
-    def window(self, per: str, now: float) -> tuple[int, int]:
-        """`window(per, now)`, worked out again only when `now` leaves the last one."""
-        known = self._windows.get(per)
-        if known is not None and known[0] <= now < known[1]:
-            return known
-        known = self._windows[per] = window(per, now)
-        return known
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ across the network (Redis) is awaited to reserve and settled in the background.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
@@ -67,6 +68,13 @@ def duration(seconds: float) -> str:
     return f"{secs}s"
 
 
+@functools.lru_cache(maxsize=4096)
+def reset_text(seconds: int) -> bytes:
+    """`duration` of a whole number of seconds, as a header value (the same few come
+    again and again: the seconds left in the windows in force)."""
+    return duration(seconds).encode()
+
+
 def request_headers(decision: RateDecision | None) -> Headers:
     """OpenAI's `x-ratelimit-*-requests` of the request rate (none when unlimited)."""
     if decision is None:
@@ -74,7 +82,7 @@ def request_headers(decision: RateDecision | None) -> Headers:
     return [
         (b"x-ratelimit-limit-requests", b"%d" % decision.limit),
         (b"x-ratelimit-remaining-requests", b"%d" % decision.remaining),
-        (b"x-ratelimit-reset-requests", duration(decision.reset_after_s).encode()),
+        (b"x-ratelimit-reset-requests", reset_text(math.ceil(decision.reset_after_s))),
     ]
 
 
@@ -240,7 +248,7 @@ class Budgets:
         return [
             (b"x-ratelimit-limit-tokens", b"%d" % charge.budget.tokens),
             (b"x-ratelimit-remaining-tokens", b"%d" % max(0, left)),
-            (b"x-ratelimit-reset-tokens", duration(charge.window_end - now).encode()),
+            (b"x-ratelimit-reset-tokens", reset_text(math.ceil(charge.window_end - now))),
         ]
 
     def settle(self, held: Held | None, used_in: int, used_out: int) -> None:
