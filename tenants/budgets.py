@@ -177,8 +177,13 @@ class BudgetBook:
     """The counters, in memory; every call completes without awaiting (atomic on the
     event loop: the one lock an in-process store needs)."""
 
+    SWEEP_ABOVE = 1024
+    """Expired counters are swept once the book holds more than this, and again each time
+    it has doubled since (so a sweep costs O(1) per reservation, however many are live)."""
+
     def __init__(self) -> None:
         self._counters: dict[str, tuple[int, float]] = {}  # key -> (count, expires at)
+        self._sweep_above = self.SWEEP_ABOVE
 
     def __len__(self) -> int:
         return len(self._counters)
@@ -201,9 +206,11 @@ class BudgetBook:
                 return i + 1, tuple(used)
         for i, charge in enumerate(charges):  # 3
             used[i] += charge.amount
-            counters[charge.key] = (used[i], now + charge.ttl_s(now))
-        if len(counters) > 4 * len(charges) + 1024:
+            ttl_s = max(1, math.ceil(charge.window_end - now) + GRACE_S)  # `Charge.ttl_s`
+            counters[charge.key] = (used[i], now + ttl_s)
+        if len(counters) > self._sweep_above:
             self._sweep(now)
+            self._sweep_above = max(self.SWEEP_ABOVE, 2 * len(counters))
         return 0, tuple(used)
 
     def adjust(self, deltas: Sequence[tuple[str, int]], now: float) -> None:

@@ -1,5 +1,6 @@
-"""`tenants.budgets.Plans`: the data path's memo of `plan` gives exactly `plan`'s charges,
-whatever the tenant, model, bounds, time and policy changes."""
+"""`tenants.budgets` as the data path uses it: `Plans`, the memo of `plan`, gives exactly
+`plan`'s charges whatever the tenant, model, bounds, time and policy changes; the book
+sweeps expired counters without scanning them on every reservation."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tenants.budgets import Plans, plan, window
+from tenants.budgets import GRACE_S, BudgetBook, Plans, plan, window
 from tenants.policy import TokenBudget
 
 pytestmark = pytest.mark.timeout(60)
@@ -70,3 +71,18 @@ def test_plans_window_moves_with_time() -> None:
     assert first.key != second.key
     assert second.window_end == window("minute", START + 60.0)[1]
     assert plans.plan("acme", minute, "m", 1, 1, START + 59.9)[0] == first
+
+
+def test_budget_book_sweeps_expired_counters_as_it_grows() -> None:
+    """Counters whose window (and grace) has passed are dropped once the book outgrows its
+    sweep mark; live ones stay, and so does what they hold."""
+    book = BudgetBook()
+    minute = (TokenBudget(100, "minute"),)
+    for i in range(BudgetBook.SWEEP_ABOVE):
+        assert book.reserve(plan(f"t{i}", minute, "m", 1, 0, START), START)[0] == 0
+    later = START + 60 + GRACE_S + 1
+    live = plan("live", minute, "m", 5, 0, later)
+    book.reserve(live, later)
+    book.reserve(plan("another", minute, "m", 5, 0, later), later)  # past the mark: sweep
+    assert len(book) <= 2
+    assert book.used(live[0].key, later) == 5
