@@ -5,14 +5,16 @@ shared machine).
 
     .venv/bin/python -m bench.tenants.guard [--refs integ,HEAD] [--requests 20000] [--reps 9]
 
-Per request, as the front-end and the chat path do it with datapath.py's tenants file (8
-tenants in turn, each with an entitlement list, a priority default and ceiling and two
-token budgets; embedded stores): the tenant's policy, the effective priority, the
-entitlement check, the request's bounds, the budgets reserved (and their headers), the
-reservation settled to a smaller usage, the usage recorded; then one pass of the event
-loop (`asyncio.sleep(0)`, the runner's uvloop), where a settlement left in the background
-runs. Each ref's packages (`git archive`) run in a subprocess of their own; the refs
-alternate, `--reps` times; per ref the median and [min, max] of µs per request.
+Per request, as the front-end and the chat path do it, `off` without a tenants file and
+`on` with datapath.py's (8 tenants in turn, each with an entitlement list, a priority
+default and ceiling and two token budgets; embedded stores): the tenant's policy, the
+effective priority, the entitlement check, the request's bounds, the budgets reserved
+(and their headers), the reservation settled to a smaller usage, the usage recorded;
+then one pass of the event loop (`asyncio.sleep(0)`, the runner's uvloop), where a
+settlement left in the background runs. Each ref's packages (`git archive`) run in a
+subprocess of their own, off and on alternating in it; the refs alternate, `--reps`
+times; per ref and side the median and [min, max] of µs per request, and of `on - off`
+per round.
 
 Writes `bench/results/tenants-guard-<time>.json`; `--docs` writes the generated block of
 the "Tenant policy (issue 26)" section of docs/benchmarks.md.
@@ -36,8 +38,10 @@ from bench.proxy.report import spread
 from bench.tenants.common import log, save, write_block
 
 
-async def _requests(n: int) -> float:
-    """µs per request of the tenant policy's work (the packages found first on sys.path)."""
+async def _requests(n: int) -> dict[str, float]:
+    """µs per request of the work, `off` (no tenants file: the default policy) and `on`
+    (datapath.py's tenants), alternating in blocks of a tenth (the packages found first on
+    sys.path)."""
     import tempfile
 
     from bench.proxy.run import BODIES
@@ -45,18 +49,18 @@ async def _requests(n: int) -> float:
     from runner.tenancy.guard import Budgets, Spent, output_bound, prompt_bound
     from runner.tenancy.usage import UsageRecorder
     from tenants.budget_store import MemoryBudgetStore
-    from tenants.config import parse_tenants_file
+    from tenants.config import TenantsConfig, parse_tenants_file
     from tenants.policy import effective_priority
     from tenants.usage_store import SqliteUsageStore
 
-    config = parse_tenants_file(tenants_file(), "bench")
+    configs = {"off": TenantsConfig(), "on": parse_tenants_file(tenants_file(), "bench")}
     body = json.dumps(BODIES["json"]).encode()
     obj = json.loads(body)
     budgets = Budgets(MemoryBudgetStore())
     with tempfile.TemporaryDirectory(prefix="bench-guard-") as tmp:
         usage = UsageRecorder(SqliteUsageStore(f"{tmp}/usage.sqlite3"), retention_s=86_400)
 
-        async def one(i: int) -> None:
+        async def one(config: TenantsConfig, i: int) -> None:
             tenant = TENANTS[i % len(TENANTS)]
             policy = config.policy(tenant)
             effective_priority(None, policy.priority_default, policy.priority_max)
@@ -73,30 +77,35 @@ async def _requests(n: int) -> float:
             usage.request(tenant, "echo", 200, prompt=used_in, completion=used_out)
             await asyncio.sleep(0)
 
-        for i in range(min(n, 2000)):  # warm-up
-            await one(i)
-        started = time.perf_counter()
-        for i in range(n):
-            await one(i)
-        elapsed = time.perf_counter() - started
+        spent_s = dict.fromkeys(configs, 0.0)
+        block = max(1, n // 10)
+        for config in configs.values():  # warm-up
+            for i in range(min(n, 2000)):
+                await one(config, i)
+        for _ in range(10):
+            for side, config in configs.items():
+                started = time.perf_counter()
+                for i in range(block):
+                    await one(config, i)
+                spent_s[side] += time.perf_counter() - started
         await budgets.idle()
         await usage.aclose()
-    return elapsed / n * 1e6
+    return {side: s / (10 * block) * 1e6 for side, s in spent_s.items()}
 
 
 def _child(n: int) -> None:
     import uvloop
 
-    print(json.dumps({"us_per_request": uvloop.run(_requests(n))}))
+    print(json.dumps(uvloop.run(_requests(n))))
 
 
-def _measure(code: str, n: int) -> float:
+def _measure(code: str, n: int) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{REPO_ROOT}"}
     out = subprocess.run(
         [sys.executable, "-m", "bench.tenants.guard", "--child", str(n)],
         cwd=code, env=env, capture_output=True, text=True, check=True, timeout=600,
     )  # fmt: skip
-    value: float = json.loads(out.stdout.strip().splitlines()[-1])["us_per_request"]
+    value: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     return value
 
 
@@ -108,19 +117,22 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"Machine: {result['machine']['nproc']} cores ({result['machine']['cpu']}), load "
         f"average before {result['loadavg_before']}, after {result['loadavg_after']}. "
-        f"{result['reps']} rounds of {result['requests']} requests per ref (the refs "
-        "alternating), median [min, max] µs per request of the tenant policy's own work "
-        "(policy, priority, entitlement, bounds, two budgets reserved and settled, usage).",
+        f"{result['reps']} rounds of {result['requests']} requests per side and ref (the "
+        "refs alternating, off and on alternating in each), median [min, max] µs per request "
+        "of the work tenant policy touches (policy, priority, entitlement, bounds, budgets "
+        "reserved and settled, usage, one pass of the event loop); `on - off` per round.",
         "",
-        "| ref | commit | µs per request |",
-        "|---|---|---:|",
+        "| ref | commit | off (µs) | on (µs) | on - off (µs) |",
+        "|---|---|---:|---:|---:|",
     ]
     for ref, row in result["refs"].items():
-        s = row["us_per_request"]
-        lines.append(
-            f"| {ref} | {row['commit']} | {s['median']:.1f} [{s['min']:.1f}, {s['max']:.1f}] |"
-        )
+        cells = [_f(row["summary"][k]) for k in ("off", "on", "on_minus_off")]
+        lines.append(f"| {ref} | {row['commit']} | {' | '.join(cells)} |")
     return "\n".join(lines)
+
+
+def _f(s: dict[str, float]) -> str:
+    return f"{s['median']:.1f} [{s['min']:.1f}, {s['max']:.1f}]"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,9 +163,11 @@ def main(argv: list[str] | None = None) -> int:
             for ref in refs[i % len(refs) :] + refs[: i % len(refs)]:
                 us = _measure(codes[ref], args.requests)
                 result["refs"][ref]["rounds"].append(us)
-                log(f"round {i + 1}/{args.reps} {ref}: {us:.1f} µs per request")
+                log(f"round {i + 1}/{args.reps} {ref}: off {us['off']:.1f}, on {us['on']:.1f} µs")
     for row in result["refs"].values():
-        row["us_per_request"] = spread(row["rounds"])
+        rounds = row["rounds"]
+        row["summary"] = {side: spread([r[side] for r in rounds]) for side in ("off", "on")}
+        row["summary"]["on_minus_off"] = spread([r["on"] - r["off"] for r in rounds])
     result["loadavg_after"] = loadavg()
     save("guard", started, result)
     generated = markdown(result)
