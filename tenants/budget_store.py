@@ -29,6 +29,13 @@ class BudgetStoreUnavailable(Exception):
 
 
 class BudgetStore(Protocol):
+    @property
+    def book(self) -> BudgetBook | None:
+        """The counters when they are in this process (memory): its calls complete without
+        awaiting, so the data path calls them directly (no coroutine, no task); None for a
+        store across the network."""
+        ...
+
     async def reserve(self, charges: Sequence[Charge], now: float) -> tuple[int, tuple[int, ...]]:
         """`BudgetBook.reserve`: (0, counters after) or (refused index + 1, counters read)."""
         ...
@@ -95,6 +102,8 @@ def redis_key(key: str) -> str:
 
 class RedisBudgetStore:
     """The counters in Redis, shared by every replica."""
+
+    book: BudgetBook | None = None  # across the network: every call awaits
 
     def __init__(self, client: aioredis.Redis) -> None:
         self._client = client

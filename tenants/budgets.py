@@ -22,6 +22,11 @@ or the model's context).
 
 `BudgetBook` is the accounting itself, pure, with an injected time; the memory store is a
 `BudgetBook`, and the Redis store's scripts do exactly what it does.
+
+On the data path every admitted request plans and reserves, so `Plans` keeps what depends
+only on the policy (per tenant and model: the budgets that apply and their counters'
+names) and the current windows, and gives exactly `plan`'s charges; `Charge` and
+`Reservation` are named tuples (immutable, and cheap to make once per request).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from tenants.policy import TokenBudget
 
@@ -50,8 +56,7 @@ def window(per: str, now: float) -> tuple[int, int]:
     return int(first.timestamp()), int(following.timestamp())
 
 
-@dataclass(frozen=True, slots=True)
-class Charge:
+class Charge(NamedTuple):
     """What one request reserves against one budget's current window."""
 
     budget: TokenBudget
@@ -67,8 +72,7 @@ class Charge:
         return max(1, math.ceil(self.window_end - now) + GRACE_S)
 
 
-@dataclass(frozen=True, slots=True)
-class Reservation:
+class Reservation(NamedTuple):
     """Charges reserved together for one request, and the counters right after."""
 
     tenant: str
@@ -111,6 +115,52 @@ def plan(
     return charges
 
 
+class Plans:
+    """`plan`, with what depends only on the policy worked out once: per (tenant, model)
+    and budgets (the policy's own tuple: a new policy is a new tuple), the budgets that
+    apply and their counters' names; per period, the window `now` is in. The charges are
+    exactly `plan`'s. At most `max_entries` (tenant, model) pairs are kept (in open mode
+    a default policy's budgets meet any tenant id): past that, the memo starts afresh."""
+
+    def __init__(self, max_entries: int = 4096) -> None:
+        self.max_entries = max_entries
+        self._applying: dict[tuple[str, str], _Applying] = {}
+        self._windows: dict[str, tuple[int, int]] = {}
+
+    def plan(
+        self,
+        tenant: str,
+        budgets: tuple[TokenBudget, ...],
+        model: str,
+        input_bound: int,
+        output_bound: int,
+        now: float,
+    ) -> list[Charge]:
+        applying = self._applying.get((tenant, model))
+        if applying is None or applying.budgets is not budgets:
+            if len(self._applying) >= self.max_entries:
+                self._applying.clear()
+            applying = self._applying[(tenant, model)] = _Applying(
+                budgets,
+                tuple((b, f"{tenant}|{b.key}|") for b in budgets if b.applies_to(model)),
+            )
+        charges = []
+        windows = self._windows
+        for budget, prefix in applying.prefixes:
+            known = windows.get(budget.per)  # the window, worked out again only when left
+            if known is None or not known[0] <= now < known[1]:
+                known = windows[budget.per] = window(budget.per, now)
+            amount = budget.amount(input_bound, output_bound)
+            charges.append(Charge(budget, f"{prefix}{known[0]}", amount, known[1]))
+        return charges
+
+
+@dataclass(frozen=True, slots=True)
+class _Applying:
+    budgets: tuple[TokenBudget, ...]  # the policy's, as planned for (compared by identity)
+    prefixes: tuple[tuple[TokenBudget, str], ...]  # those that apply; `counter_key` less start
+
+
 def settle(reservation: Reservation, used_in: int, used_out: int) -> list[tuple[str, int]]:
     """Per counter, what to add once the request ended: its cost with the tokens it used
     (`used_in`, `used_out`) minus its reserved cost. Usage above a bound is charged as
@@ -127,8 +177,13 @@ class BudgetBook:
     """The counters, in memory; every call completes without awaiting (atomic on the
     event loop: the one lock an in-process store needs)."""
 
+    SWEEP_ABOVE = 1024
+    """Expired counters are swept once the book holds more than this, and again each time
+    it has doubled since (so a sweep costs O(1) per reservation, however many are live)."""
+
     def __init__(self) -> None:
         self._counters: dict[str, tuple[int, float]] = {}  # key -> (count, expires at)
+        self._sweep_above = self.SWEEP_ABOVE
 
     def __len__(self) -> int:
         return len(self._counters)
@@ -141,17 +196,22 @@ class BudgetBook:
            nothing is added; return (its index + 1, the counters read).
         3. Add every charge; return (0, the counters after).
         """
-        used = tuple(self.used(c.key, now) for c in charges)  # 1
-        for i, (charge, count) in enumerate(zip(charges, used, strict=True)):  # 2
-            if count + charge.amount > charge.limit:
-                return i + 1, used
-        after = []
-        for charge, count in zip(charges, used, strict=True):  # 3
-            self._counters[charge.key] = (count + charge.amount, now + charge.ttl_s(now))
-            after.append(count + charge.amount)
-        if len(self._counters) > 4 * len(charges) + 1024:
+        counters = self._counters
+        used = []  # 1
+        for charge in charges:
+            entry = counters.get(charge.key)
+            used.append(entry[0] if entry is not None and entry[1] > now else 0)
+        for i, charge in enumerate(charges):  # 2
+            if used[i] + charge.amount > charge.budget.tokens:
+                return i + 1, tuple(used)
+        for i, charge in enumerate(charges):  # 3
+            used[i] += charge.amount
+            ttl_s = max(1, math.ceil(charge.window_end - now) + GRACE_S)  # `Charge.ttl_s`
+            counters[charge.key] = (used[i], now + ttl_s)
+        if len(counters) > self._sweep_above:
             self._sweep(now)
-        return 0, tuple(after)
+            self._sweep_above = max(self.SWEEP_ABOVE, 2 * len(counters))
+        return 0, tuple(used)
 
     def adjust(self, deltas: Sequence[tuple[str, int]], now: float) -> None:
         """Add each delta to its counter if the counter still exists; never below 0."""

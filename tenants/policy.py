@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from fnmatch import fnmatchcase
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase, translate
 
 from tenants.errors import InvalidTenantConfig
 
@@ -28,6 +28,8 @@ COUNTS = ("total", "input", "output")
 MAX_BUDGETS = 16
 MAX_MODEL_PATTERNS = 256
 _GLOB = re.compile(r"[A-Za-z0-9._:/*?\[\]!@+-]{1,256}")
+_GLOB_CHARS = re.compile(r"[*?\[]")
+"""What makes a pattern a glob for `fnmatchcase` (else it matches only itself)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,14 +72,29 @@ class TokenBudget:
 
 @dataclass(frozen=True, slots=True)
 class Entitlements:
-    """The models a tenant may use: exact ids and glob patterns (None: every model)."""
+    """The models a tenant may use: exact ids and glob patterns (None: every model).
+
+    Compiled once, when the policy is built: the ids a pattern names exactly as a set, the
+    globs as one expression (`fnmatch.translate` of each, alternated), so a check is a set
+    lookup and at most one match, however long the list (`fnmatchcase` of any, exactly)."""
 
     patterns: tuple[str, ...] | None = None
+    _exact: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
+    _globs: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.patterns is None:
+            return
+        globs = [p for p in self.patterns if _GLOB_CHARS.search(p)]
+        object.__setattr__(self, "_exact", frozenset(self.patterns))
+        if globs:
+            compiled = re.compile("|".join(f"(?:{translate(p)})" for p in globs))
+            object.__setattr__(self, "_globs", compiled)
 
     def allows(self, model: str) -> bool:
-        if self.patterns is None:
+        if self.patterns is None or model in self._exact:
             return True
-        return any(p == model or fnmatchcase(model, p) for p in self.patterns)
+        return self._globs is not None and self._globs.match(model) is not None
 
     def filter(self, models: Sequence[str]) -> list[str]:
         return list(models) if self.patterns is None else [m for m in models if self.allows(m)]

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.proxy.profile [--kind json] [--clients 16] [--duration 10]
         [--ref HEAD] [--out /tmp/profile.txt] [--top 25] [--rate 250] [--native]
+        [--tenants on|off]
 
 Starts the same fake engine and runner as `bench.proxy.run`, drives the runner with wrk for
 the duration plus a margin, and meanwhile samples the runner with
@@ -9,6 +10,8 @@ the duration plus a margin, and meanwhile samples the runner with
 `.venv/bin/pip install py-spy`). Then it prints, per function, the share of the runner's
 busy samples spent in it (inclusive) and in its own code (self), and converts shares into
 CPU microseconds per request with the runner CPU time measured over the same window.
+`--tenants on|off`: the runner as bench.tenants.datapath's side of that name (8 tenants in
+turn; `on` with their tenant policy), so the profile shows what tenant policy costs.
 """
 
 from __future__ import annotations
@@ -16,15 +19,17 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
 from bench.proxy.loadgen import run_wrk
-from bench.proxy.procs import code_snapshot, require_wrk, start_runner
+from bench.proxy.procs import FEATURES_ON, code_snapshot, require_wrk, start_runner
 from bench.proxy.run import BODIES, CHUNK_DELAY_MS, CHUNKS, LATENCY_MS, PATH
 from tests.fixtures.launch import start_fake
 
@@ -37,7 +42,9 @@ def _py_spy() -> str:
     return found
 
 
-_IDLE = ("epoll_wait", "epoll_pwait", "select (", "poll (")
+_IDLE = ("epoll_wait", "epoll_pwait", "select (", "poll (", "_worker (")
+"""Leaf frames of a waiting thread: the event loop's poll, and a thread pool's worker with
+nothing to do (blocked in its queue's get, below any Python frame)."""
 _SYSCALLS = ("write", "read", "getpid", "sendmsg", "recvmsg", "writev")
 _COMPONENTS = (
     ("runner/scheduler/", "runner scheduler"),
@@ -142,16 +149,28 @@ def main() -> int:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     p.add_argument("--native", action="store_true", help="py-spy --native (C frames too)")
+    p.add_argument("--tenants", choices=("on", "off"), help="bench.tenants.datapath's side")
     args = p.parse_args()
     require_wrk()
     spy = _py_spy()
+    tmp_dir = tempfile.TemporaryDirectory(prefix="bench-profile-")
+    tmp = Path(tmp_dir.name)
+    env = dict(FEATURES_ON, USAGE_DB=str(tmp / "usage.sqlite3"))
+    if args.tenants is not None:
+        from bench.tenants.datapath import TENANTS, tenants_file
+
+        os.environ["BENCH_TENANTS"] = ",".join(TENANTS)  # read by wrk.lua
+        if args.tenants == "on":
+            (tmp / "tenants.yaml").write_text(tenants_file())
+            env["TENANTS_FILE"] = str(tmp / "tenants.yaml")
     body = json.dumps(BODIES[args.kind]).encode()
     fake_args = ["--latency-ms", str(LATENCY_MS), "--chunks", str(CHUNKS)]
     fake_args += ["--chunk-delay-ms", str(CHUNK_DELAY_MS)]
     with (
+        tmp_dir,
         code_snapshot(args.ref) as code_dir,
         start_fake("fake_openai", *fake_args) as engine,
-        start_runner(engine.url, 64, code_dir) as runner,
+        start_runner(engine.url, 64, code_dir, env=env) as runner,
     ):
         url = runner.url + PATH
         run_wrk(url, body, args.clients, 2)  # warm-up

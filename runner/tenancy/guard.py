@@ -21,11 +21,17 @@ without an answer, its bounds; for one never sent (or refused by the engine), no
 Headers: `x-ratelimit-limit-tokens`, `-remaining-tokens`, `-reset-tokens` (OpenAI's
 names; reset as a duration like `1m30s`) of the tightest budget that applies, after
 this request's reservation; the request rate's trio (`-requests`) beside `RateLimit-*`.
+
+Cost per request: the policy's budgets that apply to a (tenant, model) are worked out once
+per policy (`tenants.budgets.Plans`); with the counters in this process (the embedded
+default) reserving and settling are plain calls, no coroutine or task; only a store
+across the network (Redis) is awaited to reserve and settled in the background.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
@@ -34,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tenants.budget_store import BudgetStore, BudgetStoreUnavailable
-from tenants.budgets import Reservation, plan, settle
+from tenants.budgets import Plans, Reservation, settle
 from tenants.config import TenantPolicy
 from tenants.errors import RequestExceedsBudget, TokenBudgetExceeded, TokenBudgetUnavailable
 from tenants.ratelimit import RateDecision
@@ -62,6 +68,13 @@ def duration(seconds: float) -> str:
     return f"{secs}s"
 
 
+@functools.lru_cache(maxsize=4096)
+def reset_text(seconds: int) -> bytes:
+    """`duration` of a whole number of seconds, as a header value (the same few come
+    again and again: the seconds left in the windows in force)."""
+    return duration(seconds).encode()
+
+
 def request_headers(decision: RateDecision | None) -> Headers:
     """OpenAI's `x-ratelimit-*-requests` of the request rate (none when unlimited)."""
     if decision is None:
@@ -69,7 +82,7 @@ def request_headers(decision: RateDecision | None) -> Headers:
     return [
         (b"x-ratelimit-limit-requests", b"%d" % decision.limit),
         (b"x-ratelimit-remaining-requests", b"%d" % decision.remaining),
-        (b"x-ratelimit-reset-requests", duration(decision.reset_after_s).encode()),
+        (b"x-ratelimit-reset-requests", reset_text(math.ceil(decision.reset_after_s))),
     ]
 
 
@@ -162,8 +175,10 @@ class Budgets:
         fail_open: bool = False,
     ) -> None:
         self.store = store
+        self._book = store.book  # the counters, when in this process: called directly
         self._clock = clock
         self.fail_open = fail_open
+        self._plans = Plans()
         self._settling: set[asyncio.Task[None]] = set()
 
     async def reserve(
@@ -187,22 +202,27 @@ class Budgets:
         if not policy.token_budgets:  # 1
             return None, []
         now = self._clock()
-        charges = plan(tenant, policy.token_budgets, model, input_bound, output_bound, now)
+        charges = self._plans.plan(
+            tenant, policy.token_budgets, model, input_bound, output_bound, now
+        )
         if not charges:
             return None, []
         for charge in charges:  # 2
-            if charge.amount > charge.limit:
+            if charge.amount > charge.budget.tokens:
                 raise RequestExceedsBudget(
                     tenant=tenant, budget_text=charge.budget.text,
                     budget=charge.budget.to_json(), requested=charge.amount,
                 )  # fmt: skip
-        try:  # 3
-            refused, counters = await self.store.reserve(charges, now)
-        except BudgetStoreUnavailable as exc:
-            log.error("token budget store unreachable: %s", exc)
-            if self.fail_open:
-                return None, []
-            raise TokenBudgetUnavailable(retry_after=1) from None
+        if self._book is not None:  # 3: in this process, one plain call
+            refused, counters = self._book.reserve(charges, now)
+        else:
+            try:
+                refused, counters = await self.store.reserve(charges, now)
+            except BudgetStoreUnavailable as exc:
+                log.error("token budget store unreachable: %s", exc)
+                if self.fail_open:
+                    return None, []
+                raise TokenBudgetUnavailable(retry_after=1) from None
         if refused:  # 4
             charge = charges[refused - 1]
             remaining = max(0, charge.limit - counters[refused - 1])
@@ -218,17 +238,22 @@ class Budgets:
     @staticmethod
     def headers(reservation: Reservation, now: float) -> Headers:
         """The tokens trio of the budget with the fewest tokens left (ties: the soonest reset)."""
-        pairs = zip(reservation.charges, reservation.counters, strict=True)
-        charge, used = min(pairs, key=lambda p: (p[0].limit - p[1], p[0].window_end))
+        charges, counters = reservation.charges, reservation.counters
+        charge, left = charges[0], charges[0].budget.tokens - counters[0]
+        for i in range(1, len(charges)):
+            other = charges[i]
+            other_left = other.budget.tokens - counters[i]
+            if other_left < left or (other_left == left and other.window_end < charge.window_end):
+                charge, left = other, other_left
         return [
-            (b"x-ratelimit-limit-tokens", b"%d" % charge.limit),
-            (b"x-ratelimit-remaining-tokens", b"%d" % max(0, charge.limit - used)),
-            (b"x-ratelimit-reset-tokens", duration(charge.window_end - now).encode()),
+            (b"x-ratelimit-limit-tokens", b"%d" % charge.budget.tokens),
+            (b"x-ratelimit-remaining-tokens", b"%d" % max(0, left)),
+            (b"x-ratelimit-reset-tokens", reset_text(math.ceil(charge.window_end - now))),
         ]
 
     def settle(self, held: Held | None, used_in: int, used_out: int) -> None:
-        """Replace the reservation by what the request used (in the background: the answer
-        never waits for it); once per hold."""
+        """Replace the reservation by what the request used, once per hold: at once with
+        the counters in this process, else in the background (the answer never waits)."""
         if held is None or held.settled:
             return
         held.settled = True
@@ -239,6 +264,9 @@ class Budgets:
             )  # fmt: skip
         deltas = settle(held.reservation, used_in, used_out)
         if not deltas:
+            return
+        if self._book is not None:
+            self._book.adjust(deltas, self._clock())
             return
         task = asyncio.get_running_loop().create_task(self._adjust(deltas))
         self._settling.add(task)
