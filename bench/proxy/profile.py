@@ -42,9 +42,8 @@ def _py_spy() -> str:
     return found
 
 
-_IDLE = ("epoll_wait", "epoll_pwait", "select (", "poll (", "_worker (")
-"""Leaf frames of a waiting thread: the event loop's poll, and a thread pool's worker with
-nothing to do (blocked in its queue's get, below any Python frame)."""
+_IDLE = ("epoll_wait", "epoll_pwait", "select (", "poll (")
+"""Leaf frames of a waiting event loop (a thread pool's idle worker: `_waiting_for_work`)."""
 _SYSCALLS = ("write", "read", "getpid", "sendmsg", "recvmsg", "writev")
 _COMPONENTS = (
     ("runner/scheduler/", "runner scheduler"),
