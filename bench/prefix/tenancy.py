@@ -43,9 +43,10 @@ from typing import Any
 import httpx
 
 from bench.prefix import analysis
-from bench.prefix.engines import MODEL_PATH, Served, cmdline, require_engine, start_runner
+from bench.prefix.engines import MODEL_PATH, Served, require_engine, start_runner
 from bench.proxy.procs import REPO_ROOT, loadavg, machine_facts
 from governance.signing import combine, load_private_key, propose, sign
+from tests.support.adapters import engine_of
 
 KEYS = REPO_ROOT / "keys"
 RUNNER_ID = "bench-runner"
@@ -264,23 +265,9 @@ def _public_run(r: Served, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _engine(r: Served) -> tuple[str, dict[str, str]]:
-    """The runner's llama-server (its port and key from its command line), to tokenize."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = cmdline(int(proc.name))
-            stat = (proc / "stat").read_text()
-        except (OSError, ValueError):
-            continue
-        if (
-            argv
-            and argv[0].endswith("llama-server")
-            and int(stat.rsplit(")", 1)[1].split()[1]) == r.proc.pid
-        ):
-            port, key = argv[argv.index("--port") + 1], argv[argv.index("--api-key") + 1]
-            return f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {key}"}
-    raise RuntimeError("the runner's llama-server was not found")
+    """The runner's llama-server (its port, and its key from the file the runner hands it
+    in), to tokenize."""
+    return engine_of(r.proc.pid)
 
 
 def _tokens(engine: tuple[str, dict[str, str]], system: str, user: str | None) -> list[int]:
