@@ -269,7 +269,8 @@ def _engine_families(runner: Runner) -> dict[str, float]:
 
 def test_real_vllm_figures_agree_with_the_engine(runner: Runner) -> None:
     """Idle, the runner's capabilities and /metrics/picker say what vLLM's own /metrics says:
-    nothing running or waiting, and its KV cache size and version are known."""
+    nothing running or waiting, and its KV cache size and version are known; the memory
+    the runner accounts covers what the engine holds (within its drift since the load)."""
     if runner.kind.name != "vllm":
         pytest.skip("vLLM's own /metrics: the llama-server figures are tested in test_llama_real")
     engine = _engine_families(runner)
@@ -288,7 +289,10 @@ def test_real_vllm_figures_agree_with_the_engine(runner: Runner) -> None:
     loaded = {m["id"]: m for m in doc["models"]["loaded"]}
     memory = loaded[runner.model]["gpuMemoryMB"]
     assert memory > 1000  # measured: the engine's process tree
-    assert doc["resources"]["gpuMemoryUsedMB"] >= memory
+    # the device's used figure is the runner's leases, the engine's RSS measured once after
+    # its load; the model's figure is its RSS now, which drifts a little as vLLM runs (4971
+    # against 5004 MB seen under load): they agree, they are not the same reading
+    assert doc["resources"]["gpuMemoryUsedMB"] >= 0.9 * memory
     metrics = httpx.get(runner.url + "/metrics/picker").text
     runner_values = {
         s.name: s.value
