@@ -296,7 +296,10 @@ def test_vllm_attached_cannot_sleep(attached: tuple[RunnerProcess, str]) -> None
 
 
 def test_vllm_runner_type_names_the_engine_version(attached: tuple[RunnerProcess, str]) -> None:
-    """runnerType is `vllm-<the engine's /version>`; nothing else claims more than vLLM."""
-    doc = caps(attached[0].url)
+    """runnerType is `vllm-<the engine's /version>` once the engine watch has read it (the
+    kind's name alone before); nothing else claims more than vLLM."""
+    doc = eventually(
+        lambda: (d := caps(attached[0].url))["runnerType"] != "vllm" and d, 20, "the version"
+    )
     assert doc["runnerType"] == "vllm-0.32.0"
     assert doc["capabilities"]["streaming"] and doc["capabilities"]["prefixCaching"]
