@@ -248,7 +248,7 @@ def _public_run(r: Served, args: argparse.Namespace) -> dict[str, Any]:
     """Each tenant's turns round robin (tenants outnumber the two slots), then one probe per
     tenant: the next tenant's exact system prompt and first question. Every prompt is
     tokenized by the engine itself, for the reuse each request may have of its own."""
-    engine = _engine(r)
+    engine = engine_of(r.proc.pid)  # its port, and its key from its file
     chat, probes = [], []
     for turn in range(args.turns):
         for t in range(args.tenants):
@@ -262,12 +262,6 @@ def _public_run(r: Served, args: argparse.Namespace) -> dict[str, Any]:
         o["tokens"] = _tokens(engine, system, user)
         probes.append(o)
     return {"chat": chat, "probes": probes}
-
-
-def _engine(r: Served) -> tuple[str, dict[str, str]]:
-    """The runner's llama-server (its port, and its key from the file the runner hands it
-    in), to tokenize."""
-    return engine_of(r.proc.pid)
 
 
 def _tokens(engine: tuple[str, dict[str, str]], system: str, user: str | None) -> list[int]:
@@ -285,7 +279,7 @@ def _tokens(engine: tuple[str, dict[str, str]], system: str, user: str | None) -
 
 def _public_tokens(r: Served) -> int:
     """The public part in tokens, as the engine counts it (its template, its tokenizer)."""
-    return len(_tokens(_engine(r), SHARED, None))
+    return len(_tokens(engine_of(r.proc.pid), SHARED, None))
 
 
 def _beyond(run: dict[str, Any], request: dict[str, Any], earlier: Sequence[dict[str, Any]]) -> int:
