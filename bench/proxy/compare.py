@@ -1,7 +1,8 @@
 """Before/after on the data path: two runner versions against the same engine, in one run.
 
     .venv/bin/python -m bench.proxy.compare --before REF [--after REF] [--duration 8]
-        [--reps 5] [--kinds json,stream] [--clients 16,64] [--docs [--section TITLE]]
+        [--reps 5] [--kinds json,stream] [--clients 16,64] [--fresh-runners]
+        [--docs [--section TITLE]]
 
 `bench.proxy.run` measures one runner against the engine alone; a change is judged by two
 of those runs at different times, on a machine whose load drifts. This runs one fake engine
@@ -11,7 +12,9 @@ direct, before and after, the order rotating per round (D B A, B A D, A D B, ...
 hits all three alike. Per round it computes each runner's ratio to direct and added p50
 (as `bench.proxy.run` does), and `after ÷ before` directly; the median over rounds is
 quoted with [min, max]. Also streaming time to first chunk at 16 clients (`bench.proxy.ttfb`),
-rotated the same way (`--no-ttfb` skips it).
+rotated the same way (`--no-ttfb` skips it). The same runners serve every round, unless
+`--fresh-runners`: new ones for each round (warmed up again), so that what one process
+happens to get (its memory layout, its hash seed, its core) is not in every round alike.
 
 Writes `bench/results/proxy-compare-<time>.json`; with `--docs`, the generated block of
 the "Data path: before and after" section of docs/benchmarks.md (`--section "## ..."`:
@@ -29,7 +32,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -49,7 +52,7 @@ from bench.proxy.procs import (
 )
 from bench.proxy.report import spread, summarize_pairs, summarize_ttfb
 from bench.proxy.run import BODIES, CHUNK_DELAY_MS, CHUNKS, LATENCY_MS, PATH
-from tests.fixtures.launch import start_fake
+from tests.fixtures.launch import FakeEngine, start_fake
 
 SIDES = ("direct", "before", "after")
 SECTION = "## Data path: before and after (issue 19)"
@@ -89,20 +92,29 @@ def summarize_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+Targets = tuple[dict[str, str], dict[str, dict[str, int]]]
+"""(the URL of each side, the processes whose CPU each side's run counts)."""
+
+
 def run_row(
-    urls: dict[str, str], watch: dict[str, dict[str, int]], kind: str, clients: int,
-    args: argparse.Namespace,
+    targets: Callable[[], contextlib.AbstractContextManager[Targets]], fresh: bool,
+    kind: str, clients: int, args: argparse.Namespace,
 ) -> dict[str, Any]:  # fmt: skip
+    """`targets()` gives each round its runners: the same ones every round, or (`fresh`)
+    new ones, warmed up again, so that no one process's luck is in every round."""
     body = json.dumps(BODIES[kind]).encode()
-    for side in SIDES:
-        run_wrk(urls[side], body, clients, args.warmup)
     rounds: list[dict[str, Any]] = []
     for i in range(args.reps):
         order = rotation(i)
-        wait_quiet(watch["all"], args.quiet_below, args.quiet_wait)
-        one = {
-            side: run_wrk(urls[side], body, clients, args.duration, watch[side]) for side in order
-        }
+        with targets() as (urls, watch):
+            if fresh or i == 0:
+                for side in SIDES:
+                    run_wrk(urls[side], body, clients, args.warmup)
+            wait_quiet(watch["all"], args.quiet_below, args.quiet_wait)
+            one = {
+                side: run_wrk(urls[side], body, clients, args.duration, watch[side])
+                for side in order
+            }
         d, b, a = one["direct"], one["before"], one["after"]
         _log(
             f"{kind:6} c={clients:<3} round {i + 1}/{args.reps}: direct {d['rps']:7.1f} "
@@ -154,7 +166,8 @@ def markdown(result: dict[str, Any]) -> str:
         "load average before "
         f"{result['loadavg_before']}, after {result['loadavg_after']}. {result['reps']} rounds "
         f"of three {result['duration_s']:g} s `wrk` runs per row (direct, before, after; the "
-        "order rotating), medians over rounds, [min, max].",
+        "order rotating), medians over rounds, [min, max]."
+        + (" New runners for every round." if result.get("fresh_runners") else ""),
         "",
         "| load | clients | before ÷ direct | after ÷ direct | after ÷ before | added p50 before "
         "(ms) | added p50 after (ms) | runner CPU/req before → after (µs) | after - before, "
@@ -209,19 +222,60 @@ def write_docs(path: Path, generated: str, section: str = SECTION) -> None:
 
 
 @contextlib.contextmanager
-def _runners(
-    engine_url: str, refs: dict[str, str], modules: dict[str, str]
-) -> Iterator[dict[str, RunnerProc]]:
-    """One runner per side, each from its commit's packages (and `bench/` when the side
-    runs a module of it, e.g. `bench.proxy.granian_runner`)."""
+def _codes(refs: dict[str, str], modules: dict[str, str]) -> Iterator[dict[str, Path]]:
+    """Each side's commit's packages (and `bench/` when the side runs a module of it, e.g.
+    `bench.proxy.granian_runner`), extracted once."""
     with contextlib.ExitStack() as stack:
-        procs = {}
+        codes = {}
         for side, ref in refs.items():
-            module = modules[side]
-            extra = ("bench", "tests/fixtures") if module.startswith("bench.") else ()
-            code = stack.enter_context(code_snapshot(ref, extra))
-            procs[side] = stack.enter_context(start_runner(engine_url, 64, code, module=module))
-        yield procs
+            extra = ("bench", "tests/fixtures") if modules[side].startswith("bench.") else ()
+            codes[side] = stack.enter_context(code_snapshot(ref, extra))
+        yield codes
+
+
+@contextlib.contextmanager
+def _runners(
+    engine: FakeEngine, codes: dict[str, Path], modules: dict[str, str]
+) -> Iterator[Targets]:
+    """One runner per side, each from its code; the URLs and the processes to watch."""
+    with contextlib.ExitStack() as stack:
+        procs: dict[str, RunnerProc] = {
+            side: stack.enter_context(start_runner(engine.url, 64, code, module=modules[side]))
+            for side, code in codes.items()
+        }
+        urls = {"direct": engine.url + PATH}
+        urls.update({side: proc.url + PATH for side, proc in procs.items()})
+        pids = {side: proc.proc.pid for side, proc in procs.items()}
+        watch = {
+            "direct": {"engine": engine.proc.pid},
+            **{side: {"engine": engine.proc.pid, "runner": pid} for side, pid in pids.items()},
+            "all": {"engine": engine.proc.pid, **pids},
+        }
+        yield urls, watch
+
+
+def _measure(
+    engine: FakeEngine, codes: dict[str, Path], modules: dict[str, str], args: argparse.Namespace
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Every row, then the time to first chunk: on one runner per side for the whole run,
+    or (`--fresh-runners`) on new ones for every round."""
+
+    def fresh() -> contextlib.AbstractContextManager[Targets]:
+        return _runners(engine, codes, modules)
+
+    rows = []
+    with contextlib.ExitStack() as stack:
+        targets: Callable[[], contextlib.AbstractContextManager[Targets]] = fresh
+        if not args.fresh_runners:
+            same = stack.enter_context(fresh())
+            targets = lambda: contextlib.nullcontext(same)  # noqa: E731
+        for kind in args.kinds.split(","):
+            for clients in (int(c) for c in args.clients.split(",")):
+                rows.append(run_row(targets, args.fresh_runners, kind, clients, args))
+        if args.no_ttfb:
+            return rows, None
+        with targets() as (urls, _):
+            return rows, run_ttfb_row(urls, args)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -238,6 +292,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quiet-below", type=float, default=0.5)
     p.add_argument("--quiet-wait", type=float, default=20.0)
     p.add_argument("--no-ttfb", action="store_true")
+    p.add_argument(
+        "--fresh-runners",
+        action="store_true",
+        help="start new runners for every round (a process's luck, its memory layout and "
+        "hash seed, then differs round to round instead of biasing all of them)",
+    )
     p.add_argument("--docs", action="store_true", help="rewrite the docs/benchmarks.md block")
     p.add_argument(
         "--section", default=SECTION, help=f"the docs section of the block (default {SECTION!r})"
@@ -263,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         "modules": modules,
         "duration_s": args.duration,
         "reps": args.reps,
+        "fresh_runners": args.fresh_runners,
         "machine": machine_facts(),
         "loadavg_before": loadavg(),
         "rows": [],
@@ -270,23 +331,10 @@ def main(argv: list[str] | None = None) -> int:
     fake = ["--latency-ms", str(LATENCY_MS), "--chunks", str(CHUNKS)]
     fake += ["--chunk-delay-ms", str(CHUNK_DELAY_MS)]
     try:
-        with (
-            start_fake("fake_openai", *fake) as engine,
-            _runners(engine.url, refs, modules) as runners,
-        ):
-            urls = {"direct": engine.url + PATH}
-            urls.update({side: proc.url + PATH for side, proc in runners.items()})
-            pids = {side: proc.proc.pid for side, proc in runners.items()}
-            watch = {
-                "direct": {"engine": engine.proc.pid},
-                **{side: {"engine": engine.proc.pid, "runner": pid} for side, pid in pids.items()},
-                "all": {"engine": engine.proc.pid, **pids},
-            }
-            for kind in args.kinds.split(","):
-                for clients in (int(c) for c in args.clients.split(",")):
-                    result["rows"].append(run_row(urls, watch, kind, clients, args))
-            if not args.no_ttfb:
-                result["ttfb"] = run_ttfb_row(urls, args)
+        with start_fake("fake_openai", *fake) as engine, _codes(refs, modules) as codes:
+            result["rows"], ttfb = _measure(engine, codes, modules, args)
+            if ttfb is not None:
+                result["ttfb"] = ttfb
     except KeyboardInterrupt:
         _log("interrupted; engine and runners stopped")
         return 130
