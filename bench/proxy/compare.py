@@ -42,12 +42,14 @@ from bench.proxy.loadgen import run_ttfb, run_wrk
 from bench.proxy.procs import (
     REPO_ROOT,
     RunnerProc,
+    Targets,
     code_snapshot,
     loadavg,
     machine_facts,
     require_wrk,
     resolve_ref,
     start_runner,
+    targets_of,
     wait_quiet,
 )
 from bench.proxy.report import spread, summarize_pairs, summarize_ttfb
@@ -90,10 +92,6 @@ def summarize_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         ]
     )
     return out
-
-
-Targets = tuple[dict[str, str], dict[str, dict[str, int]]]
-"""(the URL of each side, the processes whose CPU each side's run counts)."""
 
 
 def run_row(
@@ -243,15 +241,7 @@ def _runners(
             side: stack.enter_context(start_runner(engine.url, 64, code, module=modules[side]))
             for side, code in codes.items()
         }
-        urls = {"direct": engine.url + PATH}
-        urls.update({side: proc.url + PATH for side, proc in procs.items()})
-        pids = {side: proc.proc.pid for side, proc in procs.items()}
-        watch = {
-            "direct": {"engine": engine.proc.pid},
-            **{side: {"engine": engine.proc.pid, "runner": pid} for side, pid in pids.items()},
-            "all": {"engine": engine.proc.pid, **pids},
-        }
-        yield urls, watch
+        yield targets_of(engine.url, engine.proc.pid, procs, PATH)
 
 
 def _measure(

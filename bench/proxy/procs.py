@@ -42,6 +42,26 @@ class RunnerProc:
         return f"http://127.0.0.1:{self.port}"
 
 
+Targets = tuple[dict[str, str], dict[str, dict[str, int]]]
+"""(each side's URL, the processes whose CPU each side's run counts): "direct" is the
+engine alone, every other side a runner in front of it; "all" watches every process."""
+
+
+def targets_of(
+    engine_url: str, engine_pid: int, runners: dict[str, RunnerProc], path: str
+) -> Targets:
+    """The URLs `path` is asked at, direct and through each runner, and what to watch."""
+    urls = {"direct": engine_url + path}
+    urls.update({side: proc.url + path for side, proc in runners.items()})
+    pids = {side: proc.proc.pid for side, proc in runners.items()}
+    watch = {
+        "direct": {"engine": engine_pid},
+        **{side: {"engine": engine_pid, "runner": pid} for side, pid in pids.items()},
+        "all": {"engine": engine_pid, **pids},
+    }
+    return urls, watch
+
+
 def free_port() -> int:
     """A port the kernel says is free right now (the runner binds it a moment later)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

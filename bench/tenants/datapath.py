@@ -49,6 +49,7 @@ from bench.proxy.procs import (
     require_wrk,
     resolve_ref,
     start_runner,
+    targets_of,
     wait_quiet,
 )
 from bench.proxy.report import spread, summarize_pairs
@@ -235,14 +236,8 @@ def main(argv: list[str] | None = None) -> int:
             start_fake("fake_openai", *fake) as engine,
             _runners(engine.url, result["ref"], args.redis) as runners,
         ):
-            urls = {"direct": engine.url + PATH}
-            urls.update({side: proc.url + PATH for side, proc in runners.items()})
-            pids = {side: proc.proc.pid for side, proc in runners.items()}
-            watch = {
-                "direct": {"engine": engine.proc.pid},
-                **{side: {"engine": engine.proc.pid, "runner": pid} for side, pid in pids.items()},
-                "all": {"engine": engine.proc.pid, **pids},
-            }
+            urls, watch = targets_of(engine.url, engine.proc.pid, runners, PATH)
+            pids = watch["all"]
             log(f"engine {engine.proc.pid}, runners off {pids['off']}, on {pids['on']}")
             check_sides(urls)
             for kind in args.kinds.split(","):
