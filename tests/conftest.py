@@ -3,6 +3,7 @@ fixtures mark a test `real_engine` (tests/support/real_engines.py); the artefact
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 
@@ -15,6 +16,9 @@ from tests.support.redis_server import RedisServer, running_redis
 
 _STARTED = time.time()
 """When this session began (conftest is imported before any test runs)."""
+
+# the runners and fake engines the tests start are forked (tests/support/forkserver.py)
+os.environ.setdefault("QUORUM_TEST_FORK", "1")
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -393,7 +392,7 @@ def test_start_fake_unknown_module_fails_clearly() -> None:
 def test_start_fake_kills_process_on_exit() -> None:
     """Leaving the block kills the fake, which no longer accepts connections."""
     with start_fake("fake_openai", *FAST) as engine:
-        proc: subprocess.Popen[bytes] = engine.proc
+        proc = engine.proc
         port = engine.port
     assert proc.poll() is not None
     with pytest.raises(ConnectionRefusedError):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -16,17 +14,17 @@ import httpx
 import pytest
 
 from tests.fixtures.launch import FakeEngine, start_fake
+from tests.support import forkserver
 from tests.support.redis_server import RedisServer
 from tests.support.runner_proc import REPO_ROOT, RunnerProcess, start_runner
 
 KEYS = REPO_ROOT / "keys"
-QUORUM = [sys.executable, "-c", "import sys; from runner.runtime.cli import main; sys.exit(main())"]
 CHAT = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
 
 
 def quorum(*args: str) -> str:
     """Run the `quorum` CLI; its stdout."""
-    done = subprocess.run([*QUORUM, *args], cwd=REPO_ROOT, capture_output=True, timeout=30)
+    done = forkserver.run("runner.runtime.cli", args, env=os.environ, timeout=30)
     assert done.returncode == 0, done.stderr.decode()
     return done.stdout.decode()
 
@@ -318,12 +316,8 @@ def test_start_refuses_unsafe_registry(tmp_path: Path, change: Any, fragment: st
     change(doc)
     path = tmp_path / "registry.json"
     path.write_text(json.dumps(doc))
-    proc = subprocess.run(
-        [sys.executable, "-m", "runner"],
-        cwd=REPO_ROOT,
-        timeout=30,
-        env={"GOVERNANCE_REGISTRY": str(path), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
+    proc = forkserver.run(
+        "runner", env={"GOVERNANCE_REGISTRY": str(path), "PATH": "/usr/bin:/bin"}, timeout=30
     )
     assert proc.returncode == 2
     assert b"GOVERNANCE_REGISTRY" in proc.stderr and fragment.encode() in proc.stderr

@@ -4,13 +4,10 @@ its previous life left unfinished, and cannot."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
+from tests.support import forkserver
 from tests.support.redis_server import free_port
-from tests.support.runner_proc import REPO_ROOT
 
 
 @pytest.mark.timeout(60)
@@ -22,8 +19,6 @@ def test_redis_down_at_start_exits_3_naming_the_store() -> None:
         "PORT": str(free_port()),
         "PATH": "/usr/bin:/bin",
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "runner"], cwd=REPO_ROOT, env=env, capture_output=True, timeout=45
-    )
+    proc = forkserver.run("runner", env=env, timeout=45)
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert b"store unreachable" in proc.stderr

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 
 import httpx
 
 from tests.fixtures.launch import start_fake
-from tests.support.runner_proc import REPO_ROOT, start_runner
+from tests.support import forkserver
+from tests.support.runner_proc import start_runner
 
 
 def test_sigterm_during_stream_completes_it_and_exits_zero() -> None:
@@ -42,9 +41,7 @@ def test_sigterm_when_idle_exits_zero() -> None:
 def test_invalid_setting_refuses_start_naming_variable() -> None:
     """An invalid environment variable stops start-up with a message naming it."""
     env = {"MAX_QUEUE_DEPTH": "lots", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "runner"], cwd=REPO_ROOT, env=env, capture_output=True, timeout=30
-    )
+    proc = forkserver.run("runner", env=env, timeout=30)
     assert proc.returncode == 2
     assert b"MAX_QUEUE_DEPTH" in proc.stderr
 
@@ -56,12 +53,8 @@ def test_bad_models_file_refuses_start_naming_it(tmp_path: object) -> None:
     assert isinstance(tmp_path, Path)
     path = tmp_path / "models.yaml"
     path.write_text("models:\n  - id: a\n    backend: openai\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "runner"],
-        cwd=REPO_ROOT,
-        env={"MODELS_CONFIG": str(path), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        timeout=30,
+    proc = forkserver.run(
+        "runner", env={"MODELS_CONFIG": str(path), "PATH": "/usr/bin:/bin"}, timeout=30
     )
     assert proc.returncode == 2
     assert b"MODELS_CONFIG" in proc.stderr and b"url" in proc.stderr

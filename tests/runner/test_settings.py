@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from runner.errors import ConfigError
 from runner.runtime.settings import load_settings
-from tests.support.runner_proc import REPO_ROOT
+from tests.support import forkserver
 
 
 def test_settings_defaults_match_the_contract() -> None:
@@ -139,12 +136,8 @@ def test_settings_invalid_speech_value_names_variable(name: str, value: str) -> 
 def test_settings_bad_webhook_secret_stops_start_up_naming_it(secret: str) -> None:
     """`quorum serve` with an unusable WEBHOOK_SECRET exits 2 naming the variable, and never
     prints the secret itself."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "runner"],
-        cwd=REPO_ROOT,
-        timeout=30,
-        env={"WEBHOOK_SECRET": secret, "PATH": "/usr/bin:/bin", "PORT": "0"},
-        capture_output=True,
+    proc = forkserver.run(
+        "runner", env={"WEBHOOK_SECRET": secret, "PATH": "/usr/bin:/bin", "PORT": "0"}, timeout=30
     )
     assert proc.returncode == 2, proc.stderr
     assert b"WEBHOOK_SECRET" in proc.stderr and secret.encode() not in proc.stderr

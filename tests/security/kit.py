@@ -11,7 +11,6 @@ import base64
 import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ import httpx
 import yaml
 
 from runner.memory.proc import process_tree
+from tests.support import forkserver
 from tests.support.fleet import entry
 from tests.support.runner_proc import REPO_ROOT, RunnerProcess, start_runner
 from tests.support.tokens import DEV_REGISTRY
@@ -121,13 +121,9 @@ def start_refused(env: dict[str, str], timeout: float = 30.0) -> tuple[int | Non
 def quorum(*args: str) -> subprocess.CompletedProcess[str]:
     """The `quorum` command line, as an operator runs it."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "runner.runtime.cli", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    done = forkserver.run("runner.runtime.cli", args, env=env, timeout=60)
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
     )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.forkserver import Process, spawn
 from tests.support.redis_server import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass
 class RunnerProcess:
-    proc: subprocess.Popen[bytes]
+    proc: Process
     port: int
     log_path: Path
 
@@ -57,7 +58,8 @@ def start_runner(
     models_file: str | None = None,
     ready_timeout: float = 20.0,
 ) -> Iterator[RunnerProcess]:
-    """Start `python -m runner` on a free port; SIGKILL it if it is still alive at the end.
+    """Start `python -m runner` on a free port (forked: tests/support/forkserver.py); SIGKILL
+    it if it is still alive at the end.
 
     `models` maps ids to URLs of running engines; `models_file` is a whole models file
     (YAML) instead, for engines the runner starts itself.
@@ -83,13 +85,7 @@ def start_runner(
     full_env.update(env or {})
     log_path = tmp / "runner.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "runner"],
-            cwd=REPO_ROOT,
-            env=full_env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        proc = spawn("runner", env=full_env, stdout=log, stderr=subprocess.STDOUT)
     runner = RunnerProcess(proc, port, log_path)
     try:
         if wait_ready:
