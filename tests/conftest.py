@@ -4,10 +4,12 @@ fixtures mark a test `real_engine` (tests/support/real_engines.py); the artefact
 from __future__ import annotations
 
 import os
+import ssl
 import time
 from collections.abc import Iterator
 
 import pytest
+from httpx._types import CertTypes
 
 from tests.support import real_engines
 from tests.support.real_engines import LlamaServer
@@ -17,6 +19,30 @@ from tests.support.redis_server import RedisServer, running_redis
 _STARTED = time.time()
 """When this session began (conftest is imported before any test runs)."""
 
+
+def _share_one_tls_context() -> None:
+    """httpx builds a TLS context for every client it makes (certifi's bundle: ~20 ms of CPU),
+    so for every `httpx.get(...)`; the tests poll local plain-HTTP processes thousands of
+    times, so in this process they share one default context. Nothing else changes (the
+    runner and the engines are other processes)."""
+    from httpx._config import create_ssl_context as make
+    from httpx._transports import default
+
+    shared = make()
+
+    def create(
+        verify: ssl.SSLContext | str | bool = True,
+        cert: CertTypes | None = None,
+        trust_env: bool = True,
+    ) -> ssl.SSLContext:
+        if verify is True and cert is None:
+            return shared
+        return make(verify=verify, cert=cert, trust_env=trust_env)
+
+    default.create_ssl_context = create  # type: ignore[attr-defined]  # what its clients call
+
+
+_share_one_tls_context()
 # the runners and fake engines the tests start are forked (tests/support/forkserver.py)
 os.environ.setdefault("QUORUM_TEST_FORK", "1")
 
