@@ -196,10 +196,13 @@ def test_comfyui_missing_checkpoint_is_put_in_comfyuis_folder(setup: Setup) -> N
 
 
 def test_comfyui_capabilities_claim_no_llm_feature(setup: Setup) -> None:
-    """runnerType is `comfyui-<its /system_stats version>`; no LLM flag is claimed; a chat
-    request for an image model is a 400."""
-    doc = caps(setup.runner.url)
-    assert doc["runnerType"] == "comfyui-0.3.64"
+    """runnerType is `comfyui-<its /system_stats version>` once the engine watch has read
+    the version (off the hot path, so it may follow start-up); no LLM flag is claimed; a
+    chat request for an image model is a 400."""
+    doc = eventually(
+        lambda: (d := caps(setup.runner.url))["runnerType"] == "comfyui-0.3.64" and d,
+        what="runnerType with ComfyUI's version",
+    )
     flags = doc["capabilities"]
     assert flags.pop("multiTenant") is True and not any(flags.values())
     chat = {"model": "sd", "messages": [{"role": "user", "content": "hi"}]}
