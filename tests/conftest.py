@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from httpx._types import CertTypes
 
-from tests.support import real_engines
+from tests.support import forkserver, real_engines
 from tests.support.real_engines import LlamaServer
 from tests.support.real_vllm import require_vllm
 from tests.support.redis_server import RedisServer, running_redis
@@ -91,8 +91,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Before the test's fixtures: whether it may reach a real engine."""
-    real_engines.set_current_test(item.get_closest_marker(real_engines.MARKER) is not None)
+    """Before the test's fixtures: whether it may reach a real engine (and so starts its
+    runners anew rather than forked: tests/support/forkserver.py)."""
+    real = item.get_closest_marker(real_engines.MARKER) is not None
+    real_engines.set_current_test(real)
+    forkserver.popen_only(real)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -14,9 +14,12 @@ imported, so nothing set for one child leaks into the next.
 terminate, kill, returncode, stdout). The server reaps its children and tells each
 `Forked` its exit status as `Popen` gives it (a signal as its negative number).
 
-The tests fork (tests/conftest.py sets QUORUM_TEST_FORK=1 unless it is set); outside
-pytest (the benchmarks), or with QUORUM_TEST_FORK=0, every process starts with
-`subprocess.Popen`, as a user starts it.
+The tests fork (tests/conftest.py sets QUORUM_TEST_FORK=1 unless it is set), but for the
+real-engine tests (`popen_only`): they measure a runner's memory and its ways of stopping as
+production has them, and a forked process maps the modules it shares with its parent only
+as it touches them (its RSS grows at its first transcription, where a runner started anew
+paid for PyAV at start). Outside pytest (the benchmarks), or with QUORUM_TEST_FORK=0,
+every process starts with `subprocess.Popen`, as a user starts it.
 """
 
 from __future__ import annotations
@@ -153,7 +156,7 @@ def spawn(
     `stdout`/`stderr` a file, `subprocess.PIPE` (stdout only), `subprocess.STDOUT` (stderr
     only) or None (this process's own)."""
     argv = [sys.executable, "-m", module, *args]
-    if os.environ.get("QUORUM_TEST_FORK") != "1":
+    if _popen_only or os.environ.get("QUORUM_TEST_FORK") != "1":
         return subprocess.Popen(
             argv,
             cwd=REPO_ROOT,
@@ -221,6 +224,16 @@ def _fd(target: int | IO[bytes] | None, default: int) -> int:
             raise ValueError(f"unsupported stdio target {target}")
         return target
     return target.fileno()
+
+
+_popen_only = False
+
+
+def popen_only(on: bool) -> None:
+    """While on, `spawn` starts everything with `subprocess.Popen` (tests/conftest.py: for
+    the tests that run real engines)."""
+    global _popen_only
+    _popen_only = on
 
 
 _lock = threading.Lock()
