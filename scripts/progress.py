@@ -88,6 +88,7 @@ class Progress:
         self._last_step = -1
         self._last_line_at = self.started
         self._stop: threading.Event | None = None
+        self._ticker: threading.Thread | None = None
         if not self.tty:
             self._line(f"{label} ...")
 
@@ -114,12 +115,21 @@ class Progress:
             while not stop.wait(every):
                 self.tick()
 
-        threading.Thread(target=loop, daemon=True).start()
+        self._ticker = threading.Thread(target=loop, daemon=True)
+        self._ticker.start()
+
+    @property
+    def ticking(self) -> bool:
+        """Whether the thread of `keep_ticking` is running."""
+        return self._ticker is not None and self._ticker.is_alive()
 
     def finish(self, ok: bool = True) -> float:
-        """The last line: done (or failed) after the elapsed time, which is returned."""
+        """The last line: done (or failed) after the elapsed time, which is returned. The
+        ticking thread has ended before it is written, so no heartbeat comes after it."""
         if self._stop is not None:
             self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
         with self._lock:
             spent = self.clock() - self.started
             word = "done" if ok else "failed"

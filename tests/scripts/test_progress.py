@@ -103,7 +103,8 @@ def test_follow_runs_the_command_and_shows_its_tail_when_it_fails(
 
 def test_progress_keeps_ticking_until_it_finishes() -> None:
     """A step whose phase reports nothing still writes its heartbeat, from its own thread,
-    and stops writing once finished."""
+    which has ended when `finish()` writes the last line (a tick racing the finish once
+    wrote its heartbeat after "done")."""
     out, clock = io.StringIO(), Clock()
     p = progress.Progress("converting", stream=out, tty=False, heartbeat=30, clock=clock)
     p.update(0.36, "reading")
@@ -113,7 +114,8 @@ def test_progress_keeps_ticking_until_it_finishes() -> None:
     while "converting: 36% after 31s (reading)" not in out.getvalue():
         assert time.monotonic() < deadline, out.getvalue()
         time.sleep(0.01)
+    assert p.ticking
     p.finish()
+    assert not p.ticking
     clock.now = 100
-    time.sleep(0.05)
     assert out.getvalue().splitlines()[-1] == "converting: done in 31s"
