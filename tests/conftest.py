@@ -98,6 +98,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     forkserver.popen_only(real)
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """This process's fork server ends with it."""
+    forkserver.stop()
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Name the artefacts (screenshots) this session kept, by this process or by its
     pytest-xdist workers, so CI logs show where they are."""

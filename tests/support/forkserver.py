@@ -24,13 +24,13 @@ every process starts with `subprocess.Popen`, as a user starts it.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib
 import json
 import os
 import runpy
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -258,12 +258,19 @@ def _server_path() -> str:
             if line.strip() != b"READY":
                 raise RuntimeError(f"fork server did not start (exit {proc.wait()})")
             _server = (os.getpid(), proc, path)
-            atexit.register(_stop, proc)
         return _server[2]
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """At this process's exit: the server's stdin closes, it returns, it is reaped."""
+def stop() -> None:
+    """End this process's fork server, if it started one (tests/conftest.py, at the end of
+    the session): its stdin closes, it returns, it is reaped."""
+    global _server
+    with _lock:
+        if _server is None or _server[0] != os.getpid():
+            return
+        proc, path = _server[1], _server[2]
+        _server = None
+    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
     for pipe in (proc.stdin, proc.stdout):
         if pipe is not None:
             pipe.close()
