@@ -28,6 +28,8 @@ def _share_one_tls_context() -> None:
     from httpx._config import create_ssl_context as make
     from httpx._transports import default
 
+    if getattr(default, "create_ssl_context", None) is not make:  # httpx moved it: say so
+        raise RuntimeError("httpx._transports.default no longer calls create_ssl_context")
     shared = make()
 
     def create(

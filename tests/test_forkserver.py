@@ -13,7 +13,12 @@ import pytest
 
 from tests.support.forkserver import REPO_ROOT, Forked, spawn
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.skipif(
+        os.environ.get("QUORUM_TEST_FORK") == "0", reason="QUORUM_TEST_FORK=0: no fork server"
+    ),
+]
 
 PROBE = "tests.fixtures.fork_probe"
 

@@ -184,12 +184,17 @@ def spawn(
             "new_session": new_session,
         }
     ).encode()
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(_server_path())
         socket.send_fds(conn, [_HEADER.pack(len(payload))], opened)
         conn.sendall(payload)
         pid = int(_read_line(conn))
+    except BaseException:
+        conn.close()
+        if reader is not None:
+            reader.close()
+        raise
     finally:
         for fd in opened:
             os.close(fd)
