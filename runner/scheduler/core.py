@@ -324,7 +324,13 @@ class Scheduler:
         1. Waiters whose deadline has come leave with `DeadlinePassed` (504).
         2. Waiters older than the queue timeout are refused with `QueueTimeout`.
         3. Low waiters older than the aging age move to normal.
+
+        Nobody waiting (the common case): none of them applies; the deadlines booked are
+        all of tickets that already left, which `due` would skip, so they are forgotten.
         """
+        if not self._waiting:
+            self._deadlines.clear()
+            return
         for late in self._deadlines.due(now):  # 1
             if late.ticket_id in self._waiting:
                 self._drop(late, deadline_exceeded(late, now))

@@ -134,6 +134,10 @@ class DeadlineBook:
         if ticket.deadline_at is not None:
             heapq.heappush(self._heap, (ticket.deadline_at, ticket.ticket_id, ticket))
 
+    def clear(self) -> None:
+        """Forget every deadline (the scheduler's, once nobody waits)."""
+        self._heap.clear()
+
     def due(self, now: float) -> list[Ticket]:
         """Tickets whose deadline is at or before `now` (taken out of the book), whether
         or not they still wait."""

@@ -15,7 +15,7 @@ Model lifecycle, from the API and the model pool: `LoadRequested`,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 
 from runner.scheduler.config import ModelPolicy
@@ -49,6 +49,8 @@ class Ticket:
 
     `ticket_id` is unique and increasing in arrival order (FIFO within a tenant
     follows it); `cost` is the estimated weighted service (input x1 + output x2).
+    `tenant` and `model` are the request's, copied once: the scheduler reads them a dozen
+    times per request, and a field costs less to read than a property.
     """
 
     ticket_id: int
@@ -56,14 +58,12 @@ class Ticket:
     band: Band
     cost: int
     arrived_at: float
+    tenant: str = field(init=False, repr=False, compare=False)
+    model: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def tenant(self) -> str:
-        return self.request.tenant
-
-    @property
-    def model(self) -> str:
-        return self.request.model
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tenant", self.request.tenant)
+        object.__setattr__(self, "model", self.request.model)
 
     @property
     def deadline_at(self) -> float | None:
