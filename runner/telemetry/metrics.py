@@ -164,6 +164,7 @@ class Metrics:
         self._tenants: frozenset[str] = frozenset({"_invalid", "default"})
         self.audio_usage: Callable[[str, str, float], None] = lambda _m, _t, _s: None
         self._children: dict[tuple[object, ...], Any] = {}
+        self._adders: dict[tuple[object, ...], Callable[[float], None]] = {}
         self.exposition = Exposition(self.registry)  # what /metrics writes, and how
         self.picker_exposition = Exposition(self.picker_registry)
         self.paths: dict[str, Exposition] = {}
@@ -205,16 +206,29 @@ class Metrics:
             child = self._children[key] = metric.labels(*labels)
         return child
 
+    def _adder(self, metric: Counter | Gauge, *labels: str) -> Callable[[float], None]:
+        """The `inc` of `metric.labels(*labels)`'s value, cached: on the request path.
+
+        `Counter.inc(n)` / `Gauge.inc(n)` / `Gauge.dec(n)` on a child check that it has its
+        labels (a child always has) and that a counter's `n` is not negative, then call its
+        value's `inc(n)` (`-n` for `dec`); three calls of checks for one update. Callers
+        pass only amounts those checks let through (a constant, or one tested above 0)."""
+        key = (id(metric), *labels)
+        add: Callable[[float], None] | None = self._adders.get(key)
+        if add is None:
+            add = self._adders[key] = self._child(metric, *labels)._value.inc
+        return add
+
     def count_request(self, model: str, tenant: str, status: int) -> None:
-        self._child(self.requests, model, self.tenant_label(tenant), str(status)).inc()
+        self._adder(self.requests, model, self.tenant_label(tenant), str(status))(1)
         if status == 200:
             self._answered[model] = self._answered.get(model, 0) + 1
 
     def begin_request(self, model: str) -> None:
-        self._child(self.in_flight, model).inc()
+        self._adder(self.in_flight, model)(1)
 
     def end_request(self, model: str, seconds: float) -> None:
-        self._child(self.in_flight, model).dec()
+        self._adder(self.in_flight, model)(-1)  # `dec()`
         self._child(self.duration, model).observe(seconds)
 
     def count_cache(self, model: str, tokens_reused: int) -> None:
@@ -244,10 +258,11 @@ class Metrics:
 
     def count_tokens(self, tenant: str, model: str, input_tokens: int, output_tokens: int) -> None:
         label = self.tenant_label(tenant)
-        if input_tokens:
-            self._child(self.tokens, label, model, "input").inc(input_tokens)
-        if output_tokens:
-            self._child(self.tokens, label, model, "output").inc(output_tokens)
+        for kind, tokens in (("input", input_tokens), ("output", output_tokens)):
+            if tokens > 0:
+                self._adder(self.tokens, label, model, kind)(tokens)
+            elif tokens:  # prometheus_client refuses it (ValueError), as it always did
+                self._child(self.tokens, label, model, kind).inc(tokens)
 
     def count_load(self, outcome: str) -> None:
         self._child(self.load_tasks, outcome).inc()
