@@ -80,8 +80,14 @@ class MemoryWindowStorage(Storage, SlidingWindowCounterSupport, TimestampedSlidi
         read, one key computation: it is the rate limiter's call on every request)."""
         now = self._clock()
         previous_key, current_key = self.sliding_window_keys(key, expiry, now)
-        allowed = self._acquire(previous_key, current_key, limit, expiry, 1, now)
-        return allowed, self._window(previous_key, current_key, expiry, now)
+        window = self._window(previous_key, current_key, expiry, now)
+        if not self._admits(window, limit, expiry, 1):
+            return False, window
+        self._incr(current_key, 2 * expiry, 1, now)
+        # the window read again would differ by this entry only: the previous count is
+        # live (it was read > 0, or is 0), the current one was live or is new
+        previous, previous_ttl, current, current_ttl = window
+        return True, (previous, previous_ttl, current + 1, current_ttl)
 
     async def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
         now = self._clock()
@@ -98,13 +104,20 @@ class MemoryWindowStorage(Storage, SlidingWindowCounterSupport, TimestampedSlidi
     def _acquire(
         self, previous_key: str, current_key: str, limit: int, expiry: int, amount: int, now: float
     ) -> bool:
-        if amount > limit:
-            return False
-        previous, previous_ttl, current, _ = self._window(previous_key, current_key, expiry, now)
-        if floor(previous * previous_ttl / expiry + current) + amount > limit:
+        if not self._admits(
+            self._window(previous_key, current_key, expiry, now), limit, expiry, amount
+        ):
             return False
         self._incr(current_key, 2 * expiry, amount, now)
         return True
+
+    @staticmethod
+    def _admits(window: Window, limit: int, expiry: int, amount: int) -> bool:
+        """Whether `amount` more entries fit in `limit` with `window` counted."""
+        if amount > limit:
+            return False
+        previous, previous_ttl, current, _ = window
+        return floor(previous * previous_ttl / expiry + current) + amount <= limit
 
     def _get(self, key: str, now: float) -> int:
         entry = self._counters.get(key)
