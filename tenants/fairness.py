@@ -78,7 +78,9 @@ class VirtualTokenCounter:
 
     def charge(self, tenant: str, cost: float) -> None:
         """Add `cost` weighted tokens of service to `tenant`."""
-        self._counters[tenant] = self.counter(tenant) + cost / self.weight(tenant)
+        # `weight` and `counter` inlined: twice per request (grant, then correction)
+        weight = self._weights.get(tenant, self._default_weight)
+        self._counters[tenant] = self._counters.get(tenant, 0.0) + cost / weight
 
     def correct(self, tenant: str, estimated: float, actual: float) -> None:
         """Replace an earlier estimate with the service the engine actually reported."""

@@ -91,7 +91,10 @@ class Scheduler:
     # -- events ------------------------------------------------------------------
 
     def handle(self, event: Event) -> None:
-        self._catch_up(event.at)
+        if self._waiting:
+            self._catch_up(event.at)
+        else:  # nobody waits (the common case): nothing can be due, time out or age; the
+            self._deadlines.clear()  # deadlines booked are all of tickets that left
         match event:
             case RequestArrived():
                 self.on_request(event)
@@ -319,18 +322,12 @@ class Scheduler:
     # -- decisions ---------------------------------------------------------------
 
     def _catch_up(self, now: float) -> None:
-        """Bring the queue up to `now` (every event does, first).
+        """Bring the queue up to `now` (every event does, first, while anybody waits).
 
         1. Waiters whose deadline has come leave with `DeadlinePassed` (504).
         2. Waiters older than the queue timeout are refused with `QueueTimeout`.
         3. Low waiters older than the aging age move to normal.
-
-        Nobody waiting (the common case): none of them applies; the deadlines booked are
-        all of tickets that already left, which `due` would skip, so they are forgotten.
         """
-        if not self._waiting:
-            self._deadlines.clear()
-            return
         for late in self._deadlines.due(now):  # 1
             if late.ticket_id in self._waiting:
                 self._drop(late, deadline_exceeded(late, now))

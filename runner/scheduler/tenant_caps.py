@@ -65,7 +65,7 @@ class TenantCaps:
     def started(self, tenant: str) -> None:
         """A request of `tenant` was granted (it used a permit, with shared caps)."""
         self._flight[tenant] += 1
-        if self._shared(tenant):
+        if self.config.shared_in_flight and self._shared(tenant):  # (the common case first)
             self._held[tenant] -= 1
 
     def finished(self, tenant: str) -> bool:
@@ -74,7 +74,7 @@ class TenantCaps:
         self._flight[tenant] -= 1
         if self._flight[tenant] <= 0:
             del self._flight[tenant]
-        if self._shared(tenant):
+        if self.config.shared_in_flight and self._shared(tenant):
             assert self._effects is not None
             self._effects.release_permit(tenant)
         return self.config.in_flight_cap(tenant) is not None

@@ -80,7 +80,7 @@ def request_headers(decision: RateDecision | None) -> Headers:
     if decision is None:
         return []
     return [
-        (b"x-ratelimit-limit-requests", b"%d" % decision.limit),
+        (b"x-ratelimit-limit-requests", b"%d" % decision.rate.amount),
         (b"x-ratelimit-remaining-requests", b"%d" % decision.remaining),
         (b"x-ratelimit-reset-requests", reset_text(math.ceil(decision.reset_after_s))),
     ]
