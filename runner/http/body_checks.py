@@ -41,10 +41,10 @@ def check_generation(body: Mapping[str, Any], context_length: int | None) -> Non
         if value is None:
             continue
         high = INT32_MAX if context_length is None else min(INT32_MAX, context_length)
-        rule = "an integer from 1 to " + (
-            f"{high} (the model's context length)" if high == context_length else f"{high}"
-        )
         if not _is_int(value) or not 1 <= value <= high:
+            rule = "an integer from 1 to " + (
+                f"{high} (the model's context length)" if high == context_length else f"{high}"
+            )
             raise InvalidField(param=name, rule=rule, value=_shown(value))
     for name, (low, top) in _INTEGERS.items():  # 2
         value = body.get(name)

@@ -55,10 +55,12 @@ class ServiceTimes:
             self._granted[model] = deque()
             self._band_cost[model] = {}
         running[ticket.ticket_id] = (cost, band, now)
-        self._granted[model].append((now, band, cost))
+        granted = self._granted[model]
+        granted.append((now, band, cost))
         per_band = self._band_cost[model]
         per_band[band] = per_band.get(band, 0) + cost
-        self._expire(model, now)
+        if now - granted[0][0] > self._window_s:  # (not a call per grant when none is due)
+            self._expire(model, now)
 
     def _expire(self, model: str, now: float) -> None:
         """Forget grants older than the window, and their cost in the per-band sums."""
