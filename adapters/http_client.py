@@ -12,11 +12,9 @@ Streaming: each body chunk the engine sends is handed on as it is parsed
 Back-pressure: reading from the engine pauses while more than
 `_HIGH_WATER` bytes wait to be taken.
 
-An engine may listen on a Unix domain socket instead of a TCP port (a vLLM the runner
-starts: only the runner's user can connect to it). Its URL is then `unix_url(path)`,
-`http+unix://<the socket's path, percent-encoded>`; `EngineConnections` connects to the
-socket (the requests are the same bytes, `Host: localhost`), `control_client` builds the
-httpx client for the engine's control routes over it, and `split_unix` gives both.
+An engine may listen on a Unix domain socket instead of a TCP port
+(adapters/engine_urls.py): `EngineConnections` then connects to the socket (the requests
+are the same bytes, `Host: localhost`).
 
 Failures are this module's own `ClientFailure` subclasses, and `translate_failure`
 below is the one place they become engine errors (adapters/errors.py): the request
@@ -28,12 +26,12 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, cast
-from urllib.parse import quote, unquote, urlsplit
+from typing import cast
+from urllib.parse import urlsplit
 
 import httptools
-import httpx
 
+from adapters.engine_urls import split_unix
 from adapters.errors import (
     EngineBadResponse,
     EngineCrashed,
@@ -43,32 +41,6 @@ from adapters.errors import (
 )
 
 _HIGH_WATER = 1 << 20
-UNIX_SCHEME = "http+unix"
-
-
-def unix_url(path: str) -> str:
-    """The URL of an engine listening on the Unix socket `path`."""
-    return f"{UNIX_SCHEME}://{quote(path, safe='')}"
-
-
-def split_unix(url: str) -> tuple[str | None, str]:
-    """(the socket's path, the URL as HTTP asks it) for a `unix_url` (and a path after it);
-    (None, url) for any other URL."""
-    if not url.startswith(UNIX_SCHEME + "://"):
-        return None, url
-    rest = url[len(UNIX_SCHEME) + 3 :]
-    socket_part, slash, path = rest.partition("/")
-    return unquote(socket_part), "http://localhost" + slash + path
-
-
-def control_client(url: str, **kwargs: Any) -> httpx.AsyncClient:
-    """An httpx client whose `base_url` is the engine at `url` (a Unix socket included),
-    never through a proxy."""
-    sock, base = split_unix(url)
-    transport = httpx.AsyncHTTPTransport(uds=sock) if sock is not None else None
-    return httpx.AsyncClient(base_url=base, transport=transport, trust_env=False, **kwargs)
-
-
 class ClientFailure(Exception):
     """Talking to the engine failed."""
 
@@ -118,6 +90,9 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
+        self.deadline = 0.0  # of the current wait (loop time)
+        self.timer: asyncio.TimerHandle | None = None  # set for `timer_at` (`wait`)
+        self.timer_at = 0.0
         self.reset()
 
     def reset(self) -> None:
@@ -150,6 +125,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._stop_timer()
         if not self.complete and self.headers_done and self._ends_at_eof():
             self.on_message_complete()
         elif not self.complete:
@@ -196,18 +172,42 @@ class _Connection(asyncio.Protocol):
             w.set_result(None)
 
     async def wait(self, timeout: float) -> None:
-        """Wait for the next parser event (headers, a body chunk, the end, an error)."""
-        self.waiter = waiter = self.loop.create_future()
-        handle = self.loop.call_later(timeout, self._timed_out, waiter)
+        """Wait for the next parser event (headers, a body chunk, the end, an error); fail
+        with `ResponseTimeout` if none comes within `timeout`.
+
+        No timer per wait: the connection keeps one, set for the earliest deadline it may
+        have to meet; when it fires before the current wait's deadline (an earlier wait's
+        was earlier, or nobody waits) it moves on to that deadline, or stops."""
+        loop = self.loop
+        self.waiter = waiter = loop.create_future()
+        self.deadline = deadline = loop.time() + timeout
+        if self.timer is None or deadline < self.timer_at:
+            self._arm(deadline)
         try:
             await waiter
         finally:
-            handle.cancel()
             self.waiter = None
 
-    def _timed_out(self, waiter: asyncio.Future[None]) -> None:
-        if not waiter.done():
+    def _arm(self, at: float) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer_at = at
+        self.timer = self.loop.call_at(at, self._timer_fired)
+
+    def _timer_fired(self) -> None:
+        self.timer = None
+        waiter = self.waiter
+        if waiter is None or waiter.done() or self.closed:
+            return  # nobody waits: the next wait sets the timer again
+        if self.loop.time() >= self.deadline:
             self._fail(ResponseTimeout("engine sent nothing within the read timeout"))
+        else:
+            self._arm(self.deadline)
+
+    def _stop_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
     def take(self) -> bytes:
         data = b"".join(self.parts) if len(self.parts) != 1 else self.parts[0]
@@ -232,6 +232,7 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
+        self._stop_timer()
         if self.transport is not None:
             self.transport.close()
 

@@ -40,7 +40,8 @@ import tempfile
 from collections.abc import Mapping
 
 from adapters.features import Features
-from adapters.http_client import EngineConnections, control_client, unix_url
+from adapters.engine_urls import control_client, unix_url
+from adapters.http_client import EngineConnections
 from adapters.kind import (
     CANNOT_SLEEP,
     Devices,

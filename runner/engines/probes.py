@@ -21,7 +21,7 @@ from typing import Generic, Protocol, TypeVar
 
 import httpx
 
-from adapters.http_client import split_unix
+from adapters.engine_urls import split_unix
 
 
 class Prober(Protocol):
@@ -35,7 +35,7 @@ class Prober(Protocol):
 class HttpProber:
     """`GET url`; True on any HTTP answer within `timeout_s`. No proxy: the engine client
     never goes through one, so neither does the question whether the engine is there. An
-    engine on a Unix socket (`adapters.http_client.unix_url`) is asked over it."""
+    engine on a Unix socket (`adapters.engine_urls.unix_url`) is asked over it."""
 
     def __init__(self, timeout_s: float, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.timeout_s = timeout_s

@@ -1,4 +1,4 @@
-"""The data path's HTTP/1.1 engine client (runner/engine_client.py) against real fake engines."""
+"""The data path's HTTP/1.1 engine client (adapters/http_client.py) against real fake engines."""
 
 from __future__ import annotations
 
@@ -98,6 +98,23 @@ async def test_pool_hang_raises_response_timeout() -> None:
         with pytest.raises(ResponseTimeout):
             await pool.post("/v1/chat/completions", CHAT)
         assert not pool._all  # the stuck connection is not kept
+        pool.close()
+
+
+async def test_pool_read_timeout_is_per_wait_not_per_answer() -> None:
+    """The read timeout bounds each silence, not the whole answer: a stream slower in
+    total than the timeout, each chunk within it, is read whole, twice on one connection
+    (the connection's one timer moves on from deadline to deadline)."""
+    with start_fake(
+        "fake_openai", "--latency-ms", "0", "--chunks", "5", "--chunk-delay-ms", "150"
+    ) as engine:
+        pool = EngineConnections(engine.url, 5, 0.4)
+        for _ in range(2):
+            resp = await pool.post("/v1/chat/completions", STREAM)
+            chunks = [c async for c in resp.chunks()]
+            resp.release()
+            assert sum(c.count(b'"tok') for c in chunks) == 5
+        assert len(pool._all) == 1
         pool.close()
 
 
