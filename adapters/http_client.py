@@ -41,6 +41,8 @@ from adapters.errors import (
 )
 
 _HIGH_WATER = 1 << 20
+
+
 class ClientFailure(Exception):
     """Talking to the engine failed."""
 
@@ -173,11 +175,9 @@ class _Connection(asyncio.Protocol):
 
     async def wait(self, timeout: float) -> None:
         """Wait for the next parser event (headers, a body chunk, the end, an error); fail
-        with `ResponseTimeout` if none comes within `timeout`.
-
-        No timer per wait: the connection keeps one, set for the earliest deadline it may
-        have to meet; when it fires before the current wait's deadline (an earlier wait's
-        was earlier, or nobody waits) it moves on to that deadline, or stops."""
+        with `ResponseTimeout` if none comes within `timeout`. No timer per wait: the
+        connection keeps one, set for the earliest deadline it may have to meet; fired
+        before the current wait's deadline, it moves on to that deadline (or stops)."""
         loop = self.loop
         self.waiter = waiter = loop.create_future()
         self.deadline = deadline = loop.time() + timeout

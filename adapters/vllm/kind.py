@@ -39,8 +39,8 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 
-from adapters.features import Features
 from adapters.engine_urls import control_client, unix_url
+from adapters.features import Features
 from adapters.http_client import EngineConnections
 from adapters.kind import (
     CANNOT_SLEEP,

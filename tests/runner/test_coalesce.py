@@ -83,7 +83,9 @@ async def test_coalesce_delegates_everything_else() -> None:
     assert t.get_extra_info("peername") == "info:peername"
 
 
-def _cycle(cls: type[RequestResponseCycle], method: str = "POST") -> RequestResponseCycle:
+def _cycle(
+    cls: type[RequestResponseCycle], method: str = "POST", keep_alive: bool = True
+) -> RequestResponseCycle:
     scope: Any = {"method": method, "http_version": "1.1", "path": "/", "query_string": b""}
     logger = logging.getLogger("test")
     return cls(
@@ -96,7 +98,7 @@ def _cycle(cls: type[RequestResponseCycle], method: str = "POST") -> RequestResp
         default_headers=[(b"date", b"Thu, 26 Nov 2026 10:00:00 GMT")],
         message_event=asyncio.Event(),
         expect_100_continue=False,
-        keep_alive=True,
+        keep_alive=keep_alive,
         on_response=lambda: None,
     )
 
@@ -109,18 +111,29 @@ HEADS: list[tuple[str, int, list[tuple[bytes, bytes]]]] = [
     ("HEAD", 200, [(b"x-request-id", b"r-1")]),
     ("POST", 204, []),
     ("POST", 304, [(b"etag", b'"x"')]),
+    (
+        "POST",
+        200,
+        [(b"x-a", b"1"), (b"content-type", b"application/json"), (b"content-length", b"2")],
+    ),
+    ("POST", 200, [(b"content-length", b"2"), (b"x-a", b"1")]),
+    ("POST", 200, [(b"x-a", b"1"), (b"X-B", b"2")]),
+    ("POST", 200, [(b"x-conn", b"1"), (b"ection", b"2")]),
+    ("HEAD", 200, [(b"x-a", b"1"), (b"content-length", b"7")]),
+    ("POST", 204, [(b"x-a", b"1")]),
 ]
 
 
+@pytest.mark.parametrize("keep_alive", [True, False])
 @pytest.mark.parametrize(("method", "status", "headers"), HEADS)
 async def test_checked_once_cycle_writes_uvicorns_head(
-    method: str, status: int, headers: list[tuple[bytes, bytes]]
+    method: str, status: int, headers: list[tuple[bytes, bytes]], keep_alive: bool
 ) -> None:
     """CheckedOnceCycle writes the same head, and keeps the same connection and length
-    state, as uvicorn's own cycle."""
+    state, as uvicorn's own cycle (the runner's own heads in one pass included)."""
     states = []
     for cls in (RequestResponseCycle, CheckedOnceCycle):
-        cycle = _cycle(cls, method)
+        cycle = _cycle(cls, method, keep_alive)
         await cycle.send({"type": "http.response.start", "status": status, "headers": headers})
         transport: Any = cycle.transport
         states.append(
