@@ -131,16 +131,7 @@ class CheckedOnceCycle(RequestResponseCycle):
                     self.keep_alive = False
                     has_connection_close = True
             content.extend([name, b": ", value, b"\r\n"])
-        if not self.keep_alive and not has_connection_close:
-            content.append(b"connection: close\r\n")
-        if (
-            self.chunked_encoding is None
-            and self.scope["method"] != "HEAD"
-            and status_code not in (204, 304)
-        ):
-            self.chunked_encoding = True
-            content.append(b"transfer-encoding: chunked\r\n")
-        content.append(b"\r\n")
+        content.append(self._head_end(status_code, has_connection_close))
         self.transport.write(b"".join(content))
 
     def _plain_head(self, status_code: int, headers: list[tuple[bytes, bytes]]) -> bytes:
@@ -148,18 +139,21 @@ class CheckedOnceCycle(RequestResponseCycle):
         if headers and headers[-1][0] == b"content-length":
             self.expected_content_length = int(headers[-1][1].decode())
             self.chunked_encoding = False
-        head = [STATUS_LINE[status_code], *[b"%s: %s\r\n" % h for h in headers]]
-        if not self.keep_alive:
-            head.append(b"connection: close\r\n")
+        lines = [b"%s: %s\r\n" % h for h in headers]
+        return STATUS_LINE[status_code] + b"".join(lines) + self._head_end(status_code, False)
+
+    def _head_end(self, status_code: int, said_close: bool) -> bytes:
+        """`connection: close` unless kept alive (or said), chunked framing where no length
+        was given (not for HEAD, 204, 304), the blank line."""
+        end = b"" if self.keep_alive or said_close else b"connection: close\r\n"
         if (
             self.chunked_encoding is None
             and self.scope["method"] != "HEAD"
             and status_code not in (204, 304)
         ):
             self.chunked_encoding = True
-            head.append(b"transfer-encoding: chunked\r\n")
-        head.append(b"\r\n")
-        return b"".join(head)
+            end += b"transfer-encoding: chunked\r\n"
+        return end + b"\r\n"
 
 
 _send = RequestResponseCycle.send
