@@ -93,8 +93,7 @@ class _Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
         self.deadline = 0.0  # of the current wait (loop time)
-        self.timer: asyncio.TimerHandle | None = None  # set for `timer_at` (`wait`)
-        self.timer_at = 0.0
+        self.timer: asyncio.TimerHandle | None = None  # for the earliest deadline (`wait`)
         self.reset()
 
     def reset(self) -> None:
@@ -181,7 +180,7 @@ class _Connection(asyncio.Protocol):
         loop = self.loop
         self.waiter = waiter = loop.create_future()
         self.deadline = deadline = loop.time() + timeout
-        if self.timer is None or deadline < self.timer_at:
+        if self.timer is None or deadline < self.timer.when():
             self._arm(deadline)
         try:
             await waiter
@@ -191,7 +190,6 @@ class _Connection(asyncio.Protocol):
     def _arm(self, at: float) -> None:
         if self.timer is not None:
             self.timer.cancel()
-        self.timer_at = at
         self.timer = self.loop.call_at(at, self._timer_fired)
 
     def _timer_fired(self) -> None:

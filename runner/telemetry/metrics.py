@@ -164,7 +164,6 @@ class Metrics:
         self._tenants: frozenset[str] = frozenset({"_invalid", "default"})
         self.audio_usage: Callable[[str, str, float], None] = lambda _m, _t, _s: None
         self._children: dict[tuple[object, ...], Any] = {}
-        self._adders: dict[tuple[object, ...], Callable[[float], None]] = {}
         self.exposition = Exposition(self.registry)  # what /metrics writes, and how
         self.picker_exposition = Exposition(self.picker_registry)
         self.paths: dict[str, Exposition] = {}
@@ -207,16 +206,13 @@ class Metrics:
         return child
 
     def _adder(self, metric: Counter | Gauge, *labels: str) -> Callable[[float], None]:
-        """The `inc` of `metric.labels(*labels)`'s value, cached: on the request path.
+        """The `inc` of `metric.labels(*labels)`'s value (the child cached by `_child`).
 
         `Counter.inc(n)` / `Gauge.inc(n)` / `Gauge.dec(n)` on a child check that it has its
         labels (a child always has) and that a counter's `n` is not negative, then call its
         value's `inc(n)` (`-n` for `dec`); three calls of checks for one update. Callers
         pass only amounts those checks let through (a constant, or one tested above 0)."""
-        key = (id(metric), *labels)
-        add: Callable[[float], None] | None = self._adders.get(key)
-        if add is None:
-            add = self._adders[key] = self._child(metric, *labels)._value.inc
+        add: Callable[[float], None] = self._child(metric, *labels)._value.inc
         return add
 
     def count_request(self, model: str, tenant: str, status: int) -> None:
