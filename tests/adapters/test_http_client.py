@@ -106,14 +106,14 @@ async def test_pool_read_timeout_is_per_wait_not_per_answer() -> None:
     total than the timeout, each chunk within it, is read whole, twice on one connection
     (the connection's one timer moves on from deadline to deadline)."""
     with start_fake(
-        "fake_openai", "--latency-ms", "0", "--chunks", "5", "--chunk-delay-ms", "150"
+        "fake_openai", "--latency-ms", "0", "--chunks", "8", "--chunk-delay-ms", "200"
     ) as engine:
-        pool = EngineConnections(engine.url, 5, 0.4)
+        pool = EngineConnections(engine.url, 5, 1.2)  # 6x a chunk's gap, under a stream's 1.6 s
         for _ in range(2):
             resp = await pool.post("/v1/chat/completions", STREAM)
             chunks = [c async for c in resp.chunks()]
             resp.release()
-            assert sum(c.count(b'"tok') for c in chunks) == 5
+            assert sum(c.count(b'"tok') for c in chunks) == 8
         assert len(pool._all) == 1
         pool.close()
 
