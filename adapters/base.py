@@ -17,9 +17,10 @@ from typing import Any, Protocol, runtime_checkable
 from adapters.http_client import EngineConnections
 from adapters.lora import LoraAdapter
 from faults import QuorumError
+from faults.record import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CacheReport:
     """What the engine said about one finished request (0/False when unknown)."""
 
@@ -51,7 +52,7 @@ class FlushScope:
     tag: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Placement:
     """Where one granted request goes: the body to send, and the engine slot it took."""
 

@@ -25,7 +25,8 @@ What a row carries, and how the runner's one mapping (`runner/errors.py`) reads 
     headers   response headers: `Retry-After` from the `retry_after` field when the row
               says so, and the row's `headers` templates filled with the fields
 
-This package imports no other project package, so every layer can declare errors.
+This package imports no other project package, so every layer can declare errors. It
+also holds `record` (faults/record.py), the decorator of the records built per request.
 """
 
 from __future__ import annotations

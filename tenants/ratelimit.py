@@ -29,6 +29,7 @@ from typing import Protocol, runtime_checkable
 from limits.aio.storage import SlidingWindowCounterSupport, Storage
 from limits.errors import StorageError
 
+from faults.record import record
 from tenants.config import TenantsConfig
 from tenants.errors import RateLimitExceeded, RateLimitUnavailable, TenantError
 from tenants.memory_store import Clock, MemoryWindowStorage, Window
@@ -52,7 +53,7 @@ _MAX_CACHED_TENANTS = 10_000
 _MAX_PROMISES = 10_000  # return times kept per tenant
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RateDecision:
     """The outcome of one hit: allowed or not, and what the headers should say."""
 

@@ -32,9 +32,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from itertools import count
 
+from faults.record import record
 from runner.errors import InvalidHeader
 from runner.http.asgi import Scope
 from runner.runtime.settings import DEFAULT_OBJECTIVE_PRIORITIES, parse_objective_priorities
@@ -50,7 +50,7 @@ _SEQ = count(1)
 DEFAULT_OBJECTIVES = parse_objective_priorities(DEFAULT_OBJECTIVE_PRIORITIES)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RequestMeta:
     tenant_header: bytes | None
     priority: str

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from faults.record import record
 from runner.scheduler.config import ModelPolicy
 from runner.scheduler.grants import AdmissionRequest, Usage
 
@@ -43,7 +44,7 @@ _BANDS = {"high": Band.HIGH, "normal": Band.NORMAL, "low": Band.LOW}
 _LABELS = {band: label for label, band in _BANDS.items()}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Ticket:
     """One request as the scheduler sees it.
 
@@ -72,7 +73,7 @@ class Ticket:
         return None if ms is None else self.arrived_at + ms / 1000
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RequestArrived:
     """A caller asks for a slot; it awaits a grant or a rejection."""
 
@@ -81,7 +82,7 @@ class RequestArrived:
     at: float
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RequestCancelled:
     """The caller went away; if still waiting, the request is withdrawn."""
 
@@ -89,7 +90,7 @@ class RequestCancelled:
     at: float
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ServeDone:
     """A granted request finished at the engine; `usage` is what it reported, if known."""
 

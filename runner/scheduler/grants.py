@@ -32,8 +32,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
 
+from faults.record import record
 
-@dataclass(frozen=True, slots=True)
+
+@record
 class AdmissionRequest:
     """What scheduling needs to know about one inference request."""
 
@@ -46,7 +48,7 @@ class AdmissionRequest:
     deadline_ms: int | None = None  # how long the client waits for the first byte
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Usage:
     """Tokens the engine reported for a finished request."""
 
