@@ -1,7 +1,7 @@
 """What the runner tells about itself: metrics, health, capabilities, status.
 
-`metrics` (the registries and the request path's series), `exposition` and `histogram` (the
-cheap Prometheus writer), `picker_metrics` (the endpoint picker's `vllm:*` view),
+`metrics` (the registries and the request path's series), `exposition` and `series` (the
+cheap Prometheus writer and series), `picker_metrics` (the endpoint picker's `vllm:*` view),
 `seed_metrics` (the seed's names), `state_metrics` (families read at scrape time: health,
 the engines' queues, the wait forecasts), `outcome_metrics` (how things ended),
 `metrics_port` (METRICS_PORT), `health` (what `/health` answers, pure), `capabilities` (the

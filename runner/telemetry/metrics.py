@@ -22,7 +22,6 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
-    Gauge,
     Histogram,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -33,8 +32,8 @@ from adapters.vllm.metrics import VllmMetricsCollector
 from runner.audio.metrics import RTF_BUCKETS
 from runner.runtime.settings import PICKER_PATH
 from runner.telemetry.exposition import Exposition
-from runner.telemetry.histogram import LabelledHistogram
 from runner.telemetry.metrics_port import serve_paths
+from runner.telemetry.series import LabelledCounter, LabelledGauge, LabelledHistogram
 
 METRICS_PATH = "/metrics"
 OTHER_TENANT = "_other"
@@ -47,20 +46,22 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter(
-            "quorum_requests_total",
+        # The request path's series are runner/telemetry/series.py's (updated without a
+        # call or a lock); the others prometheus_client's.
+        self.requests = LabelledCounter(
+            "quorum_requests",
             "Inference requests answered, by model, tenant and status",
             ["model", "tenant", "status"],
             registry=r,
         )
-        self.duration = LabelledHistogram(  # observed per request: runner/telemetry/histogram.py
+        self.duration = LabelledHistogram(
             "quorum_inference_duration_seconds",
             "Time from admission to the last byte of the engine's answer",
             ["model"],
             buckets=_DURATION_BUCKETS,
             registry=r,
         )
-        self.in_flight = Gauge(
+        self.in_flight = LabelledGauge(
             "quorum_requests_in_flight",
             "Inference requests being served by an engine now",
             ["model"],
@@ -91,8 +92,8 @@ class Metrics:
             ["reason", "tenant"],
             registry=r,
         )
-        self.tokens = Counter(
-            "quorum_tenant_tokens_total",
+        self.tokens = LabelledCounter(
+            "quorum_tenant_tokens",
             "Tokens the engines reported, by tenant, model and kind",
             ["tenant", "model", "kind"],
             registry=r,
@@ -197,7 +198,7 @@ class Metrics:
         configuration, never by the first ids clients send."""
         return tenant if tenant in self._tenants else OTHER_TENANT
 
-    def _child(self, metric: MetricWrapperBase | LabelledHistogram, *labels: str) -> Any:
+    def _child(self, metric: MetricWrapperBase, *labels: str) -> Any:
         """`metric.labels(*labels)`, cached: `labels()` costs more than the update itself."""
         key = (id(metric), *labels)
         child = self._children.get(key)
@@ -205,27 +206,17 @@ class Metrics:
             child = self._children[key] = metric.labels(*labels)
         return child
 
-    def _adder(self, metric: Counter | Gauge, *labels: str) -> Callable[[float], None]:
-        """The `inc` of `metric.labels(*labels)`'s value (the child cached by `_child`).
-
-        `Counter.inc(n)` / `Gauge.inc(n)` / `Gauge.dec(n)` on a child check that it has its
-        labels (a child always has) and that a counter's `n` is not negative, then call its
-        value's `inc(n)` (`-n` for `dec`); three calls of checks for one update. Callers
-        pass only amounts those checks let through (a constant, or one tested above 0)."""
-        add: Callable[[float], None] = self._child(metric, *labels)._value.inc
-        return add
-
     def count_request(self, model: str, tenant: str, status: int) -> None:
-        self._adder(self.requests, model, self.tenant_label(tenant), str(status))(1)
+        self.requests.labels(model, self.tenant_label(tenant), str(status)).value += 1
         if status == 200:
             self._answered[model] = self._answered.get(model, 0) + 1
 
     def begin_request(self, model: str) -> None:
-        self._adder(self.in_flight, model)(1)
+        self.in_flight.labels(model).value += 1
 
     def end_request(self, model: str, seconds: float) -> None:
-        self._adder(self.in_flight, model)(-1)  # `dec()`
-        self._child(self.duration, model).observe(seconds)
+        self.in_flight.labels(model).value -= 1
+        self.duration.labels(model).observe(seconds)
 
     def count_cache(self, model: str, tokens_reused: int) -> None:
         self._hits[model] = self._hits.get(model, 0) + 1
@@ -233,7 +224,7 @@ class Metrics:
         self._child(self.cache_tokens, model).inc(tokens_reused)
 
     def observe_queue_wait(self, priority: str, seconds: float) -> None:
-        self._child(self.queue_wait, priority).observe(seconds)
+        self.queue_wait.labels(priority).observe(seconds)
 
     def watch_queue(self, depths: Callable[[], dict[str, int]]) -> None:
         """Report `quorum_queue_depth{priority}` from `depths()` at every scrape."""
@@ -253,12 +244,13 @@ class Metrics:
         self._child(self.lifecycle, operation, outcome).inc()
 
     def count_tokens(self, tenant: str, model: str, input_tokens: int, output_tokens: int) -> None:
+        """The tokens of one answer (a negative count raises ValueError, as
+        prometheus_client's counters do)."""
         label = self.tenant_label(tenant)
-        for kind, tokens in (("input", input_tokens), ("output", output_tokens)):
-            if tokens > 0:
-                self._adder(self.tokens, label, model, kind)(tokens)
-            elif tokens:  # prometheus_client refuses it (ValueError), as it always did
-                self._child(self.tokens, label, model, kind).inc(tokens)
+        if input_tokens:
+            self.tokens.labels(label, model, "input").inc(input_tokens)
+        if output_tokens:
+            self.tokens.labels(label, model, "output").inc(output_tokens)
 
     def count_load(self, outcome: str) -> None:
         self._child(self.load_tasks, outcome).inc()

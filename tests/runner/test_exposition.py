@@ -11,7 +11,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from runner.telemetry.exposition import Exposition
-from runner.telemetry.histogram import LabelledHistogram
+from runner.telemetry.series import LabelledCounter, LabelledGauge, LabelledHistogram
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -76,3 +76,32 @@ def test_labelled_histogram_writes_what_prometheus_client_writes() -> None:
         reference.labels(model).observe(amount)
     created = re.compile(r"^.*_created.*\n", re.M)
     assert Exposition(ours).render().decode() == created.sub("", generate_latest(theirs).decode())
+
+
+def test_labelled_counter_and_gauge_write_what_prometheus_client_writes() -> None:
+    """The request path's counters and gauges give the samples prometheus_client's
+    `Counter` and `Gauge` give for the same updates, less `_created`; a counter refuses a
+    negative amount with prometheus_client's error."""
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    count = LabelledCounter("r", "Requests", ["model", "status"], registry=ours)
+    level = LabelledGauge("r_in_flight", "In flight", ["model"], registry=ours)
+    ref_count = Counter("r", "Requests", ["model", "status"], registry=theirs)
+    ref_level = Gauge("r_in_flight", "In flight", ["model"], registry=theirs)
+    for model, status in [("m", "200"), ("n", "429"), ("m", "200")]:
+        count.labels(model, status).value += 1
+        ref_count.labels(model, status).inc()
+        level.labels(model).value += 1
+        ref_level.labels(model).inc()
+    count.labels("m", "200").inc(2.5)
+    ref_count.labels("m", "200").inc(2.5)
+    level.labels("n").value -= 1
+    ref_level.labels("n").dec()
+    created = re.compile(r"^.*_created.*\n", re.M)
+    assert Exposition(ours).render().decode() == created.sub("", generate_latest(theirs).decode())
+    with pytest.raises(ValueError) as mine:
+        count.labels("m", "200").inc(-1)
+    with pytest.raises(ValueError) as reference:
+        ref_count.labels("m", "200").inc(-1)
+    assert str(mine.value) == str(reference.value)
+    with pytest.raises(ValueError, match="takes labels"):
+        count.labels("m")
