@@ -1,18 +1,17 @@
 """The scheduler: one pure state machine over requests and the models they need.
 
-One `Scheduler` owns all scheduling state. It is fed events one at a time
-(`handle`), decides, and acts only through `Effects`. It reads no clock (every
-event carries its time), does no I/O, and needs no lock: `admission.py` calls it from
-the event loop's one thread.
+One `Scheduler` owns all scheduling state. It is fed events one at a time (`handle`;
+`admit_now`, a request granted at once, without the event), decides, and acts only
+through `Effects`. It reads no clock (every event carries its time), does no I/O, and
+needs no lock: `admission.py` calls it from the event loop's one thread.
 
 It is one class by composition: this file holds the request half (waiting room,
 fair-share counters, wait statistics) and the request events; `slot_groups.SlotCounts`
 counts requests in flight per model and per engine process (models sharing one, as
-ComfyUI's do, share its slots);
-`models.ModelTable` holds each model's record and `models.admission` decides what a
-request for it meets; `lifecycle.ModelLifecycle` handles the model events and
-`swaps.Swaps` plans loads, swaps, drains, keep-alive and restarts. Both reach the
-request half only through the `swaps.Requests` methods below.
+ComfyUI's do, share its slots); `models.ModelTable` holds each model's record and
+`models.admission` decides what a request for it meets; `lifecycle.ModelLifecycle`
+handles the model events and `swaps.Swaps` plans loads, swaps, drains, keep-alive and
+restarts. Both reach the request half only through the `swaps.Requests` methods below.
 
 Order of service when a slot frees (in the model's slot group):
 1. priority band: high, then normal, then low (a low request waiting longer
@@ -45,6 +44,7 @@ from runner.scheduler.events import (
     Tick,
     Ticket,
 )
+from runner.scheduler.grants import AdmissionRequest
 from runner.scheduler.lifecycle import ModelLifecycle
 from runner.scheduler.models import Gate, ModelTable, ModelView
 from runner.scheduler.refusals import queue_timeout, wait_refusal
@@ -132,14 +132,7 @@ class Scheduler:
            its load.
         """
         now = event.at
-        req = event.request
-        ticket = Ticket(
-            ticket_id=event.ticket_id,
-            request=req,
-            band=Band.parse(req.priority),
-            cost=service_cost(req.est_input_tokens, req.est_output_tokens),
-            arrived_at=now,
-        )
+        ticket = _ticket(event.ticket_id, event.request, now)
         model = ticket.model
         if self.swaps.stopped:  # 1
             self._effects.reject(ticket, SchedulerStopped(retry_after=1))
@@ -170,6 +163,25 @@ class Scheduler:
             self.swaps.want(model, record.policy, None, now, governed=False)
         if gate is not Gate.OPEN:
             self.swaps.advance(now)
+
+    def admit_now(self, ticket_id: int, request: AdmissionRequest, now: float) -> Ticket | None:
+        """`handle(RequestArrived(...))` where nobody waits and it is granted at once: the
+        same records, the ticket returned, not granted through `Effects`; else None,
+        nothing changed (then post the event)."""
+        model = request.model
+        if (
+            self._waiting
+            or self.swaps.stopped
+            or self.gate(model) is not Gate.OPEN
+            or not self.slots.has_room(model)
+            or not self.caps.eligible(request.tenant)
+        ):
+            return None
+        self._deadlines.clear()  # `handle`'s, with nobody waiting
+        ticket = _ticket(ticket_id, request, now)
+        self._vtc.on_backlogged(ticket.tenant, ())  # (no backlog)
+        self._started(ticket, now, 0.0)
+        return ticket
 
     def on_cancel(self, event: RequestCancelled) -> None:
         """Withdraw a caller that went away.
@@ -353,8 +365,11 @@ class Scheduler:
     def _grant(self, ticket: Ticket, now: float) -> None:
         """Hand the slot over; count and charge it only if a live caller took it."""
         wait_s = now - ticket.arrived_at
-        if not self._effects.grant(ticket, round(1000 * wait_s)):
-            return
+        if self._effects.grant(ticket, round(1000 * wait_s)):
+            self._started(ticket, now, wait_s)
+
+    def _started(self, ticket: Ticket, now: float, wait_s: float) -> None:
+        """Count and charge a request the engine now has (`_grant`, `admit_now`)."""
         self.slots.started(ticket.model)
         self.caps.started(ticket.tenant)
         self._serving[ticket.ticket_id] = ticket
@@ -378,3 +393,8 @@ class Scheduler:
         seconds = self.retry_after_s(now)
         self._returns.promise(now + seconds)
         return seconds
+
+
+def _ticket(ticket_id: int, request: AdmissionRequest, now: float) -> Ticket:
+    cost = service_cost(request.est_input_tokens, request.est_output_tokens)
+    return Ticket(ticket_id, request, Band.parse(request.priority), cost, arrived_at=now)
