@@ -98,7 +98,8 @@ def _wait_healthy(proc: subprocess.Popen[bytes], url: str, timeout: float) -> No
     raise StartError(f"runner not healthy within {timeout:g} s ({last})")
 
 
-CODE_PACKAGES = ("runner", "adapters", "tenants", "governance")
+CODE_PACKAGES = ("runner", "adapters", "tenants", "governance", "faults")
+"""The packages a ref's snapshot holds (those of them the ref has: `faults` came later)."""
 
 
 @contextlib.contextmanager
@@ -113,14 +114,19 @@ def code_snapshot(ref: str | None, extra: tuple[str, ...] = ()) -> Iterator[Path
         yield REPO_ROOT
         return
     with tempfile.TemporaryDirectory(prefix="bench-proxy-code-") as tmp:
+        packages = [p for p in CODE_PACKAGES if _git_ok("cat-file", "-e", f"{ref}:{p}")]
         archive = subprocess.run(
-            ["git", "archive", ref, *CODE_PACKAGES, *extra],
+            ["git", "archive", ref, *packages, *extra],
             cwd=REPO_ROOT,
             capture_output=True,
             check=True,
         )
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
         yield Path(tmp)
+
+
+def _git_ok(*args: str) -> bool:
+    return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True).returncode == 0
 
 
 def resolve_ref(ref: str) -> str:
