@@ -44,7 +44,7 @@ from runner.scheduler.events import (
     Tick,
     Ticket,
 )
-from runner.scheduler.grants import AdmissionRequest
+from runner.scheduler.grants import AdmissionRequest, Usage
 from runner.scheduler.lifecycle import ModelLifecycle
 from runner.scheduler.models import Gate, ModelTable, ModelView
 from runner.scheduler.refusals import queue_timeout, wait_refusal
@@ -91,17 +91,14 @@ class Scheduler:
     # -- events ------------------------------------------------------------------
 
     def handle(self, event: Event) -> None:
-        if self._waiting:
-            self._catch_up(event.at)
-        else:  # nobody waits (the common case): nothing can be due, time out or age; the
-            self._deadlines.clear()  # deadlines booked are all of tickets that left
+        self._up_to(event.at)
         match event:
             case RequestArrived():
                 self.on_request(event)
             case RequestCancelled():
                 self.on_cancel(event)
             case ServeDone():
-                self.on_serve_done(event)
+                self.on_serve_done(event.ticket_id, event.usage, event.at)
             case Tick():
                 self.on_tick(event)
             case RunnerStopping():
@@ -132,7 +129,7 @@ class Scheduler:
            its load.
         """
         now = event.at
-        ticket = _ticket(event.ticket_id, event.request, now)
+        ticket = Ticket.of(event.ticket_id, event.request, now)
         model = ticket.model
         if self.swaps.stopped:  # 1
             self._effects.reject(ticket, SchedulerStopped(retry_after=1))
@@ -169,16 +166,12 @@ class Scheduler:
         same records, the ticket returned, not granted through `Effects`; else None,
         nothing changed (then post the event)."""
         model = request.model
-        if (
-            self._waiting
-            or self.swaps.stopped
-            or self.gate(model) is not Gate.OPEN
-            or not self.slots.has_room(model)
-            or not self.caps.eligible(request.tenant)
-        ):
+        if self._waiting or self.swaps.stopped or self.gate(model) is not Gate.OPEN:
+            return None
+        if not self.slots.has_room(model) or not self.caps.eligible(request.tenant):
             return None
         self._deadlines.clear()  # `handle`'s, with nobody waiting
-        ticket = _ticket(ticket_id, request, now)
+        ticket = Ticket.of(ticket_id, request, now)
         self._vtc.on_backlogged(ticket.tenant, ())  # (no backlog)
         self._started(ticket, now, 0.0)
         return ticket
@@ -195,7 +188,12 @@ class Scheduler:
             self._left_queue(ticket)
             self.caps.trim(ticket.tenant)
 
-    def on_serve_done(self, event: ServeDone) -> None:
+    def serve_done(self, ticket_id: int, usage: Usage | None, now: float) -> None:
+        """`handle(ServeDone(ticket_id, usage, now))`, without the event (a release)."""
+        self._up_to(now)
+        self.on_serve_done(ticket_id, usage, now)
+
+    def on_serve_done(self, ticket_id: int, usage: Usage | None, now: float) -> None:
         """A granted request finished at the engine.
 
         1. Not in flight (unknown, or already done): ignore, so counts never go negative.
@@ -204,8 +202,7 @@ class Scheduler:
         4. Hand the freed slot to the next waiter of its slot group.
         5. Move model lifecycles on (a draining model may now be stopped).
         """
-        now = event.at
-        ticket = self._serving.pop(event.ticket_id, None)  # 1
+        ticket = self._serving.pop(ticket_id, None)  # 1
         if ticket is None:
             return
         model = ticket.model  # 2
@@ -213,8 +210,8 @@ class Scheduler:
         capped = self.caps.finished(ticket.tenant)
         self._service.finished(ticket, now)
         self._touch(model, now)
-        if event.usage is not None:  # 3
-            actual = service_cost(event.usage.input_tokens, event.usage.output_tokens)
+        if usage is not None:  # 3
+            actual = service_cost(usage.input_tokens, usage.output_tokens)
             self._vtc.correct(ticket.tenant, ticket.cost, actual)
         self.dispatch(model, now)  # 4
         if capped:  # its waiters for other models may go now
@@ -333,6 +330,12 @@ class Scheduler:
 
     # -- decisions ---------------------------------------------------------------
 
+    def _up_to(self, now: float) -> None:
+        if self._waiting:
+            self._catch_up(now)
+        else:  # nobody waits (the common case): nothing can be due, time out or age; the
+            self._deadlines.clear()  # deadlines booked are all of tickets that left
+
     def _catch_up(self, now: float) -> None:
         """Bring the queue up to `now` (every event does, first, while anybody waits).
 
@@ -393,8 +396,3 @@ class Scheduler:
         seconds = self.retry_after_s(now)
         self._returns.promise(now + seconds)
         return seconds
-
-
-def _ticket(ticket_id: int, request: AdmissionRequest, now: float) -> Ticket:
-    cost = service_cost(request.est_input_tokens, request.est_output_tokens)
-    return Ticket(ticket_id, request, Band.parse(request.priority), cost, arrived_at=now)

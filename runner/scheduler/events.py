@@ -21,6 +21,7 @@ from enum import IntEnum
 from faults.record import record
 from runner.scheduler.config import ModelPolicy
 from runner.scheduler.grants import AdmissionRequest, Usage
+from tenants.fairness import service_cost
 
 
 class Band(IntEnum):
@@ -65,6 +66,12 @@ class Ticket:
     def __post_init__(self) -> None:
         object.__setattr__(self, "tenant", self.request.tenant)
         object.__setattr__(self, "model", self.request.model)
+
+    @classmethod
+    def of(cls, ticket_id: int, request: AdmissionRequest, now: float) -> Ticket:
+        """The ticket of a request arriving `now`: its band, and its cost estimated."""
+        cost = service_cost(request.est_input_tokens, request.est_output_tokens)
+        return cls(ticket_id, request, Band.parse(request.priority), cost, arrived_at=now)
 
     @property
     def deadline_at(self) -> float | None:

@@ -268,3 +268,24 @@ async def test_admission_without_a_pool_refuses_managed_loads(clock: FakeClock) 
     assert state(adm.core, "x") == "absent" and adm.core.table.wants == {}
     assert notices[-1].refused is not None and "does not fit" in notices[-1].refused
     await adm.stop()
+
+
+async def test_a_release_during_another_event_is_handled_right_after_it(
+    clock: FakeClock, observer: RecordingObserver
+) -> None:
+    """A grant given back while the scheduler handles a release (here by whoever hears of
+    the waiter's grant) is handled right after that one, not inside it: its slot frees."""
+    config = SchedulerConfig(default_concurrency=2, max_queue_depth=2)
+    adm = SchedulerAdmission(config, clock=clock, tick_interval_s=3600, observer=observer)
+    await adm.start()
+    try:
+        first = await adm.acquire(request("a"))
+        other = await adm.acquire(request("c"))
+        waiter = await queued(adm, "b")
+        observer.on_grant = lambda tenant: adm.release(other, None) if tenant == "b" else None
+        adm.release(first, None)  # grants b inside the release; b's grant releases c
+        await waiter
+        assert adm.core.slots.by_model["m"] == 1  # b alone
+        assert adm.queue_depth() == 0
+    finally:
+        await adm.stop()
