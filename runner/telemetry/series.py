@@ -17,13 +17,15 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Generic, TypeVar
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 
 from runner.telemetry.exposition import go_float
+
+C = TypeVar("C")
 
 
 class HistogramChild:
@@ -41,7 +43,7 @@ class HistogramChild:
         self.sum += amount
 
 
-class _Labelled(Collector):
+class _Labelled(Collector, Generic[C]):
     """Children by label values (`labels(*values)`), registered on `registry` at once."""
 
     kind = "untyped"
@@ -52,12 +54,19 @@ class _Labelled(Collector):
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
-        self._children: dict[tuple[str, ...], Any] = {}
+        self._children: dict[tuple[str, ...], C] = {}
         registry.register(self)
 
-    def _check(self, values: tuple[str, ...]) -> None:
-        if len(values) != len(self.labelnames):
-            raise ValueError(f"{self.name} takes labels {self.labelnames}")
+    def labels(self, *values: str) -> C:
+        child = self._children.get(values)
+        if child is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name} takes labels {self.labelnames}")
+            child = self._children[values] = self._new_child()
+        return child
+
+    def _new_child(self) -> C:
+        raise NotImplementedError
 
     def describe(self) -> Iterator[Metric]:
         yield Metric(self.name, self.documentation, self.kind)
@@ -86,18 +95,14 @@ class GaugeChild:
         self.value = 0.0
 
 
-class LabelledCounter(_Labelled):
+class LabelledCounter(_Labelled[CounterChild]):
     """`labels(*values)` like prometheus_client's `Counter` (`name` without `_total`; its
     samples are `name_total`)."""
 
     kind = "counter"
 
-    def labels(self, *values: str) -> CounterChild:
-        child: CounterChild | None = self._children.get(values)
-        if child is None:
-            self._check(values)
-            child = self._children[values] = CounterChild()
-        return child
+    def _new_child(self) -> CounterChild:
+        return CounterChild()
 
     def collect(self) -> Iterator[Metric]:
         family = Metric(self.name, self.documentation, "counter")
@@ -108,17 +113,13 @@ class LabelledCounter(_Labelled):
         yield family
 
 
-class LabelledGauge(_Labelled):
+class LabelledGauge(_Labelled[GaugeChild]):
     """`labels(*values)` like prometheus_client's `Gauge`."""
 
     kind = "gauge"
 
-    def labels(self, *values: str) -> GaugeChild:
-        child: GaugeChild | None = self._children.get(values)
-        if child is None:
-            self._check(values)
-            child = self._children[values] = GaugeChild()
-        return child
+    def _new_child(self) -> GaugeChild:
+        return GaugeChild()
 
     def collect(self) -> Iterator[Metric]:
         family = Metric(self.name, self.documentation, "gauge")
@@ -128,7 +129,7 @@ class LabelledGauge(_Labelled):
         yield family
 
 
-class LabelledHistogram(_Labelled):
+class LabelledHistogram(_Labelled[HistogramChild]):
     """`labels(*values).observe(x)` like prometheus_client's `Histogram`."""
 
     kind = "histogram"
@@ -145,12 +146,8 @@ class LabelledHistogram(_Labelled):
         self._les = [go_float(b) for b in self.bounds] + ["+Inf"]
         super().__init__(name, documentation, labelnames, registry)
 
-    def labels(self, *values: str) -> HistogramChild:
-        child: HistogramChild | None = self._children.get(values)
-        if child is None:
-            self._check(values)
-            child = self._children[values] = HistogramChild(self.bounds)
-        return child
+    def _new_child(self) -> HistogramChild:
+        return HistogramChild(self.bounds)
 
     def collect(self) -> Iterator[Metric]:
         family = Metric(self.name, self.documentation, "histogram")
