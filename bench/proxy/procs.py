@@ -19,7 +19,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,11 +147,15 @@ def start_runner(
     env: dict[str, str] | None = None,
     module: str = "runner",
     log_format: str = "json",
+    prefix: Sequence[str] = (),
+    grace_s: float = 3.0,
 ) -> Iterator[RunnerProc]:
     """Run `python -m <module>` from `code_dir`, attached to `engine_url` as `echo`.
 
     `env` sets the runner's limits (default `FEATURES_ON`); the caller's own REDIS_URL,
     rate-limit and queue variables are never inherited, so only `env` decides them.
+    `prefix` goes before the command (a profiler); `grace_s` is how long the runner has
+    to stop on SIGTERM before it is killed.
     """
     with tempfile.TemporaryDirectory(prefix="bench-runner-") as tmp:
         models = Path(tmp) / "models.yaml"
@@ -182,7 +186,7 @@ def start_runner(
         log_path = Path(tmp) / "runner.log"
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", module],
+                [*prefix, sys.executable, "-m", module],
                 cwd=code_dir,
                 env=full_env,
                 stdin=subprocess.DEVNULL,
@@ -198,7 +202,7 @@ def start_runner(
                     raise StartError(f"{exc}\n--- runner output ---\n{tail}") from None
                 yield RunnerProc(proc, port, own)
             finally:
-                _kill_group(proc)
+                _kill_group(proc, grace_s)
 
 
 def cpu_seconds(pid: int) -> float:
