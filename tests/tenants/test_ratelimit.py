@@ -34,12 +34,15 @@ def clock() -> FakeClock:
 
 @pytest.fixture(params=["memory", "redis"])
 async def storage(request: pytest.FixtureRequest, clock: FakeClock) -> AsyncIterator[Storage]:
-    """A memory store on the fake clock, or the library's Redis store on a real redis-server."""
+    """A memory store on the fake clock, or the library's Redis store on a real redis-server
+    (with a timeout of 5 s, not the runner's 0.25 s: these tests pin what the store counts,
+    and a loaded two-core machine may take longer than 0.25 s to answer; the fail-fast
+    timeout has tests of its own)."""
     if request.param == "memory":
         yield MemoryWindowStorage(clock)
         return
     server = request.getfixturevalue("redis_server")
-    store = storage_from_url(server.url)
+    store = storage_from_url(server.url, timeout_s=5.0)
     yield store
     await close_storage(store)
 
