@@ -114,7 +114,7 @@ def code_snapshot(ref: str | None, extra: tuple[str, ...] = ()) -> Iterator[Path
         yield REPO_ROOT
         return
     with tempfile.TemporaryDirectory(prefix="bench-proxy-code-") as tmp:
-        packages = [p for p in CODE_PACKAGES if _git_ok("cat-file", "-e", f"{ref}:{p}")]
+        packages = [p for p in CODE_PACKAGES if _git("ls-tree", "--name-only", ref, p)]
         archive = subprocess.run(
             ["git", "archive", ref, *packages, *extra],
             cwd=REPO_ROOT,
@@ -123,10 +123,6 @@ def code_snapshot(ref: str | None, extra: tuple[str, ...] = ()) -> Iterator[Path
         )
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
         yield Path(tmp)
-
-
-def _git_ok(*args: str) -> bool:
-    return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True).returncode == 0
 
 
 def resolve_ref(ref: str) -> str:
