@@ -44,7 +44,7 @@ from runner.scheduler.events import (
     Tick,
     Ticket,
 )
-from runner.scheduler.grants import AdmissionRequest, Usage
+from runner.scheduler.grants import AdmissionRequest
 from runner.scheduler.lifecycle import ModelLifecycle
 from runner.scheduler.models import Gate, ModelTable, ModelView
 from runner.scheduler.refusals import queue_timeout, wait_refusal
@@ -91,14 +91,17 @@ class Scheduler:
     # -- events ------------------------------------------------------------------
 
     def handle(self, event: Event) -> None:
-        self._up_to(event.at)
+        if self._waiting:
+            self._catch_up(event.at)
+        else:  # nobody waits (the common case): nothing can be due, time out or age; the
+            self._deadlines.clear()  # deadlines booked are all of tickets that left
         match event:
             case RequestArrived():
                 self.on_request(event)
             case RequestCancelled():
                 self.on_cancel(event)
             case ServeDone():
-                self.on_serve_done(event.ticket_id, event.usage, event.at)
+                self.on_serve_done(event)
             case Tick():
                 self.on_tick(event)
             case RunnerStopping():
@@ -188,12 +191,7 @@ class Scheduler:
             self._left_queue(ticket)
             self.caps.trim(ticket.tenant)
 
-    def serve_done(self, ticket_id: int, usage: Usage | None, now: float) -> None:
-        """`handle(ServeDone(ticket_id, usage, now))`, without the event (a release)."""
-        self._up_to(now)
-        self.on_serve_done(ticket_id, usage, now)
-
-    def on_serve_done(self, ticket_id: int, usage: Usage | None, now: float) -> None:
+    def on_serve_done(self, event: ServeDone) -> None:
         """A granted request finished at the engine.
 
         1. Not in flight (unknown, or already done): ignore, so counts never go negative.
@@ -202,7 +200,8 @@ class Scheduler:
         4. Hand the freed slot to the next waiter of its slot group.
         5. Move model lifecycles on (a draining model may now be stopped).
         """
-        ticket = self._serving.pop(ticket_id, None)  # 1
+        now = event.at
+        ticket = self._serving.pop(event.ticket_id, None)  # 1
         if ticket is None:
             return
         model = ticket.model  # 2
@@ -210,8 +209,8 @@ class Scheduler:
         capped = self.caps.finished(ticket.tenant)
         self._service.finished(ticket, now)
         self._touch(model, now)
-        if usage is not None:  # 3
-            actual = service_cost(usage.input_tokens, usage.output_tokens)
+        if event.usage is not None:  # 3
+            actual = service_cost(event.usage.input_tokens, event.usage.output_tokens)
             self._vtc.correct(ticket.tenant, ticket.cost, actual)
         self.dispatch(model, now)  # 4
         if capped:  # its waiters for other models may go now
@@ -329,12 +328,6 @@ class Scheduler:
             self._drop(ticket, error)
 
     # -- decisions ---------------------------------------------------------------
-
-    def _up_to(self, now: float) -> None:
-        if self._waiting:
-            self._catch_up(now)
-        else:  # nobody waits (the common case): nothing can be due, time out or age; the
-            self._deadlines.clear()  # deadlines booked are all of tickets that left
 
     def _catch_up(self, now: float) -> None:
         """Bring the queue up to `now` (every event does, first, while anybody waits).

@@ -1,7 +1,7 @@
-"""The data path's calls of the scheduler without events: `Scheduler.admit_now`, the grant
-of a request nobody waits before, leaves the scheduler exactly as `handle(RequestArrived)`
-does when that grants at once, and changes nothing (returns None) whenever the event might
-not grant at once; `Scheduler.serve_done` is `handle(ServeDone)`."""
+"""`Scheduler.admit_now`, the data path's grant of a request nobody waits before: it
+leaves the scheduler exactly as `handle(RequestArrived)` does when that grants at once
+(and after the same releases), and changes nothing (returns None) whenever the event
+might not grant at once."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _ready() -> Driver:
     return d
 
 
-def test_admit_now_and_serve_done_leave_the_scheduler_as_the_events_do() -> None:
+def test_admit_now_leaves_the_scheduler_as_the_granted_event_does() -> None:
     by_event, direct = _ready(), _ready()
     arrivals = [("a", (10, 10)), ("b", (40, 5)), ("a", (3, 200))]
     for ticket_id, (tenant, tokens) in enumerate(arrivals, start=1):
@@ -53,8 +53,8 @@ def test_admit_now_and_serve_done_leave_the_scheduler_as_the_events_do() -> None
         assert _seen(direct.core, direct.now) == _seen(by_event.core, by_event.now)
     for ticket_id, usage in [(2, Usage(40, 9)), (1, None), (3, Usage(3, 150))]:
         by_event.now = direct.now = by_event.now + 0.5
-        by_event.core.handle(ServeDone(ticket_id, usage, by_event.now))
-        direct.core.serve_done(ticket_id, usage, direct.now)
+        for d in (by_event, direct):
+            d.core.handle(ServeDone(ticket_id, usage, d.now))
         assert _seen(direct.core, direct.now) == _seen(by_event.core, by_event.now)
 
 
