@@ -158,15 +158,16 @@ class AdapterOps:
         if unknown:
             raise BadRequest(f"unknown field(s) in adapter load: {', '.join(sorted(unknown))}")
         adapter_id, base = _text(doc, "adapterId"), _text(doc, "baseModel")
-        path = Path(_text(doc, "path").replace("\x00", "\ufffd")).expanduser()
-        if not path.is_absolute():
-            path = self.roots.model_base / path
+        path = Path(_text(doc, "path").replace("\x00", "\ufffd"))
         try:
+            path = path.expanduser()
+            if not path.is_absolute():
+                path = self.roots.model_base / path
             # whether it exists is told only after approval (a file under the roots is
             # nobody's to probe without a token)
             usable = ".." not in path.parts and inside(path, self.roots.allowed())
-        except (OSError, ValueError):  # a name the file system refuses
-            usable = False
+        except (OSError, ValueError, RuntimeError):  # a name the file system refuses; a
+            usable = False  # `~user` of no user (`expanduser` raises RuntimeError)
         if not usable:
             raise BadRequest("path must name an adapter file or folder inside the model roots")
         tenants = doc.get("tenants")

@@ -88,6 +88,7 @@ def _load(rig: Rig, **fields: Any) -> httpx.Response:
         ({"tenants": []}, 400, "tenants"),
         ({"sha256": "ab"}, 400, "sha256"),
         ({"path": "/etc/hostname"}, 400, "inside the model roots"),
+        ({"path": "~no-such-user-q7/a.gguf"}, 400, "inside the model roots"),  # schemathesis: 500
     ],
 )
 def test_adapter_load_malformed_is_refused_before_a_token_is_spent(
