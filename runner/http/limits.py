@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from runner.errors import (
     HeadersTooLarge,
@@ -63,7 +63,7 @@ from runner.errors import (
     error_status,
 )
 from runner.http.asgi import GONE_HOOK
-from runner.http.coalesce import CheckedOnceCycle, CoalescingHttpToolsProtocol
+from runner.http.coalesce import CoalescingHttpToolsProtocol
 
 log = logging.getLogger("quorum.http")
 
@@ -239,8 +239,6 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         self.step += 1
         self.scope[GONE_HOOK] = self._gone_hook  # type: ignore[literal-required]
         _headers_complete(self)
-        if type(self.cycle) is RequestResponseCycle:  # the one just built for this request
-            self.cycle.__class__ = CheckedOnceCycle  # (runner/http/coalesce.py)
 
     def on_message_complete(self) -> None:
         self.phase = IDLE

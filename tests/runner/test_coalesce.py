@@ -1,18 +1,11 @@
-"""CoalescingTransport (runner/http/coalesce.py): one write per event-loop step; and
-CheckedOnceCycle, uvicorn's response head checked in two searches."""
+"""CoalescingTransport (runner/http/coalesce.py): one write per event-loop step."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import re
 from typing import Any
 
-import pytest
-from uvicorn.protocols.http.flow_control import FlowControl
-from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
-
-from runner.http.coalesce import CheckedOnceCycle, CoalescingTransport
+from runner.http.coalesce import CoalescingTransport
 
 
 class RecordingTransport:
@@ -81,90 +74,3 @@ async def test_coalesce_delegates_everything_else() -> None:
     loop = asyncio.get_running_loop()
     t = CoalescingTransport(RecordingTransport(), loop)  # type: ignore[arg-type]
     assert t.get_extra_info("peername") == "info:peername"
-
-
-def _cycle(
-    cls: type[RequestResponseCycle], method: str = "POST", keep_alive: bool = True
-) -> RequestResponseCycle:
-    scope: Any = {"method": method, "http_version": "1.1", "path": "/", "query_string": b""}
-    logger = logging.getLogger("test")
-    return cls(
-        scope=scope,
-        transport=RecordingTransport(),  # type: ignore[arg-type]
-        flow=FlowControl(RecordingTransport()),  # type: ignore[arg-type]
-        logger=logger,
-        access_logger=logger,
-        access_log=False,
-        default_headers=[(b"date", b"Thu, 26 Nov 2026 10:00:00 GMT")],
-        message_event=asyncio.Event(),
-        expect_100_continue=False,
-        keep_alive=keep_alive,
-        on_response=lambda: None,
-    )
-
-
-HEADS: list[tuple[str, int, list[tuple[bytes, bytes]]]] = [
-    ("POST", 200, [(b"Content-Type", b"application/json"), (b"content-length", b"2")]),
-    ("POST", 200, [(b"content-type", b"text/event-stream")]),
-    ("POST", 200, [(b"transfer-encoding", b"Chunked"), (b"x-a", b"b")]),
-    ("POST", 503, [(b"content-length", b"0"), (b"Connection", b"keep-alive, Close")]),
-    ("HEAD", 200, [(b"x-request-id", b"r-1")]),
-    ("POST", 204, []),
-    ("POST", 304, [(b"etag", b'"x"')]),
-    (
-        "POST",
-        200,
-        [(b"x-a", b"1"), (b"content-type", b"application/json"), (b"content-length", b"2")],
-    ),
-    ("POST", 200, [(b"content-length", b"2"), (b"x-a", b"1")]),
-    ("POST", 200, [(b"x-a", b"1"), (b"X-B", b"2")]),
-    ("POST", 200, [(b"x-conn", b"1"), (b"ection", b"2")]),
-    ("HEAD", 200, [(b"x-a", b"1"), (b"content-length", b"7")]),
-    ("POST", 204, [(b"x-a", b"1")]),
-]
-
-
-@pytest.mark.parametrize("keep_alive", [True, False])
-@pytest.mark.parametrize(("method", "status", "headers"), HEADS)
-async def test_checked_once_cycle_writes_uvicorns_head(
-    method: str, status: int, headers: list[tuple[bytes, bytes]], keep_alive: bool
-) -> None:
-    """CheckedOnceCycle writes the same head, and keeps the same connection and length
-    state, as uvicorn's own cycle (the runner's own heads in one pass included)."""
-    states = []
-    for cls in (RequestResponseCycle, CheckedOnceCycle):
-        cycle = _cycle(cls, method, keep_alive)
-        await cycle.send({"type": "http.response.start", "status": status, "headers": headers})
-        transport: Any = cycle.transport
-        states.append(
-            (
-                transport.writes,
-                cycle.keep_alive,
-                cycle.chunked_encoding,
-                cycle.expected_content_length,
-                cycle.response_started,
-            )
-        )
-    assert states[0] == states[1]
-
-
-@pytest.mark.parametrize(
-    ("headers", "error"),
-    [
-        ([(b"x-ok", b"1"), (b"bad name", b"1")], "Invalid HTTP header name."),
-        ([(b"x-ok", b"1"), (b"x(y)", b"1")], "Invalid HTTP header name."),
-        ([(b"x-ok", b"1"), (b"x-split", b"a\r\nx-injected: 1")], "Invalid HTTP header value."),
-        ([(b"x-nul", b"a\x00b")], "Invalid HTTP header value."),
-    ],
-)
-async def test_checked_once_cycle_refuses_what_uvicorn_refuses(
-    headers: list[tuple[bytes, bytes]], error: str
-) -> None:
-    """A head with a forbidden character in any name or value is refused with uvicorn's
-    error, and nothing is written."""
-    for cls in (RequestResponseCycle, CheckedOnceCycle):
-        cycle = _cycle(cls)
-        with pytest.raises(RuntimeError, match=re.escape(error)):
-            await cycle.send({"type": "http.response.start", "status": 200, "headers": headers})
-        transport: Any = cycle.transport
-        assert transport.writes == []
