@@ -12,6 +12,7 @@ settings in runner/runtime/settings.py, documented in docs/configuration.md):
 | header count         | MAX_HEADERS        | 100     | 431                                 |
 | head read time       | HEADER_TIMEOUT_S   | 10 s    | 408 request_timeout                 |
 | body silence         | BODY_TIMEOUT_S     | 30 s    | 408 (closed only, once answering)   |
+| idle after an answer | KEEP_ALIVE_TIMEOUT_S | 30 s  | closed, no answer (as uvicorn's)    |
 | open connections     | MAX_CONNECTIONS    | 1024    | 503 too_many_connections            |
 | a reader that stops  | WRITE_STALL_TIMEOUT_S | 30 s | the connection is cut (see below)   |
 
@@ -36,10 +37,11 @@ and the slot released; `on_write_stall` counts it (`quorum_write_stalls_total`).
 
 Cost on the data path: the callbacks only count (a phase, a step, the reads, the bytes of
 a head) and compare; the head's exact size is summed only when the bytes read could exceed
-the limit; no clock is read and no timer armed per request. One sweep (`ConnectionWatch`,
-four times per shortest timeout) notes when each connection's phase or reads last changed
-and acts on those that stood still too long, so a timeout fires between its value and a
-quarter more (measured: `python -m bench.http_limits`, docs/benchmarks.md).
+the limit; no clock is read and no timer armed per request (uvicorn arms one per answer
+for its keep-alive; here the sweep closes idle kept-alive connections). One sweep
+(`ConnectionWatch`, four times per shortest timeout) notes when each connection's phase or
+reads last changed and acts on those that stood still too long, so a timeout fires between
+its value and a quarter more (measured: `python -m bench.http_limits`, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -70,8 +72,9 @@ log = logging.getLogger("quorum.http")
 LINGER_S = 2.0
 """After a refusal, how long what the client still sends is read and discarded."""
 
-# A connection's phase: what it is waiting for from the client.
-NEW, HEAD, BODY, IDLE, CLOSING = range(5)
+# A connection's phase: what it is waiting for from the client. IDLE: the request is read
+# (its answer may still be on its way); KEPT: answered, kept alive for the next request.
+NEW, HEAD, BODY, IDLE, CLOSING, KEPT = range(6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +87,15 @@ class ClientLimits:
     body_timeout_s: float = 30.0
     max_connections: int = 1024
     write_stall_timeout_s: float = 30.0
+    keep_alive_s: float = 30.0
 
     @property
     def sweep_s(self) -> float:
         """How often deadlines are checked: a quarter of the shortest timeout, 50 ms-1 s."""
-        shortest = min(self.header_timeout_s, self.body_timeout_s, self.write_stall_timeout_s)
+        shortest = min(
+            self.header_timeout_s, self.body_timeout_s, self.write_stall_timeout_s,
+            self.keep_alive_s,
+        )  # fmt: skip
         return min(1.0, max(0.05, shortest / 4))
 
 
@@ -108,6 +115,7 @@ class ConnectionWatch:
             HEAD: limits.header_timeout_s,
             BODY: limits.body_timeout_s,
             CLOSING: LINGER_S,
+            KEPT: limits.keep_alive_s,
         }
         self._timer: asyncio.TimerHandle | None = None
 
@@ -195,7 +203,8 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         MAX_HEADER_BYTES before the parser has a whole header to show.
 
         Bytes on a connection that was waiting for a request start its head (the phase
-        changes here rather than in `on_message_begin`: one call less per request)."""
+        changes here rather than in `on_message_begin`: one call less per request); a
+        later request's head time counts from them (a new step)."""
         phase = self.phase
         if phase == CLOSING:
             return  # discarded while lingering
@@ -204,7 +213,7 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         if phase != BODY:
             self._head_received += len(data)
             if phase != HEAD:
-                if phase == IDLE:  # a later request: its own head time
+                if phase != NEW:  # a later request: its own head time
                     self.step += 1
                 self.phase = HEAD
         try:
@@ -246,6 +255,20 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         self._head_received = 0
         _message_complete(self)
 
+    def on_response_complete(self) -> None:
+        """uvicorn's, less its keep-alive timer: a connection answered, with nothing of a
+        next request read, is KEPT, and the sweep closes it after KEEP_ALIVE_TIMEOUT_S."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        elif self.phase == IDLE:
+            self.phase = KEPT
+            self.step += 1
+
     # Limits
 
     def _check_head(self) -> None:
@@ -259,7 +282,8 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         """The phase stood still past its timeout (`ConnectionWatch`).
 
         1. Lingering after a refusal: close.
-        2. Nothing sent on a new connection: close, without an answer.
+        2. Nothing sent on a new connection, or on one kept alive: close, without an
+           answer.
         3. A body the runner is not reading now (buffer full, the client waits for
            `100 Continue`): not the client's delay, wait another BODY_TIMEOUT_S.
         4. A head or body too slow: 408 if no answer has started, else close.
@@ -267,7 +291,7 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         if self.phase == CLOSING:  # 1
             self.transport.close()
             return
-        if self.phase == NEW:  # 2
+        if self.phase == NEW or self.phase == KEPT:  # 2
             self.transport.close()
             return
         cycle = self.cycle

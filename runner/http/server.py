@@ -60,6 +60,7 @@ def client_limits(settings: Settings) -> ClientLimits:
         body_timeout_s=settings.body_timeout_s,
         max_connections=settings.max_connections,
         write_stall_timeout_s=settings.write_stall_timeout_s,
+        keep_alive_s=settings.keep_alive_timeout_s,
     )
 
 
@@ -70,19 +71,20 @@ def serve(
     # No `*_created` series on /metrics: the classic text format has no place for them
     # (prometheus_client writes them as extra gauges), and they were ~13% of a scrape.
     prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+    limits = limits or ClientLimits()
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         loop="uvloop",
-        http=protocol_with(limits or ClientLimits(), app.rt.metrics.count_write_stall),
+        http=protocol_with(limits, app.rt.metrics.count_write_stall),
         lifespan="on",
         access_log=False,
         proxy_headers=False,
         server_header=False,
         log_config=None,
         timeout_graceful_shutdown=math.ceil(grace_s),
-        timeout_keep_alive=30,
+        timeout_keep_alive=math.ceil(limits.keep_alive_s),  # the sweep closes idle ones
     )
     server = RunnerServer(config, app)
     server.run()

@@ -138,6 +138,7 @@ class Settings(BaseSettings):
     max_headers: int = Field(default=100, ge=8, le=10_000)
     header_timeout_s: float = Field(default=10.0, gt=0)
     body_timeout_s: float = Field(default=30.0, gt=0)
+    keep_alive_timeout_s: float = Field(default=30.0, gt=0)  # idle after an answer: closed
     max_connections: int = Field(default=1024, ge=1)
     # Scheduling and tenants (tenants/ reads TENANT_RATE_LIMIT_<tenant> itself).
     tenants_file: str | None = None

@@ -1,6 +1,7 @@
 """Slow and oversized clients (runner/http/limits.py), over raw sockets against a real
-runner subprocess: 431 for oversized heads, 408 for slow heads and bodies, a bound on
-open connections, and the runner serving others meanwhile."""
+runner subprocess: 431 for oversized heads, 408 for slow heads and bodies, idle kept-alive
+connections closed, a bound on open connections, and the runner serving others
+meanwhile."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.support.runner_proc import RunnerProcess, start_runner
 pytestmark = pytest.mark.timeout(60)
 
 TIMEOUT_S = 1.0  # HEADER_TIMEOUT_S and BODY_TIMEOUT_S of the runner under test
+KEEP_ALIVE_S = 3.0  # its KEEP_ALIVE_TIMEOUT_S
 BOUND_S = 5.0  # the longest a test waits on a socket
 CHAT = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -31,7 +33,11 @@ def engine() -> Iterator[FakeEngine]:
 
 @pytest.fixture(scope="module")
 def runner(engine: FakeEngine) -> Iterator[RunnerProcess]:
-    env = {"HEADER_TIMEOUT_S": str(TIMEOUT_S), "BODY_TIMEOUT_S": str(TIMEOUT_S)}
+    env = {
+        "HEADER_TIMEOUT_S": str(TIMEOUT_S),
+        "BODY_TIMEOUT_S": str(TIMEOUT_S),
+        "KEEP_ALIVE_TIMEOUT_S": str(KEEP_ALIVE_S),
+    }
     with start_runner({"echo": engine.url}, env=env) as r:
         yield r
 
@@ -42,9 +48,9 @@ def _connect(runner: RunnerProcess) -> socket.socket:
     return sock
 
 
-def _read_until_closed(sock: socket.socket) -> bytes:
-    """Everything the runner sends until it closes its side (bounded by BOUND_S)."""
-    deadline = time.monotonic() + BOUND_S
+def _read_until_closed(sock: socket.socket, bound: float = BOUND_S) -> bytes:
+    """Everything the runner sends until it closes its side (bounded by `bound` s)."""
+    deadline = time.monotonic() + bound
     data = b""
     while time.monotonic() < deadline:
         try:
@@ -57,7 +63,7 @@ def _read_until_closed(sock: socket.socket) -> bytes:
             break
         data += chunk
     else:
-        raise AssertionError(f"connection still open after {BOUND_S} s; got {data!r}")
+        raise AssertionError(f"connection still open after {bound} s; got {data!r}")
     return data
 
 
@@ -96,6 +102,20 @@ def test_http_limits_silent_connection_is_closed_without_answer(runner: RunnerPr
         started = time.monotonic()
         assert _read_until_closed(sock) == b""
         assert TIMEOUT_S * 0.9 <= time.monotonic() - started < TIMEOUT_S + 2.0
+
+
+def test_http_limits_idle_kept_alive_connection_is_closed(runner: RunnerProcess) -> None:
+    """A kept-alive connection that sends nothing after its answer is closed after
+    KEEP_ALIVE_TIMEOUT_S (not before), with nothing more sent: the runner's sweep, where
+    uvicorn armed a timer per answer."""
+    with _connect(runner) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = sock.recv(65536)
+        answered = time.monotonic()
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+        assert b"connection: close" not in answer.lower()
+        assert _read_until_closed(sock, KEEP_ALIVE_S + BOUND_S) == b""
+        assert time.monotonic() - answered >= KEEP_ALIVE_S * 0.9
 
 
 def test_http_limits_stalled_body_is_408(runner: RunnerProcess) -> None:
@@ -171,7 +191,7 @@ def test_http_limits_paced_body_and_idle_keep_alive_are_served(runner: RunnerPro
             time.sleep(0.6)  # the client's pace, not a wait for the runner
             sock.sendall(part)
         assert sock.recv(65536).startswith(b"HTTP/1.1 200")
-        time.sleep(1.5)  # idle between requests: uvicorn's keep-alive (30 s) governs
+        time.sleep(1.5)  # idle between requests, past HEADER_TIMEOUT_S, within KEEP_ALIVE_S
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         assert sock.recv(65536).startswith(b"HTTP/1.1 200")
 
