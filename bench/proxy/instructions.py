@@ -132,10 +132,7 @@ def _count(code: Path, engine_url: str, per_caller: int) -> int:
             "--child", engine_url, str(per_caller),
         ]  # fmt: skip
         subprocess.run(cmd, cwd=code, env=env, check=True, capture_output=True)
-        for line in out.read_text().splitlines():
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
-    raise RuntimeError("callgrind wrote no totals")
+        return callgrind_total(out)
 
 
 def _whole(code: Path, engine_url: str, seconds: int) -> tuple[int, int]:
@@ -147,9 +144,14 @@ def _whole(code: Path, engine_url: str, seconds: int) -> tuple[int, int]:
         body = json.dumps(BODIES["json"]).encode()
         with start_runner(engine_url, 64, code, timeout=900, prefix=profiler, grace_s=600) as r:
             answered = int(run_wrk(r.url + PATH, body, 64, seconds)["requests"])
-        for line in out.read_text().splitlines():
-            if line.startswith(("summary:", "totals:")):
-                return answered, int(line.split()[1])
+        return answered, callgrind_total(out)
+
+
+def callgrind_total(out: Path) -> int:
+    """The instructions a callgrind output file counts in all."""
+    for line in out.read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
     raise RuntimeError("callgrind wrote no totals")
 
 

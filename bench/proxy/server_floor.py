@@ -26,6 +26,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench.proxy.instructions import callgrind_total
 from bench.proxy.loadgen import run_wrk
 from bench.proxy.procs import REPO_ROOT, code_snapshot, free_port, require_wrk
 from bench.proxy.run import BODIES, PATH
@@ -91,10 +92,7 @@ def _count(code: Path, protocol: str, seconds: int) -> tuple[int, int]:
             answered = int(run_wrk(url, body, 64, seconds)["requests"])
             server.send_signal(signal.SIGINT)
             server.wait(300)
-        for line in out.read_text().splitlines():
-            if line.startswith(("summary:", "totals:")):
-                return answered, int(line.split()[1])
-    raise RuntimeError("callgrind wrote no totals")
+        return answered, callgrind_total(out)
 
 
 def main(argv: list[str] | None = None) -> int:
