@@ -13,7 +13,7 @@ chunks are not delayed; order is kept; `close()` sends what is pending first.
 The response head is uvicorn's own (`RequestResponseCycle.send`). A cycle of our own that
 checked all names in one search was tried (cdd6e9d) and taken out again: it cost more
 instructions per request than uvicorn's, and swapping each cycle's class to it cost more
-still (docs/benchmarks.md, "the HTTP side").
+still (docs/benchmarks.md, "Data path: runner CPU per request, fourth pass").
 """
 
 from __future__ import annotations

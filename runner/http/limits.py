@@ -208,8 +208,7 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         phase = self.phase
         if phase == CLOSING:
             return  # discarded while lingering
-        self._unset_keepalive_if_required()
-        self.reads += 1
+        self.reads += 1  # (no keep-alive timer to cancel: `on_response_complete` arms none)
         if phase != BODY:
             self._head_received += len(data)
             if phase != HEAD:
