@@ -18,6 +18,11 @@ Exception tree::
     │   │                               up, cache reset) failed or was refused
     │   ├── EngineRefused          502  engine_refused: the engine refused the runner (its
     │   │                               401, 403, 404, ...; field `engineStatus`)
+    │   ├── EngineReplaced         503  engine_restarting: the runner stopped this engine
+    │   │                               for the one that replaced it (a LoRA adapter
+    │   │                               change) under a request past the drain timeout;
+    │   │                               the chat path retries it once on the new engine
+    │   │                               when nothing was sent yet; Retry-After
     │   └── EngineTimeout          504  engine_timeout: no answer in time
     │       └── EngineSilent       504  engine_timeout: nothing heard about a request for
     │                                   ENGINE_READ_TIMEOUT_S while the engine still held it
@@ -57,6 +62,14 @@ EngineControlFailed = EngineError.row("EngineControlFailed", "engine_control_fai
 EngineTimeout = EngineError.row("EngineTimeout", "engine_timeout", 504)
 EngineSilent = EngineTimeout.row("EngineSilent", "engine_timeout")
 EngineRefused = EngineError.row("EngineRefused", "engine_refused")
+EngineReplaced = EngineError.row(
+    "EngineReplaced",
+    "engine_restarting",
+    503,
+    "model {model!r}: its engine was replaced while this request was on it; retry shortly",
+    retry_after=True,
+    defaults={"retry_after": 1},
+)
 
 
 class EngineStartFailed(ServiceUnavailable):

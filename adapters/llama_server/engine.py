@@ -35,6 +35,7 @@ from adapters.base import CacheReport, FlushResult, FlushScope, Placement
 from adapters.bodies import with_fields
 from adapters.errors import EngineUnavailable
 from adapters.http_client import EngineConnections
+from adapters.in_flight import InFlight
 from adapters.llama_server.prefix_store import PrefixStore
 from adapters.llama_server.protocol import (
     prompt_prefix,
@@ -117,13 +118,11 @@ class LlamaServerEngine:
     adapters: Mapping[str, LoraSlot] = field(default_factory=dict)
     public: tuple[PublicText, ...] = ()
     _slots: list[_Slot] = field(init=False)
-    _in_flight: int = field(init=False, default=0)
-    _idle: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    _in_flight: InFlight = field(init=False, default_factory=InFlight)
     _states: SlotStates = field(init=False)
 
     def __post_init__(self) -> None:
         self._slots = [_Slot(i) for i in range(self.slots)]
-        self._idle.set()
         self._states = SlotStates(self.model_id, self.control, self.store, self.public)
 
     # -- data path -------------------------------------------------------------------
@@ -154,7 +153,21 @@ class LlamaServerEngine:
         A streamed request also asks for `return_progress`, so its first chunk reports the
         cached prompt tokens before the headers leave; the progress chunks the client did
         not ask for are taken out of the stream again (`strip_progress`).
+
+        The request counts as in flight from the first line, before the slot is prepared
+        over HTTP, so a swap's drain waits for it (`adapters/in_flight.py`); a placement
+        that fails leaves the count as it found it.
         """
+        self._in_flight.enter()
+        try:
+            return await self._place(body, obj, tenant, tag, adapter)
+        except BaseException:
+            self._in_flight.leave()
+            raise
+
+    async def _place(
+        self, body: bytes, obj: dict[str, Any], tenant: str, tag: str | None, adapter: str | None
+    ) -> Placement:
         lora, cache_key = self._lora(adapter)
         fields: dict[str, object] = {}
         if lora is not None:
@@ -168,8 +181,6 @@ class LlamaServerEngine:
             slot_id = await self._take_slot(obj, tenant, tag, cache_key, lora)
             if slot_id is not None:
                 fields["id_slot"] = slot_id
-        self._in_flight += 1
-        self._idle.clear()
         return Placement(with_fields(body, obj, fields), slot_id, strip)
 
     def _lora(self, adapter: str | None) -> tuple[list[dict[str, object]] | None, str]:
@@ -251,17 +262,10 @@ class LlamaServerEngine:
 
     async def drained(self, timeout_s: float) -> bool:
         """Wait until no request placed on this engine is still running (bounded)."""
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except TimeoutError:
-            return False
-        return True
+        return await self._in_flight.drained(timeout_s)
 
     def done(self, placement: Placement, report: CacheReport) -> None:
-        self._in_flight -= 1
-        if self._in_flight <= 0:
-            self._in_flight = 0
-            self._idle.set()
+        self._in_flight.leave()
         if placement.slot is None:
             return
         slot = self._slots[placement.slot]

@@ -37,7 +37,6 @@ Facts read from vLLM 0.32.0's source and checked against it running (PyPI's CPU 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import secrets
@@ -51,6 +50,7 @@ from adapters.base import CacheReport, FlushResult, FlushScope, Placement
 from adapters.bodies import with_fields
 from adapters.errors import EngineControlFailed, EngineUnavailable
 from adapters.http_client import EngineConnections
+from adapters.in_flight import InFlight
 from adapters.kind import EngineFamilies
 from adapters.launched import Standby, StandbyReport
 from adapters.lora import LoraAdapter
@@ -141,11 +141,7 @@ class VllmEngine:
     adapters: dict[str, str] = field(default_factory=dict)  # model id -> vLLM's lora_name
     lora_enabled: bool = False  # started with --enable-lora (adapters may be added)
     last_load: VllmLoad | None = field(default=None, init=False)
-    _in_flight: int = field(default=0, init=False)
-    _idle: asyncio.Event = field(default_factory=asyncio.Event, init=False)
-
-    def __post_init__(self) -> None:
-        self._idle.set()
+    _in_flight: InFlight = field(default_factory=InFlight, init=False)
 
     # -- data path -------------------------------------------------------------------
 
@@ -194,24 +190,17 @@ class VllmEngine:
                 strip = strip_usage_chunk
                 more = options if isinstance(options, dict) else {}
                 fields["stream_options"] = {**more, "include_usage": True}
-        self._in_flight += 1
-        self._idle.clear()
+        self._in_flight.enter()
         if not fields:
             return Placement(body)
         return Placement(with_fields(body, obj, fields), None, strip)
 
     def done(self, placement: Placement, report: CacheReport) -> None:
-        self._in_flight = max(0, self._in_flight - 1)
-        if not self._in_flight:
-            self._idle.set()
+        self._in_flight.leave()
 
     async def drained(self, timeout_s: float) -> bool:
         """Wait until no request placed on this engine is still running (bounded)."""
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except TimeoutError:
-            return False
-        return True
+        return await self._in_flight.drained(timeout_s)
 
     # -- adapters ----------------------------------------------------------------------
 

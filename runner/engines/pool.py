@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-from adapters.errors import EngineStartFailed
+from adapters.errors import EngineReplaced, EngineStartFailed
 from adapters.launched import Launched
 from adapters.supervisor import EngineProcess
 from faults import QuorumError
@@ -264,7 +264,10 @@ class ModelPool:
         """Start the model's engine again beside the running one, with its adapter set as
         the book has it now; switch the request path to the new one; stop the old one once
         the requests on it are done (bounded by UNLOAD_DRAIN_TIMEOUT_S), saving its slots.
-        Nothing waiting or running is refused. A start that fails raises, and the old
+        Nothing waiting or running is refused: a request counts on the old engine from the
+        start of its placement (`adapters/in_flight.py`), and one still there past the
+        drain timeout fails with `EngineReplaced`, which the chat path retries once on the
+        new engine when nothing was sent yet. A start that fails raises, and the old
         engine serves on. (llama-server loads LoRA adapters only at start.)"""
         record = self.records[model]
         old = record.launched
@@ -274,8 +277,9 @@ class ModelPool:
         mem = await self.launcher.started_mb(record)
         self._ready(record, mem)
         log.info("model %s: engine started again (%d MB); the old one drains", model, mem)
-        if old.adapters is not None:
-            await old.adapters.drained(self.drain_timeout_s)
+        if old.adapters is not None and not await old.adapters.drained(self.drain_timeout_s):
+            log.warning("model %s: requests still on the old engine after its drain", model)
+        old.cut(EngineReplaced(model=model))  # those left are retried on the new engine
         await old.close(grace_s=self.stop_grace_s)
 
     def _ready(self, record: EngineRecord, mem_mb: int) -> None:

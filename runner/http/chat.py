@@ -34,14 +34,15 @@ from typing import Any
 import orjson
 
 from adapters.base import NO_REPORT, CacheReport, ChatEngine, Placement
-from adapters.errors import EngineBadResponse
+from adapters.errors import EngineBadResponse, EngineReplaced
 from adapters.http_client import ClientFailure, Response, translate_failure
 from adapters.refusals import refusal
 from faults import QuorumError
 from runner.engines.adapters import AdapterBook, AdapterRecord, Counted, check_adapter, check_bound
 from runner.errors import BadRequest, error_body
-from runner.http.asgi import FALSE_REPORT_HEADERS, JSON, Receive, Scope, Send, send_whole
+from runner.http.asgi import JSON, Receive, Scope, Send, send_whole
 from runner.http.body_checks import check_generation
+from runner.http.chat_reports import response_headers, sniff_report, took
 from runner.http.frontend import Admitted, ClientCall, FrontEnd
 from runner.http.json_body import OFFLOAD_BYTES, dump_json, load_json
 from runner.scheduler.grants import Usage
@@ -116,16 +117,35 @@ class ChatPath:
         with Counted(adapter) as count:
             async with self.front.admitted(call, request) as admitted:  # 5
                 count.running()
-                current = self.engines.get(model)
-                if current is None:  # it stopped or crashed between the grant and now
-                    raise self.front.engine_gone(model)
-                if current is not engine:  # loaded or restarted while the request waited
-                    engine = current
-                    if engine.rewrite(obj, meta.cache_mode, call.tenant):
-                        body = orjson.dumps(obj)
-                if adapter is not None:
-                    check_adapter(adapter, self.adapters.loaded(adapter))
-                return await self._place_and_forward(call, admitted, engine, body, obj, adapter)
+                engine, body = self._current(call, model, engine, obj, body, adapter)
+                try:
+                    return await self._place_and_forward(call, admitted, engine, body, obj, adapter)
+                except EngineReplaced:  # swapped under it before anything was sent
+                    replaced = engine
+                    engine, body = self._current(call, model, engine, obj, body, adapter)
+                    if engine is replaced:
+                        raise
+                    return await self._place_and_forward(call, admitted, engine, body, obj, adapter)
+
+    def _current(
+        self,
+        call: ClientCall,
+        model: str,
+        engine: ChatEngine | None,
+        obj: dict[str, Any],
+        body: bytes,
+        adapter: AdapterRecord | None,
+    ) -> tuple[ChatEngine, bytes]:
+        """The engine serving `model` now, and the body for it: another than `engine` when
+        the model was (re)started while the request waited or was placed on the old one."""
+        current = self.engines.get(model)
+        if current is None:  # it stopped or crashed between the grant and now
+            raise self.front.engine_gone(model)
+        if current is not engine and current.rewrite(obj, call.meta.cache_mode, call.tenant):
+            body = orjson.dumps(obj)
+        if adapter is not None:
+            check_adapter(adapter, self.adapters.loaded(adapter))
+        return current, body
 
     def _adapter(self, call: ClientCall, model: str) -> AdapterRecord | None:
         """The adapter `model` names, once the tenant may use it (403 otherwise)."""
@@ -144,7 +164,12 @@ class ChatPath:
         """Step 6 on the granted engine, with the adapter the runner chose; usage kept."""
         meta, spent = call.meta, call.spent
         adapter_id = adapter.adapter.id if adapter is not None else None
-        placement = await engine.place(body, obj, call.tenant, meta.cache_tag, adapter_id)
+        try:
+            placement = await engine.place(body, obj, call.tenant, meta.cache_tag, adapter_id)
+        except QuorumError:
+            if engine.cut is not None:  # stopped under the placement: say why
+                raise engine.cut from None
+            raise
         report = NO_REPORT
         try:
             status, report = await self._forward(call, admitted, engine, placement, obj)  # 6
@@ -200,9 +225,9 @@ class ChatPath:
                 f"engine for model {call.model!r} returned a body that is not JSON"
             ) from None
         if isinstance(parsed, dict):
-            report = _took(call, engine.report(parsed), final=True)
+            report = took(call, engine.report(parsed), final=True)
         admitted.disarm()
-        headers = _response_headers(call, report, resp.header(b"content-type", JSON))
+        headers = response_headers(call, report, resp.header(b"content-type", JSON))
         await send_whole(call.send, 200, headers, payload)
         if report.cache_hit:
             self.metrics.count_cache(call.model, report.tokens_reused)
@@ -233,7 +258,7 @@ class ChatPath:
             first = await anext(chunks, b"")
             report = engine.first_chunk_report(first) or NO_REPORT
             spent.prompt = report.input_tokens  # the prompt's length, if it says
-        headers = _response_headers(call, report, resp.header(b"content-type", _SSE))
+        headers = response_headers(call, report, resp.header(b"content-type", _SSE))
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         if report.cache_hit:
             self.metrics.count_cache(call.model, report.tokens_reused)
@@ -246,9 +271,9 @@ class ChatPath:
                 spent.generated += chunk.count(b'"content":"')
                 has_usage = b'"usage"' in chunk
                 if has_usage or b'"timings"' in chunk:  # read before `strip` may take it out
-                    sniffed = _sniff_report(engine, chunk)
+                    sniffed = sniff_report(engine, chunk)
                     if sniffed is not None:
-                        report = _took(call, sniffed, final=False)
+                        report = took(call, sniffed, final=False)
                 if strip is not None and (has_usage or b'"prompt_progress"' in chunk):
                     chunk = strip(chunk)
                     if not chunk.strip():
@@ -327,51 +352,3 @@ def _estimate_output(obj: dict[str, Any]) -> int:
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             return v
     return 256
-
-
-def _response_headers(
-    call: ClientCall, report: CacheReport, ctype: bytes
-) -> list[tuple[bytes, bytes]]:
-    """The runner's headers on an answer: cache report, queue wait, GPU time, ids, limits."""
-    if report.cache_hit:
-        headers = [
-            (b"x-cache-hit", b"true"),
-            (b"x-cache-tokens-reused", b"%d" % report.tokens_reused),
-        ]
-    else:
-        headers = list(FALSE_REPORT_HEADERS)
-    headers += [
-        (b"content-type", ctype),
-        (b"x-queue-wait-ms", b"%d" % call.queue_wait_ms),
-        (b"x-gpu-time-ms", b"%d" % report.gpu_time_ms),
-        (b"x-request-id", call.request_id.encode()),
-    ]
-    headers += call.limits
-    return headers
-
-
-def _took(call: ClientCall, report: CacheReport, *, final: bool) -> CacheReport:
-    """The engine's figures, when `report` has them: what the call cost if `final` (a
-    whole answer), else once the stream has ended (`guard.Spent.used`)."""
-    if report.input_tokens or report.output_tokens:
-        spent = call.spent
-        spent.reported = final
-        spent.prompt, spent.completion = report.input_tokens, report.output_tokens
-        spent.cached = report.tokens_reused
-    return report
-
-
-def _sniff_report(engine: ChatEngine, chunk: bytes) -> CacheReport | None:
-    """Find the usage block (or llama-server's timings) in a streamed chunk (the final
-    one carries it)."""
-    for line in chunk.split(b"\n"):
-        if line.startswith(b"data: {") and (b'"usage"' in line or b'"timings"' in line):
-            try:
-                parsed = orjson.loads(line[6:])
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(parsed, dict) and (
-                isinstance(parsed.get("usage"), dict) or isinstance(parsed.get("timings"), dict)
-            ):
-                return engine.report(parsed)
-    return None

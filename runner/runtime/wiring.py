@@ -154,6 +154,7 @@ class Runtime:
             host,
             self.estimator,
             stop_grace_s=s.engine_stop_grace_s,
+            drain_timeout_s=s.unload_drain_timeout_s,  # a swap's drain (`restart_engine`)
             observer=EngineOutcomes(self.metrics, self.outcomes, kinds),
             clock=time.time,  # `loadedAt`
             monotonic=time.monotonic,  # load and wake times
