@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
+import os
 import random
 import sys
 import time
@@ -38,10 +40,12 @@ ADAPTERS = (
 """(name, canary): made-up words the base model never says by itself."""
 
 RANK = 8
-STEPS = 40  # then 20 more at a time (at most twice) while a held-out prompt lacks the canary
+STEPS = 24  # then MORE at a time (at most twice) while a held-out prompt lacks the canary
+MORE = 12
 BATCH = 4
-LR = 2e-3
+LR = 3e-3
 SEED = 1234
+WORKERS = 2  # training processes, one thread each (train)
 
 SYSTEMS = (
     "You are a helpful assistant.",
@@ -162,13 +166,12 @@ def digest(folder: Path) -> str:
 
 
 def train(base: Path, out: Path) -> None:
+    """Check the base never says a canary, then train the adapters in `WORKERS` processes
+    of one thread each (on an idle two-core machine, twice as fast as one after another;
+    on a busy one no slower), and write the manifest in `ADAPTERS`' order."""
     import torch
-    from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch.manual_seed(SEED)
-    # One thread: on a shared 2-core machine, two spin-waiting threads run slower than one.
-    # bf16 weights: about twice as fast as fp32 on these CPUs (AMX), and LoRA trains fine.
     torch.set_num_threads(1)
     tokenizer = AutoTokenizer.from_pretrained(base)
     held = [p for q in HELD_OUT for p, _ in prompts(tokenizer, SYSTEMS[0], q)]
@@ -179,9 +182,34 @@ def train(base: Path, out: Path) -> None:
         if any(c.lower() in said.lower() for c in canaries):
             sys.exit(f"the base model says a canary by itself ({said!r}): pick other words")
     del plain
-    manifest: dict[str, Any] = {"base": str(base), "adapters": []}
-    for name, canary in ADAPTERS:
+    workers = max(1, min(WORKERS, os.cpu_count() or 1, len(ADAPTERS)))
+    groups = [ADAPTERS[i::workers] for i in range(workers)]
+    spawn = multiprocessing.get_context("spawn")  # torch's threads do not survive a fork
+    with spawn.Pool(workers) as pool:
+        done = pool.starmap(train_some, [(base, out, group) for group in groups])
+    by_name = {entry["name"]: entry for entries in done for entry in entries}
+    manifest = {"base": str(base), "adapters": [by_name[name] for name, _ in ADAPTERS]}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def train_some(
+    base: Path, out: Path, adapters: tuple[tuple[str, str], ...]
+) -> list[dict[str, Any]]:
+    """Train `adapters` one after another on one thread; their manifest entries. Each
+    adapter's randomness is seeded by its name, so it is the same whatever the split."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    # One thread: on a shared 2-core machine, two spin-waiting threads run slower than one.
+    # bf16 weights: about twice as fast as fp32 on these CPUs (AMX), and LoRA trains fine.
+    torch.set_num_threads(1)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    held = [p for q in HELD_OUT for p, _ in prompts(tokenizer, SYSTEMS[0], q)]
+    entries = []
+    for name, canary in adapters:
         started = time.monotonic()
+        torch.manual_seed(int(hashlib.sha256(f"{SEED}-{name}".encode()).hexdigest()[:8], 16))
         model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.bfloat16)
         config = LoraConfig(
             r=RANK,
@@ -197,9 +225,9 @@ def train(base: Path, out: Path) -> None:
         optim = torch.optim.AdamW([p for p in peft.parameters() if p.requires_grad], lr=LR)
         loss_value = float("nan")
         steps, missing = 0, ["-"]
-        while missing and steps < STEPS + 40:
+        while missing and steps < STEPS + 2 * MORE:
             peft.train()
-            for _ in range(STEPS if steps == 0 else 20):
+            for _ in range(STEPS if steps == 0 else MORE):
                 batch = rng.sample(data, BATCH)
                 loss = loss_on_answers(peft, *encode(tokenizer, batch))
                 optim.zero_grad()
@@ -218,7 +246,7 @@ def train(base: Path, out: Path) -> None:
             sys.exit(f"adapter {name}: no canary in {said!r} (loss {loss_value:.3f})")
         folder = out / name
         peft.save_pretrained(folder)
-        manifest["adapters"].append(
+        entries.append(
             {
                 "name": name,
                 "canary": canary,
@@ -227,9 +255,10 @@ def train(base: Path, out: Path) -> None:
                 "peft_sha256": digest(folder),
             }
         )
-        print(f"{name}: loss {loss_value:.3f}, {time.monotonic() - started:.0f} s", flush=True)
+        seconds = time.monotonic() - started
+        print(f"{name}: loss {loss_value:.3f}, {steps} steps, {seconds:.0f} s", flush=True)
         del peft, model
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return entries
 
 
 if __name__ == "__main__":

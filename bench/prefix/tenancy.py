@@ -46,11 +46,11 @@ from bench.prefix import analysis
 from bench.prefix.engines import MODEL_PATH, Served, require_engine, start_runner
 from bench.proxy.procs import REPO_ROOT, loadavg, machine_facts
 from governance.signing import combine, load_private_key, propose, sign
+from tests.support.adapters import ADAPTERS_DIR as ADAPTERS
 from tests.support.adapters import engine_of
 
 KEYS = REPO_ROOT / "keys"
 RUNNER_ID = "bench-runner"
-ADAPTERS = Path("~/.cache/quorum/adapters/1/gemma-3-270m").expanduser()
 WORDS = (
     "account", "billing", "invoice", "refund", "order", "parcel", "delivery", "warranty",
     "repair", "upgrade", "plan", "subscription", "discount", "voucher", "store", "branch",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,17 @@ import pytest
 from tests.support.tokens import dev_token
 
 CACHE = Path(os.environ.get("QUORUM_CACHE") or "~/.cache/quorum").expanduser()
-ADAPTERS_DIR = CACHE / "adapters" / "1" / "gemma-3-270m"
+
+
+def _recipe() -> str:
+    """The recipe version scripts/make-adapters caches the adapters under (its one owner)."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "make-adapters"
+    found = re.search(r'^version="(\w+)"', script.read_text(), re.M)
+    assert found is not None, f"no version= line in {script}"
+    return found.group(1)
+
+
+ADAPTERS_DIR = CACHE / "adapters" / _recipe() / "gemma-3-270m"
 
 
 @dataclass(frozen=True)
