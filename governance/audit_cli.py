@@ -1,8 +1,9 @@
 """`quorum audit verify` and `quorum audit head`: check a log against its key and its head.
 
 `verify FILE [--key PUB]... [--head HEAD]`: HEAD is a file (a head as `quorum audit head`
-prints it, or a saved `/v1/capabilities` document) or the runner's URL (its capabilities'
-`governance.audit.head`, read now). Exit 0: intact; 1: the first rewrite found; 2: bad input.
+prints it, or a saved `/v1/capabilities` document) or the runner's URL (the `head` in its
+capabilities' `{"governance": {"audit": ...}}`, read now). Exit 0: intact; 1: the first
+rewrite found; 2: bad input.
 `head --redis URL --runner-id ID`: the head the state store keeps, for when the runner is down.
 """
 
@@ -37,7 +38,7 @@ def add_audit_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         action="append",
         default=[],
         help="the runner's audit public key (base64url, or a file holding it: "
-        "capabilities' governance.audit.publicKey); repeat for a log signed by several",
+        "publicKey in its capabilities); repeat for a log signed by several",
     )
     p.add_argument(
         "--head",

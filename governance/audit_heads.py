@@ -7,7 +7,7 @@ the process's memory) and published in `/v1/capabilities`, so a log that was edi
 reordered, re-chained or cut at the end no longer ends where its head says.
 
 The key (`GOVERNANCE_AUDIT_KEY`, an Ed25519 PKCS#8 PEM file) is never in the log; its
-public half is published (capabilities' `governance.audit.publicKey`) and goes to
+public half is published (`publicKey` in capabilities' `{"governance": {"audit": ...}}`) and goes to
 `quorum audit verify --key`. A store that cannot answer raises AuditUnavailable (503).
 """
 

@@ -76,7 +76,7 @@ def verify_log(
             return verdict.fail(0, f"the head's publicKey is unusable: {exc}")
         verdict.notes.append(
             f"key taken from the head (kid {head.kid[:16]}): compare it with the runner's "
-            "published governance.audit.keyId"
+            "published audit keyId (/v1/capabilities)"
         )
     prev, numbered, signed, unsigned = GENESIS, False, False, 0
     for number, line in enumerate(lines, start=1):

@@ -25,9 +25,9 @@ requests for: a loaded one is listed in `models.loaded` (with its `baseModel`), 
 in `models.available`, and all of them with their figures in `adapters` (a key present
 only on a runner with adapters).
 
-On a runner with governance, `governance.audit` (an addition) publishes the audit key's
-public half (`algorithm`, `keyId`, `publicKey`) and the latest signed `head` of its audit
-log (docs/governance.md, "Nonces and the audit log").
+On a runner with governance, `{"governance": {"audit": ...}}` (an addition) publishes
+the audit key's public half (`algorithm`, `keyId`, `publicKey`) and the latest signed
+`head` of its audit log (docs/governance.md, "A log nobody can rewrite unseen").
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def capabilities(
     figures (`engines`, by model); `health` as `/health` says it
     (`runner/telemetry/health.py`); `features_of` what a loaded engine of a spec offers
     (its kind's); `versions` the engine versions by backend; `audit` the audit key's
-    public half and the latest signed head (`governance.audit`: a runner with governance)."""
+    public half and the latest signed head (a runner with governance)."""
     loading = loading or {}
     res = resources or ResourceSnapshot()
     known = [m for m in models.values() if m.model in specs]

@@ -3,6 +3,8 @@ signed, numbered, headed records `quorum audit verify` checks."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
 import os
 import stat
@@ -11,12 +13,14 @@ from pathlib import Path
 import pytest
 
 from governance.audit import GENESIS, AuditRecord, FileAuditSink, MemoryAuditSink, line_hash
-from governance.audit_heads import AuditKey, MemoryHeadStore, public_key_from
+from governance.audit_heads import AuditKey, MemoryHeadStore, RedisHeadStore, public_key_from
 from governance.audit_verify import verify_log
+from governance.cli import add_commands
 from governance.errors import AuditUnavailable, GovernanceError
 from governance.nonces import MemoryNonceStore
 from governance.verifier import Verifier
 from tests.governance.support import MODEL, OPERATION, PARAMS, RUNNER, Clock, make_registry, token
+from tests.support.redis_server import RedisServer
 from tests.support.tokens import DEV_AUDIT_KEY, KEYS
 
 
@@ -167,3 +171,36 @@ async def test_audit_a_removed_signature_is_caught() -> None:
     published = sink.published()
     assert published is not None and published["publicKey"] == KEY.public_key
     assert isinstance(published["head"], dict) and published["head"]["count"] == 1
+
+
+def test_audit_head_kept_in_redis_is_exported_and_checks_a_cut_log(
+    tmp_path: Path, redis_server: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the runner down, `quorum audit head --redis` prints the head Redis keeps, and
+    `quorum audit verify --head` that file passes the log and catches it cut by one."""
+    path = tmp_path / "audit.jsonl"
+
+    async def write() -> None:
+        sink = FileAuditSink(path, KEY, RedisHeadStore.from_url(redis_server.url))
+        for reason in ("a", "b", "c"):
+            await sink.append(record(reason))
+        await sink.aclose()
+
+    asyncio.run(write())
+    assert run(capsys, "audit", "head", "--redis", redis_server.url, "--runner-id", RUNNER) == 0
+    head = tmp_path / "head.json"
+    head.write_text(capsys.readouterr().out)
+    pub = str(KEYS / "audit.dev.pub")
+    assert run(capsys, "audit", "verify", str(path), "--head", str(head), "--key", pub) == 0
+    path.write_text("".join(line + "\n" for line in path.read_text().splitlines()[:2]))
+    assert run(capsys, "audit", "verify", str(path), "--head", str(head), "--key", pub) == 1
+    assert "records cut from the end" in capsys.readouterr().err
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> int:
+    """One `quorum ...` command, in process; its exit code."""
+    parser = argparse.ArgumentParser(prog="quorum")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(list(argv))
+    code: int = args.func(args)
+    return code
