@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from governance import signing
-from governance.audit import MemoryAuditSink, verify_chain
+from governance.audit import MemoryAuditSink
+from governance.audit_cli import add_audit_commands
 from governance.encoding import b64url_decode, loads_strict, policy_sha256
 from governance.errors import ConfigInvalid, GovernanceError
 from governance.factory import load_legacy_key
@@ -93,13 +94,7 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("file")
     p.set_defaults(func=_registry_check)
 
-    audit = subparsers.add_parser("audit", help="audit log tools")
-    asub = audit.add_subparsers(dest="audit_command", required=True)
-    p = asub.add_parser(
-        "verify", help="check an audit log's hash chain (exit 1: its first bad line)"
-    )
-    p.add_argument("file")
-    p.set_defaults(func=_audit_verify)
+    add_audit_commands(subparsers)
 
 
 def parse_param(item: str) -> tuple[str, object]:
@@ -262,20 +257,6 @@ def _registry_check(args: argparse.Namespace) -> int:
     _print(summary)
     if not summary["ok"]:
         return _fail(f"registry {args.file} has expired: every lifecycle call would get 503")
-    return 0
-
-
-def _audit_verify(args: argparse.Namespace) -> int:
-    """Exit 0 when every record follows the one before it; 1 naming the first that does not."""
-    try:
-        lines = [line for line in Path(args.file).read_bytes().split(b"\n") if line]
-    except OSError as exc:
-        return _fail(f"cannot read {args.file}: {exc.strerror or exc}", code=2)
-    broken = verify_chain(lines)
-    if broken is not None:
-        number, why = broken
-        return _fail(f"{args.file}: line {number}: {why}")
-    print(f"{args.file}: {len(lines)} records, chain intact")
     return 0
 
 

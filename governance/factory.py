@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from governance.audit import AuditSink, FileAuditSink, MemoryAuditSink
+from governance.audit_heads import AuditKey, HeadStore, MemoryHeadStore, RedisHeadStore
 from governance.errors import ConfigInvalid
 from governance.nonces import MemoryNonceStore, NonceStore, RedisNonceStore
 from governance.registry import load_registry
@@ -33,6 +34,7 @@ def build_verifier(
     legacy_key_path: str | None = None,
     audit_path: str | None = None,
     clock: Callable[[], float] = time.time,
+    audit_key_path: str | None = None,
 ) -> Verifier:
     """Load and check everything now; raise ConfigInvalid (refuse to start) on any problem.
 
@@ -40,6 +42,10 @@ def build_verifier(
     - redis_url: REDIS_URL; None keeps nonces in process memory (single replica only).
     - legacy_key_path: VERIFIED_OP_TOKEN_KEY_PATH; None leaves the legacy HMAC form off.
     - audit_path: the append-only JSONL audit log; None keeps records in memory (dev only).
+    - audit_key_path: GOVERNANCE_AUDIT_KEY, the Ed25519 key that signs records and heads;
+      required with an audit_path (a file signed by a key that dies with the process could
+      not be checked after a restart); None with no audit_path: a key for this process.
+    Heads go to Redis with redis_url, else to process memory.
     Call `await verifier.aclose()` at shutdown to close the Redis client and the log file.
     """
     if not runner_id:
@@ -49,14 +55,23 @@ def build_verifier(
     nonces: NonceStore = (
         RedisNonceStore.from_url(redis_url) if redis_url else MemoryNonceStore(clock)
     )
+    if audit_key_path:
+        key = AuditKey.load(audit_key_path)
+    elif audit_path:
+        raise ConfigInvalid(
+            f"audit log {audit_path} needs GOVERNANCE_AUDIT_KEY, the key that signs it"
+        )
+    else:
+        key = AuditKey.generate()
+    heads: HeadStore = RedisHeadStore.from_url(redis_url) if redis_url else MemoryHeadStore()
     audit: AuditSink
     if audit_path:
-        sink = FileAuditSink(audit_path)
+        sink = FileAuditSink(audit_path, key, heads)
         try:
             sink.probe()
         except OSError as exc:
             raise ConfigInvalid(f"audit log {audit_path}: cannot open: {exc.strerror}") from exc
         audit = sink
     else:
-        audit = MemoryAuditSink()
+        audit = MemoryAuditSink(key=key, heads=heads)
     return Verifier(registry, nonces, audit, runner_id, clock, legacy_key=legacy_key)

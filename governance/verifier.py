@@ -30,6 +30,7 @@ from governance.errors import (
     BindingMismatch,
     DuplicateSigner,
     GovernanceError,
+    GovernanceUnavailable,
     LegacyDisabled,
     LegacyNotAllowed,
     NonceReplayed,
@@ -277,6 +278,8 @@ class Verifier:
         except AuditUnavailable as exc:
             if error is None:
                 raise
+            if isinstance(error, GovernanceUnavailable):  # a 503 already: name the first cause
+                raise error from exc
             raise exc from error
 
     async def aclose(self) -> None:

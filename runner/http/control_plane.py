@@ -151,6 +151,7 @@ def control_plane(rt: Runtime) -> FastAPI:
             engines=rt.watch.loads,
             versions=rt.watch.versions,
             adapters=[adapter_entry(a, rt.adapter_ops.loaded(a)) for a in adapters],
+            audit=rt.verifier.audit_sink.published() if rt.verifier is not None else None,
         )
         doc["identity"] = rt.identity.mode.value  # who decides the tenant (docs/security.md)
         status = 200 if rt.life is Life.READY else 503

@@ -16,7 +16,8 @@ def governance_from(settings: Settings) -> Verifier | None:
     """Build the verifier, or None when no registry is configured (lifecycle calls get 503).
 
     Raises ConfigInvalid (start-up refused) for an unsafe registry, an unreadable key or
-    audit log, or legacy mode switched on without its key.
+    audit log, an audit log without its signing key (GOVERNANCE_AUDIT_KEY), or legacy mode
+    switched on without its key.
     """
     if settings.governance_registry is None:
         if settings.governance_legacy_hmac:
@@ -30,6 +31,8 @@ def governance_from(settings: Settings) -> Verifier | None:
             raise ConfigInvalid("GOVERNANCE_LEGACY_HMAC=true needs VERIFIED_OP_TOKEN_KEY_PATH")
     if settings.governance_audit_log is None:
         log.warning("no GOVERNANCE_AUDIT_LOG: audit records are kept in memory only")
+    if settings.governance_audit_key is None and settings.governance_audit_log is None:
+        log.warning("no GOVERNANCE_AUDIT_KEY: audit records are signed by a key of this process")
     try:
         return build_verifier(
             settings.governance_registry,
@@ -37,6 +40,7 @@ def governance_from(settings: Settings) -> Verifier | None:
             redis_url=settings.redis_url,
             legacy_key_path=legacy_key,
             audit_path=settings.governance_audit_log,
+            audit_key_path=settings.governance_audit_key,
         )
     except ConfigInvalid as exc:
         raise ConfigInvalid(

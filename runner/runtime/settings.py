@@ -214,6 +214,7 @@ class Settings(BaseSettings):
     # Governance (docs/governance.md).
     governance_registry: str | None = None
     governance_audit_log: str | None = None
+    governance_audit_key: str | None = None  # Ed25519 PEM: signs audit records and heads
     governance_legacy_hmac: bool = False
 
     @classmethod

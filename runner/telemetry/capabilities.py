@@ -24,6 +24,10 @@ base, rank, memory, state, requests running and waiting) are models a router may
 requests for: a loaded one is listed in `models.loaded` (with its `baseModel`), every one
 in `models.available`, and all of them with their figures in `adapters` (a key present
 only on a runner with adapters).
+
+On a runner with governance, `{"governance": {"audit": ...}}` (an addition) publishes
+the audit key's public half (`algorithm`, `keyId`, `publicKey`) and the latest signed
+`head` of its audit log (docs/governance.md, "A log nobody can rewrite unseen").
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ def capabilities(
     engines: Mapping[str, EngineLoad] | None = None,
     versions: Mapping[str, str] | None = None,
     adapters: Sequence[Mapping[str, object]] = (),
+    audit: Mapping[str, object] | None = None,
 ) -> dict[str, object]:
     """The document (pure): models from the scheduler's view of them (`models`: the one
     state) and the catalog (`specs`), the engine facts of those with an engine from the
@@ -85,7 +90,8 @@ def capabilities(
     (`runner/telemetry/snapshot.py`, refreshed off the hot path) and the engines' own
     figures (`engines`, by model); `health` as `/health` says it
     (`runner/telemetry/health.py`); `features_of` what a loaded engine of a spec offers
-    (its kind's); `versions` the engine versions by backend."""
+    (its kind's); `versions` the engine versions by backend; `audit` the audit key's
+    public half and the latest signed head (a runner with governance)."""
     loading = loading or {}
     res = resources or ResourceSnapshot()
     known = [m for m in models.values() if m.model in specs]
@@ -167,4 +173,6 @@ def capabilities(
     }
     if adapters:  # an addition, only on a runner with adapters
         doc["adapters"] = list(adapters)
+    if audit is not None:  # an addition: what `quorum audit verify` checks a log against
+        doc["governance"] = {"audit": dict(audit)}
     return doc

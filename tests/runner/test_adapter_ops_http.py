@@ -16,7 +16,7 @@ import pytest
 
 from tests.fixtures.launch import start_fake
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
-from tests.support.tokens import DEV_REGISTRY, dev_token
+from tests.support.tokens import DEV_AUDIT_KEY, DEV_REGISTRY, dev_token
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -58,6 +58,7 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
             "TENANTS_FILE": str(tenants),
             "GOVERNANCE_REGISTRY": str(DEV_REGISTRY),
             "GOVERNANCE_AUDIT_LOG": str(audit),
+            "GOVERNANCE_AUDIT_KEY": str(DEV_AUDIT_KEY),
             "LLAMA_SERVER_BIN": fixture_bin("llama-server-ok"),
         }
         runner = stack.enter_context(

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.adapters import adapters, answer, chat, governed, said
 from tests.support.real_engines import LlamaServer
 from tests.support.runner_proc import RunnerProcess, start_runner
-from tests.support.tokens import DEV_REGISTRY, dev_token
+from tests.support.tokens import DEV_AUDIT_KEY, DEV_REGISTRY, dev_token
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -59,6 +59,7 @@ def runner(
     env = {
         "GOVERNANCE_REGISTRY": str(DEV_REGISTRY),
         "GOVERNANCE_AUDIT_LOG": str(audit),
+        "GOVERNANCE_AUDIT_KEY": str(DEV_AUDIT_KEY),
         "UNLOAD_DRAIN_TIMEOUT_S": "120",
         "QUEUE_TIMEOUT_MS": "240000",  # a busy 2-core machine: nothing may time out
         "MAX_QUEUE_DEPTH": "64",

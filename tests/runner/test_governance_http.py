@@ -17,6 +17,7 @@ from tests.fixtures.launch import FakeEngine, start_fake
 from tests.support import forkserver
 from tests.support.redis_server import RedisServer
 from tests.support.runner_proc import REPO_ROOT, RunnerProcess, start_runner
+from tests.support.tokens import DEV_AUDIT_KEY
 
 KEYS = REPO_ROOT / "keys"
 CHAT = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
@@ -100,6 +101,7 @@ def governed(tmp_path: Path) -> Iterator[Governed]:
                 env={
                     "GOVERNANCE_REGISTRY": str(registry_2_of_3(tmp_path)),
                     "GOVERNANCE_AUDIT_LOG": str(audit),
+                    "GOVERNANCE_AUDIT_KEY": str(DEV_AUDIT_KEY),
                 },
             )
         )
@@ -218,6 +220,7 @@ def test_flush_audit_unwritable_is_503_and_nothing_runs(tmp_path: Path) -> None:
             env={
                 "GOVERNANCE_REGISTRY": str(registry_2_of_3(tmp_path)),
                 "GOVERNANCE_AUDIT_LOG": "/dev/full",
+                "GOVERNANCE_AUDIT_KEY": str(DEV_AUDIT_KEY),
             },
         ) as runner,
     ):

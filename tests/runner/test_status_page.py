@@ -26,7 +26,7 @@ from tests.support.artefacts import artefact
 from tests.support.chromium import Page, open_browser
 from tests.support.fleet import Model, full_queue, load_token, runner, wait_for
 from tests.support.runner_proc import RunnerProcess, start_runner
-from tests.support.tokens import ADMIN_KEY, FAIRNESS, admin_env, gateway_env
+from tests.support.tokens import ADMIN_KEY, DEV_AUDIT_KEY, FAIRNESS, admin_env, gateway_env
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -50,6 +50,7 @@ def r(tmp_path: Path) -> Iterator[RunnerProcess]:
     env = {
         **admin_env(tmp_path, acme=ACME_KEY),
         "GOVERNANCE_AUDIT_LOG": str(tmp_path / "audit.jsonl"),
+        "GOVERNANCE_AUDIT_KEY": str(DEV_AUDIT_KEY),
     }
     with runner(RID, models=MODELS, env=env) as proc:
         yield proc

@@ -24,7 +24,7 @@ from runner.memory.proc import process_tree
 from tests.support import forkserver
 from tests.support.fleet import entry
 from tests.support.runner_proc import REPO_ROOT, RunnerProcess, start_runner
-from tests.support.tokens import DEV_REGISTRY
+from tests.support.tokens import DEV_AUDIT_KEY, DEV_REGISTRY
 
 KEYS = {
     "acme": "acme-key-0123456789abcdef0123456789abcdef",
@@ -84,6 +84,7 @@ def keyed_runner(
         "ADMIN_TENANTS": "ops",
         "GOVERNANCE_REGISTRY": str(DEV_REGISTRY),
         "GOVERNANCE_AUDIT_LOG": str(tmp / "audit.jsonl"),
+        "GOVERNANCE_AUDIT_KEY": str(DEV_AUDIT_KEY),
         **(env or {}),
     }
     with start_runner(models_file=models or stand_in_models(), env=full) as r:

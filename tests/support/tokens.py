@@ -12,6 +12,7 @@ from tests.support.runner_proc import REPO_ROOT
 
 KEYS = REPO_ROOT / "keys"
 DEV_REGISTRY = KEYS / "registry.dev.json"
+DEV_AUDIT_KEY = KEYS / "audit.dev.key"
 
 
 def dev_token(
