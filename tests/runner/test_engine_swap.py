@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.engines import eventually
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
-from tests.support.tokens import DEV_REGISTRY, dev_token
+from tests.support.tokens import DEV_AUDIT_KEY, DEV_REGISTRY, dev_token
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -86,6 +86,7 @@ def swap(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Swap]:
     env = {
         "GOVERNANCE_REGISTRY": str(DEV_REGISTRY),
         "GOVERNANCE_AUDIT_LOG": str(tmp_path / "audit.jsonl"),
+        "GOVERNANCE_AUDIT_KEY": str(DEV_AUDIT_KEY),
         "LLAMA_SERVER_BIN": fixture_bin("llama-server-gated-slots"),
         "LLAMA_SLOT_CACHE_ENTRIES": "0",  # a slot another tenant held is erased, not saved
         "UNLOAD_DRAIN_TIMEOUT_S": str(request.param),

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
 from tests.support.swaps import Traffic, busy_cpu, swap_adapter
-from tests.support.tokens import DEV_REGISTRY
+from tests.support.tokens import DEV_AUDIT_KEY, DEV_REGISTRY
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -37,6 +37,7 @@ def runner(tmp_path: Path) -> Iterator[RunnerProcess]:
     env = {
         "GOVERNANCE_REGISTRY": str(DEV_REGISTRY),
         "GOVERNANCE_AUDIT_LOG": str(tmp_path / "audit.jsonl"),
+        "GOVERNANCE_AUDIT_KEY": str(DEV_AUDIT_KEY),
         "LLAMA_SERVER_BIN": fixture_bin("llama-server-slow-slots"),  # erases take 50 ms
         "LLAMA_SLOT_CACHE_ENTRIES": "0",  # the stand-in keeps no slot states to save
         "QUEUE_TIMEOUT_MS": "120000",  # a busy machine's swaps are slow, never a refusal
