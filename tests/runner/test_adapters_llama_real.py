@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,11 +22,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.adapters import adapters, answer, chat, governed, said
 from tests.support.real_engines import LlamaServer
 from tests.support.runner_proc import RunnerProcess, start_runner
+from tests.support.swaps import Traffic, busy_cpu, swap_adapter
 from tests.support.tokens import DEV_AUDIT_KEY, DEV_REGISTRY, dev_token
 
 pytestmark = pytest.mark.timeout(300)
 
 ALPHA, BRAVO = "gemma:alpha", "gemma:bravo"
+SWAPS = 20  # engine starts: a load and an unload each start it again
 
 
 def _models(gguf: Path) -> str:
@@ -224,3 +227,25 @@ class _traffic:
         self.stop.set()
         for t in self.threads:
             t.join(120)
+
+
+@pytest.mark.timeout(900)
+def test_engine_swap_stress_twenty_real_restarts_under_six_clients_on_a_busy_machine(
+    runner: RunnerProcess,
+) -> None:
+    """20 restarts of the real llama-server (10 governed loads and 10 unloads of
+    `charlie`) while 6 clients (the base, alpha and bravo, streamed and not) send requests
+    and two CPU spinners run beside them: every request is answered 200, with its slots
+    saved and restored across the engines (the stand-in's run: test_engine_swap_stress.py)."""
+    charlie = adapters()["charlie"]
+    clients = [("gemma", "team-c"), (ALPHA, "team-a"), (BRAVO, "team-b")] * 2
+    before = runner.log().count("engine started again")
+    started = time.monotonic()
+    with busy_cpu(2), Traffic(runner.url, clients, max_tokens=4) as traffic:
+        for _ in range(SWAPS // 2):
+            swap_adapter(runner.url, "gemma", "gemma:charlie", charlie.gguf, ["team-c"])
+    failed = traffic.sent - traffic.outcomes["ok"]
+    seconds = time.monotonic() - started
+    print(f"swaps={SWAPS} requests={traffic.sent} non2xx={failed} seconds={seconds:.0f}")
+    assert traffic.failures == [], traffic.failures[:5]
+    assert runner.log().count("engine started again") - before == SWAPS
