@@ -94,10 +94,9 @@ def canonical(obj: dict[str, Any], path: str, fields: RequestFields, context: in
        kind's -1 given alone is removed (the engine's default: no bound, which the
        runner bounds by the context or sends `max_tokens` for).
     """
-    own = fields.output_limits + fields.choices
-    allowed = OPENAI_FIELDS.get(path, frozenset()) | fields.passed(path)
+    openai, passed = OPENAI_FIELDS.get(path, frozenset()), fields.passed(path)
     for name in obj:  # 1
-        if name not in allowed and name not in own:
+        if name not in openai and name not in passed and not _own(name, fields):
             raise UnsupportedParameter(param=name, reason=_not_accepted(path))
     if path == EMBEDDINGS:  # 2
         return False
@@ -145,6 +144,11 @@ def _one_output_bound(obj: dict[str, Any], own: tuple[str, ...], context: int | 
             rule = f"{first}'s value ({bound}) when both are given: both bound the output"
             raise InvalidField(param=name, rule=rule, value=value)
     return changed
+
+
+def _own(name: str, fields: RequestFields) -> bool:
+    """`name` is the kind's own name of an OpenAI field (an output limit, a count)."""
+    return name in fields.output_limits or name in fields.choices
 
 
 def _is_int(value: object) -> bool:
