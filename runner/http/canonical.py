@@ -167,6 +167,6 @@ _ONE_PROMPT = (
     "the runner bounds and charges one)"
 )
 _ONE_COMPLETION = (
-    "above 1 is not served: send one request per completion (each would run on an engine "
+    "> 1 is not served: send one request per completion (each would run on an engine "
     "slot of its own, outside the request's bound and charge)"
 )

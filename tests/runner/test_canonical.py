@@ -79,9 +79,11 @@ def test_canonical_embeddings_take_their_own_fields_only() -> None:
     [("llama", "n"), ("llama", "n_cmpl"), ("vllm", "n"), ("vllm", "best_of"), ("openai", "n")],
 )
 def test_canonical_one_completion_per_request(kind: str, field: str) -> None:
-    """`n`, `best_of` and a kind's own count above 1 are refused naming the field; 1 and
-    null pass."""
+    """`n`, `best_of` and a kind's own count above 1 are refused naming the field (the
+    message says `<field> > 1`); 1 and null pass."""
     assert _refusal(_chat(**{field: 2}), CHAT, KINDS[kind]) == ("unsupported_parameter", field)
+    with pytest.raises(QuorumError, match=f"^{field} > 1 is not served"):
+        canonical(_chat(**{field: 2}), CHAT, KINDS[kind], 4096)
     for value in (1, None):
         canonical(_chat(**{field: value}), CHAT, KINDS[kind], 4096)
 
