@@ -5,7 +5,8 @@ A kind is one place (`adapters/<kind>/kind.py`): how its engines are started or 
 `slot_group`), what they report (`Launched.load`, `Launched.version`, `Traits.version`),
 what they can do (the facets of `Launched`, adapters/launched.py: sleep, flush, KV
 figures, LoRA adapters; `adapter_room`, `flush_at_rest`), which request
-path serves them (`Traits.request_path`), what they offer clients (`features`), how a
+path serves them (`Traits.request_path`), what they offer clients (`features`), which
+request fields beyond OpenAI's they take (`Traits.request_fields`), how a
 models-file entry of the kind is checked (`check`), which files a download fetches
 (`Traits.download_patterns`). The runner looks a model's kind up once, by its `backend`,
 in one table (`runner/engines/kinds.py`), and asks the kind; it never names one.
@@ -27,6 +28,7 @@ from prometheus_client.metrics_core import Metric
 
 from adapters.base import FlushScope
 from adapters.features import NONE, Features
+from adapters.fields import OPENAI_ONLY, RequestFields
 from adapters.launched import Launched
 from adapters.lora import LoraAdapter
 from faults import ServiceUnavailable
@@ -158,6 +160,8 @@ class Traits:
     download_patterns: tuple[str, ...] | None = None  # the files a download fetches (all)
     version: str | None = None  # the engine's version, when known without asking one
     adapters: bool = False  # its started engines serve LoRA adapters (`adapter_room`)
+    request_fields: RequestFields = OPENAI_ONLY  # the body fields its engines take beyond
+    # OpenAI's on the chat path, and how each counts (adapters/fields.py)
 
 
 class EngineFamilies(Protocol):

@@ -14,6 +14,9 @@ Exception tree (the runner's rows; the generic ones come from `faults`)::
     │   ├── InvalidHeader            400  invalid_header: a request header's value (names it)
     │   ├── InvalidField             400  invalid_request: a body field out of its range
     │   │                                 (names it in `param`; runner/http/body_checks.py)
+    │   ├── UnsupportedParameter     400  unsupported_parameter: a body field outside the
+    │   │                                 endpoint's canonical request, or a count the
+    │   │                                 runner does not serve (`param`; runner/http/canonical.py)
     │   └── WrongEndpoint            400  unsupported_model: a model another path serves
     ├── Forbidden (faults)           403  forbidden: not for this tenant (engine logs)
     ├── NotFound (faults)            404  not_found
@@ -82,6 +85,7 @@ __all__ = [
     "ServiceUnavailable",
     "TooManyConnections",
     "UnsupportedMediaType",
+    "UnsupportedParameter",
     "WrongEndpoint",
     "error_body",
     "error_headers",
@@ -92,6 +96,10 @@ __all__ = [
 InvalidHeader = BadRequest.row("InvalidHeader", "invalid_header")
 InvalidField = BadRequest.row(
     "InvalidField", "invalid_request", None, "{param} must be {rule}; got {value}",
+    extra=("param",),
+)  # fmt: skip
+UnsupportedParameter = BadRequest.row(
+    "UnsupportedParameter", "unsupported_parameter", None, "{param} {reason}",
     extra=("param",),
 )  # fmt: skip
 WrongEndpoint = BadRequest.row(

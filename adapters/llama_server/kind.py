@@ -53,6 +53,7 @@ from adapters.llama_server.engine import (
     LoraSlot,
     saved_in_scope,
 )
+from adapters.llama_server.fields import LLAMA_SERVER_FIELDS
 from adapters.llama_server.prefix_store import Bounds, PrefixCache
 from adapters.llama_server.protocol import (
     LLAMA_READY_MARKER,
@@ -105,6 +106,7 @@ class LlamaServerKind(KindDefaults):
         version=LLAMA_SERVER_VERSION,
         own_fields=frozenset({"adapters", "max_adapters", "public_prefixes"}),
         adapters=True,
+        request_fields=LLAMA_SERVER_FIELDS,
     )
 
     def __init__(self, settings: EngineSettings) -> None:

@@ -9,12 +9,18 @@ from __future__ import annotations
 import logging
 
 from adapters.features import Features
+from adapters.fields import RequestFields
 from adapters.http_client import EngineConnections
 from adapters.kind import EngineSettings, EngineSpec, Host, KindDefaults, Traits
 from adapters.launched import Launched
 from adapters.openai.engine import AttachedOpenAIEngine, Isolation
 
 log = logging.getLogger("quorum.pool")
+
+_REWRITTEN = frozenset({"cache_prompt", "id_slot", "slot_id", "n_cache_reuse", "lora"})
+ATTACHED_FIELDS = RequestFields(chat=_REWRITTEN, completions=_REWRITTEN)
+"""OpenAI's fields, and the cache and adapter fields `rewrite` removes (isolated) or keeps
+(`AttachedOpenAIEngine`): nothing an unknown engine might read as more work."""
 
 
 def attach_openai(
@@ -32,7 +38,12 @@ def attach_openai(
 
 class OpenAIKind(KindDefaults):
     name = "openai"
-    traits = Traits(request_path="chat", default_parallel=8, probe_path="/v1/models")
+    traits = Traits(
+        request_path="chat",
+        default_parallel=8,
+        probe_path="/v1/models",
+        request_fields=ATTACHED_FIELDS,
+    )
 
     def check(self, spec: EngineSpec) -> None:
         if not spec.url:

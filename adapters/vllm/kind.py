@@ -56,6 +56,7 @@ from adapters.kind import (
 from adapters.launched import EngineLoad, Launched
 from adapters.supervisor import EngineProcess
 from adapters.vllm.engine import CacheSalts, MemoryProbe, VllmEngine
+from adapters.vllm.fields import VLLM_FIELDS
 from adapters.vllm.launch import (
     VllmLaunchOptions,
     command_line,
@@ -116,6 +117,7 @@ class VllmKind(KindDefaults):
         catalog_rank=1,
         own_fields=frozenset({"adapters", "max_adapters"}),
         adapters=True,
+        request_fields=VLLM_FIELDS,
     )
 
     def __init__(self, settings: EngineSettings) -> None:

@@ -1,6 +1,6 @@
 """The runner in front of the real vLLM (CPU build, scripts/install-vllm) against vLLM alone.
 
-    .venv/bin/python -m bench.vllm.run [--pairs 3] [--duration 20] [--clients 4,16]
+    .venv/bin/python -m bench.vllm.run [--pairs 3] [--duration 60] [--clients 4,16]
         [--prefix-reps 2] [--no-throughput] [--no-prefix]
 
 One `vllm serve` (the default models file's Gemma 3 270M and CPU flags, dev mode, no API
@@ -12,7 +12,10 @@ the engines it starts. Same engine, same bytes from the clients; only the path d
    of closed-loop runs, `--duration` s each: every client streams a short chat
    (`max_tokens` 8) and sends its next one when the last ended; a pair's two runs send the
    same requests, each pair new ones. Reported: completed requests/s, TTFT p50/p95 (first
-   chunk with content), runner ÷ direct per pair (median [min, max]).
+   chunk with content), runner ÷ direct per pair (median [min, max]), over the pairs in
+   which both sides finished a request; a measure no pair finished a request for reads
+   "no request finished" (a CPU build under load can finish none in a short run: 60 s a
+   side by default).
 2. Prefix reuse: the multi-tenant, multi-turn trace of bench/prefix (4 tenants, private
    system prompts, probes sending another tenant's prompt) replayed `--prefix-reps` times
    per system, interleaved, the engine's prefix cache reset before each replay. Reported:
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -48,6 +52,7 @@ from bench.proxy.procs import REPO_ROOT, loadavg, machine_facts
 
 MODEL = "gemma-3-270m-vllm"
 MAX_TOKENS = 8
+NONE_FINISHED = "no request finished"
 
 
 def _log(msg: str) -> None:
@@ -211,7 +216,26 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _ratio_summary(ratios: list[float]) -> str:
-    return f"{statistics.median(ratios):.3f} [{min(ratios):.3f}, {max(ratios):.3f}]"
+    """Median [min, max] of the finite ratios; `NONE_FINISHED` when there are none."""
+    kept = [r for r in ratios if math.isfinite(r)]
+    if not kept:
+        return NONE_FINISHED
+    return f"{statistics.median(kept):.3f} [{min(kept):.3f}, {max(kept):.3f}]"
+
+
+def _ratios(runner: list[float], direct: list[float]) -> list[float]:
+    """runner ÷ direct per pair, for the pairs where both are finite and direct is not 0."""
+    return [
+        a / b
+        for a, b in zip(runner, direct, strict=True)
+        if math.isfinite(a) and math.isfinite(b) and b
+    ]
+
+
+def _median(values: list[float], digits: int) -> str:
+    """The median of the finite values, `digits` after the point; `NONE_FINISHED` if none."""
+    kept = [v for v in values if math.isfinite(v)]
+    return f"{statistics.median(kept):.{digits}f}" if kept else NONE_FINISHED
 
 
 async def _reset(engine_url: str) -> None:
@@ -220,15 +244,21 @@ async def _reset(engine_url: str) -> None:
         r.raise_for_status()
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (defaults: 3 pairs of 60 s a side, 4 and 16 clients)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=3)
-    ap.add_argument("--duration", type=float, default=20.0)
+    ap.add_argument("--duration", type=float, default=60.0, help="seconds per side per pair")
     ap.add_argument("--clients", default="4,16")
     ap.add_argument("--slots", type=int, default=16, help="--max-num-seqs and the runner's slots")
     ap.add_argument("--prefix-reps", type=int, default=2)
     ap.add_argument("--no-throughput", action="store_true")
     ap.add_argument("--no-prefix", action="store_true")
+    return ap
+
+
+def main() -> None:
+    ap = parser()
     args = ap.parse_args()
     results: dict[str, Any] = {"machine": machine_facts(), "args": vars(args)}
     _log("starting vLLM (default models file's entry)")
@@ -249,10 +279,7 @@ def main() -> None:
                         )
                         run["load"] = loadavg()
                         pair[name] = run
-                        _log(
-                            f"{clients} clients pair {p} {name}: {run['rps']:.2f} req/s, "
-                            f"TTFT p50 {_pct(run['ttft_ms'], 50):.0f} ms"
-                        )
+                        _log(f"{clients} clients pair {p} {name}: {_run_line(run)}")
                     pairs.append(pair)
                 tp[str(clients)] = pairs
             results["throughput"] = tp
@@ -290,32 +317,41 @@ def main() -> None:
     _log(f"wrote {path}")
 
 
+def _run_line(run: dict[str, Any]) -> str:
+    """One run's log line: its rate and TTFT, or that it finished no request."""
+    if not run["requests"]:
+        return f"{NONE_FINISHED} ({run['errors']} failed)"
+    return f"{run['rps']:.2f} req/s, TTFT p50 {_pct(run['ttft_ms'], 50):.0f} ms"
+
+
+def _rate(run: dict[str, Any]) -> float:
+    """A run's completed requests/s; NaN when it finished none (no rate to compare)."""
+    return float(run["rps"]) if run["requests"] else math.nan
+
+
 def report(results: dict[str, Any]) -> str:
+    """The Markdown table; a measure no run finished a request for says so."""
     lines = [
         "| measure | runner ÷ direct, median [min, max] | runner | direct |",
         "|---|---|---|---|",
     ]
     for clients, pairs in results.get("throughput", {}).items():
-        rps = [p["runner"]["rps"] / p["direct"]["rps"] for p in pairs if p["direct"]["rps"]]
-        r50 = [_pct(p["runner"]["ttft_ms"], 50) for p in pairs]
-        d50 = [_pct(p["direct"]["ttft_ms"], 50) for p in pairs]
-        r95 = [_pct(p["runner"]["ttft_ms"], 95) for p in pairs]
-        d95 = [_pct(p["direct"]["ttft_ms"], 95) for p in pairs]
-        lines.append(
-            f"| throughput, {clients} clients (req/s) | {_ratio_summary(rps)} | "
-            f"{statistics.median(p['runner']['rps'] for p in pairs):.2f} | "
-            f"{statistics.median(p['direct']['rps'] for p in pairs):.2f} |"
-        )
-        lines.append(
-            f"| TTFT p50, {clients} clients (ms) | "
-            f"{_ratio_summary([a / b for a, b in zip(r50, d50, strict=True)])} | "
-            f"{statistics.median(r50):.0f} | {statistics.median(d50):.0f} |"
-        )
-        lines.append(
-            f"| TTFT p95, {clients} clients (ms) | "
-            f"{_ratio_summary([a / b for a, b in zip(r95, d95, strict=True)])} | "
-            f"{statistics.median(r95):.0f} | {statistics.median(d95):.0f} |"
-        )
+        rows = [
+            ("throughput", "req/s", 2, [(_rate(p["runner"]), _rate(p["direct"])) for p in pairs])
+        ]
+        for q in (50, 95):
+            ttft = [
+                (_pct(p["runner"]["ttft_ms"], q), _pct(p["direct"]["ttft_ms"], q)) for p in pairs
+            ]
+            rows.append((f"TTFT p{q}", "ms", 0, ttft))
+        for label, unit, digits, values in rows:
+            runner = [r for r, _ in values]
+            direct = [d for _, d in values]
+            lines.append(
+                f"| {label}, {clients} clients ({unit}) | "
+                f"{_ratio_summary(_ratios(runner, direct))} | "
+                f"{_median(runner, digits)} | {_median(direct, digits)} |"
+            )
     runs = results.get("prefix", [])
     if runs:
         by = {s: [r for r in runs if r["system"] == s] for s in ("runner", "direct")}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from adapters.fields import RequestFields
 from adapters.kind import EngineKind
 from runner.engines.kinds import EngineKinds, LoadParams
 from runner.engines.sizing import policy_for
@@ -44,6 +45,11 @@ class ModelSpecs:
         """The request path that serves `model` (its kind's); None: not a model here."""
         spec = self._specs.get(model)
         return self.kinds.of(spec).traits.request_path if spec is not None else None
+
+    def request_fields(self, model: str) -> RequestFields | None:
+        """The request fields `model`'s kind takes beyond OpenAI's; None: not a model here."""
+        spec = self._specs.get(model)
+        return self.kinds.of(spec).traits.request_fields if spec is not None else None
 
     def register(self, spec: ModelSpec, params: LoadParams | None = None) -> None:
         """Know `spec` (a governed load resolved it), and what its next start asks for."""

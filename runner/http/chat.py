@@ -11,9 +11,11 @@ pays for it, so it does only what the features need. Through the one front-end
        bound to it (`runner/engines/adapters.check_bound`), then `check_model` (the tenant's
        `models` entitlement, on the adapter's id for an adapter); the numeric fields
        the runner can check (`runner/http/body_checks.py`: token limits, sampling ranges);
-       the tenant's token budgets reserve the request's upper bound (runner/tenancy/guard.py)
+       drop `x_*` extension fields; the endpoint's canonical request (`canonical.py`: the
+       fields OpenAI's and the model's kind's, one completion, one output bound); the
+       tenant's token budgets reserve the request's upper bound (runner/tenancy/guard.py)
                                                            -> 400 / 403 / 404 / 429 / 503
-    4. drop `x_*` extension fields, let the adapter adjust; re-serialize only if changed
+    4. let the adapter adjust; re-serialize only if changed
     5. admission (the scheduler's queue), under the disconnect scope     -> 503 + Retry-After
     6. forward; stream chunk by chunk, or read the JSON answer and its cache report;
        a failure talking to the engine is translated once (`_engine_error`)
@@ -35,6 +37,7 @@ import orjson
 
 from adapters.base import NO_REPORT, CacheReport, ChatEngine, Placement
 from adapters.errors import EngineBadResponse, EngineReplaced
+from adapters.fields import OPENAI_ONLY, RequestFields
 from adapters.http_client import ClientFailure, Response, translate_failure
 from adapters.refusals import refusal
 from faults import QuorumError
@@ -42,6 +45,7 @@ from runner.engines.adapters import AdapterBook, AdapterRecord, Counted, check_a
 from runner.errors import BadRequest, error_body
 from runner.http.asgi import JSON, Receive, Scope, Send, send_whole
 from runner.http.body_checks import check_generation
+from runner.http.canonical import canonical
 from runner.http.chat_reports import response_headers, sniff_report, took
 from runner.http.frontend import Admitted, ClientCall, FrontEnd
 from runner.http.json_body import OFFLOAD_BYTES, dump_json, load_json
@@ -60,7 +64,9 @@ _SSE = b"text/event-stream"
 class ChatPath:
     """`engines` holds the ready engines (the model pool keeps it current);
     `context_of(model)` its context length where known (the body checks read it);
-    `adapters` the runner's LoRA adapters, served on their base models' engines."""
+    `adapters` the runner's LoRA adapters, served on their base models' engines;
+    `fields_of(model)` the request fields its kind takes beyond OpenAI's (None: OpenAI's
+    only)."""
 
     def __init__(
         self,
@@ -70,6 +76,7 @@ class ChatPath:
         max_body_bytes: int,
         context_of: Callable[[str], int | None] = lambda _model: None,
         adapters: AdapterBook | None = None,
+        fields_of: Callable[[str], RequestFields | None] = lambda _model: None,
     ) -> None:
         self.front = front
         self.engines = engines
@@ -77,6 +84,7 @@ class ChatPath:
         self.metrics = metrics
         self.max_body = max_body_bytes
         self.adapters = adapters if adapters is not None else AdapterBook((), {})
+        self.fields_of = fields_of
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.front(scope, receive, send, self._serve)
@@ -92,13 +100,15 @@ class ChatPath:
             model = adapter.adapter.base
         self.front.check_model(call, model, "chat", adapter.adapter.id if adapter else None)
         context = self.context_of(model)
-        embeddings = call.scope["path"] == "/v1/embeddings"
+        path = call.scope["path"]
+        embeddings = path == "/v1/embeddings"
         if not embeddings:
             check_generation(obj, context)
         engine = self.engines.get(model)
         if adapter is not None and engine is not None:
             check_adapter(adapter, self.adapters.loaded(adapter))
-        changed = _strip_extensions(obj)  # 4
+        changed = _strip_extensions(obj)
+        changed |= canonical(obj, path, self.fields_of(model) or OPENAI_ONLY, context)
         spent = call.spent  # what it can cost at most (runner/tenancy/guard.py)
         spent.input_bound = prompt_bound(body, obj)
         spent.output_bound, cap = output_bound(obj, context, embeddings)
@@ -108,7 +118,7 @@ class ChatPath:
                 obj["max_tokens"] = cap
                 changed = True
         meta = call.meta
-        if engine is not None:
+        if engine is not None:  # 4
             changed |= engine.rewrite(obj, meta.cache_mode, call.tenant)
         if changed:
             size = len(body)

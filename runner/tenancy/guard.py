@@ -7,10 +7,15 @@ The bounds (never below what the engine will report):
   tokenizer covers at least one byte of text, and the body holds every byte of the
   messages) plus the chat template's allowance: `TEMPLATE_TOKENS_PER_MESSAGE` per message
   and `TEMPLATE_TOKENS` per request (role markers, BOS, the generation prompt);
-- output: `n` x (`max_completion_tokens`, `max_tokens` or `n_predict`); without one, the
-  model's context length (llama-server's and vLLM's documented default: generate until
-  the context is full); where the runner knows no context, `FALLBACK_OUTPUT_TOKENS`, and
-  the request is sent with `max_tokens` set to it, so the bound holds. Embeddings: 0.
+- output: the canonical request's one output limit (`max_completion_tokens`,
+  `max_tokens` or the kind's own name, llama-server's `n_predict`: equal when several are
+  given, runner/http/canonical.py); without one, the model's context length
+  (llama-server's and vLLM's documented default: generate until the context is full);
+  where the runner knows no context, `FALLBACK_OUTPUT_TOKENS`, and the request is sent
+  with `max_tokens` set to it (no other output field is left to outrank it), so the
+  bound holds. Embeddings: 0. One completion: the canonical request refuses `n`,
+  `best_of` and an engine's own count above 1 and several prompts in one, so the choices
+  factor (`n`, kept as a guard) is 1.
 
 What a request is charged when it ends (`Spent.used`, the same figure for its budgets
 and for usage): the engine's own figures when it reported them; for a stream cut short

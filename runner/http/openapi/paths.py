@@ -116,10 +116,13 @@ def _inference(models: Sequence[str], summary: str, required: str, value: Schema
             required: value,
             "stream": {"type": ["boolean", "null"]},
         },
-        "description": "OpenAI's body: the runner reads `model` (and `stream`); the rest "
-        "goes to the engine as sent once the runner has checked its numeric fields (token "
-        "limits, sampling ranges); the engine's own refusals are answered in the envelope. "
-        "Fields named `x_*` are runner extensions, removed before forwarding.",
+        "description": "OpenAI's body: OpenAI's fields for the endpoint and those the "
+        "model's engine kind declares (docs/api.md, Accepted fields); any other is 400 "
+        "unsupported_parameter naming it, as are `n`/`best_of` above 1 and several prompts "
+        "in one. The rest goes to the engine as sent once the runner has checked its "
+        "numeric fields (token limits, sampling ranges); the engine's own refusals are "
+        "answered in the envelope. Fields named `x_*` are runner extensions, removed "
+        "before forwarding.",
     }
     ok: Schema = {
         "description": "The engine's answer (a stream of server-sent events with `stream: true`).",
