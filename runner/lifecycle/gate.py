@@ -37,6 +37,7 @@ def governance_from(settings: Settings) -> Verifier | None:
             redis_url=settings.redis_url,
             legacy_key_path=legacy_key,
             audit_path=settings.governance_audit_log,
+            state_db=settings.state_db_path,
         )
     except ConfigInvalid as exc:
         raise ConfigInvalid(

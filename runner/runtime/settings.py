@@ -14,6 +14,7 @@ import ipaddress
 import os
 import socket
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
@@ -21,6 +22,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from adapters.llama_server.kind import default_binary as default_llama_server_bin
 from adapters.vllm.launch import DEFAULT_BIN as DEFAULT_VLLM_BIN
+from faults.state_db import MEMORY
 from runner.errors import ConfigError
 from tenants.identity import parse_peers
 from tenants.rates import parse_rate
@@ -159,6 +161,9 @@ class Settings(BaseSettings):
     token_budget_store_timeout_ms: int = Field(default=250, ge=1, le=60_000)
     tenant_permit_ttl_s: float = Field(default=30.0, ge=1, le=3600)  # shared in-flight caps
     usage_db: str = "~/.local/state/quorum/usage.sqlite3"  # embedded: SQLite file
+    # Embedded state that outlives the process (faults/state_db.py): unset, `state.sqlite3`
+    # beside USAGE_DB; `memory`: none (lost at exit). Not used with REDIS_URL.
+    state_db: str | None = None
     usage_retention_days: int = Field(default=400, ge=1, le=3660)
     usage_flush_s: float = Field(default=1.0, gt=0, le=60)
     usage_max_keys_per_hour: int = Field(default=10_000, ge=1, le=1_000_000)
@@ -232,6 +237,15 @@ class Settings(BaseSettings):
     @property
     def admins(self) -> frozenset[str]:
         return frozenset(t.strip() for t in self.admin_tenants.split(",") if t.strip())
+
+    @property
+    def state_db_path(self) -> str | None:
+        """The SQLite file of the embedded state, or None to keep it in memory."""
+        if self.state_db == MEMORY:
+            return None
+        if self.state_db:
+            return str(Path(self.state_db).expanduser())
+        return str(Path(self.usage_db).expanduser().parent / "state.sqlite3")
 
     @property
     def objectives(self) -> dict[bytes, str]:

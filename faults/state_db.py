@@ -1,0 +1,66 @@
+"""How every embedded store of state that must outlive the process opens `STATE_DB` (one
+SQLite file: spent nonces, governed tenant policies, load tasks, jobs), in one place, so
+that all of them promise the same durability.
+
+- WAL journal: readers never wait for the writer; a write is one append to the log.
+- `synchronous=FULL`: the log is fsynced at each commit, so a write that returned
+  (a nonce spent before the 200, a policy stored) is on disk: a SIGKILL loses nothing,
+  and a power cut or an OS crash loses nothing either, on storage that honours fsync
+  (a disk or volume that lies about its write cache may lose the last commits).
+- One connection per store, its calls serialized by a lock and run in a worker thread
+  (`run`): a store's caller awaits, the event loop never blocks on the disk.
+
+Each store translates `sqlite3.Error` into its own package's "store unavailable" error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+MEMORY = "memory"
+"""`STATE_DB=memory`: no file; the stores keep their state in the process (lost at exit)."""
+
+
+def open_state_db(path: str | Path) -> sqlite3.Connection:
+    """A connection to the file at `path` (its folder made), in WAL mode, synchronous=FULL."""
+    file = Path(path).expanduser()
+    file.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(file, check_same_thread=False, timeout=10)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    return db
+
+
+class StateDb:
+    """One connection whose calls run one at a time, in a worker thread, each in one
+    transaction (committed when the call returns, rolled back when it raises)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path).expanduser()
+        self._db = open_state_db(self.path)
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn` in one transaction, here (start-up and tests)."""
+        with self._lock, self._db:
+            if self._closed:
+                raise sqlite3.ProgrammingError(f"state db {self.path} is closed")
+            return fn(self._db)
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn` in one transaction, in a worker thread."""
+        return await asyncio.to_thread(self.call, fn)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._db.close()
