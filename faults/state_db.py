@@ -32,7 +32,7 @@ def open_state_db(path: str | Path) -> sqlite3.Connection:
     """A connection to the file at `path` (its folder made), in WAL mode, synchronous=FULL."""
     file = Path(path).expanduser()
     file.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(file, check_same_thread=False, timeout=10)
+    db = sqlite3.connect(file, check_same_thread=False, timeout=10, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
     return db
@@ -40,7 +40,9 @@ def open_state_db(path: str | Path) -> sqlite3.Connection:
 
 class StateDb:
     """One connection whose calls run one at a time, in a worker thread, each in one
-    transaction (committed when the call returns, rolled back when it raises)."""
+    `BEGIN IMMEDIATE` transaction (committed when the call returns, rolled back when it
+    raises): a read and the write that depends on it hold the file's write lock together,
+    even against another process on the same file."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).expanduser()
@@ -50,10 +52,17 @@ class StateDb:
 
     def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run `fn` in one transaction, here (start-up and tests)."""
-        with self._lock, self._db:
+        with self._lock:
             if self._closed:
                 raise sqlite3.ProgrammingError(f"state db {self.path} is closed")
-            return fn(self._db)
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(self._db)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+            return result
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run `fn` in one transaction, in a worker thread."""
