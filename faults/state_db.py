@@ -3,10 +3,15 @@ SQLite file: spent nonces, governed tenant policies, load tasks, jobs), in one p
 that all of them promise the same durability.
 
 - WAL journal: readers never wait for the writer; a write is one append to the log.
-- `synchronous=FULL`: the log is fsynced at each commit, so a write that returned
-  (a nonce spent before the 200, a policy stored) is on disk: a SIGKILL loses nothing,
-  and a power cut or an OS crash loses nothing either, on storage that honours fsync
-  (a disk or volume that lies about its write cache may lose the last commits).
+- `synchronous=FULL` (`STATE_DB_SYNC=full`, the default): the log is fsynced at each
+  commit, so a write that returned (a nonce spent before the 200, a policy stored) is on
+  disk: a SIGKILL loses nothing, and a power cut or an OS crash loses nothing either, on
+  storage that honours fsync (a disk or volume that lies about its write cache may lose
+  the last commits). Each commit costs one fsync of the disk.
+- `synchronous=NORMAL` (`STATE_DB_SYNC=normal`): a commit is written to the log but not
+  fsynced (the log is fsynced at checkpoints): a SIGKILL or a crash of the runner still
+  loses nothing (the OS holds the write), a power cut or an OS crash may lose the last
+  commits (a spent nonce may be spendable again, inside its validity window).
 - One connection per store, its calls serialized by a lock and run in a worker thread
   (`run`): a store's caller awaits, the event loop never blocks on the disk.
 
@@ -28,13 +33,19 @@ MEMORY = "memory"
 """`STATE_DB=memory`: no file; the stores keep their state in the process (lost at exit)."""
 
 
-def open_state_db(path: str | Path) -> sqlite3.Connection:
-    """A connection to the file at `path` (its folder made), in WAL mode, synchronous=FULL."""
+SYNC_MODES = ("full", "normal")
+
+
+def open_state_db(path: str | Path, sync: str = "full") -> sqlite3.Connection:
+    """A connection to the file at `path` (its folder made), in WAL mode, with `sync`
+    (`full` or `normal`) as its synchronous mode."""
+    if sync not in SYNC_MODES:
+        raise ValueError(f"synchronous mode must be one of {SYNC_MODES}, not {sync!r}")
     file = Path(path).expanduser()
     file.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(file, check_same_thread=False, timeout=10, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=FULL")
+    db.execute(f"PRAGMA synchronous={sync.upper()}")
     return db
 
 
@@ -44,9 +55,9 @@ class StateDb:
     raises): a read and the write that depends on it hold the file's write lock together,
     even against another process on the same file."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, sync: str = "full") -> None:
         self.path = Path(path).expanduser()
-        self._db = open_state_db(self.path)
+        self._db = open_state_db(self.path, sync)
         self._lock = threading.Lock()
         self._closed = False
 

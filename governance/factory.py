@@ -35,13 +35,15 @@ def build_verifier(
     audit_path: str | None = None,
     clock: Callable[[], float] = time.time,
     state_db: str | None = None,
+    state_db_sync: str = "full",
 ) -> Verifier:
     """Load and check everything now; raise ConfigInvalid (refuse to start) on any problem.
 
     - registry_path: GOVERNANCE_REGISTRY (validated; unsafe registries are refused).
     - redis_url: REDIS_URL: nonces shared by every replica; without it nonces are spent
       in `state_db` (STATE_DB, a SQLite file: they survive a restart), or, when that is
-      None too, in process memory (single replica, forgotten at a restart).
+      None too, in process memory (single replica, forgotten at a restart);
+      `state_db_sync`: STATE_DB_SYNC (faults/state_db.py).
     - legacy_key_path: VERIFIED_OP_TOKEN_KEY_PATH; None leaves the legacy HMAC form off.
     - audit_path: the append-only JSONL audit log; None keeps records in memory (dev only).
     Call `await verifier.aclose()` at shutdown to close the Redis client and the log file.
@@ -55,7 +57,7 @@ def build_verifier(
         nonces = RedisNonceStore.from_url(redis_url)
     elif state_db:
         try:
-            nonces = SqliteNonceStore(state_db, clock)
+            nonces = SqliteNonceStore(state_db, clock, state_db_sync)
         except (OSError, sqlite3.Error) as exc:
             raise ConfigInvalid(f"state db {state_db}: cannot open: {exc}") from exc
     else:

@@ -6,7 +6,8 @@ NonceStoreUnavailable, and the verifier fails closed (503).
 
 - `MemoryNonceStore`: one process (`STATE_DB=memory`, tests): a restart forgets them.
 - `SqliteNonceStore`: the embedded default, in `STATE_DB` (faults/state_db.py): the
-  spend is committed (fsynced) before `consume` returns, so before the 200.
+  spend is committed (fsynced, with STATE_DB_SYNC=full) before `consume` returns, so
+  before the 200.
 - `RedisNonceStore`: every replica's, in Redis.
 """
 
@@ -73,8 +74,8 @@ class SqliteNonceStore:
     """Nonces in the `nonces` table of `STATE_DB`, each row kept until its expiry (the
     expired ones are deleted by the next consume)."""
 
-    def __init__(self, path: str | Path, clock: Clock) -> None:
-        self._db = StateDb(path)
+    def __init__(self, path: str | Path, clock: Clock, sync: str = "full") -> None:
+        self._db = StateDb(path, sync)
         self._clock = clock
         self._db.call(_create_nonces)
 

@@ -123,8 +123,8 @@ class MemoryPolicyStore:
 class SqlitePolicyStore:
     """The governed policies in `STATE_DB`; one process changes them (no notifications)."""
 
-    def __init__(self, path: str | Path) -> None:
-        self._db = StateDb(path)
+    def __init__(self, path: str | Path, sync: str = "full") -> None:
+        self._db = StateDb(path, sync)
         self._db.call(_create_policies)
 
     async def put(

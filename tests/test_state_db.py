@@ -44,3 +44,13 @@ def test_state_db_closed_refuses_calls(tmp_path: Path) -> None:
     state.close()
     with pytest.raises(sqlite3.Error):
         state.call(lambda db: db.execute("SELECT 1"))
+
+
+def test_state_db_normal_sync_is_chosen_and_others_refused(tmp_path: Path) -> None:
+    """STATE_DB_SYNC=normal gives synchronous=NORMAL; a mode that is not full or normal
+    (off: a power cut could corrupt the file) is refused."""
+    state = StateDb(tmp_path / "state.sqlite3", "normal")
+    assert state.call(lambda db: db.execute("PRAGMA synchronous").fetchone()) == (1,)
+    state.close()
+    with pytest.raises(ValueError):
+        StateDb(tmp_path / "other.sqlite3", "off")

@@ -42,7 +42,9 @@ class Jobs:
         if s.redis_url:
             store = RedisJobStore.from_url(s.redis_url, retention_s=s.job_retention_s)
         elif state_db := s.state_db_path:
-            store = SqliteJobStore(state_db, time.time, retention_s=s.job_retention_s)
+            store = SqliteJobStore(
+                state_db, time.time, retention_s=s.job_retention_s, sync=s.state_db_sync
+            )
         else:
             store = MemoryJobStore(time.time, retention_s=s.job_retention_s)
         client, sender = None, None

@@ -48,9 +48,10 @@ class SqliteJobStore:
         clock: Clock,
         retention_s: int = DEFAULT_RETENTION_S,
         active_ttl_s: int = DEFAULT_ACTIVE_TTL_S,
+        sync: str = "full",
     ) -> None:
         check_ttls(retention_s, active_ttl_s)
-        self._db = StateDb(path)
+        self._db = StateDb(path, sync)
         self._clock = clock
         self._retention_s = retention_s
         self._active_ttl_s = active_ttl_s

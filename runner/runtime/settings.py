@@ -164,6 +164,7 @@ class Settings(BaseSettings):
     # Embedded state that outlives the process (faults/state_db.py): unset, `state.sqlite3`
     # beside USAGE_DB; `memory`: none (lost at exit). Not used with REDIS_URL.
     state_db: str | None = None
+    state_db_sync: Literal["full", "normal"] = "full"  # normal: a power cut may lose commits
     usage_retention_days: int = Field(default=400, ge=1, le=3660)
     usage_flush_s: float = Field(default=1.0, gt=0, le=60)
     usage_max_keys_per_hour: int = Field(default=10_000, ge=1, le=1_000_000)
@@ -278,7 +279,7 @@ class Settings(BaseSettings):
         parse_objective_priorities(value)  # ValueError names the bad entry
         return value
 
-    @field_validator("log_level", "log_format", "whisper_device", mode="before")
+    @field_validator("log_level", "log_format", "whisper_device", "state_db_sync", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value

@@ -15,4 +15,8 @@ def task_store_for(s: Settings) -> TaskStore:
     if s.redis_url:
         return RedisTaskStore.from_url(s.redis_url)
     state_db = s.state_db_path
-    return SqliteTaskStore(state_db, time.time) if state_db else MemoryTaskStore(time.time)
+    return (
+        SqliteTaskStore(state_db, time.time, sync=s.state_db_sync)
+        if state_db
+        else MemoryTaskStore(time.time)
+    )

@@ -59,10 +59,11 @@ class SqliteTaskStore:
         *,
         retention_s: int = DEFAULT_RETENTION_S,
         stale_after_s: float | None = DEFAULT_STALE_AFTER_S,
+        sync: str = "full",
     ) -> None:
         if retention_s < 1:
             raise ValueError("retention_s must be at least 1 second")
-        self._db = StateDb(path)
+        self._db = StateDb(path, sync)
         self._clock = clock
         self._retention_s = retention_s
         self._stale_after_s = stale_after_s

@@ -64,7 +64,9 @@ class Tenancy:
             budget_store = MemoryBudgetStore()
             usage_store = SqliteUsageStore(s.usage_db)
             state_db = s.state_db_path
-            policy_store = SqlitePolicyStore(state_db) if state_db else MemoryPolicyStore()
+            policy_store = (
+                SqlitePolicyStore(state_db, s.state_db_sync) if state_db else MemoryPolicyStore()
+            )
             permits = None
         return cls(
             budgets=Budgets(budget_store, fail_open=s.token_budget_fail_open),
