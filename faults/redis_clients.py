@@ -7,14 +7,86 @@ a write lost) although Redis is back. So a command whose connection turns out cl
 (`ConnectionError`) is sent once more, at once, on a new connection. A timeout is never
 retried: the command may have run, and running a rate-limit hit or a nonce twice would
 count it twice.
+
+Sentinel (`REDIS_MODE=sentinel`): the settings turn `REDIS_SENTINELS`,
+`REDIS_SENTINEL_SERVICE` and `REDIS_URL`'s password, db and TLS into one URL,
+`redis+sentinel://[user:password@]host:port,host:port/<service>[/<db>]` (`rediss+sentinel`
+for TLS to the primary), and every client and pool built here for such a URL asks the
+sentinels where the primary is at each new connection (redis-py's `Sentinel`). After a
+failover the old primary's connections fail or answer READONLY; redis-py closes them, the
+one retry above reconnects, and the command goes to the new primary.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+
+SENTINEL_SCHEMES = ("redis+sentinel://", "rediss+sentinel://")
+
+
+@dataclass(frozen=True, slots=True)
+class SentinelTarget:
+    """Where the sentinels are, which service they watch, and how to speak to its primary."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    ssl: bool = False
+
+
+def is_sentinel_url(url: str) -> bool:
+    return url.startswith(SENTINEL_SCHEMES)
+
+
+def parse_sentinel_url(url: str) -> SentinelTarget:
+    """`redis+sentinel://[user:pw@]h:p,h:p/<service>[/<db>]`; ValueError when malformed."""
+    if not is_sentinel_url(url):
+        raise ValueError(f"not a sentinel URL: must start with {' or '.join(SENTINEL_SCHEMES)}")
+    scheme, rest = url.split("://", 1)
+    auth, _, hosts_path = rest.rpartition("@")
+    hosts, _, path = hosts_path.partition("/")
+    sentinels = []
+    for item in hosts.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"sentinel {item!r}: expected host:port")
+        sentinels.append((host, int(port)))
+    parts = [p for p in path.split("/") if p]
+    if not parts or len(parts) > 2 or (len(parts) == 2 and not parts[1].isdigit()):
+        raise ValueError("expected /<service>[/<db>] after the sentinels")
+    username, _, password = auth.partition(":")
+    return SentinelTarget(
+        tuple(sentinels),
+        unquote(parts[0]),
+        int(parts[1]) if len(parts) == 2 else 0,
+        unquote(username) or None,
+        unquote(password) or None,
+        scheme.startswith("rediss"),
+    )
+
+
+def sentinel_url(sentinels: str, service: str, base_url: str | None = None) -> str:
+    """The URL of `service` watched by `sentinels` (`host:port,...`), with the user,
+    password, db and TLS of `base_url` (a `redis://` or `rediss://` REDIS_URL; its host is
+    not used)."""
+    base = urlsplit(base_url or "redis://")
+    scheme = "rediss+sentinel" if base.scheme == "rediss" else "redis+sentinel"
+    auth = ""
+    if base.username or base.password:
+        auth = f"{base.username or ''}:{base.password or ''}@"
+    db = base.path.strip("/") or "0"
+    url = f"{scheme}://{auth}{sentinels.replace(' ', '')}/{service}/{db}"
+    parse_sentinel_url(url)  # refuse now what could not be used later
+    return url
 
 
 def reconnecting_retry() -> Retry:
@@ -25,6 +97,8 @@ def reconnecting_retry() -> Retry:
 def redis_client(url: str, timeout_s: float) -> aioredis.Redis:
     """A client for `url` (`REDIS_URL`) whose connect and commands time out after
     `timeout_s` (a hung Redis answers 503 fast), retried once on a closed connection."""
+    if is_sentinel_url(url):
+        return aioredis.Redis.from_pool(redis_pool(url, timeout_s))  # closed with the client
     return aioredis.Redis.from_url(
         url,
         socket_timeout=timeout_s,
@@ -35,9 +109,37 @@ def redis_client(url: str, timeout_s: float) -> aioredis.Redis:
 
 def redis_pool(url: str, timeout_s: float) -> aioredis.ConnectionPool:
     """The same settings as `redis_client`, as a pool (for a library that takes one)."""
+    if is_sentinel_url(url):
+        return _sentinel_pool(parse_sentinel_url(url), timeout_s)
     return aioredis.ConnectionPool.from_url(
         url,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
         retry=reconnecting_retry(),
+    )
+
+
+class _SentinelPool(SentinelConnectionPool):
+    """redis-py's pool of connections to the primary, which also closes its connections to
+    the sentinels when it is closed (redis-py's leaves them open)."""
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections)
+        for client in self.sentinel_manager.sentinels:
+            await client.aclose()
+
+
+def _sentinel_pool(target: SentinelTarget, timeout_s: float) -> SentinelConnectionPool:
+    """A pool whose connections go to the primary the sentinels name at connect time."""
+    timeouts = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+    sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=timeouts)  # type: ignore[no-untyped-call]
+    return _SentinelPool(  # type: ignore[no-untyped-call]
+        target.service,
+        sentinel,
+        db=target.db,
+        username=target.username,
+        password=target.password,
+        ssl=target.ssl,
+        retry=reconnecting_retry(),
+        **timeouts,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 from governance.audit import AuditSink, FileAuditSink, MemoryAuditSink
 from governance.audit_heads import AuditKey, HeadStore, MemoryHeadStore, RedisHeadStore
 from governance.errors import ConfigInvalid
-from governance.nonces import MemoryNonceStore, NonceStore, RedisNonceStore
+from governance.nonces import MemoryNonceStore, NonceStore, RedisNonceStore, SqliteNonceStore
 from governance.registry import load_registry
 from governance.verifier import Verifier
 
@@ -35,11 +36,16 @@ def build_verifier(
     audit_path: str | None = None,
     clock: Callable[[], float] = time.time,
     audit_key_path: str | None = None,
+    state_db: str | None = None,
+    state_db_sync: str = "full",
 ) -> Verifier:
     """Load and check everything now; raise ConfigInvalid (refuse to start) on any problem.
 
     - registry_path: GOVERNANCE_REGISTRY (validated; unsafe registries are refused).
-    - redis_url: REDIS_URL; None keeps nonces in process memory (single replica only).
+    - redis_url: REDIS_URL: nonces shared by every replica; without it nonces are spent
+      in `state_db` (STATE_DB, a SQLite file: they survive a restart), or, when that is
+      None too, in process memory (single replica, forgotten at a restart);
+      `state_db_sync`: STATE_DB_SYNC (faults/state_db.py).
     - legacy_key_path: VERIFIED_OP_TOKEN_KEY_PATH; None leaves the legacy HMAC form off.
     - audit_path: the append-only JSONL audit log; None keeps records in memory (dev only).
     - audit_key_path: GOVERNANCE_AUDIT_KEY, the Ed25519 key that signs records and heads;
@@ -52,9 +58,16 @@ def build_verifier(
         raise ConfigInvalid("a runner id is required: tokens are addressed to it (aud)")
     registry = load_registry(registry_path)
     legacy_key = load_legacy_key(legacy_key_path) if legacy_key_path else None
-    nonces: NonceStore = (
-        RedisNonceStore.from_url(redis_url) if redis_url else MemoryNonceStore(clock)
-    )
+    nonces: NonceStore
+    if redis_url:
+        nonces = RedisNonceStore.from_url(redis_url)
+    elif state_db:
+        try:
+            nonces = SqliteNonceStore(state_db, clock, state_db_sync)
+        except (OSError, sqlite3.Error) as exc:
+            raise ConfigInvalid(f"state db {state_db}: cannot open: {exc}") from exc
+    else:
+        nonces = MemoryNonceStore(clock)
     if audit_key_path:
         key = AuditKey.load(audit_key_path)
     elif audit_path:

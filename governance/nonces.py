@@ -3,18 +3,27 @@
 `consume` is one atomic set-if-absent with expiry: True the first time a nonce is seen
 (within its ttl), False afterwards. A store that cannot answer raises
 NonceStoreUnavailable, and the verifier fails closed (503).
+
+- `MemoryNonceStore`: one process (`STATE_DB=memory`, tests): a restart forgets them.
+- `SqliteNonceStore`: the embedded default, in `STATE_DB` (faults/state_db.py): the
+  spend is committed (fsynced, with STATE_DB_SYNC=full) before `consume` returns, so
+  before the 200.
+- `RedisNonceStore`: every replica's, in Redis.
 """
 
 from __future__ import annotations
 
 import heapq
+import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from faults.redis_clients import redis_client
+from faults.state_db import StateDb
 from governance.errors import NonceStoreUnavailable
 
 Clock = Callable[[], float]
@@ -59,6 +68,44 @@ class MemoryNonceStore:
 
     async def aclose(self) -> None:
         return None
+
+
+class SqliteNonceStore:
+    """Nonces in the `nonces` table of `STATE_DB`, each row kept until its expiry (the
+    expired ones are deleted by the next consume)."""
+
+    def __init__(self, path: str | Path, clock: Clock, sync: str = "full") -> None:
+        self._db = StateDb(path, sync)
+        self._clock = clock
+        self._db.call(_create_nonces)
+
+    async def consume(self, nonce: str, ttl_s: int) -> bool:
+        if ttl_s < 1:
+            raise ValueError("ttl_s must be at least 1 second")
+        now = self._clock()
+
+        def spend(db: sqlite3.Connection) -> bool:
+            db.execute("DELETE FROM nonces WHERE expires <= ?", (now,))
+            cursor = db.execute(
+                "INSERT OR IGNORE INTO nonces (nonce, expires) VALUES (?, ?)", (nonce, now + ttl_s)
+            )
+            return cursor.rowcount == 1
+
+        try:
+            return await self._db.run(spend)
+        except sqlite3.Error as exc:
+            raise NonceStoreUnavailable(
+                f"nonce store {self._db.path} failed ({exc}); lifecycle operations are "
+                "refused until it works"
+            ) from exc
+
+    async def aclose(self) -> None:
+        self._db.close()
+
+
+def _create_nonces(db: sqlite3.Connection) -> None:
+    db.execute("CREATE TABLE IF NOT EXISTS nonces (nonce TEXT PRIMARY KEY, expires REAL NOT NULL)")
+    db.execute("CREATE INDEX IF NOT EXISTS nonces_expires ON nonces (expires)")
 
 
 class RedisNonceStore:

@@ -4,8 +4,11 @@ A record is one tenant's policy as approved (None: deleted), the version the cha
 the SHA-256 the token bound and who approved it. Versions only grow; `snapshot` returns
 them all with the highest version.
 
-- `MemoryPolicyStore`: one process (the embedded default; lost at a restart, where the
-  tenants file rules again).
+- `MemoryPolicyStore`: one process (`STATE_DB=memory`, tests; lost at a restart, where
+  the tenants file rules again).
+- `SqlitePolicyStore`: the embedded default, in `STATE_DB` (faults/state_db.py): tables
+  `policies` (tenant -> record JSON) and `policy_version`; a change is committed (fsynced)
+  before `put` returns, so a restart keeps every governed policy and revoked key.
 - `RedisPolicyStore`: a versioned document in Redis (`quorum:tenants:policies`, a hash of
   tenant -> record JSON, and `quorum:tenants:version`), changed by one Lua script that
   bumps the version, writes the record and publishes the version on
@@ -18,16 +21,20 @@ import asyncio
 import contextlib
 import json
 import logging
+import sqlite3
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from faults.redis_clients import redis_client
+from faults.state_db import StateDb
 
 log = logging.getLogger("quorum.tenants.policies")
+T = TypeVar("T")
 
 HASH = "quorum:tenants:policies"
 VERSION = "quorum:tenants:version"
@@ -111,6 +118,64 @@ class MemoryPolicyStore:
 
     async def aclose(self) -> None:
         return None
+
+
+class SqlitePolicyStore:
+    """The governed policies in `STATE_DB`; one process changes them (no notifications)."""
+
+    def __init__(self, path: str | Path, sync: str = "full") -> None:
+        self._db = StateDb(path, sync)
+        self._db.call(_create_policies)
+
+    async def put(
+        self,
+        tenant: str,
+        policy: Mapping[str, Any] | None,
+        sha256: str,
+        approved_by: tuple[str, ...],
+        now: float,
+    ) -> PolicyRecord:
+        def write(db: sqlite3.Connection) -> PolicyRecord:
+            db.execute("UPDATE policy_version SET version = version + 1")
+            (version,) = db.execute("SELECT version FROM policy_version").fetchone()
+            record = PolicyRecord(tenant, policy, int(version), sha256, approved_by, now)
+            db.execute(
+                "INSERT INTO policies (tenant, record) VALUES (?, ?) "
+                "ON CONFLICT (tenant) DO UPDATE SET record = excluded.record",
+                (tenant, record.to_json()),
+            )
+            return record
+
+        return await self._run(write)
+
+    async def snapshot(self) -> tuple[int, dict[str, PolicyRecord]]:
+        def read(db: sqlite3.Connection) -> tuple[int, dict[str, PolicyRecord]]:
+            (version,) = db.execute("SELECT version FROM policy_version").fetchone()
+            rows = db.execute("SELECT tenant, record FROM policies").fetchall()
+            return int(version), {t: PolicyRecord.from_json(text) for t, text in rows}
+
+        return await self._run(read)
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            return await self._db.run(fn)
+        except sqlite3.Error as exc:
+            raise PolicyStoreUnavailable(f"{self._db.path}: {exc}") from exc
+
+    async def listen(self, changed: Callable[[], Awaitable[None]]) -> None:
+        await asyncio.Event().wait()  # one process: nobody else changes them
+
+    async def aclose(self) -> None:
+        self._db.close()
+
+
+def _create_policies(db: sqlite3.Connection) -> None:
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS policies (tenant TEXT PRIMARY KEY, record TEXT NOT NULL)"
+    )
+    db.execute("CREATE TABLE IF NOT EXISTS policy_version (version INTEGER NOT NULL)")
+    if db.execute("SELECT COUNT(*) FROM policy_version").fetchone()[0] == 0:
+        db.execute("INSERT INTO policy_version (version) VALUES (0)")
 
 
 _PUT = """

@@ -11,7 +11,7 @@ from limits.aio.storage.redis.redispy import RedispyBridge
 from limits.errors import StorageError
 from redis.exceptions import NoScriptError, RedisError
 
-from faults.redis_clients import redis_pool
+from faults.redis_clients import is_sentinel_url, redis_pool
 from tenants.errors import InvalidTenantConfig
 from tenants.memory_store import Clock, MemoryWindowStorage, Window
 
@@ -35,12 +35,21 @@ def storage_from_url(
     async `RedisStorage` (redis-py client, keys prefixed `quorum`).
 
     `redis_url` is what `REDIS_URL` holds: `redis://`, `rediss://` or `unix://` (the
-    library's own `async+redis://` spellings are accepted too). Connect and command time
+    library's own `async+redis://` spellings are accepted too), or a sentinel URL
+    (faults/redis_clients.py), whose pool follows the primary. Connect and command time
     out after `timeout_s`, so a hung Redis fails a request fast instead of holding it.
     Redis windows run on Redis' clock (key TTLs), not on `clock`.
     """
     if not redis_url:
         return MemoryWindowStorage(clock)
+    if is_sentinel_url(redis_url):  # the pool finds the primary; the URI only names a kind
+        return SharedRedisStorage(
+            "async+redis://sentinel:26379",
+            wrap_exceptions=True,
+            implementation="redispy",
+            key_prefix=KEY_PREFIX,
+            connection_pool=redis_pool(redis_url, timeout_s),  # type: ignore[arg-type]
+        )
     uri = redis_url
     for plain, scheme in _SCHEMES.items():
         if redis_url.startswith(plain):

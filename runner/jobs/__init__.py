@@ -2,8 +2,9 @@
 
 `JobManager` (manager.py) is the entry point, built with its store and webhook sender
 from the settings in build.py; `http.py` holds the answers the routes send; records and
-their state machine are in record.py, storage in store.py, signed webhooks in
-webhooks.py, where they may go in outbound.py, errors in errors.py.
+their state machine are in record.py, storage in store.py (memory, Redis) and
+sqlite_store.py (STATE_DB), signed webhooks in webhooks.py, where they may go in
+outbound.py, errors in errors.py.
 """
 
 from runner.jobs.errors import (
@@ -17,6 +18,7 @@ from runner.jobs.errors import (
 from runner.jobs.manager import JobManager, Work
 from runner.jobs.progress import ProgressReporter, Throttle
 from runner.jobs.record import Delivery, Failure, Job, JobStatus, Progress
+from runner.jobs.sqlite_store import SqliteJobStore
 from runner.jobs.store import JobStore, MemoryJobStore, RedisJobStore
 from runner.jobs.webhooks import RetryPolicy, WebhookSender, validate_webhook_url
 
@@ -38,6 +40,7 @@ __all__ = [
     "ProgressReporter",
     "RedisJobStore",
     "RetryPolicy",
+    "SqliteJobStore",
     "Throttle",
     "WebhookSender",
     "Work",

@@ -1,7 +1,8 @@
 """What the async jobs hold while the runner lives, built from the settings: the job store
-(Redis with REDIS_URL, else memory), the manager, and, when any webhook can be signed
-(WEBHOOK_SECRET, or a tenant's own secret), the webhook client and sender, which posts
-only where the outbound policy allows (runner/jobs/outbound.py)."""
+(Redis with REDIS_URL, else SQLite in STATE_DB, else memory with STATE_DB=memory), the
+manager, and, when any webhook can be signed (WEBHOOK_SECRET, or a tenant's own secret),
+the webhook client and sender, which posts only where the outbound policy allows
+(runner/jobs/outbound.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import httpx
 
 from runner.jobs.manager import JobManager
 from runner.jobs.outbound import AllowList, Endpoints, OutboundPolicy
+from runner.jobs.sqlite_store import SqliteJobStore
 from runner.jobs.store import JobStore, MemoryJobStore, RedisJobStore
 from runner.jobs.webhooks import WebhookSender
 from runner.runtime.settings import Settings
@@ -36,11 +38,15 @@ class Jobs:
     ) -> Jobs:
         """`own_endpoints`: where the runner and its engines listen, asked at each check
         (`endpoints_of`); `on_finished(kind, outcome)`: each job that ends, once."""
-        store: JobStore = (
-            RedisJobStore.from_url(s.redis_url, retention_s=s.job_retention_s)
-            if s.redis_url
-            else MemoryJobStore(time.time, retention_s=s.job_retention_s)
-        )
+        store: JobStore
+        if s.redis_url:
+            store = RedisJobStore.from_url(s.redis_url, retention_s=s.job_retention_s)
+        elif state_db := s.state_db_path:
+            store = SqliteJobStore(
+                state_db, time.time, retention_s=s.job_retention_s, sync=s.state_db_sync
+            )
+        else:
+            store = MemoryJobStore(time.time, retention_s=s.job_retention_s)
         client, sender = None, None
         shared = s.webhook_secret.get_secret_value() if s.webhook_secret is not None else None
         if shared is not None or tenants.webhook_secrets:  # checked at start-up

@@ -59,11 +59,11 @@ class JobStore(Protocol):
     async def aclose(self) -> None: ...
 
 
-def _ttl(job: Job, retention_s: int, active_ttl_s: int) -> int:
+def ttl_of(job: Job, retention_s: int, active_ttl_s: int) -> int:
     return retention_s if job.terminal else active_ttl_s
 
 
-def _check_ttls(retention_s: int, active_ttl_s: int) -> None:
+def check_ttls(retention_s: int, active_ttl_s: int) -> None:
     if retention_s < 1 or active_ttl_s < 1:
         raise ValueError("retention_s and active_ttl_s must be at least 1 second")
 
@@ -81,7 +81,7 @@ class MemoryJobStore:
         retention_s: int = DEFAULT_RETENTION_S,
         active_ttl_s: int = DEFAULT_ACTIVE_TTL_S,
     ) -> None:
-        _check_ttls(retention_s, active_ttl_s)
+        check_ttls(retention_s, active_ttl_s)
         self._clock = clock
         self._retention_s = retention_s
         self._active_ttl_s = active_ttl_s
@@ -96,7 +96,7 @@ class MemoryJobStore:
     async def put(self, job: Job) -> None:
         now = self._clock()
         self._purge(now)
-        deadline = now + _ttl(job, self._retention_s, self._active_ttl_s)
+        deadline = now + ttl_of(job, self._retention_s, self._active_ttl_s)
         self._jobs[job.id] = (job, deadline)
         heapq.heappush(self._heap, (deadline, job.id))
         if job.terminal:
@@ -147,7 +147,7 @@ class RedisJobStore:
         retention_s: int = DEFAULT_RETENTION_S,
         active_ttl_s: int = DEFAULT_ACTIVE_TTL_S,
     ) -> None:
-        _check_ttls(retention_s, active_ttl_s)
+        check_ttls(retention_s, active_ttl_s)
         self._client = client
         self._prefix = prefix
         self._retention_s = retention_s
@@ -174,7 +174,7 @@ class RedisJobStore:
         return self._prefix + "runner:" + runner_id
 
     async def put(self, job: Job) -> None:
-        ttl = _ttl(job, self._retention_s, self._active_ttl_s)
+        ttl = ttl_of(job, self._retention_s, self._active_ttl_s)
         with redis_errors("writing a job"):
             async with self._client.pipeline(transaction=True) as pipe:
                 pipe.set(self.key(job.id), record.encode(job), ex=ttl)

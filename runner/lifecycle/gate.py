@@ -41,6 +41,8 @@ def governance_from(settings: Settings) -> Verifier | None:
             legacy_key_path=legacy_key,
             audit_path=settings.governance_audit_log,
             audit_key_path=settings.governance_audit_key,
+            state_db=settings.state_db_path,
+            state_db_sync=settings.state_db_sync,
         )
     except ConfigInvalid as exc:
         raise ConfigInvalid(

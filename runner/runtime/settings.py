@@ -14,13 +14,16 @@ import ipaddress
 import os
 import socket
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from adapters.llama_server.kind import default_binary as default_llama_server_bin
 from adapters.vllm.launch import DEFAULT_BIN as DEFAULT_VLLM_BIN
+from faults.redis_clients import SENTINEL_SCHEMES, sentinel_url
+from faults.state_db import MEMORY
 from runner.errors import ConfigError
 from tenants.identity import parse_peers
 from tenants.rates import parse_rate
@@ -128,6 +131,11 @@ class Settings(BaseSettings):
     port: int = Field(default=8080, ge=0, le=65535)
     runner_id: str = Field(default_factory=_default_runner_id, min_length=1, max_length=128)
     redis_url: str | None = None
+    # REDIS_MODE=sentinel: the primary is found through these sentinels; REDIS_URL then
+    # gives only the user, password, db and TLS (faults/redis_clients.py).
+    redis_mode: Literal["standalone", "sentinel"] = "standalone"
+    redis_sentinels: str = ""  # host:port,host:port
+    redis_sentinel_service: str = "quorum"  # the name the sentinels monitor the primary by
     models_config: str | None = None
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     engine_connect_timeout_s: float = Field(default=5.0, gt=0)
@@ -159,6 +167,10 @@ class Settings(BaseSettings):
     token_budget_store_timeout_ms: int = Field(default=250, ge=1, le=60_000)
     tenant_permit_ttl_s: float = Field(default=30.0, ge=1, le=3600)  # shared in-flight caps
     usage_db: str = "~/.local/state/quorum/usage.sqlite3"  # embedded: SQLite file
+    # Embedded state that outlives the process (faults/state_db.py): unset, `state.sqlite3`
+    # beside USAGE_DB; `memory`: none (lost at exit). Not used with REDIS_URL.
+    state_db: str | None = None
+    state_db_sync: Literal["full", "normal"] = "full"  # normal: a power cut may lose commits
     usage_retention_days: int = Field(default=400, ge=1, le=3660)
     usage_flush_s: float = Field(default=1.0, gt=0, le=60)
     usage_max_keys_per_hour: int = Field(default=10_000, ge=1, le=1_000_000)
@@ -235,6 +247,15 @@ class Settings(BaseSettings):
         return frozenset(t.strip() for t in self.admin_tenants.split(",") if t.strip())
 
     @property
+    def state_db_path(self) -> str | None:
+        """The SQLite file of the embedded state, or None to keep it in memory."""
+        if self.state_db == MEMORY:
+            return None
+        if self.state_db:
+            return str(Path(self.state_db).expanduser())
+        return str(Path(self.usage_db).expanduser().parent / "state.sqlite3")
+
+    @property
     def objectives(self) -> dict[bytes, str]:
         """OBJECTIVE_PRIORITIES as the table the request headers are read with."""
         return parse_objective_priorities(self.objective_priorities)
@@ -265,10 +286,31 @@ class Settings(BaseSettings):
         parse_objective_priorities(value)  # ValueError names the bad entry
         return value
 
-    @field_validator("log_level", "log_format", "whisper_device", mode="before")
+    @field_validator("log_level", "log_format", "whisper_device", "state_db_sync", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sentinel(cls, data: object) -> object:
+        """REDIS_MODE=sentinel: `redis_url` becomes the sentinel URL every store's client
+        reads (REDIS_SENTINELS, REDIS_SENTINEL_SERVICE, and REDIS_URL's user, password,
+        db and TLS), so no store needs to know which mode it runs in."""
+        if not isinstance(data, dict) or str(data.get("redis_mode", "")).lower() != "sentinel":
+            return data
+        sentinels = str(data.get("redis_sentinels") or "")
+        if not sentinels:
+            raise ValueError("REDIS_MODE=sentinel needs REDIS_SENTINELS (host:port,...)")
+        base = data.get("redis_url")
+        if base and not str(base).startswith(("redis://", "rediss://")):
+            raise ValueError("REDIS_MODE=sentinel: REDIS_URL must be redis:// or rediss://")
+        service = str(data.get("redis_sentinel_service") or "quorum")
+        return {
+            **data,
+            "redis_mode": "sentinel",
+            "redis_url": sentinel_url(sentinels, service, base),
+        }
 
     @field_validator("redis_url")
     @classmethod
@@ -276,7 +318,7 @@ class Settings(BaseSettings):
         if value in (None, ""):
             return None
         assert value is not None
-        if not value.startswith(("redis://", "rediss://", "unix://")):
+        if not value.startswith(("redis://", "rediss://", "unix://", *SENTINEL_SCHEMES)):
             raise ValueError("must start with redis://, rediss:// or unix://")
         return value
 

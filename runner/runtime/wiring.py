@@ -57,10 +57,9 @@ from runner.tasks import (
     EtaEstimator,
     LoadSpeed,
     LoadTask,
-    MemoryTaskStore,
-    RedisTaskStore,
     TaskStore,
 )
+from runner.tasks.build import task_store_for
 from runner.telemetry.exposition import Exposition
 from runner.telemetry.health import HealthReport, Life, health
 from runner.telemetry.metrics import Metrics, SchedulerMetrics
@@ -185,9 +184,7 @@ class Runtime:
             self.metrics,
             at_rest=lambda scope: self.kinds.flush_at_rest(scope, list(ready.values())),
         )
-        self.task_store: TaskStore = (
-            RedisTaskStore.from_url(s.redis_url) if s.redis_url else MemoryTaskStore(time.time)
-        )
+        self.task_store: TaskStore = task_store_for(s)
         self.roots = Roots(
             Path(s.model_base_path).expanduser(),
             Path(s.hf_home).expanduser() if s.hf_home else None,

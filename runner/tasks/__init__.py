@@ -2,8 +2,9 @@
 
 `state.py` (the status enum and its one transition table), `record.py` (`LoadTask`, a
 frozen record whose methods return the next record), `store.py` (the `TaskStore`
-protocol and `MemoryTaskStore`), `redis_store.py` (`RedisTaskStore`, shared by
-replicas), `eta.py` (load-time prediction), `errors.py` (the exception tree).
+protocol and `MemoryTaskStore`), `sqlite_store.py` (`SqliteTaskStore`, in STATE_DB),
+`redis_store.py` (`RedisTaskStore`, shared by replicas), `build.py` (the one the
+settings ask for), `eta.py` (load-time prediction), `errors.py` (the exception tree).
 """
 
 from runner.tasks.errors import (
@@ -24,6 +25,7 @@ from runner.tasks.eta import (
 )
 from runner.tasks.record import LoadTask, new_task_id
 from runner.tasks.redis_store import RedisTaskStore
+from runner.tasks.sqlite_store import SqliteTaskStore
 from runner.tasks.state import TaskStatus, assert_transition, can_transition
 from runner.tasks.store import MemoryTaskStore, TaskStore
 
@@ -35,6 +37,7 @@ __all__ = [
     "LoadTask",
     "MemoryTaskStore",
     "RedisTaskStore",
+    "SqliteTaskStore",
     "TaskError",
     "TaskNotCancellable",
     "TaskNotFound",

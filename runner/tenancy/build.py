@@ -26,6 +26,7 @@ from tenants.policy_store import (
     PolicyStore,
     PolicyStoreUnavailable,
     RedisPolicyStore,
+    SqlitePolicyStore,
 )
 from tenants.usage_store import RedisUsageStore, SqliteUsageStore, UsageStore
 
@@ -62,7 +63,10 @@ class Tenancy:
         else:
             budget_store = MemoryBudgetStore()
             usage_store = SqliteUsageStore(s.usage_db)
-            policy_store = MemoryPolicyStore()
+            state_db = s.state_db_path
+            policy_store = (
+                SqlitePolicyStore(state_db, s.state_db_sync) if state_db else MemoryPolicyStore()
+            )
             permits = None
         return cls(
             budgets=Budgets(budget_store, fail_open=s.token_budget_fail_open),

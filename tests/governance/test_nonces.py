@@ -1,23 +1,30 @@
-"""One suite for both nonce stores (memory and a real Redis), plus each store's specifics."""
+"""One suite for the nonce stores (memory, SQLite and a real Redis), plus each store's
+specifics."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
 from governance.errors import NonceStoreUnavailable
-from governance.nonces import MemoryNonceStore, NonceStore, RedisNonceStore
+from governance.nonces import MemoryNonceStore, NonceStore, RedisNonceStore, SqliteNonceStore
 from tests.governance.support import Clock
 from tests.support.redis_server import RedisServer
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[NonceStore]:
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[NonceStore]:
     if request.param == "memory":
         yield MemoryNonceStore(Clock())
+        return
+    if request.param == "sqlite":
+        sqlite_store = SqliteNonceStore(tmp_path / "state.sqlite3", Clock())
+        yield sqlite_store
+        await sqlite_store.aclose()
         return
     server: RedisServer = request.getfixturevalue("redis_server")
     redis_store = RedisNonceStore.from_url(server.url)
@@ -51,16 +58,54 @@ async def test_nonces_refuse_zero_ttl(store: NonceStore) -> None:
         await store.consume("nonce-ttl-aaaaaaaaaaaaaaaaa", 0)
 
 
-async def test_nonces_memory_expire_by_clock() -> None:
-    """The memory store forgets a nonce exactly when its ttl has passed on the clock."""
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_nonces_expire_by_clock(kind: str, tmp_path: Path) -> None:
+    """The memory and SQLite stores forget a nonce exactly when its ttl has passed on the
+    clock."""
     clock = Clock()
-    store = MemoryNonceStore(clock)
+    store: MemoryNonceStore | SqliteNonceStore = (
+        MemoryNonceStore(clock) if kind == "memory" else SqliteNonceStore(tmp_path / "s.db", clock)
+    )
     assert await store.consume("nonce-exp-aaaaaaaaaaaaaaaaa", 10)
     clock.advance(9.999)
     assert not await store.consume("nonce-exp-aaaaaaaaaaaaaaaaa", 10)
     clock.advance(0.001)
     assert await store.consume("nonce-exp-aaaaaaaaaaaaaaaaa", 10)
+    await store.aclose()
+
+
+async def test_nonces_memory_forgets_expired_ones() -> None:
+    """The memory store keeps only the nonces still inside their ttl."""
+    clock = Clock()
+    store = MemoryNonceStore(clock)
+    await store.consume("nonce-old-aaaaaaaaaaaaaaaaa", 10)
+    clock.advance(10)
+    await store.consume("nonce-new-aaaaaaaaaaaaaaaaa", 10)
     assert len(store) == 1
+
+
+async def test_nonces_sqlite_spent_before_a_reopen_stay_spent(tmp_path: Path) -> None:
+    """A nonce spent in the file is still spent for a store opened on it later (a restart),
+    until its expiry."""
+    clock = Clock()
+    path = tmp_path / "state.sqlite3"
+    first = SqliteNonceStore(path, clock)
+    assert await first.consume("nonce-kept-aaaaaaaaaaaaaaaa", 60)
+    await first.aclose()
+    second = SqliteNonceStore(path, clock)
+    assert not await second.consume("nonce-kept-aaaaaaaaaaaaaaaa", 60)
+    clock.advance(60)
+    assert await second.consume("nonce-kept-aaaaaaaaaaaaaaaa", 60)
+    await second.aclose()
+
+
+async def test_nonces_sqlite_failure_is_unavailable(tmp_path: Path) -> None:
+    """A store whose file can no longer be used raises NonceStoreUnavailable (503)."""
+    store = SqliteNonceStore(tmp_path / "state.sqlite3", Clock())
+    await store.aclose()
+    with pytest.raises(NonceStoreUnavailable) as info:
+        await store.consume("nonce-closed-aaaaaaaaaaaaaa", 60)
+    assert info.value.status == 503
 
 
 async def test_nonces_redis_sets_expiry(redis_server: RedisServer) -> None:

@@ -150,3 +150,16 @@ def test_settings_picker_metrics_path_cannot_take_another_route(path: str) -> No
     with pytest.raises(ConfigError, match="PICKER_METRICS_PATH"):
         load_settings({"PICKER_METRICS_PATH": path})
     assert load_settings({"PICKER_METRICS_PATH": "/metrics"}).picker_metrics_path == "/metrics"
+
+
+def test_settings_state_db_beside_usage_db_or_memory() -> None:
+    """STATE_DB defaults to state.sqlite3 beside USAGE_DB; `memory` keeps no file; an
+    explicit path is taken as given; STATE_DB_SYNC is full unless set to normal."""
+    beside = load_settings({"USAGE_DB": "/var/lib/quorum/usage.sqlite3"})
+    assert beside.state_db_path == "/var/lib/quorum/state.sqlite3"
+    assert beside.state_db_sync == "full"
+    assert load_settings({"STATE_DB": "memory"}).state_db_path is None
+    given = load_settings({"STATE_DB": "/data/s.db", "STATE_DB_SYNC": "NORMAL"})
+    assert (given.state_db_path, given.state_db_sync) == ("/data/s.db", "normal")
+    with pytest.raises(ConfigError):
+        load_settings({"STATE_DB_SYNC": "off"})

@@ -3,12 +3,15 @@ plus each store's specifics."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import redis.asyncio as aioredis
 
 from runner.jobs import record
 from runner.jobs.errors import JobStoreUnavailable
 from runner.jobs.record import Failure, JobStatus, Progress
+from runner.jobs.sqlite_store import SqliteJobStore
 from runner.jobs.store import JobStore, MemoryJobStore, RedisJobStore
 from tests.runner.jobs.support import NOW, Clock, queued, running
 from tests.support.redis_server import RedisServer
@@ -96,6 +99,35 @@ async def test_store_memory_unfinished_jobs_live_for_active_ttl() -> None:
     assert await store.get("job_one") is not None
     clock.advance(1)
     assert await store.get("job_one") is None
+
+
+async def test_store_sqlite_expires_and_survives_a_reopen(tmp_path: Path) -> None:
+    """A store opened again on the file (a restart) reads the jobs, fails the runner's
+    unfinished ones, and forgets a finished job retention_s after its last write."""
+    clock = Clock()
+    path = tmp_path / "state.sqlite3"
+    first = SqliteJobStore(path, clock, retention_s=60, active_ttl_s=3600)
+    await first.put(running("job_run", "runner-a"))
+    done = record.succeed(running("job_done", "runner-a"), None, NOW)
+    await first.put(done)
+    await first.aclose()
+    second = SqliteJobStore(path, clock, retention_s=60, active_ttl_s=3600)
+    assert await second.get("job_done") == done
+    assert [j.id for j in await second.mark_interrupted("runner-a", "restarted", NOW)] == [
+        "job_run"
+    ]
+    clock.advance(60)
+    assert await second.get("job_done") is None
+    assert await second.get("job_run") is None  # failed at NOW: its retention too
+    await second.aclose()
+
+
+async def test_store_sqlite_failure_is_unavailable(tmp_path: Path) -> None:
+    """A store whose file can no longer be used raises JobStoreUnavailable (503)."""
+    store = SqliteJobStore(tmp_path / "state.sqlite3", Clock())
+    await store.aclose()
+    with pytest.raises(JobStoreUnavailable):
+        await store.get("job_one")
 
 
 async def test_store_redis_ttls(redis_server: RedisServer) -> None:

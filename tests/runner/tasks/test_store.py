@@ -1,13 +1,16 @@
-"""One suite for both task stores (memory and a real Redis), plus each store's specifics.
+"""One suite for the task stores (memory, SQLite and a real Redis), plus each store's
+specifics.
 
-The `replicas` fixture gives two handles on one store: for memory the same object (one
-process is one replica), for Redis two stores on two clients, as two runners would hold.
+The `replicas` fixture gives two handles on one store: for memory and SQLite the same
+object (one process is one replica), for Redis two stores on two clients, as two runners
+would hold.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -15,6 +18,7 @@ import redis.asyncio as aioredis
 from runner.tasks.errors import TaskStoreUnavailable
 from runner.tasks.record import LoadTask
 from runner.tasks.redis_store import RedisTaskStore
+from runner.tasks.sqlite_store import SqliteTaskStore
 from runner.tasks.state import TaskStatus
 from runner.tasks.store import MemoryTaskStore, TaskStore
 from tests.support.redis_server import RedisServer
@@ -40,11 +44,16 @@ class Clock:
 Replicas = tuple[TaskStore, TaskStore]
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def replicas(request: pytest.FixtureRequest) -> AsyncIterator[Replicas]:
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+async def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Replicas]:
     if request.param == "memory":
         store = MemoryTaskStore(Clock(), stale_after_s=STALE_AFTER_S)
         yield store, store
+        return
+    if request.param == "sqlite":
+        kept = SqliteTaskStore(tmp_path / "state.sqlite3", Clock(), stale_after_s=STALE_AFTER_S)
+        yield kept, kept
+        await kept.aclose()
         return
     server: RedisServer = request.getfixturevalue("redis_server")
     a = RedisTaskStore.from_url(server.url, stale_after_s=STALE_AFTER_S)
@@ -311,6 +320,48 @@ async def test_memory_store_retention_counts_from_the_last_write() -> None:
     await store.put(failed)
     clock.advance(60)
     assert await store.get(task.task_id) == failed
+
+
+async def test_sqlite_store_finished_task_expires_after_retention(tmp_path: Path) -> None:
+    """A finished task in the file reads back until retention_s has passed, then is gone."""
+    clock = Clock()
+    store = SqliteTaskStore(tmp_path / "state.sqlite3", clock, retention_s=3600)
+    task, _ = await store.create_or_join(new())
+    done = task.start_loading(eta=1, now=NOW).complete(1, 1, now=NOW + 1)
+    await store.put(done)
+    clock.advance(3599.999)
+    assert await store.get(task.task_id) == done
+    clock.advance(0.001)
+    assert await store.get(task.task_id) is None
+    await store.aclose()
+
+
+async def test_sqlite_store_restart_keeps_tasks_and_fails_the_active_ones(tmp_path: Path) -> None:
+    """A store opened again on the file (the runner restarted) reads the finished task and
+    fails the runner's active one as interrupted, as the start-up does."""
+    clock = Clock()
+    path = tmp_path / "state.sqlite3"
+    first = SqliteTaskStore(path, clock)
+    running, _ = await first.create_or_join(new())
+    other, _ = await first.create_or_join(new("other/model"))
+    done = other.start_loading(eta=1, now=NOW).complete(1, 1, now=NOW + 1)
+    await first.put(done)
+    await first.aclose()
+    second = SqliteTaskStore(path, clock)
+    assert await second.get(other.task_id) == done
+    assert await second.mark_interrupted("runner-a", now=NOW + 5) == 1
+    failed = await second.get(running.task_id)
+    assert failed is not None and failed.status is TaskStatus.FAILED
+    assert await second.list_active() == []
+    await second.aclose()
+
+
+async def test_sqlite_store_failure_is_unavailable(tmp_path: Path) -> None:
+    """A store whose file can no longer be used raises TaskStoreUnavailable (503)."""
+    store = SqliteTaskStore(tmp_path / "state.sqlite3", Clock())
+    await store.aclose()
+    with pytest.raises(TaskStoreUnavailable):
+        await store.get("anything")
 
 
 async def test_redis_store_finished_task_has_retention_ttl(redis_server: RedisServer) -> None:

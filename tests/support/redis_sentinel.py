@@ -1,0 +1,139 @@
+"""A real Redis primary, one replica and three sentinels on free loopback ports (the
+redis-server binary, `--sentinel` for the sentinels), owned by the test that started them,
+so it can SIGKILL the primary and watch the sentinels promote the replica."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+
+from faults.redis_clients import sentinel_url
+from tests.support.redis_server import free_port
+
+SERVICE = "quorum"
+
+
+def _binary() -> str:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed: run scripts/install-system")
+    return binary
+
+
+def ask(port: int, *words: str, timeout: float = 1.0) -> bytes:
+    """One command in RESP to a local server; its raw answer (enough to poll on)."""
+    command = f"*{len(words)}\r\n" + "".join(f"${len(w)}\r\n{w}\r\n" for w in words)
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as conn:
+        conn.sendall(command.encode())
+        answer = b""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            chunk = conn.recv(65536)
+            answer += chunk
+            if not chunk or answer.endswith(b"\r\n"):
+                break
+        return answer
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Poll `check()` until it is true; OSError counts as false."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: not within {timeout} s")
+        time.sleep(0.05)
+
+
+class SentinelGroup:
+    """Primary, replica and three sentinels watching the primary as `quorum`."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="quorum-sentinel-"))
+        self.primary_port = free_port()
+        self.replica_port = free_port()
+        self.sentinel_ports = [free_port() for _ in range(3)]
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    @property
+    def url(self) -> str:
+        """What the runner's REDIS_URL becomes with REDIS_MODE=sentinel."""
+        return sentinel_url(self.sentinels, SERVICE)
+
+    @property
+    def sentinels(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
+
+    def _spawn(self, port: int, *args: str) -> None:
+        self.procs[port] = subprocess.Popen(
+            [_binary(), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+
+    def _server(self, port: int, *extra: str) -> None:
+        folder = self.dir / str(port)
+        folder.mkdir()
+        self._spawn(port, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                    "--appendonly", "no", "--dir", str(folder), *extra)  # fmt: skip
+
+    def start(self) -> SentinelGroup:
+        self._server(self.primary_port)
+        self._server(self.replica_port, "--replicaof", "127.0.0.1", str(self.primary_port))
+        wait_until(
+            lambda: b"connected_slaves:1" in ask(self.primary_port, "INFO", "replication"),
+            "replica attached",
+        )
+        for port in self.sentinel_ports:
+            conf = self.dir / f"sentinel-{port}.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary_port} 2\n"
+                f"sentinel down-after-milliseconds {SERVICE} 1000\n"
+                f"sentinel failover-timeout {SERVICE} 5000\n"
+            )
+            self._spawn(port, str(conf), "--sentinel")
+        for port in self.sentinel_ports:
+            wait_until(partial(self._sees_all, port), f"sentinel {port} sees the others")
+        return self
+
+    def _sees_all(self, port: int) -> bool:
+        """The sentinel knows the two other sentinels and the replica."""
+        answer = ask(port, "SENTINEL", "MASTER", SERVICE)
+        others = b"num-other-sentinels\r\n$1\r\n2\r\n" in answer
+        return others and b"num-slaves\r\n$1\r\n1\r\n" in answer
+
+    def primary(self) -> int:
+        """The port the first sentinel names as the primary now."""
+        answer = ask(self.sentinel_ports[0], "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
+        return int(answer.split(b"\r\n")[-2])
+
+    def kill(self, port: int) -> None:
+        self.procs[port].send_signal(signal.SIGKILL)
+        self.procs[port].wait(10)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextmanager
+def running_sentinels() -> Iterator[SentinelGroup]:
+    group = SentinelGroup()
+    try:
+        yield group.start()
+    finally:
+        group.stop()
