@@ -90,7 +90,9 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunnerProcess]:
         engine = stack.enter_context(start_fake("fake_openai", "--latency-ms", "0"))
         comfy = stack.enter_context(start_fake("fake_comfyui", "--base-directory", str(folder)))
         env = {**GOVERNED, "TENANT_IDENTITY": "gateway", "ADMIN_TENANTS": ADMIN}
+        env["GATEWAY_PEERS"] = "127.0.0.1"  # gateway mode needs its gateway named
         env["LIFECYCLE_RATE_LIMIT"] = "100000/minute"  # the fuzzer calls them fast
+        env["AUTH_FAILURE_SOURCE_LIMIT"] = "100000/minute"  # and fails them (each counts)
         env["IMAGES_DIR"] = str(root / "images")
         yield stack.enter_context(
             start_runner(models_file=_models_file(engine.url, comfy.url), env=env)
