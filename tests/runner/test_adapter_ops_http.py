@@ -87,20 +87,21 @@ def _load(rig: Rig, **fields: Any) -> httpx.Response:
         ({"extra": 1}, 400, "unknown field"),
         ({"tenants": []}, 400, "tenants"),
         ({"sha256": "ab"}, 400, "sha256"),
-        ({"path": "/etc/hostname"}, 400, "inside the model roots"),
-        ({"path": "~no-such-user-q7/a.gguf"}, 400, "inside the model roots"),  # schemathesis: 500
     ],
 )
 def test_adapter_load_malformed_is_refused_before_a_token_is_spent(
     rig: Rig, fields: dict[str, Any], status: int, says: str
 ) -> None:
-    """A body that cannot be an adapter load (its syntax, or a path outside the model roots,
-    read from the text alone) is refused with a clear 4xx before governance sees the
-    token: the call is not audited (no approval, no nonce spent)."""
+    """A body that cannot be an adapter load (its syntax alone) is refused with a clear 4xx
+    before governance sees the token: no nonce is spent, and the refusal is audited as
+    rejected, with the caller's address and nothing of its body."""
     r = _load(rig, **fields)
     assert r.status_code == status, r.text
     assert says in r.json()["error"]["message"]
-    assert rig.audited() == []
+    (record,) = rig.audited()
+    assert (record["outcome"], record["reason"]) == ("rejected", "invalid_request")
+    assert record["nonce_sha256"] is None
+    assert record["params"] == {} and record["extra"]["source"] == "127.0.0.1"
 
 
 @pytest.mark.parametrize(
@@ -108,6 +109,8 @@ def test_adapter_load_malformed_is_refused_before_a_token_is_spent(
     [
         ({"sha256": "0" * 64}, 400, "sha256"),
         ({"path": "a\u0000b"}, 400, "cannot be read"),  # schemathesis found a 500
+        ({"path": "/etc/hostname"}, 400, "inside the model roots"),
+        ({"path": "~no-such-user-q7/a.gguf"}, 400, "inside the model roots"),  # schemathesis: 500
         ({"baseModel": "nope"}, 404, "nope"),
         ({"baseModel": "echo"}, 400, "cannot serve adapters"),
         ({"adapterId": "base:own"}, 409, "already taken"),
