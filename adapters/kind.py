@@ -158,6 +158,8 @@ class Traits:
     download_patterns: tuple[str, ...] | None = None  # the files a download fetches (all)
     version: str | None = None  # the engine's version, when known without asking one
     adapters: bool = False  # its started engines serve LoRA adapters (`adapter_room`)
+    environment: tuple[str, ...] = ()  # the runner's environment names its engines get
+    # beyond adapters/environment.py's COMMON (`NAME`, or `PREFIX*`); nothing else
 
 
 class EngineFamilies(Protocol):

@@ -105,6 +105,7 @@ class LlamaServerKind(KindDefaults):
         version=LLAMA_SERVER_VERSION,
         own_fields=frozenset({"adapters", "max_adapters", "public_prefixes"}),
         adapters=True,
+        environment=("LLAMA_*", "GGML_*"),
     )
 
     def __init__(self, settings: EngineSettings) -> None:
@@ -206,6 +207,7 @@ class LlamaServerKind(KindDefaults):
                     argv=command_line(opts),
                     health=_health(probe),
                     env=devices.env,
+                    inherit=self.traits.environment,
                     load_timeout_s=spec.load_timeout_s or s.load_timeout_s,
                     ready_marker=LLAMA_READY_MARKER,
                 )

@@ -57,6 +57,7 @@ from adapters.launched import EngineLoad, Launched
 from adapters.supervisor import EngineProcess
 from adapters.vllm.engine import CacheSalts, MemoryProbe, VllmEngine
 from adapters.vllm.launch import (
+    VLLM_ENVIRONMENT,
     VllmLaunchOptions,
     command_line,
     engine_env,
@@ -116,6 +117,7 @@ class VllmKind(KindDefaults):
         catalog_rank=1,
         own_fields=frozenset({"adapters", "max_adapters"}),
         adapters=True,
+        environment=VLLM_ENVIRONMENT,
     )
 
     def __init__(self, settings: EngineSettings) -> None:
@@ -267,6 +269,7 @@ async def launch(
         argv=command_line(opts),
         health=healthy,
         env={**(env or {}), **engine_env(opts)},
+        inherit=VLLM_ENVIRONMENT,
         load_timeout_s=load_timeout_s,
     )
     try:
