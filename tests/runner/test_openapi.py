@@ -164,6 +164,7 @@ def test_openapi_served_as_3_1_with_the_envelope(runner: RunnerProcess) -> None:
         "token_budget_exceeded",
         "too_many_auth_failures",
         "too_many_jobs",
+        "too_many_source_connections",
     ]
     headers = doc["components"]["responses"]["D429"]["headers"]
     assert {"Retry-After", "RateLimit-Limit", "X-Request-Id", "X-Queue-Wait-Ms"} <= set(headers)

@@ -1,11 +1,14 @@
 """The doors issue 38 found ajar: an oracle before approval on the governed routes, gateway
-identity without proof, lock-outs by someone else's failures, and engines that inherited
-the runner's secrets. One test per attack; each failed on `f34d4e0`."""
+identity without proof, lock-outs by someone else's failures, one address starving the
+rest, and engines that inherited the runner's secrets. One test per attack; each failed
+on `f34d4e0`."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +28,7 @@ from tests.security.kit import (
     wait_loaded,
 )
 from tests.support.engines import process_env
+from tests.support.fleet import wait_for
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(120)
@@ -201,3 +205,30 @@ def wait_loaded_as(r: RunnerProcess, headers: dict[str, str]) -> None:
     wait_loaded(r)
     answer = chat(r.url, headers)
     assert answer.status_code == 200, answer.text
+
+
+def test_one_address_holding_sockets_does_not_starve_the_others() -> None:
+    """Attack: one unauthenticated address opens every connection MAX_CONNECTIONS allows
+    and holds them, so every other client gets 503 too_many_connections. Connections are
+    capped per source address: past its share it gets 429, and the others are served."""
+    env = {"MAX_CONNECTIONS": "6", "MAX_CONNECTIONS_PER_SOURCE": "4"}
+    with start_runner(models_file=stand_in_models(), env=env) as r, contextlib.ExitStack() as held:
+        statuses = []
+        for _ in range(6):
+            sock = socket.create_connection(("127.0.0.1", r.port), 10, (ELSEWHERE, 0))
+            sock.settimeout(10)
+            sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+            statuses.append(sock.recv(65536).split(b" ", 2)[1])
+            if statuses[-1] == b"200":
+                held.enter_context(sock)  # held open; a refused one is let go
+            else:
+                sock.close()
+        wait_for(lambda: _status(r.url + "/health/live") == 200, timeout=10)
+        assert statuses == [b"200"] * 4 + [b"429"] * 2, statuses
+
+
+def _status(url: str) -> int:
+    try:
+        return httpx.get(url, timeout=5).status_code
+    except httpx.TransportError:
+        return 0
