@@ -1,14 +1,17 @@
 """The doors issue 38 found ajar: an oracle before approval on the governed routes, gateway
 identity without proof, lock-outs by someone else's failures, one address starving the
-rest, and engines that inherited the runner's secrets. One test per attack; each failed
-on `f34d4e0`."""
+rest, a thread per half-sent request on the metrics port, and engines that inherited the
+runner's secrets. One test per attack; each failed on `f34d4e0`."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
+import os
+import select
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +32,7 @@ from tests.security.kit import (
 )
 from tests.support.engines import process_env
 from tests.support.fleet import wait_for
+from tests.support.redis_server import free_port
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(120)
@@ -232,3 +236,36 @@ def _status(url: str) -> int:
         return httpx.get(url, timeout=5).status_code
     except httpx.TransportError:
         return 0
+
+
+def test_half_sent_scrapes_hold_a_bounded_number_of_threads() -> None:
+    """Attack: the metrics port started a thread per connection with no timeout: a
+    thousand half-sent requests were a thousand threads, for ever. It serves at most a
+    few at once (the rest are closed unread) and each gives up when silent."""
+    port = free_port()
+    env = {"METRICS_PORT": str(port), "METRICS_ON_API_PORT": "false"}
+    with start_runner(models_file=stand_in_models(), env=env) as r, contextlib.ExitStack() as held:
+        wait_loaded(r)
+        before = len(os.listdir(f"/proc/{r.proc.pid}/task"))
+        socks = []
+        for _ in range(40):
+            sock = held.enter_context(socket.create_connection(("127.0.0.1", port), 10))
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never finished
+            socks.append(sock)
+        assert len(_closed_by_peer(socks, bound_s=10)) >= 30
+        assert len(os.listdir(f"/proc/{r.proc.pid}/task")) <= before + 8
+
+
+def _closed_by_peer(socks: list[socket.socket], bound_s: float) -> set[socket.socket]:
+    """The sockets the runner closed (EOF or reset), waiting at most `bound_s` for 30."""
+    closed: set[socket.socket] = set()
+    deadline = time.monotonic() + bound_s
+    while len(closed) < 30 and time.monotonic() < deadline:
+        readable, _, _ = select.select([s for s in socks if s not in closed], [], [], 0.2)
+        for sock in readable:
+            try:
+                if sock.recv(1) == b"":
+                    closed.add(sock)
+            except ConnectionResetError:
+                closed.add(sock)
+    return closed
