@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -96,15 +97,18 @@ def test_gateway_fairness_id_alone_is_rate_limited_as_its_tenant() -> None:
         assert _samples(r, "requests", tenant="_other", status="200") == 1
 
 
-def test_gateway_fairness_id_and_objective_queue_as_tenant_and_priority() -> None:
+def test_gateway_fairness_id_and_objective_queue_as_tenant_and_priority(tmp_path: Path) -> None:
     """With the one slot busy, a request with only the gateway's headers waits in t1's
     queue at the objective's priority (the status page shows it), and `critical` from t2
-    overtakes t1's `low`."""
+    overtakes t1's `low` (where the tenants file lets requests ask for `high`)."""
+    tenants = tmp_path / "tenants.yaml"
+    tenants.write_text("defaults:\n  priority: {max: high}\ntenants: {}\n")
+    env = {**gateway_env(), "TENANTS_FILE": str(tenants)}
     with (
         start_fake(
             "fake_openai", "--latency-ms", "0", "--chunks", "50", "--chunk-delay-ms", "200"
         ) as engine,
-        start_runner({"echo": engine.url}, parallel=1, env=gateway_env()) as r,
+        start_runner({"echo": engine.url}, parallel=1, env=env) as r,
         ThreadPoolExecutor(2) as pool,
     ):
         with _blocking_stream(r):

@@ -269,3 +269,15 @@ def _closed_by_peer(socks: list[socket.socket], bound_s: float) -> set[socket.so
             except ConnectionResetError:
                 closed.add(sock)
     return closed
+
+
+def test_priority_ceiling_is_normal_unless_granted(tmp_path: Path) -> None:
+    """Attack: a tenant sends every request `X-Priority: high` and is served ahead of the
+    others (the default ceiling was `high`). Without a grant in the tenants file the
+    ceiling is `normal`; a granted tenant keeps `high`."""
+    with keyed_runner(tmp_path, tenants={"ops": {"priority": {"max": "high"}}}) as r:
+        asked = {"X-Priority": "high"}
+        plain = chat(r.url, {**bearer("acme"), **asked})
+        assert plain.headers["x-effective-priority"] == "normal", plain.headers
+        granted = chat(r.url, {**bearer("ops"), **asked})
+        assert granted.headers["x-effective-priority"] == "high"
