@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
 from faults import QuorumError
+from runner.engines.adapters import listed_to
 from runner.errors import (
     HTTP_ERRORS,
     Forbidden,
@@ -160,14 +161,14 @@ def control_plane(rt: Runtime) -> FastAPI:
     @app.get("/v1/capabilities")
     async def get_capabilities(request: Request) -> Response:
         available: Sequence[str] = rt.refresher.current.available
-        adapters = list(rt.pool.adapters)
         asker = asking_tenant(rt, request)
-        if asker is not None:  # the router asks as nobody: it sees them all
+        admins = rt.settings.admins
+        adapters = [a for a in rt.pool.adapters if listed_to(a, asker, admins)]
+        if asker is not None:  # the router asks as nobody: it sees every model
             entitled = rt.tenants.policy(asker).models
             available = entitled.filter(available)
-            adapters = [
-                a for a in adapters if a.adapter.allows(asker) and entitled.allows(a.adapter.id)
-            ]
+            if asker not in admins:
+                adapters = [a for a in adapters if entitled.allows(a.adapter.id)]
         doc = capabilities(
             rt.settings.runner_id,
             str(rt.health().body["status"]),
@@ -276,7 +277,7 @@ def control_plane(rt: Runtime) -> FastAPI:
             for m, view in rt.admission.models().items()
             if view.state is ModelState.READY and m in records and entitled.allows(m)
         ]
-        data += [  # an adapter: to the tenants bound to it and entitled to it
+        data += [  # an adapter: to the tenants bound to it and entitled to it, and admins
             {
                 "id": a.adapter.id,
                 "object": "model",
@@ -286,8 +287,8 @@ def control_plane(rt: Runtime) -> FastAPI:
             }
             for a in rt.pool.adapters
             if rt.adapter_ops.loaded(a)
-            and (asker is None or a.adapter.allows(asker))
-            and entitled.allows(a.adapter.id)
+            and listed_to(a, asker, rt.settings.admins)
+            and (entitled.allows(a.adapter.id) or asker in rt.settings.admins)
         ]
         return json_response(200, {"object": "list", "data": data})
 

@@ -66,6 +66,14 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
         yield Rig(runner, audit, adapter)
 
 
+def _adapters_seen(rig: Rig, tenant: str | None) -> list[dict[str, Any]]:
+    """The adapters capabilities list to `tenant` (None: a caller naming nobody)."""
+    headers = {"X-Tenant-ID": tenant} if tenant else {}
+    caps = httpx.get(rig.runner.url + "/v1/capabilities", headers=headers).json()
+    adapters: list[dict[str, Any]] = caps.get("adapters", [])
+    return adapters
+
+
 def _load(rig: Rig, **fields: Any) -> httpx.Response:
     body = {
         "adapterId": "base:new",
@@ -129,8 +137,8 @@ def test_adapter_load_naming_what_is_not_there_is_refused_only_after_approval(
     assert says in r.json()["error"]["message"]
     (record,) = rig.audited()
     assert record["operation"] == "adapter-load"
-    caps = httpx.get(rig.runner.url + "/v1/capabilities").json()
-    assert [a["id"] for a in caps["adapters"]] == ["base:own"]
+    assert [a["id"] for a in _adapters_seen(rig, "team-a")] == ["base:own"]
+    assert _adapters_seen(rig, "team-b") == []  # nothing loaded for team-b
 
 
 def test_adapter_load_naming_an_unknown_base_without_a_token_tells_nothing(rig: Rig) -> None:
@@ -171,8 +179,8 @@ def test_adapter_load_with_a_token_for_other_params_is_403_and_audited(rig: Rig)
     assert r.status_code == 403 and r.json()["error"]["code"] == "binding_mismatch"
     (record,) = rig.audited()
     assert (record["operation"], record["outcome"]) == ("adapter-load", "rejected")
-    caps = httpx.get(rig.runner.url + "/v1/capabilities").json()
-    assert [a["id"] for a in caps["adapters"]] == ["base:own"]
+    assert [a["id"] for a in _adapters_seen(rig, "team-a")] == ["base:own"]
+    assert _adapters_seen(rig, "team-b") == []  # nothing loaded for team-b
 
 
 def test_adapter_load_onto_a_base_not_running_joins_its_set(rig: Rig) -> None:
@@ -181,12 +189,11 @@ def test_adapter_load_onto_a_base_not_running_joins_its_set(rig: Rig) -> None:
     r = _load(rig)
     assert r.status_code == 200, r.text
     assert r.json()["state"] == "available" and r.json()["governed"] is True
-    caps = httpx.get(rig.runner.url + "/v1/capabilities").json()
-    assert {a["id"]: a["state"] for a in caps["adapters"]} == {
-        "base:own": "available",
-        "base:new": "available",
-    }
-    assert "base:new" in caps["models"]["available"]
+    seen = {a["id"]: a["state"] for t in ("team-a", "team-b") for a in _adapters_seen(rig, t)}
+    assert seen == {"base:own": "available", "base:new": "available"}
+    caps = httpx.get(rig.runner.url + "/v1/capabilities", headers={"X-Tenant-ID": "team-b"})
+    assert "base:new" in caps.json()["models"]["available"]
+    assert _adapters_seen(rig, None) == []  # to a caller naming nobody: none (bound ones)
     body = {"adapterId": "base:new", "baseModel": "base", "sha256": r.json()["sha256"]}
     token = dev_token(
         "adapter-unload", "base:new", {k: v for k, v in body.items() if k != "adapterId"}
@@ -200,12 +207,21 @@ def test_adapter_load_onto_a_base_not_running_joins_its_set(rig: Rig) -> None:
 
 
 def test_adapter_entitlement_is_checked_before_the_model(rig: Rig) -> None:
-    """A tenant not bound to an adapter gets 403 model_not_allowed whatever state its base
-    is in; a bound one gets what the base's state gives (404 model_not_loaded here)."""
+    """A tenant not bound to an adapter gets what any unknown model gets (404, the same
+    answer as for an id no adapter has) whatever state its base is in; a bound one gets
+    what the base's state gives (404 model_not_loaded here)."""
     chat = {"model": "base:own", "messages": [{"role": "user", "content": "hi"}]}
     url = rig.runner.url + "/v1/chat/completions"
     r = httpx.post(url, json=chat, headers={"X-Tenant-ID": "team-b"})
-    assert r.status_code == 403 and r.json()["error"]["code"] == "model_not_allowed"
+    missing = httpx.post(
+        url, json={**chat, "model": "base:none"}, headers={"X-Tenant-ID": "team-b"}
+    )
+    assert r.status_code == missing.status_code == 404, r.text
+    assert r.json()["error"]["code"] == missing.json()["error"]["code"] == "model_not_found"
+    assert (
+        r.json()["error"]["message"].replace("base:own", "base:none")
+        == (missing.json()["error"]["message"])
+    )
     r = httpx.post(
         url, json={**chat, "lora": [{"id": 0, "scale": 1}]}, headers={"X-Tenant-ID": "team-a"}
     )

@@ -1,7 +1,8 @@
 """The doors issue 38 found ajar: an oracle before approval on the governed routes, gateway
 identity without proof, lock-outs by someone else's failures, one address starving the
-rest, a thread per half-sent request on the metrics port, and engines that inherited the
-runner's secrets. One test per attack; each failed on `f34d4e0`."""
+rest, a thread per half-sent request on the metrics port, adapters shown to every caller,
+the `high` priority for the asking, and engines that inherited the runner's secrets. One
+test per attack; each failed on `f34d4e0`."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from tests.security.kit import (
     wait_loaded,
 )
 from tests.support.engines import process_env
-from tests.support.fleet import wait_for
+from tests.support.fleet import entry, wait_for
 from tests.support.redis_server import free_port
 from tests.support.runner_proc import RunnerProcess, start_runner
 
@@ -281,3 +282,29 @@ def test_priority_ceiling_is_normal_unless_granted(tmp_path: Path) -> None:
         assert plain.headers["x-effective-priority"] == "normal", plain.headers
         granted = chat(r.url, {**bearer("ops"), **asked})
         assert granted.headers["x-effective-priority"] == "high"
+
+
+def test_adapters_are_shown_only_to_their_tenants(tmp_path: Path) -> None:
+    """Attack: capabilities listed tenant-bound adapters (their sha256, live counts) to
+    anonymous callers, and a chat naming one answered 403 where a missing one is 404. An
+    adapter is listed to its tenants (and admins) only; to anyone else naming it is the
+    same as naming an id no adapter has."""
+    adapter = tmp_path / "own.gguf"
+    adapter.write_bytes(b"GGUF adapter stand-in")
+    models = "models:\n" + entry("m", "llama-server-ok")  # not started: the stand-in
+    # takes no --lora
+    models += f"    adapters:\n      - {{name: own, path: {adapter}, tenants: [acme]}}\n"
+    with keyed_runner(tmp_path, models=models) as r:
+        anonymous = httpx.get(r.url + "/v1/capabilities").json()
+        assert "m:own" not in json.dumps(anonymous.get("adapters", []))
+        mine = httpx.get(r.url + "/v1/capabilities", headers=bearer("acme")).json()
+        assert [a["id"] for a in mine["adapters"]] == ["m:own"]
+        admin = httpx.get(r.url + "/v1/capabilities", headers=bearer("ops")).json()
+        assert [a["id"] for a in admin["adapters"]] == ["m:own"]
+        bound = chat(r.url, bearer("globex"), model="m:own")
+        missing = chat(r.url, bearer("globex"), model="m:none")
+        assert bound.status_code == missing.status_code == 404, bound.text
+        assert (
+            bound.json()["error"]["message"].replace("m:own", "m:none")
+            == (missing.json()["error"]["message"])
+        )
