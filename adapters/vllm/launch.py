@@ -243,7 +243,7 @@ def command_line(opts: VllmLaunchOptions) -> list[str]:
 
 VLLM_ENVIRONMENT = (
     *("VLLM_*", "HF_*", "HUGGING_FACE_HUB_TOKEN", "TRANSFORMERS_*", "TOKENIZERS_PARALLELISM"),
-    *("TORCH_*", "PYTORCH_*", "TRITON_*", "NCCL_*", "RAY_*"),
+    *("TORCH_*", "PYTORCH_*", "TORCHINDUCTOR_*", "TRITON_*", "NCCL_*", "RAY_*"),
 )
 """What vLLM takes of the runner's environment (`Traits.environment`): its own settings,
 the Hub's (a gated model's token), torch's. `VLLM_CACHE_SALT_SECRET` is the runner's and
