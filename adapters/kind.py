@@ -162,6 +162,8 @@ class Traits:
     adapters: bool = False  # its started engines serve LoRA adapters (`adapter_room`)
     request_fields: RequestFields = OPENAI_ONLY  # the body fields its engines take beyond
     # OpenAI's on the chat path, and how each counts (adapters/fields.py)
+    environment: tuple[str, ...] = ()  # the runner's environment names its engines get
+    # beyond adapters/environment.py's COMMON (`NAME`, or `PREFIX*`); nothing else
 
 
 class EngineFamilies(Protocol):

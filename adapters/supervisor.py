@@ -42,6 +42,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from adapters.environment import engine_environment
 from adapters.errors import EngineStartFailed, IllegalEngineTransition
 from adapters.spawn import Child, spawn
 
@@ -139,7 +140,9 @@ class EngineProcess:
     name: str
     argv: Sequence[str]
     health: HealthCheck
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)  # set for this engine: wins
+    inherit: tuple[str, ...] = ()  # what it takes of the runner's environment beyond
+    # adapters/environment.py's COMMON: its kind's `Traits.environment`
     load_timeout_s: float = 120.0
     poll_interval_s: float = 0.025
     ready_marker: bytes | None = None  # a line the engine prints when it serves (a hint)
@@ -207,7 +210,7 @@ class EngineProcess:
         Cancelling `start()` (a cancelled load) stops the process.
         """
         self._move(EngineState.STARTING)
-        env = {**os.environ, **self.env}
+        env = engine_environment(os.environ, self.inherit, self.env)
         # 1
         if shutil.which(self.argv[0], path=env.get("PATH")) is None:
             raise self._not_spawned(f"{self.argv[0]!r} is not an executable file")

@@ -34,6 +34,8 @@ Exception tree (the runner's rows; the generic ones come from `faults`)::
     │                                     sent as application/json
     ├── LifecycleRateLimited         429  lifecycle_rate_limited: a source's lifecycle calls
     │                                     past LIFECYCLE_RATE_LIMIT (+ Retry-After)
+    ├── TooManySourceConnections     429  too_many_source_connections: one address holds
+    │                                     MAX_CONNECTIONS_PER_SOURCE (+ Retry-After)
     ├── RequestTimeout               408  request_timeout: headers or body too slow
     │                                     (runner/http/limits.py)
     ├── HeadersTooLarge              431  request_header_fields_too_large: MAX_HEADER_BYTES,
@@ -84,6 +86,7 @@ __all__ = [
     "RouteNotFound",
     "ServiceUnavailable",
     "TooManyConnections",
+    "TooManySourceConnections",
     "UnsupportedMediaType",
     "UnsupportedParameter",
     "WrongEndpoint",
@@ -149,6 +152,15 @@ TooManyConnections = ServiceUnavailable.row(
     "{limit} connections are open; retry in {retry_after} s or on another runner",
     retry_after=True,
 )  # fmt: skip
+
+TooManySourceConnections = QuorumError.row(
+    "TooManySourceConnections",
+    "too_many_source_connections",
+    429,
+    "{limit} connections are open from your address; close one, then retry in {retry_after} s",
+    error_type="rate_limit_error",
+    retry_after=True,
+)
 
 HTTP_ERRORS: tuple[type[Exception], ...] = (QuorumError,)
 """What request handlers catch to answer in the envelope (everything else is a 500)."""

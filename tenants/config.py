@@ -70,7 +70,7 @@ class TenantPolicy:
     max_queued: int | None = None
     models: Entitlements = EVERY_MODEL
     priority_default: str = "normal"
-    priority_max: str = "high"
+    priority_max: str = "normal"  # `high` only where the tenants file grants it
     max_in_flight: int | None = None
     token_budgets: tuple[TokenBudget, ...] = ()
 

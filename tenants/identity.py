@@ -13,13 +13,16 @@ Three modes (`TENANT_IDENTITY`), the trust model of docs/security.md:
 - `open`: X-Tenant-ID (else the fairness id, else `default`) is believed as sent: a laptop,
   a trusted network. The default without keys; the runner refuses ADMIN_TENANTS in it.
 
-Failed key checks are counted per source address and per tenant named in X-Tenant-ID (or
-a status page user); past either quota the next attempts are 429 with Retry-After before
-any key is checked (`tenants/throttle.py`).
+Failed key checks are counted per source address and per (tenant named in X-Tenant-ID or
+by a status page user, source address) (`tenants/throttle.py`); past either quota a wrong
+key from that source is 429 with Retry-After instead of 401. The key is checked first: a
+right key is never refused by the throttle (GitHub's and Stripe's rule), so nobody locks a
+tenant out by failing in its name. Failed lifecycle calls count for their source too
+(`failed`, from runner/http/control_plane.py).
 
 Cost on the data path: one method call chosen once per mode; open and gateway read the
 headers only; keys hashes the key once and compares it with every stored digest; the
-throttle is looked at only while some failure is counted.
+throttle is looked at only when a key is wrong.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ _TWENTY_A_MINUTE = Rate(20, "minute")
 
 @dataclass(frozen=True, slots=True)
 class AuthLimits:
-    """Failed authentications allowed per source address and per claimed tenant."""
+    """Failed authentications allowed per source address and per (claimed tenant, source)."""
 
     per_source: Rate = _TWENTY_A_MINUTE
     per_tenant: Rate = _TWENTY_A_MINUTE
@@ -130,7 +133,7 @@ class Identity:
         self.gateway_peers = tuple(gateway_peers)
         self._secret = gateway_secret.encode() if gateway_secret else None
         self.by_source = RecentEvents(limits.per_source, clock)
-        self.by_tenant = RecentEvents(limits.per_tenant, clock)
+        self.by_tenant = RecentEvents(limits.per_tenant, clock)  # keyed "tenant source"
         self.identify: Identify
         if not multi_tenant:
             self.identify = _single
@@ -181,40 +184,47 @@ class Identity:
     ) -> str:
         """Keys mode.
 
-        1. The source, or the tenant X-Tenant-ID names, failed too often lately: 429
-           too_many_auth_failures with Retry-After, before any key is looked at.
-        2. `Authorization: Bearer <key>` is required (else 401 missing_api_key).
-        3. The key must be long enough and belong to a tenant (else 401 invalid_api_key,
-           and one failure counted for the source and the named tenant).
-        4. An X-Tenant-ID naming another tenant is refused (403 tenant_mismatch); the
-           fairness id is not checked (a gateway may set it for its own ends).
-        5. The key's tenant.
+        1. `Authorization: Bearer <key>` is required (else 401 missing_api_key).
+        2. A key long enough that belongs to a tenant: an X-Tenant-ID naming another tenant
+           is refused (403 tenant_mismatch; the fairness id is not checked: a gateway may
+           set it for its own ends); else the key's tenant. The throttle is not asked: a
+           right key is never refused for others' failures.
+        3. A wrong key: `failed` (the source, or the tenant X-Tenant-ID names from this
+           source, failed too often lately: 429 too_many_auth_failures with Retry-After;
+           else the failure is counted, 401 invalid_api_key).
         """
-        source = client[0] if client else ""
-        if self.by_source or self.by_tenant:  # 1
-            self._check_throttle(source, tenant_header)
-        scheme, _, key = (authorization or b"").strip().partition(b" ")  # 2
+        scheme, _, key = (authorization or b"").strip().partition(b" ")  # 1
         key = key.strip()
         if scheme.lower() != b"bearer" or not key:
             raise MissingApiKey("An API key is required: send 'Authorization: Bearer <key>'")
         tenant = self.config.tenant_for_key(key) if len(key) >= MIN_API_KEY_CHARS else None
-        if tenant is None:  # 3
-            self.by_source.add(source)
-            if tenant_header is not None:
-                self.by_tenant.add(tenant_header.decode("ascii"))
-            raise UnknownApiKey("Invalid API key")
-        if tenant_header is not None and tenant_header.decode("ascii") != tenant:  # 4
-            raise TenantMismatch(
-                f"X-Tenant-ID {tenant_header.decode('ascii')} does not match the API key's tenant"
-            )
-        return tenant  # 5
+        if tenant is not None:  # 2
+            if tenant_header is not None and tenant_header.decode("ascii") != tenant:
+                raise TenantMismatch(
+                    f"X-Tenant-ID {tenant_header.decode('ascii')} does not match the API "
+                    "key's tenant"
+                )
+            return tenant
+        claimed = tenant_header.decode("ascii") if tenant_header is not None else None
+        self.failed(client[0] if client else "", claimed)  # 3
+        raise UnknownApiKey("Invalid API key")
 
-    def _check_throttle(self, source: str, tenant_header: bytes | None) -> None:
-        wait = self.by_source.retry_after(source)
-        if tenant_header is not None:
-            wait = max(wait, self.by_tenant.retry_after(tenant_header.decode("ascii")))
+    def failed(self, source: str, tenant: str | None = None) -> None:
+        """One failed authentication from `source` (naming `tenant`, if any).
+
+        1. The source, or (tenant, source), is past its quota: 429 too_many_auth_failures
+           with Retry-After (this failure is not counted: the window drains).
+        2. Else the failure is counted for both; the caller answers its own refusal.
+        """
+        pair = f"{tenant} {source}" if tenant is not None else None
+        wait = self.by_source.retry_after(source)  # 1
+        if pair is not None:
+            wait = max(wait, self.by_tenant.retry_after(pair))
         if wait:
             raise TooManyAuthFailures(retry_after=wait)
+        self.by_source.add(source)  # 2
+        if pair is not None:
+            self.by_tenant.add(pair)
 
 
 def _open(

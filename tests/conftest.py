@@ -47,6 +47,9 @@ def _share_one_tls_context() -> None:
 _share_one_tls_context()
 # the runners and fake engines the tests start are forked (tests/support/forkserver.py)
 os.environ.setdefault("QUORUM_TEST_FORK", "1")
+# engines inherit an allow-listed environment (adapters/environment.py): the stand-ins of
+# tests/fixtures/ read their knobs (FAKE_*) and coverage its own from it
+os.environ.setdefault("ENGINE_ENV_ALLOW", "FAKE_*,COV_CORE_*,COVERAGE_*,QUORUM_TEST_*")
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from adapters.comfyui.engine import CheckpointFetcher, ComfyUIEngine
 from adapters.comfyui.follow import FollowTiming
-from adapters.comfyui.server import ComfyUIServer, Memory
+from adapters.comfyui.server import COMFYUI_ENVIRONMENT, ComfyUIServer, Memory
 from adapters.comfyui.workflows import load_template
 from adapters.kind import Devices, EngineSettings, EngineSpec, Host, KindDefaults, Traits
 from adapters.launched import EngineLoad, Launched
@@ -210,6 +210,7 @@ class ComfyUIKind(KindDefaults):
         default_parallel=1,
         probe_path="/system_stats",
         own_fields=frozenset({"workflow", "checkpoint"}),
+        environment=COMFYUI_ENVIRONMENT,
     )
 
     def __init__(self, settings: EngineSettings) -> None:

@@ -41,6 +41,9 @@ from adapters.supervisor import EngineProcess, free_port
 log = logging.getLogger("quorum.comfyui")
 
 MB = 1024 * 1024
+COMFYUI_ENVIRONMENT = ("TORCH_*", "PYTORCH_*", "HF_*")
+"""What ComfyUI (and its custom nodes) take of the runner's environment
+(`Traits.environment`)."""
 JOBS_FOLDER = "quorum"
 """The output subfolder under which each job saves into `quorum/<job token>/`."""
 _JOB_TOKEN = re.compile(r"[0-9a-f]{16}")
@@ -188,6 +191,7 @@ class ComfyUIServer:
             argv=command_line(python, comfyui_path, port, cpu, extra_args),
             health=healthy,
             env={"PYTHONUNBUFFERED": "1"},
+            inherit=COMFYUI_ENVIRONMENT,
             load_timeout_s=load_timeout_s,
             poll_interval_s=0.25,
             logs_of=logs_of,

@@ -107,6 +107,7 @@ class LlamaServerKind(KindDefaults):
         own_fields=frozenset({"adapters", "max_adapters", "public_prefixes"}),
         adapters=True,
         request_fields=LLAMA_SERVER_FIELDS,
+        environment=("LLAMA_*", "GGML_*"),
     )
 
     def __init__(self, settings: EngineSettings) -> None:
@@ -208,6 +209,7 @@ class LlamaServerKind(KindDefaults):
                     argv=command_line(opts),
                     health=_health(probe),
                     env=devices.env,
+                    inherit=self.traits.environment,
                     load_timeout_s=spec.load_timeout_s or s.load_timeout_s,
                     ready_marker=LLAMA_READY_MARKER,
                 )

@@ -58,6 +58,7 @@ from adapters.supervisor import EngineProcess
 from adapters.vllm.engine import CacheSalts, MemoryProbe, VllmEngine
 from adapters.vllm.fields import VLLM_FIELDS
 from adapters.vllm.launch import (
+    VLLM_ENVIRONMENT,
     VllmLaunchOptions,
     command_line,
     engine_env,
@@ -118,6 +119,7 @@ class VllmKind(KindDefaults):
         own_fields=frozenset({"adapters", "max_adapters"}),
         adapters=True,
         request_fields=VLLM_FIELDS,
+        environment=VLLM_ENVIRONMENT,
     )
 
     def __init__(self, settings: EngineSettings) -> None:
@@ -269,6 +271,7 @@ async def launch(
         argv=command_line(opts),
         health=healthy,
         env={**(env or {}), **engine_env(opts)},
+        inherit=VLLM_ENVIRONMENT,
         load_timeout_s=load_timeout_s,
     )
     try:

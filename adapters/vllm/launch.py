@@ -241,6 +241,15 @@ def command_line(opts: VllmLaunchOptions) -> list[str]:
     return argv
 
 
+VLLM_ENVIRONMENT = (
+    *("VLLM_*", "HF_*", "HUGGING_FACE_HUB_TOKEN", "TRANSFORMERS_*", "TOKENIZERS_PARALLELISM"),
+    *("TORCH_*", "PYTORCH_*", "TORCHINDUCTOR_*", "TRITON_*", "NCCL_*", "RAY_*"),
+)
+"""What vLLM takes of the runner's environment (`Traits.environment`): its own settings,
+the Hub's (a gated model's token), torch's. `VLLM_CACHE_SALT_SECRET` is the runner's and
+never reaches it (adapters/environment.py `NEVER`)."""
+
+
 def engine_env(opts: VllmLaunchOptions) -> dict[str, str]:
     """Environment added to the runner's for the engine process (pure).
 

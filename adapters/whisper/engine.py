@@ -75,6 +75,9 @@ from faults import QuorumError
 log = logging.getLogger("quorum.whisper")
 
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
+WHISPER_ENVIRONMENT = ("HF_*", "HUGGING_FACE_HUB_TOKEN", "CT2_*")
+"""What the speech worker takes of the runner's environment (`Traits.environment`): the
+Hub's settings (a download's token) and CTranslate2's."""
 _EXIT_WAIT_S = 2.0
 
 
@@ -186,6 +189,7 @@ class WhisperEngine:
             argv=[*self._argv, "--socket", path],
             health=self._health,
             env=self._env,
+            inherit=WHISPER_ENVIRONMENT,
             load_timeout_s=self._load_timeout_s,
             log_lines=self._log_lines,
         )

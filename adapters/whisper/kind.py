@@ -16,7 +16,7 @@ from __future__ import annotations
 from adapters.features import Features
 from adapters.kind import Devices, EngineSpec, Host, KindDefaults, Traits
 from adapters.launched import Launched
-from adapters.whisper.engine import WhisperEngine
+from adapters.whisper.engine import WHISPER_ENVIRONMENT, WhisperEngine
 from faults import ConfigError
 
 NAME = "faster-whisper"
@@ -81,6 +81,7 @@ class WhisperKind(KindDefaults):
         probe_path=None,
         own_fields=frozenset({"whisper_model"}),
         flush=False,
+        environment=WHISPER_ENVIRONMENT,
     )
 
     def check(self, spec: EngineSpec) -> None:

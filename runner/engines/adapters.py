@@ -12,9 +12,11 @@ endpoint picker's `vllm:lora_requests_info`).
 
 An adapter is a model id like any other (`<base>:<name>`), bound to the tenants its
 declaration or its governed load lists (`LoraAdapter.tenants`). A request naming it
-(the chat path asks `check_bound`, then `check_adapter`):
+(the chat path asks `bound_adapter`, then `check_adapter`):
 
-    1. a tenant it is not bound to                        -> 403 model_not_allowed
+    1. a tenant it is not bound to: as if no adapter had that id (what the front-end
+       answers any unknown model: 403 model_not_allowed outside the tenant's `models`,
+       else 404), so nobody learns of adapters bound to others
     2. the adapter failed (its file is missing or changed) -> 503 model_unavailable
     3. being unloaded (governed adapter-unload)            -> 503 model_unloading
     4. being loaded, or not in its base's running engine   -> 503 model_unloading
@@ -42,8 +44,6 @@ from adapters.base import AdapterHost
 from adapters.lora import LoraAdapter, file_digest, read_rank, size_mb
 from runner.runtime.models_file import ModelSpec
 from runner.scheduler.errors import ModelFailed, ModelUnloading
-from tenants.errors import ModelNotAllowed
-from tenants.policy import Entitlements
 
 log = logging.getLogger("quorum.adapters")
 
@@ -212,13 +212,21 @@ class Counted:
 RETRY_S = 1  # an adapter being loaded: ask again this soon
 
 
-def check_bound(adapters: AdapterBook, tenant: str, models: Entitlements, model_id: str) -> None:
-    """Step 1: an adapter names only tenants bound to it (`models`: the tenant's own
-    entitlement, named in the refusal as every `model_not_allowed` does)."""
+def bound_adapter(adapters: AdapterBook, tenant: str, model_id: str) -> AdapterRecord | None:
+    """Step 1: the adapter `model_id` names, for a tenant bound to it; None for anyone
+    else, as for an id no adapter has."""
     record = adapters.get(model_id)
-    if record is not None and not record.adapter.allows(tenant):
-        allowed = ", ".join(models.patterns) if models.patterns is not None else "every model"
-        raise ModelNotAllowed(tenant=tenant, model=model_id, allowed=allowed)
+    if record is None or not record.adapter.allows(tenant):
+        return None
+    return record
+
+
+def listed_to(record: AdapterRecord, asker: str | None, admins: frozenset[str]) -> bool:
+    """Whether capabilities and `/v1/models` list `record` to `asker`: its bound tenants
+    and admins; a caller naming nobody sees only adapters bound to every tenant (`*`)."""
+    if asker is None:
+        return "*" in record.adapter.tenants
+    return asker in admins or record.adapter.allows(asker)
 
 
 def check_adapter(record: AdapterRecord, loaded: bool) -> None:

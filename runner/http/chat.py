@@ -7,8 +7,8 @@ pays for it, so it does only what the features need. Through the one front-end
 
     1. identify the tenant, rate limit                     (front-end)  -> 400/401/403/429
     2. read the body, bounded                                            -> 413
-    3. parse it once; the model: an adapter resolved to its base model once its tenant is
-       bound to it (`runner/engines/adapters.check_bound`), then `check_model` (the tenant's
+    3. parse it once; the model: an adapter resolved to its base model when its tenant is
+       bound to it (`runner/engines/adapters.bound_adapter`), then `check_model` (the tenant's
        `models` entitlement, on the adapter's id for an adapter); the numeric fields
        the runner can check (`runner/http/body_checks.py`: token limits, sampling ranges);
        drop `x_*` extension fields; the endpoint's canonical request (`canonical.py`: the
@@ -41,7 +41,13 @@ from adapters.fields import OPENAI_ONLY, RequestFields
 from adapters.http_client import ClientFailure, Response, translate_failure
 from adapters.refusals import refusal
 from faults import QuorumError
-from runner.engines.adapters import AdapterBook, AdapterRecord, Counted, check_adapter, check_bound
+from runner.engines.adapters import (
+    AdapterBook,
+    AdapterRecord,
+    Counted,
+    bound_adapter,
+    check_adapter,
+)
 from runner.errors import BadRequest, error_body
 from runner.http.asgi import JSON, Receive, Scope, Send, send_whole
 from runner.http.body_checks import check_generation
@@ -158,9 +164,9 @@ class ChatPath:
         return current, body
 
     def _adapter(self, call: ClientCall, model: str) -> AdapterRecord | None:
-        """The adapter `model` names, once the tenant may use it (403 otherwise)."""
-        check_bound(self.adapters, call.tenant, call.policy.models, model)
-        return self.adapters.get(model)
+        """The adapter `model` names, when the tenant is bound to it (else none: an
+        unknown model to it)."""
+        return bound_adapter(self.adapters, call.tenant, model)
 
     async def _place_and_forward(
         self,

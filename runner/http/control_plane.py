@@ -7,7 +7,8 @@ one envelope (runner/errors.py), unknown paths and wrong methods included.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 
 import orjson
 from fastapi import FastAPI, Request
@@ -15,6 +16,8 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
+from faults import QuorumError
+from runner.engines.adapters import listed_to
 from runner.errors import (
     HTTP_ERRORS,
     Forbidden,
@@ -31,11 +34,13 @@ from runner.http.openapi import OPENAPI_PATH, openapi_json
 from runner.http.status_page import mount_status_page
 from runner.jobs.http import JOBS_PATH, delete_job, get_job
 from runner.lifecycle.adapter_ops import adapter_entry
+from runner.lifecycle.governed import APPROVED, GovernedOps
 from runner.runtime.wiring import Runtime
 from runner.scheduler import ModelState
 from runner.telemetry.capabilities import capabilities
 from runner.telemetry.health import Life
 from runner.tenancy.routes import mount_tenant_routes
+from tenants.identity import Identity
 from tenants.policy import EVERY_MODEL
 from tenants.rates import parse_rate
 from tenants.throttle import RecentEvents
@@ -61,20 +66,27 @@ async def bounded_body(request: Request, limit: int) -> bytes:
 
 
 class LifecycleDoor:
-    """What every lifecycle call meets before its token is looked at.
+    """What every lifecycle call meets before its token is looked at, and what a call
+    refused before approval costs its source.
 
     1. Its source address made LIFECYCLE_RATE_LIMIT calls lately: 429 with Retry-After
        (nothing read, verified or audited).
     2. A body above LIFECYCLE_MAX_BODY_BYTES: 413, before it is parsed or audited.
+    3. Within `attempt`: a 4xx refusal before approval (its syntax, no token, governance's
+       refusal; not 413 or 429) is audited (`GovernedOps.refused`) and counts as a failed
+       authentication of its source (`Identity.failed`): past the source's quota it is
+       answered 429 too_many_auth_failures instead. A call governance approved is never
+       counted: the credential is checked before the throttle decides.
     """
 
-    def __init__(self, rate: str) -> None:
+    def __init__(self, rate: str, identity: Identity, governed: GovernedOps) -> None:
         self.calls = RecentEvents(parse_rate(rate), time.monotonic)
+        self.identity = identity
+        self.governed = governed
 
     def admit(self, request: Request) -> None:
         """Step 1 (also for the governed `/v1/tenants` routes, which keep their own cap)."""
-        client = request.scope.get("client")
-        source = client[0] if client else ""
+        source = _source(request)
         wait = self.calls.retry_after(source)
         if wait:
             raise LifecycleRateLimited(rate=self.calls.rate.text, retry_after=wait)
@@ -84,10 +96,31 @@ class LifecycleDoor:
         self.admit(request)  # 1
         return await bounded_body(request, LIFECYCLE_MAX_BODY_BYTES)  # 2
 
+    @asynccontextmanager
+    async def attempt(self, request: Request, operation: str) -> AsyncIterator[None]:
+        """Step 3 around one governed call."""
+        mark = APPROVED.set(False)
+        try:
+            yield
+        except QuorumError as exc:
+            if APPROVED.get() or not 400 <= exc.status < 500 or exc.status in (413, 429):
+                raise
+            source = _source(request)
+            await self.governed.refused(operation, exc, source)
+            self.identity.failed(source)  # 429 past the quota
+            raise
+        finally:
+            APPROVED.reset(mark)
+
+
+def _source(request: Request) -> str:
+    client = request.scope.get("client")
+    return client[0] if client else ""
+
 
 def control_plane(rt: Runtime) -> FastAPI:
     app = FastAPI(title="Quorum runner", docs_url=None, redoc_url=None, openapi_url=None)
-    door = LifecycleDoor(rt.settings.lifecycle_rate_limit)
+    door = LifecycleDoor(rt.settings.lifecycle_rate_limit, rt.identity, rt.governed)
 
     for error_type in HTTP_ERRORS:
 
@@ -128,14 +161,14 @@ def control_plane(rt: Runtime) -> FastAPI:
     @app.get("/v1/capabilities")
     async def get_capabilities(request: Request) -> Response:
         available: Sequence[str] = rt.refresher.current.available
-        adapters = list(rt.pool.adapters)
         asker = asking_tenant(rt, request)
-        if asker is not None:  # the router asks as nobody: it sees them all
+        admins = rt.settings.admins
+        adapters = [a for a in rt.pool.adapters if listed_to(a, asker, admins)]
+        if asker is not None:  # the router asks as nobody: it sees every model
             entitled = rt.tenants.policy(asker).models
             available = entitled.filter(available)
-            adapters = [
-                a for a in adapters if a.adapter.allows(asker) and entitled.allows(a.adapter.id)
-            ]
+            if asker not in admins:
+                adapters = [a for a in adapters if entitled.allows(a.adapter.id)]
         doc = capabilities(
             rt.settings.runner_id,
             str(rt.health().body["status"]),
@@ -173,12 +206,15 @@ def control_plane(rt: Runtime) -> FastAPI:
     @app.post("/v1/cache/flush")
     async def cache_flush(request: Request) -> Response:
         body = await door.body(request)
-        return json_response(200, await rt.governed.flush(body, request.headers.get("x-op-token")))
+        async with door.attempt(request, "cache-flush"):
+            answer = await rt.governed.flush(body, request.headers.get("x-op-token"))
+        return json_response(200, answer)
 
     @app.post("/v1/models/load")
     async def load_model(request: Request) -> Response:
         body = await door.body(request)
-        task = await rt.loads.submit(body, request.headers.get("x-op-token"))
+        async with door.attempt(request, "model-load"):
+            task = await rt.loads.submit(body, request.headers.get("x-op-token"))
         return json_response(
             202, task.accepted_json(), {"Location": f"/v1/models/load/{task.task_id}"}
         )
@@ -190,13 +226,15 @@ def control_plane(rt: Runtime) -> FastAPI:
     @app.delete("/v1/models/load/{task_id}")
     async def load_cancel(task_id: str, request: Request) -> Response:
         body = await door.body(request)
-        task = await rt.loads.cancel(task_id, body, request.headers.get("x-op-token"))
+        async with door.attempt(request, "task-cancel"):
+            task = await rt.loads.cancel(task_id, body, request.headers.get("x-op-token"))
         return json_response(200, task.to_json())
 
     @app.post("/v1/models/unload")
     async def unload_model(request: Request) -> Response:
         body = await door.body(request)
-        result = await rt.loads.unload(body, request.headers.get("x-op-token"))
+        async with door.attempt(request, "model-unload"):
+            result = await rt.loads.unload(body, request.headers.get("x-op-token"))
         answer: dict[str, object] = {
             "modelId": result.model_id,
             "gpuMemoryFreedMB": result.freed_mb,
@@ -209,14 +247,15 @@ def control_plane(rt: Runtime) -> FastAPI:
     @app.post("/v1/adapters/load")
     async def load_adapter(request: Request) -> Response:
         body = await door.body(request)
-        return json_response(
-            200, await rt.adapter_ops.load(body, request.headers.get("x-op-token"))
-        )
+        async with door.attempt(request, "adapter-load"):
+            answer = await rt.adapter_ops.load(body, request.headers.get("x-op-token"))
+        return json_response(200, answer)
 
     @app.post("/v1/adapters/unload")
     async def unload_adapter(request: Request) -> Response:
         body = await door.body(request)
-        answer = await rt.adapter_ops.unload(body, request.headers.get("x-op-token"))
+        async with door.attempt(request, "adapter-unload"):
+            answer = await rt.adapter_ops.unload(body, request.headers.get("x-op-token"))
         return json_response(200, answer)
 
     @app.get(JOBS_PATH + "{job_id}")
@@ -239,7 +278,7 @@ def control_plane(rt: Runtime) -> FastAPI:
             for m, view in rt.admission.models().items()
             if view.state is ModelState.READY and m in records and entitled.allows(m)
         ]
-        data += [  # an adapter: to the tenants bound to it and entitled to it
+        data += [  # an adapter: to the tenants bound to it and entitled to it, and admins
             {
                 "id": a.adapter.id,
                 "object": "model",
@@ -249,8 +288,8 @@ def control_plane(rt: Runtime) -> FastAPI:
             }
             for a in rt.pool.adapters
             if rt.adapter_ops.loaded(a)
-            and (asker is None or a.adapter.allows(asker))
-            and entitled.allows(a.adapter.id)
+            and listed_to(a, asker, rt.settings.admins)
+            and (entitled.allows(a.adapter.id) or asker in rt.settings.admins)
         ]
         return json_response(200, {"object": "list", "data": data})
 
@@ -269,7 +308,7 @@ def control_plane(rt: Runtime) -> FastAPI:
         return Response(contract, 200, media_type="application/json")
 
     mount_status_page(app, rt)  # GET /ui: the operators' status page (admins only)
-    mount_tenant_routes(app, rt, door.admit)  # /v1/tenants, /v1/usage (runner/tenancy/)
+    mount_tenant_routes(app, rt, door)  # /v1/tenants, /v1/usage (runner/tenancy/)
     return app
 
 

@@ -15,12 +15,16 @@ passes on, read where the runner's own header is absent:
 | header                          | read as     | values                                 |
 |---------------------------------|-------------|----------------------------------------|
 | x-llm-d-inference-fairness-id   | X-Tenant-ID | as X-Tenant-ID                         |
-| x-gateway-inference-fairness-id | X-Tenant-ID | (its older name)                       |
 | x-llm-d-inference-objective     | X-Priority  | an InferenceObjective's name, mapped   |
 |                                 |             | by OBJECTIVE_PRIORITIES (else normal)  |
 | x-gateway-inference-objective   | X-Priority  | (its older name)                       |
 
-The newer name wins over the older one; X-Tenant-ID and X-Priority win over both.
+The newer objective name wins over the older one; X-Priority wins over both. The tenant
+comes from one gateway header only (the older `x-gateway-inference-fairness-id` is not
+read: two names for one identity let a client pick whichever its gateway does not
+overwrite). The headers that say who a request is (Authorization, X-Tenant-ID, the
+fairness id, X-Quorum-Gateway-Secret) may come once: a repeated one is 400, as a proxy
+may keep the client's copy beside its own.
 
 A bad value raises InvalidHeader naming the header; nothing else happens.
 Which tenant a request belongs to is decided after this, by `tenants.identity.Identity`
@@ -76,24 +80,27 @@ def parse_request_headers(
 ) -> RequestMeta:
     """Read the runner's headers from ASGI raw headers (lower-case names).
 
-    1. Collect the headers of interest in one pass; the last value of a repeated header wins.
+    1. Collect the headers of interest in one pass; an identity header sent twice raises
+       InvalidHeader; of any other repeated header the last value wins.
     2. Validate each present value; an invalid one raises InvalidHeader naming it. Without
        X-Priority, the gateway's objective names the priority through `objectives`.
     3. Fill defaults for absent ones.
     """
     tenant = priority = mode = tag = rid = auth = length = ctype = secret = None
     deadline = slo = None
-    fairness = old_fairness = objective = old_objective = None
+    fairness = objective = old_objective = None
     for name, value in raw:  # 1
         if not name.startswith(b"x-"):
             if name == b"content-length":
                 length = value
             elif name == b"authorization":
+                _once(auth, "Authorization")
                 auth = value
             elif name == b"content-type":
                 ctype = value
             continue
         if name == b"x-tenant-id":
+            _once(tenant, "X-Tenant-ID")
             tenant = value
         elif name == b"x-priority":
             priority = value
@@ -108,25 +115,22 @@ def parse_request_headers(
         elif name == b"x-llm-d-slo-ttft-ms":
             slo = value
         elif name == b"x-llm-d-inference-fairness-id":
+            _once(fairness, "x-llm-d-inference-fairness-id")
             fairness = value
-        elif name == b"x-gateway-inference-fairness-id":
-            old_fairness = value
         elif name == b"x-llm-d-inference-objective":
             objective = value
         elif name == b"x-gateway-inference-objective":
             old_objective = value
         elif name == b"x-quorum-gateway-secret":
+            _once(secret, "X-Quorum-Gateway-Secret")
             secret = value
     # 2, 3
     if tenant is not None and not _TENANT.fullmatch(tenant):
         raise InvalidHeader("X-Tenant-ID must be 1-64 characters of A-Z a-z 0-9 . _ -")
-    if fairness is None and old_fairness is not None:
-        fairness = old_fairness
-        fairness_name = "x-gateway-inference-fairness-id"
-    else:
-        fairness_name = "x-llm-d-inference-fairness-id"
     if fairness is not None and not _TENANT.fullmatch(fairness):
-        raise InvalidHeader(f"{fairness_name} must be 1-64 characters of A-Z a-z 0-9 . _ -")
+        raise InvalidHeader(
+            "x-llm-d-inference-fairness-id must be 1-64 characters of A-Z a-z 0-9 . _ -"
+        )
     asked = priority is not None or objective is not None or old_objective is not None
     if priority is None:
         objective = objective if objective is not None else old_objective
@@ -176,6 +180,12 @@ def parse_request_headers(
         tenant, priority_s, mode_s, tag_s, rid_s, auth, length_i, fairness, deadline_ms, asked,
         json_body, secret,
     )  # fmt: skip
+
+
+def _once(seen: bytes | None, name: str) -> None:
+    """An identity header already seen: 400 (which copy counts is nobody's to guess)."""
+    if seen is not None:
+        raise InvalidHeader(f"{name} was sent more than once; send it once")
 
 
 MAX_DEADLINE_MS = 3_600_000

@@ -14,10 +14,12 @@ settings in runner/runtime/settings.py, documented in docs/configuration.md):
 | body silence         | BODY_TIMEOUT_S     | 30 s    | 408 (closed only, once answering)   |
 | idle after an answer | KEEP_ALIVE_TIMEOUT_S | 30 s  | closed, no answer (as uvicorn's)    |
 | open connections     | MAX_CONNECTIONS    | 1024    | 503 too_many_connections            |
+| ... from one address | MAX_CONNECTIONS_PER_SOURCE | 256 | 429 too_many_source_connections |
 | a reader that stops  | WRITE_STALL_TIMEOUT_S | 30 s | the connection is cut (see below)   |
 
 (*) the request target and the headers' names and values; of a head still incomplete, the
 bytes read so far.
+The connections per source address are counted by runner/http/sources.py.
 
 The head's time counts from the connection's opening (first request) or from the
 request's first byte (later requests on a kept-alive connection); a connection that sent
@@ -60,12 +62,14 @@ from runner.errors import (
     QuorumError,
     RequestTimeout,
     TooManyConnections,
+    TooManySourceConnections,
     error_body,
     error_headers,
     error_status,
 )
 from runner.http.asgi import GONE_HOOK
 from runner.http.coalesce import CoalescingHttpToolsProtocol
+from runner.http.sources import Network, SourceCounts
 
 log = logging.getLogger("quorum.http")
 
@@ -88,6 +92,8 @@ class ClientLimits:
     max_connections: int = 1024
     write_stall_timeout_s: float = 30.0
     keep_alive_s: float = 30.0
+    max_per_source: int = 256  # 0: no cap per source address
+    trusted: tuple[Network, ...] = ()  # peers not capped per source (the gateway's)
 
     @property
     def sweep_s(self) -> float:
@@ -157,6 +163,7 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
 
     limits: ClassVar[ClientLimits] = ClientLimits()
     watch: ClassVar[ConnectionWatch]
+    sources: ClassVar[SourceCounts] = SourceCounts(0)
     stalls: ClassVar[list[Callable[[], None]]] = []  # called per write stall (metrics)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -183,13 +190,18 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         super().connection_made(transport)
         self.since = self.loop.time()
         self.watch.start(self.loop, self.connections)
+        self.source = self.client[0] if self.client else ""
+        past = self.sources.opened(self.source)
         if len(self.connections) > self.limits.max_connections:
             self.refuse(TooManyConnections(limit=self.limits.max_connections, retry_after=1))
+        elif past:
+            self.refuse(TooManySourceConnections(limit=self.sources.limit, retry_after=1))
 
     def connection_lost(self, exc: Exception | None) -> None:
         """uvicorn's, then the running request's handler hears of it at once
         (`asgi.DisconnectWatch`): no task per request waits on `receive()` for it."""
         super().connection_lost(exc)
+        self.sources.closed(self.source)
         gone = self._on_gone
         if gone is not None:
             self._on_gone = None
@@ -372,6 +384,7 @@ def protocol_with(
     attrs = {
         "limits": limits,
         "watch": ConnectionWatch(limits),
+        "sources": SourceCounts(limits.max_per_source, limits.trusted),
         "stalls": [on_write_stall] if on_write_stall is not None else [],
         "__module__": __name__,
     }

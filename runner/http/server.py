@@ -25,6 +25,7 @@ import uvicorn
 from runner.http.app import RunnerApp
 from runner.http.limits import ClientLimits, protocol_with
 from runner.runtime.settings import Settings
+from tenants.identity import parse_peers
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -61,6 +62,8 @@ def client_limits(settings: Settings) -> ClientLimits:
         max_connections=settings.max_connections,
         write_stall_timeout_s=settings.write_stall_timeout_s,
         keep_alive_s=settings.keep_alive_timeout_s,
+        max_per_source=settings.max_connections_per_source,
+        trusted=parse_peers(settings.gateway_peers),
     )
 
 

@@ -7,13 +7,14 @@
 
 Both go the way of every lifecycle call (`runner/lifecycle/governed.py`):
 
-    1. parse strictly (400): known fields, right types; the path inside the allowed model
-       roots (400), like a model load's;
+    1. parse strictly (400): known fields, right types (syntax only: nothing that depends
+       on this runner's files or settings);
     2. approve: operation `adapter-load` / `adapter-unload`, `modelId` = the adapter's id,
        params = the body's other fields exactly as sent, so the signers approve this
        adapter on this base with this file (its sha256) for these tenants (audited);
     3. only then check what it names, so that nobody without a token learns which models,
-       adapters or files exist (docs/security.md): the base is a model of this runner
+       adapters or files exist (docs/security.md): the path inside the allowed model
+       roots (400), the base is a model of this runner
        (404) whose engine kind serves adapters (`Traits.adapters`; 400), the id is free
        (load) or an adapter of that base (unload) (409 / 404), room under the base's
        `max_adapters` (its kind's `adapter_room`; 409), the
@@ -87,7 +88,8 @@ class AdapterOps:
         doc = parse_body(body)  # 1
         adapter = self._parse_load(doc)
         await self.governed.approve("adapter-load", _governed(doc, header_token))  # 2
-        spec = self._check_base(adapter.base)  # 3
+        adapter = replace(adapter, path=self._resolve(adapter.path))  # 3
+        spec = self._check_base(adapter.base)
         if adapter.id in self.book or self.specs.spec(adapter.id) is not None:
             raise AdapterRefused(f"model id {adapter.id!r} is already taken on this runner")
         capacity = self.specs.kind(spec).adapter_room(self.specs.kinds.engine_spec(spec))
@@ -158,18 +160,7 @@ class AdapterOps:
         if unknown:
             raise BadRequest(f"unknown field(s) in adapter load: {', '.join(sorted(unknown))}")
         adapter_id, base = _text(doc, "adapterId"), _text(doc, "baseModel")
-        path = Path(_text(doc, "path").replace("\x00", "\ufffd"))
-        try:
-            path = path.expanduser()
-            if not path.is_absolute():
-                path = self.roots.model_base / path
-            # whether it exists is told only after approval (a file under the roots is
-            # nobody's to probe without a token)
-            usable = ".." not in path.parts and inside(path, self.roots.allowed())
-        except (OSError, ValueError, RuntimeError):  # a name the file system refuses; a
-            usable = False  # `~user` of no user (`expanduser` raises RuntimeError)
-        if not usable:
-            raise BadRequest("path must name an adapter file or folder inside the model roots")
+        path = _text(doc, "path")  # where it points is looked at after approval (`_resolve`)
         tenants = doc.get("tenants")
         if (
             not isinstance(tenants, list)
@@ -186,12 +177,28 @@ class AdapterOps:
             id=adapter_id,
             name=name,
             base=base,
-            path=str(path),
+            path=path,
             tenants=tuple(tenants),
             sha256=_sha(doc),
             scale=float(scale),
             governed=True,
         )
+
+    def _resolve(self, text: str) -> str:
+        """The adapter's path inside the model roots, or 400; asked after approval only:
+        where the roots are, like what exists under them, is nobody's to probe without a
+        token."""
+        path = Path(text.replace("\x00", "\ufffd"))
+        try:
+            path = path.expanduser()
+            if not path.is_absolute():
+                path = self.roots.model_base / path
+            usable = ".." not in path.parts and inside(path, self.roots.allowed())
+        except (OSError, ValueError, RuntimeError):  # a name the file system refuses; a
+            usable = False  # `~user` of no user (`expanduser` raises RuntimeError)
+        if not usable:
+            raise BadRequest("path must name an adapter file or folder inside the model roots")
+        return str(path)
 
     def _check_base(self, base: str) -> ModelSpec:
         """The base's spec, once it can serve adapters."""

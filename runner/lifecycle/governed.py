@@ -14,6 +14,11 @@ Every lifecycle call goes the same way:
        model roots cannot be probed; a token approved for a model that is not there is
        spent (its signers approved a call that cannot run).
 
+Every attempt is audited: governance audits what it decides (step 3); a call refused
+before it (steps 1-2: its syntax, no token) is audited by `GovernedOps.refused`, with the
+caller's address and without its body. `APPROVED` tells the caller (the control plane's
+door) whether a refusal came before approval or after.
+
 `POST /v1/cache/flush` is here (`GovernedOps.flush`); model load, unload and task cancel
 (runner/lifecycle/loads.py) and adapter load and unload (runner/lifecycle/adapter_ops.py)
 go the same way with their own parsing and execution.
@@ -27,19 +32,27 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from adapters.base import FlushResult, FlushScope
+from faults import QuorumError
+from governance.audit import AuditRecord
 from governance.encoding import loads_strict
-from governance.verifier import Approval, Verifier
+from governance.errors import GovernanceError
+from governance.verifier import Approval, Verifier, capped
 from runner.errors import BadRequest, MissingOpToken, ModelNotFound, ServiceUnavailable
 from runner.telemetry.metrics import Metrics
 
 _TENANT = re.compile(r"[A-Za-z0-9._-]{1,64}")
 FLUSH_SCOPES = ("all", "model", "tenant", "tag")
 _FLUSH_FIELDS = frozenset({"scope", "modelId", "tenantId", "tag", "verifiedOpToken"})
+
+APPROVED: ContextVar[bool] = ContextVar("quorum_lifecycle_approved", default=False)
+"""Set by `GovernedOps.approve` for the request (task) it approved."""
 
 Flush = Callable[[FlushScope], Awaitable[FlushResult]]
 """One ready engine's cache flush (`adapters.kind.Launched.flush`)."""
@@ -140,6 +153,7 @@ class GovernedOps:
         flushes: Mapping[str, Flush],
         metrics: Metrics,
         at_rest: Callable[[FlushScope], int] = lambda _scope: 0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """`flushes`: the ready engines a cache flush addresses, by model (kept current by
         the pool); `at_rest(scope)` removes the saved states in `scope` of models not
@@ -148,6 +162,7 @@ class GovernedOps:
         self.flushes = flushes
         self.metrics = metrics
         self.at_rest = at_rest
+        self.clock = clock
 
     async def approve(self, operation: str, request: GovernedRequest) -> Approval:
         """Step 3: governance decides; every decision is counted."""
@@ -163,7 +178,32 @@ class GovernedOps:
             self.metrics.count_lifecycle(operation, getattr(exc, "code", "internal_error"))
             raise
         self.metrics.count_lifecycle(operation, "approved")
+        APPROVED.set(True)
         return approval
+
+    async def refused(self, operation: str, error: QuorumError, source: str) -> None:
+        """Audit a call refused before governance saw it (its syntax, no token): the
+        reason and the caller's address, none of what it sent. Governance's own
+        refusals are audited by the verifier; without a registry there is no log."""
+        if isinstance(error, GovernanceError):
+            return  # counted by `approve`, audited by the verifier
+        self.metrics.count_lifecycle(operation, error.code)
+        if self.verifier is None:
+            return
+        reason = error.__cause__ if isinstance(error.__cause__, QuorumError) else error
+        record = AuditRecord(
+            time=self.clock(),
+            runner_id=self.verifier.runner_id,
+            operation=operation,
+            model_id=None,
+            params={},
+            outcome="rejected",
+            reason=error.code,
+            status=error.status,
+            detail=capped(str(reason)),
+            extra={"source": source},
+        )
+        await self.verifier.audit_sink.append(record)
 
     async def flush(self, body: bytes, header_token: str | None) -> dict[str, object]:
         doc = parse_body(body)  # 1

@@ -60,7 +60,9 @@ def check_configuration(settings: Settings, tenants: TenantsConfig) -> None:
     """Refuse (ConfigError naming every problem) what would open a way around the gate.
 
     1. Identity: ADMIN_TENANTS in open mode; ENABLE_MULTI_TENANT=false beside keys
-       (tenants/identity.py `startup_problems`); gateway settings outside gateway mode.
+       (tenants/identity.py `startup_problems`); gateway settings outside gateway mode;
+       gateway mode with neither GATEWAY_PEERS nor GATEWAY_SECRET (anyone reaching the
+       port would name its own tenant, the admin's included).
     2. Legacy HMAC tokens without a shared nonce store: a seed-form token names no
        runner (`aud` is optional there), and each replica would accept it once.
     3. METRICS_ON_API_PORT=false needs METRICS_PORT, and a picker path that is not
@@ -73,6 +75,11 @@ def check_configuration(settings: Settings, tenants: TenantsConfig) -> None:
     )  # 1
     if mode is not IdentityMode.GATEWAY and (settings.gateway_peers or settings.gateway_secret):
         problems.append("GATEWAY_PEERS / GATEWAY_SECRET need TENANT_IDENTITY=gateway")
+    if mode is IdentityMode.GATEWAY and not (settings.gateway_peers or settings.gateway_secret):
+        problems.append(
+            "TENANT_IDENTITY=gateway needs GATEWAY_PEERS or GATEWAY_SECRET: without them "
+            "anyone who reaches the port names its own tenant"
+        )
     if settings.governance_legacy_hmac and not settings.redis_url:  # 2
         problems.append(
             "GOVERNANCE_LEGACY_HMAC=true needs REDIS_URL: seed-form tokens may name no runner "

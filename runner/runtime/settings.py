@@ -148,6 +148,7 @@ class Settings(BaseSettings):
     body_timeout_s: float = Field(default=30.0, gt=0)
     keep_alive_timeout_s: float = Field(default=30.0, gt=0)  # idle after an answer: closed
     max_connections: int = Field(default=1024, ge=1)
+    max_connections_per_source: int = Field(default=256, ge=0)  # one TCP peer; 0: no cap
     # Scheduling and tenants (tenants/ reads TENANT_RATE_LIMIT_<tenant> itself).
     tenants_file: str | None = None
     # Who a request is (tenants/identity.py, docs/security.md): keys, gateway or open;

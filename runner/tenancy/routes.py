@@ -6,26 +6,32 @@
     GET    /v1/usage?from=&to=&tenant=&model=&group_by=hour|day
                               admins: everyone's; any other tenant: its own only
 
-A change goes: 1. parse the body (400) and the policy (400, naming the field; API keys as
-sha256 digests only; a key of another tenant refused); a DELETE of a tenant nobody
-declared: 404; 2. governance approves operation `tenant-policy` with params
-`{"tenantId", "policySha256"}`, the SHA-256 of the policy's RFC 8785 form (`null` for a
-DELETE), M-of-N, audited, nonce spent (runner/lifecycle/governed.py); 3. the store takes
-it with a new version, and every replica applies it (runner/tenancy/live.py).
+A change goes: 1. syntax only: the body is a JSON object of the known fields, `policy` an
+object, the tenant id well-formed, a token present; anything else is one generic 400
+(`INVALID`) or 401 missing_op_token, the same whatever tenants or keys exist; 2.
+governance approves operation `tenant-policy` with params `{"tenantId", "policySha256"}`,
+the SHA-256 of the policy's RFC 8785 form (`null` for a DELETE), M-of-N, audited, nonce
+spent (runner/lifecycle/governed.py); 3. only now the policy's schema and the
+configuration it makes (400 naming the field, or the key another tenant holds) and, for a
+DELETE, whether the tenant has a policy here (404): told to approved callers only, their
+token spent; 4. the store takes it with a new version, and every replica applies it
+(runner/tenancy/live.py). Steps 1-2 run inside the lifecycle door's `attempt`: a refusal
+there is audited and counts against its source (runner/http/control_plane.py).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from governance.encoding import policy_sha256
+from governance.verifier import Approval
 from runner.errors import BadRequest, Forbidden, MissingOpToken, NotFound, ServiceUnavailable
 from runner.lifecycle.governed import GovernedRequest
 from runner.runtime.wiring import Runtime
@@ -37,6 +43,16 @@ from tenants.usage import DAY, HOUR, hour_of, rows
 from tenants.usage_store import UsageStoreUnavailable
 
 MAX_BODY = 256 * 1024
+INVALID = "not a well-formed tenant policy change (docs/tenants.md); nothing else was checked"
+"""The one answer to a change that fails its syntax before approval (step 1)."""
+
+
+class Door(Protocol):
+    """The lifecycle door (runner/http/control_plane.py `LifecycleDoor`)."""
+
+    def admit(self, request: Request) -> None: ...
+
+    def attempt(self, request: Request, operation: str) -> AbstractAsyncContextManager[None]: ...
 
 
 def _json(status: int, body: object) -> Response:
@@ -91,8 +107,9 @@ def _time(value: str | None, name: str, default: int) -> int:
         raise BadRequest(f"{name} must be Unix seconds or an RFC 3339 time") from None
 
 
-def mount_tenant_routes(app: FastAPI, rt: Runtime, admit: Callable[[Request], None]) -> None:
-    """`admit(request)`: the lifecycle calls' per-source rate (429 before anything is read)."""
+def mount_tenant_routes(app: FastAPI, rt: Runtime, door: Door) -> None:
+    """`door.admit(request)`: the lifecycle calls' per-source rate (429 before anything is
+    read); `door.attempt`: refusals before approval audited and counted."""
     live = rt.tenancy.policies
 
     @app.get("/v1/tenants")
@@ -108,28 +125,26 @@ def mount_tenant_routes(app: FastAPI, rt: Runtime, admit: Callable[[Request], No
 
     @app.put("/v1/tenants/{tenant_id}")
     async def put_tenant(tenant_id: str, request: Request) -> Response:
-        admit(request)
-        doc = await _body(request)
-        unknown = set(doc) - {"policy", "verifiedOpToken"}
-        if unknown:
-            raise BadRequest(f"unknown field(s): {', '.join(sorted(unknown))}")
-        policy = doc.get("policy")
-        if not isinstance(policy, dict):
-            raise BadRequest("policy must be a JSON object (the tenants file's schema)")
-        _check(rt, tenant_id, policy)
-        return await _approve_and_store(rt, tenant_id, request, policy, doc.get("verifiedOpToken"))
+        door.admit(request)
+        async with door.attempt(request, "tenant-policy"):
+            doc = await _syntax(request, tenant_id, {"policy", "verifiedOpToken"})  # 1
+            policy = doc.get("policy")
+            if not isinstance(policy, dict):
+                raise BadRequest(INVALID)
+            approval = await _approve(rt, tenant_id, request, policy, doc)  # 2
+        _check(rt, tenant_id, policy)  # 3
+        return await _store(rt, tenant_id, policy, approval.principals)  # 4
 
     @app.delete("/v1/tenants/{tenant_id}")
     async def delete_tenant(tenant_id: str, request: Request) -> Response:
-        admit(request)
-        doc = await _body(request)
-        if set(doc) - {"verifiedOpToken"}:
-            raise BadRequest("a DELETE body holds verifiedOpToken only")
-        _tenant_id(tenant_id)
-        current = live.records.get(tenant_id)
+        door.admit(request)
+        async with door.attempt(request, "tenant-policy"):
+            doc = await _syntax(request, tenant_id, {"verifiedOpToken"})  # 1
+            approval = await _approve(rt, tenant_id, request, None, doc)  # 2
+        current = live.records.get(tenant_id)  # 3
         if live.source(tenant_id) is None or (current is not None and current.policy is None):
             raise NotFound(f"tenant {tenant_id!r} has no policy here")
-        return await _approve_and_store(rt, tenant_id, request, None, doc.get("verifiedOpToken"))
+        return await _store(rt, tenant_id, None, approval.principals)  # 4
 
     @app.get("/v1/usage")
     async def usage(request: Request) -> Response:
@@ -160,35 +175,54 @@ def mount_tenant_routes(app: FastAPI, rt: Runtime, admit: Callable[[Request], No
         return _json(200, {"object": "list", "groupBy": group_by, "data": rows(hours, group_by)})
 
 
-def _tenant_id(tenant: str) -> None:
-    if TENANT_ID.fullmatch(tenant) is None:
-        raise BadRequest("tenant id must be 1-64 of letters, digits, '.', '_' or '-'")
+async def _syntax(request: Request, tenant: str, fields: set[str]) -> dict[str, Any]:
+    """Step 1: the body and the tenant id, read as text alone (one generic 400)."""
+    try:
+        doc = await _body(request)
+    except BadRequest as exc:
+        raise BadRequest(INVALID) from exc
+    if set(doc) - fields or TENANT_ID.fullmatch(tenant) is None:
+        raise BadRequest(INVALID)
+    return doc
 
 
 def _check(rt: Runtime, tenant: str, policy: dict[str, Any]) -> None:
-    """Step 1: the policy's schema, and the configuration it would make."""
-    _tenant_id(tenant)
+    """Step 3: the policy's schema, and the configuration it would make."""
     try:
         parse_policy_document(tenant, policy)
         rt.tenancy.policies.check(tenant, policy)
-        policy_sha256(policy)
     except (InvalidTenantConfig, ValueError) as exc:
         raise BadRequest(str(exc)) from None
 
 
-async def _approve_and_store(
-    rt: Runtime, tenant: str, request: Request, policy: dict[str, Any] | None, token: object
-) -> Response:
-    """Steps 2 and 3."""
-    sha = policy_sha256(policy)
+async def _approve(
+    rt: Runtime,
+    tenant: str,
+    request: Request,
+    policy: dict[str, Any] | None,
+    doc: dict[str, Any],
+) -> Approval:
+    """Step 2."""
+    try:
+        sha = policy_sha256(policy)
+    except ValueError as exc:  # a value RFC 8785 has no form for
+        raise BadRequest(INVALID) from BadRequest(str(exc))
+    token = doc.get("verifiedOpToken")
     if token is None:
         token = request.headers.get("x-op-token")
     governed = GovernedRequest(None, {"tenantId": tenant, "policySha256": sha}, token)
     if governed.token is None:
         raise MissingOpToken()
-    approval = await rt.governed.approve("tenant-policy", governed)
+    return await rt.governed.approve("tenant-policy", governed)
+
+
+async def _store(
+    rt: Runtime, tenant: str, policy: dict[str, Any] | None, principals: tuple[str, ...]
+) -> Response:
+    """Step 4."""
+    sha = policy_sha256(policy)
     try:
-        record = await rt.tenancy.policies.put(tenant, policy, sha, approval.principals)
+        record = await rt.tenancy.policies.put(tenant, policy, sha, principals)
     except PolicyStoreUnavailable:
         raise ServiceUnavailable("tenant policy store unreachable; the token is spent") from None
     return _json(
@@ -197,7 +231,7 @@ async def _approve_and_store(
             "tenantId": tenant,
             "version": record.version,
             "policySha256": sha,
-            "approvedBy": list(approval.principals),
+            "approvedBy": list(principals),
             "deleted": policy is None,
         },
     )

@@ -67,6 +67,14 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
         yield Rig(runner, audit, adapter)
 
 
+def _adapters_seen(rig: Rig, tenant: str | None) -> list[dict[str, Any]]:
+    """The adapters capabilities list to `tenant` (None: a caller naming nobody)."""
+    headers = {"X-Tenant-ID": tenant} if tenant else {}
+    caps = httpx.get(rig.runner.url + "/v1/capabilities", headers=headers).json()
+    adapters: list[dict[str, Any]] = caps.get("adapters", [])
+    return adapters
+
+
 def _load(rig: Rig, **fields: Any) -> httpx.Response:
     body = {
         "adapterId": "base:new",
@@ -88,20 +96,21 @@ def _load(rig: Rig, **fields: Any) -> httpx.Response:
         ({"extra": 1}, 400, "unknown field"),
         ({"tenants": []}, 400, "tenants"),
         ({"sha256": "ab"}, 400, "sha256"),
-        ({"path": "/etc/hostname"}, 400, "inside the model roots"),
-        ({"path": "~no-such-user-q7/a.gguf"}, 400, "inside the model roots"),  # schemathesis: 500
     ],
 )
 def test_adapter_load_malformed_is_refused_before_a_token_is_spent(
     rig: Rig, fields: dict[str, Any], status: int, says: str
 ) -> None:
-    """A body that cannot be an adapter load (its syntax, or a path outside the model roots,
-    read from the text alone) is refused with a clear 4xx before governance sees the
-    token: the call is not audited (no approval, no nonce spent)."""
+    """A body that cannot be an adapter load (its syntax alone) is refused with a clear 4xx
+    before governance sees the token: no nonce is spent, and the refusal is audited as
+    rejected, with the caller's address and nothing of its body."""
     r = _load(rig, **fields)
     assert r.status_code == status, r.text
     assert says in r.json()["error"]["message"]
-    assert rig.audited() == []
+    (record,) = rig.audited()
+    assert (record["outcome"], record["reason"]) == ("rejected", "invalid_request")
+    assert record["nonce_sha256"] is None
+    assert record["params"] == {} and record["extra"]["source"] == "127.0.0.1"
 
 
 @pytest.mark.parametrize(
@@ -109,6 +118,8 @@ def test_adapter_load_malformed_is_refused_before_a_token_is_spent(
     [
         ({"sha256": "0" * 64}, 400, "sha256"),
         ({"path": "a\u0000b"}, 400, "cannot be read"),  # schemathesis found a 500
+        ({"path": "/etc/hostname"}, 400, "inside the model roots"),
+        ({"path": "~no-such-user-q7/a.gguf"}, 400, "inside the model roots"),  # schemathesis: 500
         ({"baseModel": "nope"}, 404, "nope"),
         ({"baseModel": "echo"}, 400, "cannot serve adapters"),
         ({"adapterId": "base:own"}, 409, "already taken"),
@@ -127,8 +138,8 @@ def test_adapter_load_naming_what_is_not_there_is_refused_only_after_approval(
     assert says in r.json()["error"]["message"]
     (record,) = rig.audited()
     assert record["operation"] == "adapter-load"
-    caps = httpx.get(rig.runner.url + "/v1/capabilities").json()
-    assert [a["id"] for a in caps["adapters"]] == ["base:own"]
+    assert [a["id"] for a in _adapters_seen(rig, "team-a")] == ["base:own"]
+    assert _adapters_seen(rig, "team-b") == []  # nothing loaded for team-b
 
 
 def test_adapter_load_naming_an_unknown_base_without_a_token_tells_nothing(rig: Rig) -> None:
@@ -169,8 +180,8 @@ def test_adapter_load_with_a_token_for_other_params_is_403_and_audited(rig: Rig)
     assert r.status_code == 403 and r.json()["error"]["code"] == "binding_mismatch"
     (record,) = rig.audited()
     assert (record["operation"], record["outcome"]) == ("adapter-load", "rejected")
-    caps = httpx.get(rig.runner.url + "/v1/capabilities").json()
-    assert [a["id"] for a in caps["adapters"]] == ["base:own"]
+    assert [a["id"] for a in _adapters_seen(rig, "team-a")] == ["base:own"]
+    assert _adapters_seen(rig, "team-b") == []  # nothing loaded for team-b
 
 
 def test_adapter_load_onto_a_base_not_running_joins_its_set(rig: Rig) -> None:
@@ -179,12 +190,11 @@ def test_adapter_load_onto_a_base_not_running_joins_its_set(rig: Rig) -> None:
     r = _load(rig)
     assert r.status_code == 200, r.text
     assert r.json()["state"] == "available" and r.json()["governed"] is True
-    caps = httpx.get(rig.runner.url + "/v1/capabilities").json()
-    assert {a["id"]: a["state"] for a in caps["adapters"]} == {
-        "base:own": "available",
-        "base:new": "available",
-    }
-    assert "base:new" in caps["models"]["available"]
+    seen = {a["id"]: a["state"] for t in ("team-a", "team-b") for a in _adapters_seen(rig, t)}
+    assert seen == {"base:own": "available", "base:new": "available"}
+    caps = httpx.get(rig.runner.url + "/v1/capabilities", headers={"X-Tenant-ID": "team-b"})
+    assert "base:new" in caps.json()["models"]["available"]
+    assert _adapters_seen(rig, None) == []  # to a caller naming nobody: none (bound ones)
     body = {"adapterId": "base:new", "baseModel": "base", "sha256": r.json()["sha256"]}
     token = dev_token(
         "adapter-unload", "base:new", {k: v for k, v in body.items() if k != "adapterId"}
@@ -198,12 +208,21 @@ def test_adapter_load_onto_a_base_not_running_joins_its_set(rig: Rig) -> None:
 
 
 def test_adapter_entitlement_is_checked_before_the_model(rig: Rig) -> None:
-    """A tenant not bound to an adapter gets 403 model_not_allowed whatever state its base
-    is in; a bound one gets what the base's state gives (404 model_not_loaded here)."""
+    """A tenant not bound to an adapter gets what any unknown model gets (404, the same
+    answer as for an id no adapter has) whatever state its base is in; a bound one gets
+    what the base's state gives (404 model_not_loaded here)."""
     chat = {"model": "base:own", "messages": [{"role": "user", "content": "hi"}]}
     url = rig.runner.url + "/v1/chat/completions"
     r = httpx.post(url, json=chat, headers={"X-Tenant-ID": "team-b"})
-    assert r.status_code == 403 and r.json()["error"]["code"] == "model_not_allowed"
+    missing = httpx.post(
+        url, json={**chat, "model": "base:none"}, headers={"X-Tenant-ID": "team-b"}
+    )
+    assert r.status_code == missing.status_code == 404, r.text
+    assert r.json()["error"]["code"] == missing.json()["error"]["code"] == "model_not_found"
+    assert (
+        r.json()["error"]["message"].replace("base:own", "base:none")
+        == (missing.json()["error"]["message"])
+    )
     r = httpx.post(
         url, json={**chat, "lora": [{"id": 0, "scale": 1}]}, headers={"X-Tenant-ID": "team-a"}
     )

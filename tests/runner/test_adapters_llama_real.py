@@ -81,11 +81,11 @@ def test_adapter_answers_with_its_canary_and_the_base_with_none(runner: RunnerPr
     assert said(answer(chat(runner.url, "gemma", "team-a"))) == set()
 
 
-def test_adapter_of_another_tenant_is_403_and_unknown_is_404(runner: RunnerProcess) -> None:
-    """Naming an adapter the tenant is not bound to is refused 403 model_not_allowed, before
-    anything else; an adapter id that does not exist is 404 as any unknown model."""
+def test_adapter_of_another_tenant_is_404_as_an_unknown_one(runner: RunnerProcess) -> None:
+    """Naming an adapter the tenant is not bound to answers as an id no adapter has (404
+    model_not_found): nobody learns of adapters bound to others."""
     r = chat(runner.url, ALPHA, "team-b")
-    assert r.status_code == 403 and r.json()["error"]["code"] == "model_not_allowed"
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
     assert r.json()["error"]["model"] == ALPHA
     r = chat(runner.url, "gemma:nobody", "team-a")
     assert r.status_code == 404
@@ -123,13 +123,16 @@ def test_concurrent_mixed_traffic_never_crosses_adapters(runner: RunnerProcess) 
 def test_capabilities_and_picker_list_real_adapters(runner: RunnerProcess) -> None:
     """Capabilities list each adapter with its base, rank (read from the GGUF), memory and
     state, and a loaded one among the loaded models; the picker's
-    `vllm:lora_requests_info` names the loaded adapters, not the models."""
-    caps = httpx.get(runner.url + "/v1/capabilities").json()
+    `vllm:lora_requests_info` names the loaded adapters, not the models. Each tenant sees
+    the adapters bound to it only."""
+    caps = httpx.get(runner.url + "/v1/capabilities", headers={"X-Tenant-ID": "team-a"}).json()
     entries = {e["id"]: e for e in caps["adapters"]}
     assert entries[ALPHA]["baseModel"] == "gemma" and entries[ALPHA]["state"] == "loaded"
     assert entries[ALPHA]["rank"] == adapters()["alpha"].rank
     assert entries[ALPHA]["memoryMB"] > 0
     assert entries[ALPHA]["requests"] == {"running": 0, "waiting": 0}
+    assert BRAVO not in entries  # bound to team-b
+    caps = httpx.get(runner.url + "/v1/capabilities", headers={"X-Tenant-ID": "team-b"}).json()
     loaded = {m["id"]: m for m in caps["models"]["loaded"]}
     assert loaded[BRAVO]["baseModel"] == "gemma"
     text = httpx.get(runner.url + "/metrics/picker").text

@@ -16,23 +16,31 @@ NEW_OBJECTIVE = b"x-llm-d-inference-objective"
 OLD_OBJECTIVE = b"x-gateway-inference-objective"
 
 
-@pytest.mark.parametrize("name", [NEW_FAIRNESS, OLD_FAIRNESS])
-def test_gateway_fairness_id_is_read(name: bytes) -> None:
-    """Either fairness-id header is read as the gateway's tenant; X-Tenant-ID stays absent."""
-    meta = parse_request_headers([(name, b"t1")])
+def test_gateway_fairness_id_is_read_from_one_header_only() -> None:
+    """The llm-d fairness id is the gateway's tenant; its older name is not read at all
+    (one header names the tenant); X-Tenant-ID stays absent."""
+    meta = parse_request_headers([(NEW_FAIRNESS, b"t1")])
     assert meta.fairness_id == b"t1" and meta.tenant_header is None
-
-
-def test_gateway_newer_fairness_name_wins_over_older() -> None:
-    """With both fairness-id headers, the llm-d name wins, in either order."""
+    assert parse_request_headers([(OLD_FAIRNESS, b"t1")]).fairness_id is None
     both = [(OLD_FAIRNESS, b"old"), (NEW_FAIRNESS, b"new")]
     assert parse_request_headers(both).fairness_id == b"new"
     assert parse_request_headers(both[::-1]).fairness_id == b"new"
 
 
 @pytest.mark.parametrize(
+    "name", [NEW_FAIRNESS, b"x-tenant-id", b"authorization", b"x-quorum-gateway-secret"]
+)
+def test_gateway_repeated_identity_header_is_400(name: bytes) -> None:
+    """An identity header sent twice is 400 invalid_header naming it: which copy a proxy
+    overwrote is not the runner's to guess."""
+    with pytest.raises(InvalidHeader) as info:
+        parse_request_headers([(name, b"t1"), (name, b"t2")])
+    assert name.decode().lower() in str(info.value).lower() and info.value.status == 400
+
+
+@pytest.mark.parametrize(
     ("name", "value"),
-    [(NEW_FAIRNESS, b"a/b"), (OLD_FAIRNESS, b""), (NEW_FAIRNESS, b"t" * 65)],
+    [(NEW_FAIRNESS, b"a/b"), (NEW_FAIRNESS, b""), (NEW_FAIRNESS, b"t" * 65)],
 )
 def test_gateway_invalid_fairness_id_is_400_naming_it(name: bytes, value: bytes) -> None:
     """A fairness id that would not be a valid X-Tenant-ID is 400 invalid_header naming it."""

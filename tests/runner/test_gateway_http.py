@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -71,14 +72,14 @@ def _waiting_by_tenant(runner: RunnerProcess) -> list[dict[str, Any]]:
 
 
 def test_gateway_fairness_id_alone_is_rate_limited_as_its_tenant() -> None:
-    """Only `x-gateway-inference-fairness-id: t1`: t1's 2 req/min let two through, the
+    """Only `x-llm-d-inference-fairness-id: t1`: t1's 2 req/min let two through, the
     third is 429 naming t1; another tenant is unaffected, and /metrics counts them as t1."""
     env = {"TENANT_RATE_LIMIT_t1": "2req/min"}
     with (
         start_fake("fake_openai", "--latency-ms", "0") as engine,
         start_runner({"echo": engine.url}, env=env) as r,
     ):
-        gateway = {"x-gateway-inference-fairness-id": "t1"}
+        gateway = {"x-llm-d-inference-fairness-id": "t1"}
         oks = [_post(r, gateway) for _ in range(2)]
         assert [o.status_code for o in oks] == [200, 200]
         assert [o.headers["ratelimit-remaining"] for o in oks] == ["1", "0"]
@@ -86,8 +87,7 @@ def test_gateway_fairness_id_alone_is_rate_limited_as_its_tenant() -> None:
         assert refused.status_code == 429
         assert refused.json()["error"]["code"] == "rate_limit_exceeded"
         assert "t1" in refused.json()["error"]["message"]
-        newer = _post(r, {"x-llm-d-inference-fairness-id": "t1"})
-        assert newer.status_code == 429  # the newer header names the same tenant
+        assert _post(r, gateway).status_code == 429  # still t1
         assert _post(r, {**gateway, "X-Tenant-ID": "other"}).status_code == 200  # header wins
         assert engine.received("/v1/chat/completions") == 3
         assert _samples(r, "requests", tenant="t1", status="200") == 2
@@ -97,22 +97,25 @@ def test_gateway_fairness_id_alone_is_rate_limited_as_its_tenant() -> None:
         assert _samples(r, "requests", tenant="_other", status="200") == 1
 
 
-def test_gateway_fairness_id_and_objective_queue_as_tenant_and_priority() -> None:
+def test_gateway_fairness_id_and_objective_queue_as_tenant_and_priority(tmp_path: Path) -> None:
     """With the one slot busy, a request with only the gateway's headers waits in t1's
     queue at the objective's priority (the status page shows it), and `critical` from t2
-    overtakes t1's `low`."""
+    overtakes t1's `low` (where the tenants file lets requests ask for `high`)."""
+    tenants = tmp_path / "tenants.yaml"
+    tenants.write_text("defaults:\n  priority: {max: high}\ntenants: {}\n")
+    env = {**gateway_env(), "TENANTS_FILE": str(tenants)}
     with (
         start_fake(
             "fake_openai", "--latency-ms", "0", "--chunks", "50", "--chunk-delay-ms", "200"
         ) as engine,
-        start_runner({"echo": engine.url}, parallel=1, env=gateway_env()) as r,
+        start_runner({"echo": engine.url}, parallel=1, env=env) as r,
         ThreadPoolExecutor(2) as pool,
     ):
         with _blocking_stream(r):
             low = pool.submit(
                 _post,
                 r,
-                {"x-gateway-inference-fairness-id": "t1", "x-gateway-inference-objective": "low"},
+                {"x-llm-d-inference-fairness-id": "t1", "x-gateway-inference-objective": "low"},
                 "t1-low",
             )
             _wait_for(lambda: _waiting_by_tenant(r) != [])

@@ -90,7 +90,9 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunnerProcess]:
         engine = stack.enter_context(start_fake("fake_openai", "--latency-ms", "0"))
         comfy = stack.enter_context(start_fake("fake_comfyui", "--base-directory", str(folder)))
         env = {**GOVERNED, "TENANT_IDENTITY": "gateway", "ADMIN_TENANTS": ADMIN}
+        env["GATEWAY_PEERS"] = "127.0.0.1"  # gateway mode needs its gateway named
         env["LIFECYCLE_RATE_LIMIT"] = "100000/minute"  # the fuzzer calls them fast
+        env["AUTH_FAILURE_SOURCE_LIMIT"] = "100000/minute"  # and fails them (each counts)
         env["IMAGES_DIR"] = str(root / "images")
         yield stack.enter_context(
             start_runner(models_file=_models_file(engine.url, comfy.url), env=env)
@@ -162,6 +164,7 @@ def test_openapi_served_as_3_1_with_the_envelope(runner: RunnerProcess) -> None:
         "token_budget_exceeded",
         "too_many_auth_failures",
         "too_many_jobs",
+        "too_many_source_connections",
     ]
     headers = doc["components"]["responses"]["D429"]["headers"]
     assert {"Retry-After", "RateLimit-Limit", "X-Request-Id", "X-Queue-Wait-Ms"} <= set(headers)

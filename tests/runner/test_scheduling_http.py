@@ -65,10 +65,16 @@ def _prompts(engine: FakeEngine) -> list[str]:
     return [body["messages"][0]["content"] for body in engine.bodies("/v1/chat/completions")]
 
 
-def test_high_priority_overtakes_ten_low_when_model_is_full(slow_engine: FakeEngine) -> None:
-    """With the model's one slot busy, a high request sent after ten low ones is served first."""
+def test_high_priority_overtakes_ten_low_when_model_is_full(
+    slow_engine: FakeEngine, tmp_path: Path
+) -> None:
+    """With the model's one slot busy, a high request sent after ten low ones is served
+    first (where the tenants file lets requests ask for `high`)."""
+    tenants = tmp_path / "tenants.yaml"
+    tenants.write_text("defaults:\n  priority: {max: high}\ntenants: {}\n")
+    env = {"MAX_QUEUE_DEPTH": "32", "TENANTS_FILE": str(tenants)}
     with (
-        start_runner({"echo": slow_engine.url}, parallel=1, env={"MAX_QUEUE_DEPTH": "32"}) as r,
+        start_runner({"echo": slow_engine.url}, parallel=1, env=env) as r,
         ThreadPoolExecutor(11) as pool,
     ):
         with blocking_stream(r, slow_engine):

@@ -38,6 +38,7 @@ TENANTS = f"""
 tenants:
   ops:
     api_keys: ["{digest(KEY_OPS)}"]
+    priority: {{max: high}}
   acme:
     api_keys: ["{digest(KEY_ACME)}"]
     models: ["echo*"]
@@ -99,7 +100,7 @@ def test_tenant_policy_entitlements_refuse_and_filter(r: RunnerProcess) -> None:
 
 def test_tenant_policy_priority_default_and_ceiling(r: RunnerProcess) -> None:
     """Without X-Priority a request is served at the tenant's default; above its max, at
-    its max; every answer says which (X-Effective-Priority)."""
+    its max (`normal` unless granted); every answer says which (X-Effective-Priority)."""
     url = r.url + "/v1/chat/completions"
     plain = httpx.post(url, json=chat(max_tokens=4), headers=auth(KEY_ACME))
     high = httpx.post(
@@ -109,6 +110,9 @@ def test_tenant_policy_priority_default_and_ceiling(r: RunnerProcess) -> None:
     assert plain.headers["x-effective-priority"] == "low"
     assert high.headers["x-effective-priority"] == "normal"
     assert other.headers["x-effective-priority"] == "high"
+    globex = auth("globex-key-0123456789abcdef0123456789", **{"X-Priority": "high"})
+    ungranted = httpx.post(url, json=chat(), headers=globex)  # no policy: the default ceiling
+    assert ungranted.headers["x-effective-priority"] == "normal"
 
 
 def test_tenant_policy_budget_reserves_and_reconciles(r: RunnerProcess) -> None:

@@ -80,3 +80,22 @@ def test_shipped_redis_has_a_memory_bound_that_never_evicts_nonces() -> None:
         flags = _redis_args(args)
         assert flags.get("maxmemory-policy") == "noeviction", args
         assert flags.get("maxmemory", "0") not in ("0", ""), args
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+def test_kubernetes_metrics_port_is_open_to_the_monitoring_namespace_only(overlay: str) -> None:
+    """Attack: the shipped NetworkPolicy opened the metrics port (tenant ids, a thread per
+    connection) to every pod of the cluster. It admits the monitoring namespace only."""
+    objs = kustomize(OVERLAYS[overlay])
+    policy = next(
+        o for o in objs if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "quorum-runner"
+    )
+    env = _k8s_runner_env(overlay)
+    metrics = [
+        rule
+        for rule in policy["spec"]["ingress"]
+        if any(p["port"] == int(env["METRICS_PORT"]) for p in rule["ports"])
+    ]
+    assert len(metrics) == 1 and metrics[0].get("from"), metrics
+    selectors = [peer["namespaceSelector"]["matchLabels"] for peer in metrics[0]["from"]]
+    assert selectors == [{"kubernetes.io/metadata.name": "monitoring"}]

@@ -31,7 +31,7 @@ FAIRNESS = "x-llm-d-inference-fairness-id"
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunnerProcess]:
     """A runner behind a gateway: the tenant is the gateway's fairness id; `ops` is admin."""
-    env = {"TENANT_IDENTITY": "gateway", "ADMIN_TENANTS": "ops"}
+    env = {"TENANT_IDENTITY": "gateway", "ADMIN_TENANTS": "ops", "GATEWAY_PEERS": "127.0.0.1"}
     with start_runner(models_file=stand_in_models(), env=env) as r:
         wait_loaded(r)
         yield r
@@ -131,7 +131,8 @@ def test_gateway_mode_trusts_only_listed_peers_and_the_shared_secret() -> None:
 
 def test_failed_authentications_are_throttled_per_source(tmp_path: Path) -> None:
     """Attack: guessing API keys as fast as the runner answers. After the source's quota of
-    failures, every attempt from it is 429 with Retry-After, the right key included."""
+    failures, every wrong key from it is 429 with Retry-After; the right key is still
+    served (it is checked before the throttle decides)."""
     env = {"AUTH_FAILURE_SOURCE_LIMIT": "5/minute", "AUTH_FAILURE_TENANT_LIMIT": "100/minute"}
     with keyed_runner(tmp_path, env) as r:
         for n in range(5):
@@ -141,12 +142,13 @@ def test_failed_authentications_are_throttled_per_source(tmp_path: Path) -> None
         assert throttled.status_code == 429, throttled.text
         assert throttled.json()["error"]["code"] == "too_many_auth_failures"
         assert int(throttled.headers["retry-after"]) >= 1
-        assert chat(r.url, bearer("acme")).status_code == 429
+        assert chat(r.url, bearer("acme")).status_code == 200
 
 
 def test_failed_authentications_are_throttled_per_tenant(keyed: RunnerProcess) -> None:
-    """Attack: many sources guess one tenant's key. Failures that name a tenant count for
-    it: past its quota, attempts naming it are 429; other tenants are untouched."""
+    """Attack: a source guesses one tenant's key. Failures that name a tenant count for
+    (tenant, source): past that quota, wrong keys naming it from there are 429; other
+    tenants are untouched (and the tenant itself is never locked out: test_ajar.py)."""
     for n in range(3):
         r = chat(keyed.url, {"X-Tenant-ID": "globex", "Authorization": f"Bearer g{n:040d}"})
         assert r.status_code == 401, r.text

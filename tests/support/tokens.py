@@ -52,5 +52,7 @@ def admin_env(directory: Path, **keys: str) -> dict[str, str]:
 
 
 def gateway_env(admin: str = "ops") -> dict[str, str]:
-    """Settings of a runner behind a gateway whose admin is `admin` (send FAIRNESS: it)."""
-    return {"TENANT_IDENTITY": "gateway", "ADMIN_TENANTS": admin}
+    """Settings of a runner behind a gateway whose admin is `admin` (send FAIRNESS: it); the
+    gateway is the tests' own loopback address (gateway mode needs GATEWAY_PEERS or
+    GATEWAY_SECRET)."""
+    return {"TENANT_IDENTITY": "gateway", "ADMIN_TENANTS": admin, "GATEWAY_PEERS": "127.0.0.1"}

@@ -109,31 +109,41 @@ def test_identity_keys_unknown_or_short_key_is_401_without_echo() -> None:
 
 
 def test_identity_keys_failures_throttle_the_source_then_expire() -> None:
-    """Past the source's quota of failures its attempts are 429 with Retry-After (the
-    right key too) until the oldest failure leaves the window; other sources are not."""
+    """Past the source's quota of failures its wrong keys are 429 with Retry-After until
+    the oldest failure leaves the window; the right key is never refused; other sources
+    are not throttled."""
     identity, clock = keyed(per_source=Rate(3, "minute"))
     for _ in range(3):
         with pytest.raises(UnknownApiKey):
             identity.identify(bearer("w" * 40), None, None, None, PEER)
     with pytest.raises(TooManyAuthFailures) as info:
-        identity.identify(bearer(KEY_X), None, None, None, PEER)
+        identity.identify(bearer("v" * 40), None, None, None, PEER)
     assert (info.value.status, info.value.code) == (429, "too_many_auth_failures")
     assert info.value.headers["Retry-After"] == "60"
-    assert identity.identify(bearer(KEY_X), None, None, None, ("10.9.9.9", 1)) == "community-x"
-    clock.now += 60
     assert identity.identify(bearer(KEY_X), None, None, None, PEER) == "community-x"
+    with pytest.raises(UnknownApiKey):
+        identity.identify(bearer("w" * 40), None, None, None, ("10.9.9.9", 1))
+    clock.now += 60
+    with pytest.raises(UnknownApiKey):
+        identity.identify(bearer("w" * 40), None, None, None, PEER)
 
 
-def test_identity_keys_failures_naming_a_tenant_throttle_that_tenant() -> None:
-    """Failures that name a tenant (X-Tenant-ID) count for it, from any source: past its
-    quota, attempts naming it are 429; a key alone (no X-Tenant-ID) still works."""
+def test_identity_keys_failures_naming_a_tenant_throttle_that_tenant_from_that_source() -> None:
+    """Failures that name a tenant (X-Tenant-ID) count for (tenant, source): past the quota
+    that source's wrong keys naming it are 429; another source naming it is not throttled,
+    and the tenant's right key works from anywhere."""
     identity, _ = keyed(per_tenant=Rate(2, "minute"))
-    for n in range(2):
+    for _ in range(2):
         with pytest.raises(UnknownApiKey):
-            identity.identify(bearer("w" * 40), b"community-x", None, None, (f"10.0.0.{n}", 1))
+            identity.identify(bearer("w" * 40), b"community-x", None, None, ("10.0.0.1", 1))
     with pytest.raises(TooManyAuthFailures):
-        identity.identify(bearer(KEY_X), b"community-x", None, None, ("10.0.0.9", 1))
-    assert identity.identify(bearer(KEY_X), None, None, None, ("10.0.0.9", 1)) == "community-x"
+        identity.identify(bearer("w" * 40), b"community-x", None, None, ("10.0.0.1", 1))
+    with pytest.raises(UnknownApiKey):
+        identity.identify(bearer("w" * 40), b"community-x", None, None, ("10.0.0.9", 1))
+    for source in ("10.0.0.1", "10.0.0.9"):
+        assert identity.identify(bearer(KEY_X), b"community-x", None, None, (source, 1)) == (
+            "community-x"
+        )
 
 
 def test_identity_gateway_takes_the_fairness_id_only() -> None:

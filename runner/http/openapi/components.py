@@ -205,12 +205,6 @@ PARAMETERS: dict[str, Schema] = {
         "The gateway's fairness id: the tenant in gateway mode (TENANT_IDENTITY=gateway); "
         "in open mode where X-Tenant-ID is absent.",
     ),
-    "x-gateway-inference-fairness-id": _header_param(
-        "x-gateway-inference-fairness-id",
-        {"type": "string"},
-        "The fairness id's older name: read (and checked as X-Tenant-ID, else 400) only "
-        "where the newer one is absent.",
-    ),
     "x-llm-d-inference-objective": _header_param(
         "x-llm-d-inference-objective",
         {"type": "string"},
@@ -259,7 +253,6 @@ DATA_PATH_PARAMETERS = (
     "X-Cache-Tag",
     "X-Request-Id",
     "x-llm-d-inference-fairness-id",
-    "x-gateway-inference-fairness-id",
     "x-llm-d-inference-objective",
     "x-gateway-inference-objective",
     "X-Request-Deadline-Ms",
