@@ -53,7 +53,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from runner.errors import (
     HeadersTooLarge,
@@ -66,6 +65,7 @@ from runner.errors import (
 )
 from runner.http.asgi import GONE_HOOK
 from runner.http.coalesce import CoalescingHttpToolsProtocol
+from runner.http.uvicorn_seam import STATUS_LINE
 
 log = logging.getLogger("quorum.http")
 
