@@ -31,6 +31,9 @@ WORKDIR /app
 COPY scripts/install-llama-server scripts/progress.py scripts/
 RUN scripts/install-llama-server
 COPY pyproject.toml README.md models.yaml ./
+# the locks scripts/install installs from (QUORUM_EXTRAS "" -> requirements/lock.txt,
+# "gpu" -> requirements/lock-gpu.txt): every package pinned, with its hashes
+COPY requirements requirements
 COPY scripts scripts
 COPY runner runner
 COPY governance governance
@@ -38,8 +41,9 @@ COPY tenants tenants
 COPY adapters adapters
 COPY faults faults
 COPY client client
-# The runner into /app/.venv (editable, as CI has it: models.yaml is found beside the
-# packages) and the default models into ~/.cache/quorum/models, where models.yaml points.
+# The runner into /app/.venv (its packages from the lock, itself editable, as CI has it:
+# models.yaml is found beside the packages) and the default models into
+# ~/.cache/quorum/models, where models.yaml points.
 RUN scripts/install
 
 FROM ${PYTHON_IMAGE} AS runtime

@@ -1,4 +1,4 @@
-"""Quorum runner: the HTTP service in front of one inference engine.
+"""Quorum runner: the HTTP service in front of the inference engines it runs or attaches.
 
 Rooms, one concern each (every folder's `__init__` says what lives there and what it may
 import; import-linter keeps the arrows, `pyproject.toml`):
@@ -9,6 +9,8 @@ import; import-linter keeps the arrows, `pyproject.toml`):
 - `engines/`: the model pool (engines started, watched, stopped), launch, probes;
 - `telemetry/`: metrics, health, capabilities, the resource snapshot, the status view;
 - `runtime/`: settings, the models file, the wiring of the whole, start-up, the CLI;
+- `tenancy/`: tenants as the runner applies them (live policy, budgets, shared in-flight
+  caps, usage, the tenant routes);
 - `scheduler/`, `memory/`, `jobs/`, `tasks/`, `audio/`, `images/` as named;
 - `errors.py`: the runner's error rows and the one mapping of any error to HTTP.
 """

@@ -80,18 +80,6 @@ class Reservation(NamedTuple):
     counters: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """The first budget a request did not fit: its charge and the counter as it was."""
-
-    charge: Charge
-    used: int
-
-    @property
-    def remaining(self) -> int:
-        return max(0, self.charge.limit - self.used)
-
-
 def counter_key(tenant: str, budget: TokenBudget, start: int) -> str:
     return f"{tenant}|{budget.key}|{start}"
 

@@ -15,7 +15,7 @@ token_budgets:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase, translate
 
@@ -187,15 +187,3 @@ def parse_budgets(raw: object, where: str) -> tuple[TokenBudget, ...]:
                                       "is already listed")  # fmt: skip
         budgets.append(budget)
     return tuple(budgets)
-
-
-def budgets_json(budgets: Sequence[TokenBudget]) -> list[dict[str, object]]:
-    return [b.to_json() for b in budgets]
-
-
-def applicable(budgets: Sequence[TokenBudget], model: str) -> list[TokenBudget]:
-    return [b for b in budgets if b.applies_to(model)]
-
-
-def as_mapping(value: object) -> Mapping[str, object]:
-    return value if isinstance(value, dict) else {}

@@ -125,14 +125,6 @@ class AdapterBook:
         host = self.hosts.get(record.adapter.base)
         return host is not None and record.adapter.id in host.adapter_ids
 
-    def of_base(self, base: str) -> list[LoraAdapter]:
-        """What its next engine is started with: the active adapters, declared first."""
-        return [
-            r.adapter
-            for r in self._records.values()
-            if r.adapter.base == base and r.state is AdapterState.ACTIVE
-        ]
-
     def count(self, base: str) -> int:
         """Adapters on `base` in any state but failed (against its `max_adapters`)."""
         return sum(

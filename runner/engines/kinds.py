@@ -4,7 +4,9 @@ The built-in kinds (`adapters/<kind>/kind.py`) and any that ENGINE_KINDS registe
 (`module:attr,...`, each attr a `KindFactory`: called with the engine settings, it
 returns an `EngineKind`) are built once per runner; a registered kind of a built-in's
 name replaces it. Everything the runner does per kind is asked of the kind found here,
-once, by the model's `backend`: nothing else in `runner/` names a kind.
+once, by the model's `backend`. Other modules of `runner/` still import concrete kinds:
+the speech and image paths their one engine (`WhisperEngine`, `ComfyUIEngine`), the
+settings llama-server's and vLLM's default binaries, the metrics vLLM's collector.
 """
 
 from __future__ import annotations

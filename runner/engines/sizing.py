@@ -1,5 +1,6 @@
 """How big a model is on disk, the memory the scheduler reserves while it loads, and the
-policy the scheduler treats it by (pure, given what the GPU holds and its engine kind)."""
+policy the scheduler treats it by (given what the GPU holds and its engine kind). Not pure:
+each reads the model's files on disk (`model_files`: which exist, their sizes)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from runner.http.uvicorn_seam import HttpToolsProtocol
 
 
 class CoalescingTransport:
@@ -66,7 +66,8 @@ class CoalescingTransport:
 
 
 class CoalescingHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, writing through a `CoalescingTransport`."""
+    """uvicorn's httptools protocol (private: runner/http/uvicorn_seam.py), writing through a
+    `CoalescingTransport`."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         wrapped = CoalescingTransport(transport, self.loop)

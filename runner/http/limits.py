@@ -55,7 +55,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from runner.errors import (
     HeadersTooLarge,
@@ -70,6 +69,7 @@ from runner.errors import (
 from runner.http.asgi import GONE_HOOK
 from runner.http.coalesce import CoalescingHttpToolsProtocol
 from runner.http.sources import Network, SourceCounts
+from runner.http.uvicorn_seam import STATUS_LINE
 
 log = logging.getLogger("quorum.http")
 

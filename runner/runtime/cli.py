@@ -18,9 +18,13 @@ if TYPE_CHECKING:
     from runner.runtime.settings import Settings
 
 
-def app_from_environment(port: int | None = None) -> tuple[Settings, RunnerApp] | str:
+def app_from_environment(
+    port: int | None = None, uvicorn_version: str | None = None
+) -> tuple[Settings, RunnerApp] | str:
     """The runner's settings and app as `quorum serve` builds them from the environment
-    (and `port`, when given); the reason as text when the configuration is invalid."""
+    (and `port`, when given); the reason as text when the configuration is invalid or the
+    uvicorn installed (`uvicorn_version` when given) is one the HTTP seam was not tested
+    with (runner/http/uvicorn_seam.py)."""
     from governance.errors import ConfigInvalid
     from runner.engines.kinds import EngineKinds
     from runner.errors import ConfigError
@@ -35,6 +39,9 @@ def app_from_environment(port: int | None = None) -> tuple[Settings, RunnerApp] 
     from tenants.errors import InvalidTenantConfig
 
     try:
+        from runner.http.uvicorn_seam import check_uvicorn
+
+        check_uvicorn(uvicorn_version)
         settings = load_settings()
         if port is not None:
             settings = settings.model_copy(update={"port": port})

@@ -1,5 +1,7 @@
 """What the runner holds while it lives, built once: each part is given what it needs when it
-is made, and nothing is assigned to it afterwards.
+is made, with three assignments afterwards: the metrics' audio usage (from tenancy, built
+after the metrics), the pool's reports (`ModelPool.start`, below) and a new tenants file
+(`apply_tenants`: the front-end's and the identity's configuration).
 
 `Runtime(settings, models, ...)` builds, in order of need: tenancy (runner/tenancy/), the
 engine kinds and the catalog (`ModelSpecs`), the pool and the scheduler's admission (each

@@ -81,7 +81,7 @@ def test_dockerfile_builder_runs_the_scripts_ci_runs(stages: dict[str, list[Step
 
 def test_dockerfile_copies_what_each_script_reads(stages: dict[str, list[Step]]) -> None:
     """Before each script runs, the image has the script and what it installs from: the
-    pyproject, its readme, models.yaml and every package setuptools finds."""
+    pyproject, its readme, the locks, models.yaml and every package setuptools finds."""
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     packages = {
         p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
@@ -91,6 +91,7 @@ def test_dockerfile_copies_what_each_script_reads(stages: dict[str, list[Step]])
         "scripts/install": {
             "scripts",
             "pyproject.toml",
+            "requirements",
             pyproject["project"]["readme"],
             "models.yaml",
             *packages,
