@@ -191,13 +191,15 @@ class ImageGenerator:
         progress: Report | None = None,
         url_for: Callable[[str], str] = file_path,
         release_when: ReleaseWhen | None = None,
+        sampling: Callable[[float], None] | None = None,
     ) -> Generated:
         """Render, submit, follow, fetch; the OpenAI answer.
 
         1. The model must be loaded; `url` needs an image store.
         2. Render the template (400 on a bad parameter); the job saves into an output
            folder of its own (`quorum/<job>/`).
-        3. Run it (`follow.run`); progress goes to `progress` as it comes.
+        3. Run it (`follow.run`); progress goes to `progress` as it comes, the sampler's
+           steps to `sampling` (0..1: the admission scope's `progress`, for the forecast).
         4. The verdict: an execution error or an interrupt by someone else fail (502);
            success without a saved image is a bad response.
         5. Fetch every image with `/view`, its text chunks dropped unless `keep_metadata`;
@@ -226,6 +228,8 @@ class ImageGenerator:
         ended = False
 
         async def on_view(view: JobView) -> None:
+            if sampling is not None and (done := view.sampling()) is not None:
+                sampling(done)
             if progress is not None and view.started:
                 await progress(*view.progress(total))
 

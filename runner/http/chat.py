@@ -40,9 +40,10 @@ from adapters.refusals import refusal
 from faults import QuorumError
 from runner.engines.adapters import AdapterBook, AdapterRecord, Counted, check_adapter, check_bound
 from runner.errors import BadRequest, error_body
+from runner.http.admitted import Admitted
 from runner.http.asgi import FALSE_REPORT_HEADERS, JSON, Receive, Scope, Send, send_whole
 from runner.http.body_checks import check_generation
-from runner.http.frontend import Admitted, ClientCall, FrontEnd
+from runner.http.frontend import ClientCall, FrontEnd
 from runner.http.json_body import OFFLOAD_BYTES, dump_json, load_json
 from runner.scheduler.grants import Usage
 from runner.telemetry.metrics import Metrics
