@@ -44,6 +44,11 @@ PLACEHOLDER = re.compile(r"\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}")
 _KINDS: dict[str, ParamKind] = {"str": "str", "string": "str", "int": "int", "float": "float"}
 
 
+def number_text(value: float) -> str:
+    """A bound as a client reads it: whole numbers in full (16777215, not 1.67772e+07)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 @dataclass(frozen=True, slots=True)
 class Param:
     """One typed template parameter; `default` None means the request must give it."""
@@ -86,9 +91,9 @@ class Param:
                 raise InvalidWorkflowParameter(f"{name} must be a number")
             number = float(value)
         if self.minimum is not None and number < self.minimum:  # 3
-            raise InvalidWorkflowParameter(f"{name} must be at least {self.minimum:g}")
+            raise InvalidWorkflowParameter(f"{name} must be at least {number_text(self.minimum)}")
         if self.maximum is not None and number > self.maximum:
-            raise InvalidWorkflowParameter(f"{name} must be at most {self.maximum:g}")
+            raise InvalidWorkflowParameter(f"{name} must be at most {number_text(self.maximum)}")
         if self.multiple_of and isinstance(number, int) and number % self.multiple_of:
             raise InvalidWorkflowParameter(f"{name} must be a multiple of {self.multiple_of}")
         return number

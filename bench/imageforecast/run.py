@@ -15,12 +15,13 @@ What it does (on 127.0.0.1):
    before each request, reads `/v1/capabilities`' figure for its model
    (`queue.forecastWaitMsByModel[model].normal`, the scheduler's `stats()`), then sends it
    and reads its `X-Queue-Wait-Ms`;
-4. prints forecast / actual per request class and the share within [0.5, 2], the P-figure
-   of issue 41 (target: 90%). Waits under `--floor-ms` (250) count as that floor on both
-   sides (a 0 ms wait forecast as 40 ms is right, not "infinitely" wrong). Requests sent
-   before their model had finished one have no forecast (the figure is absent): counted
-   apart. FCFS within the band (`fair=False`), so a new tenant's forecast is the wait of
-   the next request whoever sends it.
+4. writes every request's row to `bench/results/imageforecast-<time>.json` (with the load
+   average) and prints forecast / actual per request class and the share within [0.5, 2],
+   the P-figure of issue 41 (target: 90%). Waits under `--floor-ms` (250) count as that
+   floor on both sides (a 0 ms wait forecast as 40 ms is right, not "infinitely" wrong).
+   Requests sent before their model had finished one have no forecast (the figure is
+   absent): counted apart. FCFS within the band (`fair=False`), so a new tenant's
+   forecast is the wait of the next request whoever sends it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import tempfile
@@ -194,12 +196,15 @@ def main() -> None:
     p.add_argument("--step-ms-per-mpx", type=float, default=150.0)
     p.add_argument("--node-delay-ms", type=float, default=15.0)
     p.add_argument("--floor-ms", type=float, default=250.0)
-    p.add_argument("--out", help="also write every request's row here (JSON)")
+    p.add_argument("--out", help="the JSON of every request (default bench/results/...)")
     args = p.parse_args()
     rows = asyncio.run(run(args))
-    if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=1))
+    out = Path(args.out or f"bench/results/imageforecast-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"args": vars(args), "loadavg": os.getloadavg(), "rows": rows}
+    out.write_text(json.dumps(doc, indent=1))
     report(rows, args.floor_ms)
+    print(f"load average {os.getloadavg()[0]:.1f}; rows in {out}")
 
 
 if __name__ == "__main__":

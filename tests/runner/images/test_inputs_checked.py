@@ -155,7 +155,7 @@ async def runner(
 @pytest.mark.parametrize(
     ("body", "says"),
     [
-        ({"model": "coloured", "prompt": "x", "x_seed": 16777216}, "seed must be at most"),
+        ({"model": "coloured", "prompt": "x", "x_seed": 16777216}, "seed must be at most 16777215"),
         ({"model": "scaled", "prompt": "bogus"}, "prompt must be one of 'nearest-exact'"),
         ({"model": "free", "prompt": "x", "x_seed": 5}, "does not take x_seed"),
     ],
