@@ -20,13 +20,13 @@ from adapters.comfyui.image_request import ImageRequest, parse_image_request
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer, Memory, ServerStatus, command_line
 from adapters.comfyui.store import FILES_PATH, ImageStore
+from adapters.comfyui.template_checks import load_template, within_comfyui
 from adapters.comfyui.workflows import (
     BUILTIN,
     MODEL_FREE_TEST,
     TXT2IMG,
     Param,
     WorkflowTemplate,
-    load_template,
 )
 
 __all__ = [
@@ -52,4 +52,5 @@ __all__ = [
     "command_line",
     "load_template",
     "parse_image_request",
+    "within_comfyui",
 ]

@@ -302,7 +302,8 @@ def warmup_values(
     template: WorkflowTemplate, checkpoint: str | None, prefix: str
 ) -> dict[str, Any]:
     """The cheapest values the template accepts: smallest size near 64 px, one image, one
-    step, a fixed seed, the warm-up's own `prefix` (pure)."""
+    step, a fixed seed, the first choice of a fixed-choice text, the warm-up's own
+    `prefix` (pure)."""
     params = template.params
     values: dict[str, Any] = {"filename_prefix": prefix}
     for name in ("width", "height"):
@@ -316,6 +317,9 @@ def warmup_values(
             values[name] = size
     fixed = {"batch_size": 1, "steps": 1, "seed": 0, "prompt": "warm-up"}
     values.update({k: v for k, v in fixed.items() if k in params})
+    for name, param in params.items():  # a fixed-choice text takes its first choice
+        if param.choices and name != "filename_prefix":
+            values[name] = param.choices[0]
     if "checkpoint" in params and checkpoint is not None:
         values["checkpoint"] = checkpoint
     return values

@@ -91,6 +91,14 @@ class JobView:
             return None
         return Outcome(self.verdict, self.images, self.failure)
 
+    def sampling(self) -> float | None:
+        """The running node's own progress (its steps done / its steps, 0..1): where the
+        time of a prompt goes (the sampler); None while no running node reports steps."""
+        if self.step is None or self.node is None or self.node in self.done_nodes:
+            return None
+        value, maximum = self.step
+        return min(1.0, max(0.0, value / maximum)) if maximum > 0 else None
+
     def progress(self, total_nodes: int) -> tuple[float, float]:
         """(done, total) in workflow nodes; the running node counts its sampler steps."""
         done = float(len(self.done_nodes))

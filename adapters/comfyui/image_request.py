@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from adapters.comfyui.errors import InvalidImageRequest
 from adapters.comfyui.node_limits import MAX_SEED
-from adapters.comfyui.workflows import Value
+from adapters.comfyui.workflows import Value, WorkflowTemplate
 
 ResponseFormat = Literal["b64_json", "url"]
 MAX_N = 10
@@ -47,6 +47,25 @@ class ImageRequest:
         """Scheduling cost in token-equivalents: one per 32x32 pixel patch of every image."""
         width, height = self.size or (512, 512)
         return max(1, self.n * (width * height) // 1024)
+
+
+def image_work(template: WorkflowTemplate, request: ImageRequest) -> float:
+    """The request's work in megapixel-steps (pure): images x width x height x sampler
+    steps / 10^6, each from the request or the template's default (512 px; 1 step for a
+    template without `steps`, such as the model-free one). ComfyUI's time for a prompt is
+    close to a line in it (`runner/scheduler/work_fit.py` fits that line per model)."""
+    params = template.params
+
+    def default(name: str, fallback: float) -> float:
+        param = params.get(name)
+        value = param.default if param is not None else None
+        return float(value) if isinstance(value, int | float) else fallback
+
+    width, height = request.size or (default("width", 512), default("height", 512))
+    steps = request.extras.get("steps")
+    if not isinstance(steps, int | float) or "steps" not in params:
+        steps = default("steps", 1) if "steps" in params else 1
+    return request.n * width * height * float(steps) / 1e6
 
 
 def parse_image_request(obj: Mapping[str, Any]) -> ImageRequest:

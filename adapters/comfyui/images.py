@@ -35,7 +35,6 @@ import base64
 import contextlib
 import logging
 import secrets
-import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -50,8 +49,10 @@ from adapters.comfyui.errors import (
 from adapters.comfyui.events import ImageRef, JobView
 from adapters.comfyui.follow import Finished, FollowTiming, run
 from adapters.comfyui.image_request import ImageRequest
+from adapters.comfyui.png_text import without_text_chunks
 from adapters.comfyui.server import JOBS_FOLDER, job_folders
 from adapters.comfyui.store import ImageStore, file_path
+from adapters.comfyui.template_checks import seed_range
 from adapters.comfyui.workflows import Value, WorkflowTemplate
 from adapters.errors import (
     EngineBadResponse,
@@ -108,7 +109,8 @@ def workflow_values(
 ) -> dict[str, Value]:
     """The template parameters for `request` (pure).
 
-    1. Always: `filename_prefix`; `checkpoint` and `seed` when the template declares them.
+    1. Always: `filename_prefix`; `checkpoint` and `seed` when the template declares them;
+       `x_seed` for a template without a seed: 400, as any undeclared `x_*` field.
     2. `prompt` when declared (a model-free template ignores it).
     3. `n` > 1 and `size` need `batch_size` / `width` and `height`: 400 if not declared.
     4. Each extension needs its parameter declared: 400 naming it.
@@ -119,6 +121,8 @@ def workflow_values(
         values["checkpoint"] = model.checkpoint
     if "seed" in params:
         values["seed"] = seed
+    elif request.seed is not None:
+        raise InvalidImageRequest(f"model {model.model_id!r} does not take x_seed")
     if "prompt" in params:  # 2
         values["prompt"] = request.prompt
     if "batch_size" in params:  # 3
@@ -145,7 +149,6 @@ class Generated:
 
 CRASH_GRACE_S = 2.0
 """How long a lost connection waits for ComfyUI's process to be seen exiting."""
-TEXT_CHUNKS = frozenset({b"tEXt", b"zTXt", b"iTXt"})
 
 
 class ImageGenerator:
@@ -156,16 +159,20 @@ class ImageGenerator:
         store: ImageStore | None = None,
         timing: FollowTiming | None = None,
         clock: Callable[[], float] = time.time,
-        seeds: Callable[[], int] = lambda: secrets.randbits(63),
+        seeds: Callable[[int, int], int] = lambda low, high: (
+            low + secrets.randbelow(high - low + 1)
+        ),
         keep_metadata: bool = False,
         settle_poll_s: float = 0.2,
         settle_limit_s: float = 600.0,
         release_s: float = 30.0,
     ) -> None:
-        """`release_s`: how long a prompt given up on for its silence may take to leave
-        ComfyUI before its slot is freed anyway (`generate` step 8). A cancelled prompt's
-        slot waits for it at most the silence bound (`timing.silence_s`, else
-        `settle_limit_s`; step 9). `settle_poll_s`: how often `/queue` is read meanwhile."""
+        """`seeds(low, high)`: a seed drawn from low..high, for a request without `x_seed`
+        (the template's seed bounds: `template_checks.seed_range`). `release_s`: how long
+        a prompt given up on for its silence may take to leave ComfyUI before its slot is
+        freed anyway (`generate` step 8). A cancelled prompt's slot waits for it at most
+        the silence bound (`timing.silence_s`, else `settle_limit_s`; step 9).
+        `settle_poll_s`: how often `/queue` is read meanwhile."""
         self.store = store
         self.timing = timing or FollowTiming()
         self.keep_metadata = keep_metadata
@@ -184,13 +191,15 @@ class ImageGenerator:
         progress: Report | None = None,
         url_for: Callable[[str], str] = file_path,
         release_when: ReleaseWhen | None = None,
+        sampling: Callable[[float], None] | None = None,
     ) -> Generated:
         """Render, submit, follow, fetch; the OpenAI answer.
 
         1. The model must be loaded; `url` needs an image store.
         2. Render the template (400 on a bad parameter); the job saves into an output
            folder of its own (`quorum/<job>/`).
-        3. Run it (`follow.run`); progress goes to `progress` as it comes.
+        3. Run it (`follow.run`); progress goes to `progress` as it comes, the sampler's
+           steps to `sampling` (0..1: the admission scope's `progress`, for the forecast).
         4. The verdict: an execution error or an interrupt by someone else fail (502);
            success without a saved image is a bad response.
         5. Fetch every image with `/view`, its text chunks dropped unless `keep_metadata`;
@@ -211,7 +220,7 @@ class ImageGenerator:
            held until then and the next request waits in the runner, not inside ComfyUI.
         """
         model.ensure_ready()  # 1
-        seed = request.seed if request.seed is not None else self._seeds()
+        seed = self.seed_for(model, request)
         token = secrets.token_hex(8)
         graph = self._render(model, request, seed, f"{JOBS_FOLDER}/{token}/img")  # 2
         total = model.template.node_count
@@ -219,6 +228,8 @@ class ImageGenerator:
         ended = False
 
         async def on_view(view: JobView) -> None:
+            if sampling is not None and (done := view.sampling()) is not None:
+                sampling(done)
             if progress is not None and view.started:
                 await progress(*view.progress(total))
 
@@ -248,7 +259,17 @@ class ImageGenerator:
     def check(self, model: ModelShape, request: ImageRequest) -> None:
         """Everything `generate` would refuse with 400 before it reaches ComfyUI (pure): an
         async request runs it before its 202, so it is refused as the synchronous one is."""
-        self._render(model, request, 0, f"{JOBS_FOLDER}/check/img")
+        seeds = seed_range(model.template)
+        seed = request.seed if request.seed is not None else seeds[0] if seeds else 0
+        self._render(model, request, seed, f"{JOBS_FOLDER}/check/img")
+
+    def seed_for(self, model: ModelShape, request: ImageRequest) -> int:
+        """The request's `x_seed`, else one drawn within the bounds of every input the
+        template's seed feeds (0 for a template without a seed: it is not used)."""
+        if request.seed is not None:
+            return request.seed
+        seeds = seed_range(model.template)
+        return self._seeds(*seeds) if seeds is not None else 0
 
     def _render(
         self, model: ModelShape, request: ImageRequest, seed: int, prefix: str
@@ -358,23 +379,6 @@ class ImageGenerator:
                 prompt_id,
                 self.release_s,
             )
-
-
-def without_text_chunks(data: bytes) -> bytes:
-    """The PNG without its tEXt, zTXt and iTXt chunks (ComfyUI's `prompt`, `workflow`, ...);
-    anything that is not a well-formed PNG comes back unchanged (pure)."""
-    if data[:8] != b"\x89PNG\r\n\x1a\n":
-        return data
-    out, i = [data[:8]], 8
-    while i + 12 <= len(data):
-        (length,) = struct.unpack(">I", data[i : i + 4])
-        end = i + 12 + length
-        if end > len(data):
-            return data
-        if data[i + 4 : i + 8] not in TEXT_CHUNKS:
-            out.append(data[i:end])
-        i = end
-    return b"".join(out) if i == len(data) else data
 
 
 def _verdict(model_id: str, finished: Finished) -> tuple[Any, ...]:

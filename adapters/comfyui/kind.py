@@ -30,7 +30,7 @@ from pathlib import Path
 from adapters.comfyui.engine import CheckpointFetcher, ComfyUIEngine
 from adapters.comfyui.follow import FollowTiming
 from adapters.comfyui.server import COMFYUI_ENVIRONMENT, ComfyUIServer, Memory
-from adapters.comfyui.workflows import load_template
+from adapters.comfyui.template_checks import load_template
 from adapters.kind import Devices, EngineSettings, EngineSpec, Host, KindDefaults, Traits
 from adapters.launched import EngineLoad, Launched
 from adapters.supervisor import EngineState

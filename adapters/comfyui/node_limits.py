@@ -1,4 +1,5 @@
-"""The numeric input limits ComfyUI validates a prompt against, pinned from ComfyUI 0.3.64.
+"""The input limits ComfyUI validates a prompt against, pinned from ComfyUI 0.3.64: the
+number bounds (`NODE_LIMITS`) and the fixed choices (`NODE_CHOICES`).
 
 ComfyUI's `POST /prompt` checks each number input against its node's declared `min` and
 `max` (`execution.py` `validate_inputs`: the value converted with `int()` / `float()`,
@@ -114,17 +115,145 @@ CheckpointLoaderSimple, VAEDecode, ImageInvert, SaveImage, ...) are in `NO_LIMIT
 
 NO_LIMITS = frozenset(
     {
-        "CLIPLoader", "CLIPTextEncode", "CLIPVisionEncode", "CLIPVisionLoader",
-        "CheckpointLoader", "CheckpointLoaderSimple", "ConditioningCombine",
-        "ConditioningConcat", "ConditioningZeroOut", "ControlNetLoader",
-        "DiffControlNetLoader", "DiffusersLoader", "DualCLIPLoader", "GLIGENLoader",
-        "ImageBatch", "ImageInvert", "InpaintModelConditioning", "LatentFlip", "LatentRotate",
-        "LoadImage", "LoadImageMask", "LoadImageOutput", "LoadLatent", "PreviewImage",
-        "SaveImage", "SaveLatent", "SetLatentNoiseMask", "StyleModelLoader", "UNETLoader",
-        "VAEDecode", "VAEEncode", "VAELoader", "unCLIPCheckpointLoader",
+        "CLIPLoader",
+        "CLIPTextEncode",
+        "CLIPVisionEncode",
+        "CLIPVisionLoader",
+        "CheckpointLoader",
+        "CheckpointLoaderSimple",
+        "ConditioningCombine",
+        "ConditioningConcat",
+        "ConditioningZeroOut",
+        "ControlNetLoader",
+        "DiffControlNetLoader",
+        "DiffusersLoader",
+        "DualCLIPLoader",
+        "GLIGENLoader",
+        "ImageBatch",
+        "ImageInvert",
+        "InpaintModelConditioning",
+        "LatentFlip",
+        "LatentRotate",
+        "LoadImage",
+        "LoadImageMask",
+        "LoadImageOutput",
+        "LoadLatent",
+        "PreviewImage",
+        "SaveImage",
+        "SaveLatent",
+        "SetLatentNoiseMask",
+        "StyleModelLoader",
+        "UNETLoader",
+        "VAEDecode",
+        "VAEEncode",
+        "VAELoader",
+        "unCLIPCheckpointLoader",
     }
-)  # fmt: skip
+)
 """The other 33 node classes of nodes.py: no number input with a limit (nothing to check)."""
+
+
+SAMPLERS = (
+    "euler",
+    "euler_cfg_pp",
+    "euler_ancestral",
+    "euler_ancestral_cfg_pp",
+    "heun",
+    "heunpp2",
+    "dpm_2",
+    "dpm_2_ancestral",
+    "lms",
+    "dpm_fast",
+    "dpm_adaptive",
+    "dpmpp_2s_ancestral",
+    "dpmpp_2s_ancestral_cfg_pp",
+    "dpmpp_sde",
+    "dpmpp_sde_gpu",
+    "dpmpp_2m",
+    "dpmpp_2m_cfg_pp",
+    "dpmpp_2m_sde",
+    "dpmpp_2m_sde_gpu",
+    "dpmpp_2m_sde_heun",
+    "dpmpp_2m_sde_heun_gpu",
+    "dpmpp_3m_sde",
+    "dpmpp_3m_sde_gpu",
+    "ddpm",
+    "lcm",
+    "ipndm",
+    "ipndm_v",
+    "deis",
+    "res_multistep",
+    "res_multistep_cfg_pp",
+    "res_multistep_ancestral",
+    "res_multistep_ancestral_cfg_pp",
+    "gradient_estimation",
+    "gradient_estimation_cfg_pp",
+    "er_sde",
+    "seeds_2",
+    "seeds_3",
+    "sa_solver",
+    "sa_solver_pece",
+    "ddim",
+    "uni_pc",
+    "uni_pc_bh2",
+)
+"""`comfy/samplers.py` `SAMPLER_NAMES` (KSampler's `sampler_name`)."""
+SCHEDULERS = (
+    "simple",
+    "sgm_uniform",
+    "karras",
+    "exponential",
+    "ddim_uniform",
+    "beta",
+    "normal",
+    "linear_quadratic",
+    "kl_optimal",
+)
+"""`comfy/samplers.py` `SCHEDULER_NAMES` (KSampler's `scheduler`)."""
+_LATENT_UPSCALE = ("nearest-exact", "bilinear", "area", "bicubic", "bislerp")
+_IMAGE_UPSCALE = ("nearest-exact", "bilinear", "area", "bicubic", "lanczos")
+_CROP = ("disabled", "center")
+_SAMPLING = {"sampler_name": SAMPLERS, "scheduler": SCHEDULERS}
+
+NODE_CHOICES: Mapping[str, Mapping[str, tuple[str, ...]]] = {
+    # nodes.py (ComfyUI's `validate_inputs` answers `value_not_in_list`, a 400)
+    "CLIPLoader": {"device": ("default", "cpu")},
+    "CLIPVisionEncode": {"crop": ("center", "none")},
+    "ConditioningSetMask": {"set_cond_area": ("default", "mask bounds")},
+    "DualCLIPLoader": {"device": ("default", "cpu")},
+    "ImageScale": {"upscale_method": _IMAGE_UPSCALE, "crop": _CROP},
+    "ImageScaleBy": {"upscale_method": _IMAGE_UPSCALE},
+    "KSampler": _SAMPLING,
+    "KSamplerAdvanced": {
+        **_SAMPLING,
+        "add_noise": ("enable", "disable"),
+        "return_with_leftover_noise": ("disable", "enable"),
+    },
+    "LatentFlip": {"flip_method": ("x-axis: vertically", "y-axis: horizontally")},
+    "LatentRotate": {"rotation": ("none", "90 degrees", "180 degrees", "270 degrees")},
+    "LatentUpscale": {"upscale_method": _LATENT_UPSCALE, "crop": _CROP},
+    "LatentUpscaleBy": {"upscale_method": _LATENT_UPSCALE},
+    "LoadImageMask": {"channel": ("alpha", "red", "green", "blue")},
+    "StyleModelApply": {"strength_type": ("multiply", "attn_bias")},
+    "UNETLoader": {"weight_dtype": ("default", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2")},
+    # comfy_extras/nodes_post_processing.py (`io.Combo`: ComfyUI checks these only when
+    # the node runs, after its 200; the runner checks them before, all the same)
+    "ImageBlend": {
+        "blend_mode": ("normal", "multiply", "screen", "overlay", "soft_light", "difference"),
+    },
+    "ImageQuantize": {
+        "dither": ("none", "floyd-steinberg", "bayer-2", "bayer-4", "bayer-8", "bayer-16"),
+    },
+    "ImageScaleToTotalPixels": {"upscale_method": _IMAGE_UPSCALE},
+}
+"""Node class -> input -> its fixed choices (a COMBO of a list that no file decides; the
+lists of files, such as `ckpt_name`, are the server's and not checked here). CLIPLoader's
+and DualCLIPLoader's `type` lists are left out: they grow with each release."""
+
+
+def choices_of(class_type: str, input_name: str) -> tuple[str, ...] | None:
+    """ComfyUI's fixed choices for `class_type`'s input `input_name` (None: not known)."""
+    return NODE_CHOICES.get(class_type, {}).get(input_name)
 
 
 def limit_of(class_type: str, input_name: str) -> Limit | None:

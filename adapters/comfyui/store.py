@@ -72,9 +72,15 @@ class ImageStore:
         self._clock = clock
         self._items: dict[str, Stored] = {}
         self._made_here = made_here
-        directory.mkdir(parents=True, exist_ok=True)
-        self._lock: int | None = _claim(directory)
-        left = _remove_images(directory, keep=set())
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._lock: int | None = _claim(directory)
+            left = _remove_images(directory, keep=set())
+        except OSError as exc:  # not a folder, not writable, ...: the setting's fault
+            raise ConfigError(
+                f"image folder {directory} cannot be used: {exc.strerror or exc} "
+                "(IMAGES_DIR must be a folder the runner may write)"
+            ) from None
         if left:
             log.info("image store %s: %d image(s) of an earlier run removed", directory, left)
 

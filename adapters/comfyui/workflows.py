@@ -13,8 +13,9 @@ A string that is exactly one placeholder takes the parameter's typed value (an i
 int); a placeholder inside a longer string is replaced by its text. Rendering (`render`)
 checks every value against its declaration first, so a bad request is refused with a 400
 naming the parameter before anything reaches ComfyUI. A template is held to ComfyUI's own
-input limits when it is loaded (`within_comfyui`, `node_limits.py`): bounds beyond them are
-refused, missing ones become them, so what rendering lets through ComfyUI accepts.
+input limits when it is loaded (`template_checks.py`, `node_limits.py`): bounds beyond them
+are refused, missing ones become them, and a text feeding a fixed-choice input must be one
+of its choices, so what rendering lets through ComfyUI accepts.
 
 Every template must use `{{filename_prefix}}` (each job saves under its own prefix: ComfyUI
 serves an identical graph from its cache, and its `executed` event then names the files of
@@ -28,26 +29,24 @@ simply does not receive it.
 from __future__ import annotations
 
 import copy
-import dataclasses
-import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
-import orjson
-
 from adapters.comfyui.errors import InvalidWorkflowParameter
-from adapters.comfyui.node_limits import COMFYUI_VERSION, MAX_SEED, Limit, known, limit_of
+from adapters.comfyui.node_limits import MAX_SEED
 from faults import ConfigError
-
-log = logging.getLogger("quorum.comfyui")
 
 ParamKind = Literal["str", "int", "float"]
 Value = str | int | float
-_PLACEHOLDER = re.compile(r"\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}")
+PLACEHOLDER = re.compile(r"\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}")
 _KINDS: dict[str, ParamKind] = {"str": "str", "string": "str", "int": "int", "float": "float"}
+
+
+def number_text(value: float) -> str:
+    """A bound as a client reads it: whole numbers in full (16777215, not 1.67772e+07)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +59,14 @@ class Param:
     maximum: float | None = None
     multiple_of: int | None = None
     max_length: int | None = None
+    choices: tuple[str, ...] | None = None
 
     def check(self, name: str, value: object) -> Value:
         """`value` converted to this parameter's type, or InvalidWorkflowParameter.
 
         1. Type: str for str; an int (not a bool) for int; an int or float for float.
-        2. Strings: at most `max_length` characters.
+        2. Strings: at most `max_length` characters, and one of `choices` when it feeds a
+           fixed-choice input (`template_checks.within_comfyui`).
         3. Numbers: within [minimum, maximum], and a multiple of `multiple_of`.
         """
         if self.kind == "str":  # 1, 2
@@ -75,6 +76,10 @@ class Param:
                 raise InvalidWorkflowParameter(
                     f"{name} is longer than {self.max_length} characters"
                 )
+            if self.choices is not None and value not in self.choices:
+                listed = ", ".join(repr(c) for c in self.choices[:20])
+                more = ", ..." if len(self.choices) > 20 else ""
+                raise InvalidWorkflowParameter(f"{name} must be one of {listed}{more}")
             return value
         number: int | float
         if self.kind == "int":
@@ -86,9 +91,9 @@ class Param:
                 raise InvalidWorkflowParameter(f"{name} must be a number")
             number = float(value)
         if self.minimum is not None and number < self.minimum:  # 3
-            raise InvalidWorkflowParameter(f"{name} must be at least {self.minimum:g}")
+            raise InvalidWorkflowParameter(f"{name} must be at least {number_text(self.minimum)}")
         if self.maximum is not None and number > self.maximum:
-            raise InvalidWorkflowParameter(f"{name} must be at most {self.maximum:g}")
+            raise InvalidWorkflowParameter(f"{name} must be at most {number_text(self.maximum)}")
         if self.multiple_of and isinstance(number, int) and number % self.multiple_of:
             raise InvalidWorkflowParameter(f"{name} must be a multiple of {self.multiple_of}")
         return number
@@ -115,6 +120,23 @@ class WorkflowTemplate:
         for node_id, node in self.graph.items():
             if not isinstance(node, Mapping) or not isinstance(node.get("class_type"), str):
                 raise ConfigError(f"workflow {self.name!r}: node {node_id!r} has no class_type")
+            self._text_after_the_prefix(node_id, (node.get("inputs") or {}).get(FILE_NAME_INPUT))
+
+    def _text_after_the_prefix(self, node_id: str, prefix: object) -> None:
+        """A text parameter in a file name comes after `{{filename_prefix}}` (inside the
+        job's own folder, removed with it), never before it (a folder named after a
+        request's text, left in ComfyUI's output folder)."""
+        if not isinstance(prefix, str) or "{{" not in prefix:
+            return
+        names = [m.group(1) for m in PLACEHOLDER.finditer(prefix)]
+        first = names.index(FILE_NAME_INPUT) if FILE_NAME_INPUT in names else len(names)
+        early = [n for n in names[:first] if n in self.params and self.params[n].kind == "str"]
+        if early:
+            raise ConfigError(
+                f"workflow {self.name!r}: node {node_id!r} puts {{{{{early[0]}}}}} before "
+                "{{filename_prefix}} in its file name, so a request's text would name a "
+                "folder outside the job's own"
+            )
 
     @property
     def node_count(self) -> int:
@@ -146,7 +168,7 @@ class WorkflowTemplate:
 def placeholders(node: object) -> set[str]:
     """Every parameter name a graph (or any part of it) mentions."""
     if isinstance(node, str):
-        return set(_PLACEHOLDER.findall(node))
+        return set(PLACEHOLDER.findall(node))
     if isinstance(node, Mapping):
         return set().union(*(placeholders(v) for v in node.values())) if node else set()
     if isinstance(node, list):
@@ -156,15 +178,46 @@ def placeholders(node: object) -> set[str]:
 
 def _substitute(node: Any, values: Mapping[str, Value]) -> Any:
     if isinstance(node, str):
-        whole = _PLACEHOLDER.fullmatch(node)
+        whole = PLACEHOLDER.fullmatch(node)
         if whole:
             return values[whole.group(1)]
-        return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), node)
+        return PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), node)
     if isinstance(node, dict):
-        return {k: _substitute(v, values) for k, v in node.items()}
+        return {
+            k: _in_file_name(v, values)
+            if k == FILE_NAME_INPUT and isinstance(v, str)
+            else _substitute(v, values)
+            for k, v in node.items()
+        }
     if isinstance(node, list):
         return [_substitute(v, values) for v in node]
     return node
+
+
+FILE_NAME_INPUT = "filename_prefix"
+"""The input ComfyUI's save nodes build a file's path from (SaveImage and the others)."""
+FILE_NAME_PART_MAX = 48
+_UNSAFE_IN_NAME = re.compile(r"[/\\%\x00-\x1f]|\.\.+")
+
+
+def path_safe(text: str) -> str:
+    """`text` as one part of a file name (pure): no folder separator, no ComfyUI `%var%`,
+    no control character, no `..` (ComfyUI's `/view` refuses a name holding one; each
+    becomes `_`), at most FILE_NAME_PART_MAX characters, so a request's text never names
+    a folder or leaves the job's own."""
+    return _UNSAFE_IN_NAME.sub("_", text)[:FILE_NAME_PART_MAX]
+
+
+def _in_file_name(node: str, values: Mapping[str, Value]) -> str:
+    """A `filename_prefix` input: the job's own prefix as it is, every other value made
+    `path_safe` (a template may put the prompt into the file name, never into a folder)."""
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1)
+        value = str(values[name])
+        return value if name == FILE_NAME_INPUT else path_safe(value)
+
+    return PLACEHOLDER.sub(one, node)
 
 
 def param_from_json(name: str, raw: object) -> Param:
@@ -200,118 +253,7 @@ def template_from_json(doc: Mapping[str, Any], source: str = "template") -> Work
     return WorkflowTemplate(name, graph, {k: param_from_json(k, v) for k, v in params.items()})
 
 
-Use = tuple[Limit, str]  # a number input a parameter feeds: its limit, where it is
-
-
-def _uses(template: WorkflowTemplate) -> tuple[dict[str, list[Use]], set[str]]:
-    """The number inputs each parameter feeds, and the node classes of unknown limits.
-
-    A literal number on a known input must be within its limit; a placeholder on one must
-    be the whole value (ComfyUI converts text with `int()`) of an int or float parameter.
-    """
-    uses: dict[str, list[Use]] = {}
-    unknown: set[str] = set()
-    for node_id, node in template.graph.items():
-        kind = node["class_type"]
-        if not known(kind):
-            unknown.add(kind)
-            continue
-        for name, value in (node.get("inputs") or {}).items():
-            limit = limit_of(kind, name)
-            if limit is None:
-                continue
-            where = f"{kind}.{name} (node {node_id})"
-            if isinstance(value, bool) or not isinstance(value, str | int | float):
-                continue  # a link to another node's output
-            if not isinstance(value, str):
-                if not limit.minimum <= value <= limit.maximum:
-                    raise ConfigError(
-                        f"workflow {template.name!r}: {where} is {value:g}, outside ComfyUI "
-                        f"{COMFYUI_VERSION}'s {limit.minimum:g}..{limit.maximum:g}"
-                    )
-                continue
-            whole = _PLACEHOLDER.fullmatch(value)
-            if whole is None:
-                if placeholders(value):
-                    raise ConfigError(
-                        f"workflow {template.name!r}: {where} takes a number, so its "
-                        "placeholder must be the whole value"
-                    )
-                continue
-            param = whole.group(1)
-            if template.params[param].kind == "str":
-                raise ConfigError(
-                    f"workflow {template.name!r}: parameter {param!r} is text but feeds "
-                    f"{where}, a number"
-                )
-            uses.setdefault(param, []).append((limit, where))
-    return uses, unknown
-
-
-def within_comfyui(template: WorkflowTemplate) -> WorkflowTemplate:
-    """`template` held to ComfyUI's input limits (`node_limits.py`; pure but for a log line).
-
-    1. The number inputs each parameter feeds (`_uses`; literal values checked there).
-    2. A declared bound beyond the tightest limit among them: ConfigError naming the
-       parameter, the node input and ComfyUI's limit.
-    3. An undeclared bound becomes that limit; the default must fit what results.
-    Node classes whose limits the runner does not know keep the template's bounds (logged).
-    """
-    uses, unknown = _uses(template)  # 1
-    params = dict(template.params)
-    for name, fed in uses.items():
-        param = params[name]
-        low, low_at = max((limit.minimum, where) for limit, where in fed)
-        high, high_at = min((limit.maximum, where) for limit, where in fed)
-        beyond = (  # 2
-            f"at least {param.minimum:g}, but {low_at} must be at least {low:g}"
-            if param.minimum is not None and param.minimum < low
-            else f"up to {param.maximum:g}, but {high_at} must be at most {high:g}"
-            if param.maximum is not None and param.maximum > high
-            else None
-        )
-        if beyond is not None:
-            raise ConfigError(
-                f"workflow {template.name!r}: parameter {name!r} allows {beyond} "
-                f"(ComfyUI {COMFYUI_VERSION})"
-            )
-        params[name] = dataclasses.replace(  # 3
-            param,
-            minimum=low if param.minimum is None else param.minimum,
-            maximum=high if param.maximum is None else param.maximum,
-        )
-        if param.default is not None:
-            try:
-                params[name].check(name, param.default)
-            except InvalidWorkflowParameter as exc:
-                raise ConfigError(f"workflow {template.name!r}: default of {exc}") from None
-    if unknown:
-        names = ", ".join(sorted(unknown))
-        log.info("workflow %r: ComfyUI's limits of %s unknown here", template.name, names)
-    if params == dict(template.params):
-        return template
-    return WorkflowTemplate(template.name, template.graph, params)
-
-
-def load_template(name_or_path: str) -> WorkflowTemplate:
-    """A built-in template by name (`txt2img`, `model-free-test`), or a JSON template file;
-    either held to ComfyUI's input limits (`within_comfyui`)."""
-    builtin = BUILTIN.get(name_or_path)
-    if builtin is not None:
-        return within_comfyui(builtin)
-    path = Path(name_or_path)
-    try:
-        doc = orjson.loads(path.read_bytes())
-    except OSError as exc:
-        raise ConfigError(f"workflow {name_or_path!r}: cannot read: {exc.strerror}") from None
-    except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"workflow {name_or_path!r}: not JSON: {exc}") from None
-    if not isinstance(doc, Mapping):
-        raise ConfigError(f"workflow {name_or_path!r}: must be a JSON object")
-    return within_comfyui(template_from_json(doc, name_or_path))
-
-
-_SIZE = {"minimum": 64, "maximum": 2048, "multiple_of": 8}
+_SIZE: dict[str, Any] = {"minimum": 64, "maximum": 2048, "multiple_of": 8}
 
 TXT2IMG = WorkflowTemplate(
     "txt2img",

@@ -5,7 +5,7 @@
     result = await service.transcribe(request, audio, caller, progress=reporter.report)
 
 A run is: wait for admission (the scheduler's queue, fair share, priorities: the request
-path's admission scope, `runner.http.frontend.Admitted`, or a plain `Hold` for a job), send
+path's admission scope, `runner.http.admitted.Admitted`, or a plain `Hold` for a job), send
 the file to the model's worker, collect its segments (calling `on_segment` and
 `progress(seconds_done, total)` for each), give the slot back with the audio done.
 

@@ -49,11 +49,12 @@ from runner.engines.adapters import (
     check_adapter,
 )
 from runner.errors import BadRequest, error_body
+from runner.http.admitted import Admitted
 from runner.http.asgi import JSON, Receive, Scope, Send, send_whole
 from runner.http.body_checks import check_generation
 from runner.http.canonical import canonical
 from runner.http.chat_reports import response_headers, sniff_report, took
-from runner.http.frontend import Admitted, ClientCall, FrontEnd
+from runner.http.frontend import ClientCall, FrontEnd
 from runner.http.json_body import OFFLOAD_BYTES, dump_json, load_json
 from runner.scheduler.grants import Usage
 from runner.telemetry.metrics import Metrics

@@ -26,11 +26,8 @@ Per-request state travels in one record (`ClientCall`), not in arguments.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from types import TracebackType
 from typing import Protocol
 
 from runner.errors import (
@@ -42,9 +39,9 @@ from runner.errors import (
     WrongEndpoint,
     error_status,
 )
+from runner.http.admitted import Admitted
 from runner.http.asgi import (
     ClientGone,
-    DisconnectWatch,
     Receive,
     Scope,
     Send,
@@ -57,14 +54,7 @@ from runner.http.headers import (
     new_request_id,
     parse_request_headers,
 )
-from runner.scheduler.grants import (
-    Admission,
-    AdmissionRequest,
-    Grant,
-    Usage,
-    give_back,
-    let_go_of,
-)
+from runner.scheduler.grants import Admission, AdmissionRequest, Grant
 from runner.tenancy.guard import Budgets, Held, Spent, request_headers
 from runner.tenancy.usage import UsageRecorder
 from tenants.config import TenantPolicy, TenantsConfig
@@ -325,75 +315,3 @@ class FrontEnd:
 
 
 _PRIORITY_BYTES = {p: p.encode() for p in ("low", "normal", "high")}
-
-
-class Admitted:
-    """Admission under a disconnect scope, for one call.
-
-    Entering starts watching the client (the body must have been read: the watch takes
-    `receive`), then waits for the scheduler's grant; leaving gives the grant back with
-    `usage` (set it inside the block), or, where the engine goes on with the request
-    after a cancel (`release_when`), once the engine let it go. A client that goes away
-    meanwhile cancels the task: `ClientGone` comes out of the block, once. `disarm()`
-    once the answer's last byte is about to leave.
-    """
-
-    __slots__ = (
-        "_call", "_front", "_let_go", "_request", "_started", "_watch", "grant", "usage",
-    )  # fmt: skip
-
-    def __init__(self, front: FrontEnd, call: ClientCall, request: AdmissionRequest) -> None:
-        self._front = front
-        self._call = call
-        self._request = request
-        self._started = 0.0
-        self.grant: Grant | None = None
-        self.usage: Usage | None = None
-        self._let_go: asyncio.Future[object] | None = None
-        task = asyncio.current_task()
-        assert task is not None
-        self._watch = DisconnectWatch(task)
-
-    def disarm(self) -> None:
-        self._watch.disarm()
-
-    def release_when(self, let_go: Awaitable[object]) -> None:
-        """The engine goes on with the request after this block (`grants.Holding`)."""
-        self._let_go = let_go_of(let_go)
-
-    async def __aenter__(self) -> Admitted:
-        self._watch.start(self._call.scope, self._call.receive)
-        try:
-            self.grant = self._call.grant = await self._front.admission.acquire(self._request)
-        except asyncio.CancelledError:
-            self._gone()
-            raise
-        except BaseException:
-            self._watch.disarm()
-            raise
-        self._started = time.perf_counter()
-        self._front.metrics.begin_request(self._request.model)
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._watch.disarm()
-        front = self._front
-        if self.grant is not None:
-            front.metrics.end_request(self._request.model, time.perf_counter() - self._started)
-            give_back(front.admission, self.grant, self.usage, self._let_go)
-        if kind is asyncio.CancelledError:
-            self._gone()
-
-    def _gone(self) -> None:
-        """A cancellation that the client's going away caused becomes `ClientGone`."""
-        if not self._watch.gone:
-            return
-        task = asyncio.current_task()
-        if task is not None:
-            task.uncancel()
-        raise ClientGone from None

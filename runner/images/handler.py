@@ -32,7 +32,7 @@ import orjson
 
 from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.errors import ImageNotFound, InvalidImageRequest
-from adapters.comfyui.image_request import ImageRequest, parse_image_request
+from adapters.comfyui.image_request import ImageRequest, image_work, parse_image_request
 from adapters.comfyui.images import Generated, ImageGenerator, ModelShape
 from adapters.comfyui.store import FILES_PATH, TOKEN_RE, ImageStore, file_path
 from faults import BadRequest
@@ -109,13 +109,14 @@ class ImagesPath:
             return status
         if request.webhook is not None:
             raise InvalidImageRequest("webhook needs 'Prefer: respond-async'")
-        ticket = _ticket(call.request_id, call, request)
+        ticket = _ticket(call.request_id, call, request, shape)
         async with self.front.admitted(call, ticket) as admitted:  # 4b
             generated = await self.generator.generate(
                 self._model(request.model),
                 request,
                 url_for=url_for,
                 release_when=admitted.release_when,
+                sampling=admitted.progress,
             )  # 5
             admitted.disarm()
             headers = _headers(call, call.queue_wait_ms, generated.engine_ms)
@@ -145,14 +146,19 @@ class ImagesPath:
         The queue wait happens inside the job, so no HTTP timeout applies to it; the job
         turns RUNNING once it holds a slot.
         """
-        ticket = _ticket(f"{call.request_id}-job", call, request)
+        ticket = _ticket(f"{call.request_id}-job", call, request, self.shape_of(request.model))
         admission, metrics = self.front.admission, self.front.metrics
 
         async def work(progress: ProgressReporter) -> object:
             async with Hold(admission, ticket, metrics=metrics) as held:
                 await progress.running()
                 generated: Generated = await self.generator.generate(
-                    self._model(request.model), request, progress.report, url_for, held.release_when
+                    self._model(request.model),
+                    request,
+                    progress.report,
+                    url_for,
+                    held.release_when,
+                    held.progress,
                 )
                 self.count_images(request.model, call.tenant, _images_in(generated))
                 return await self._job_result(generated.body, url_for)
@@ -196,11 +202,22 @@ async def _parse(body: bytes) -> ImageRequest:
     return parse_image_request(obj)
 
 
-def _ticket(request_id: str, call: ClientCall, request: ImageRequest) -> AdmissionRequest:
+def _ticket(
+    request_id: str, call: ClientCall, request: ImageRequest, shape: ModelShape | None
+) -> AdmissionRequest:
+    """The admission ticket: the request's cost (fair share) and, with the model's
+    template known, its work (`image_work`), which the wait forecast times it by."""
     prompt_tokens = max(1, len(request.prompt) // 4)
     meta = call.meta
+    work = image_work(shape.template, request) if shape is not None else None
     return AdmissionRequest(
-        request_id, request.model, call.tenant, meta.priority, prompt_tokens, request.cost
+        request_id,
+        request.model,
+        call.tenant,
+        meta.priority,
+        prompt_tokens,
+        request.cost,
+        work=work,
     )
 
 

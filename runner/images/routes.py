@@ -21,7 +21,8 @@ from adapters.comfyui.follow import FollowTiming
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.kind import DEFAULT_WORKFLOW
 from adapters.comfyui.store import ImageStore
-from adapters.comfyui.workflows import WorkflowTemplate, load_template
+from adapters.comfyui.template_checks import load_template
+from adapters.comfyui.workflows import WorkflowTemplate
 from runner.engines.pool import ModelPool
 from runner.errors import ConfigError
 from runner.http.frontend import FrontEnd

@@ -55,7 +55,10 @@ def app_from_environment(
     except (ConfigError, InvalidTenantConfig, ConfigInvalid) as exc:
         return str(exc)
     configure(settings.log_level, settings.log_format)
-    return settings, build_app(settings, models, tenants, verifier, kinds)
+    try:  # what the app takes at build (IMAGES_DIR's folder) may be refused too
+        return settings, build_app(settings, models, tenants, verifier, kinds)
+    except ConfigError as exc:
+        return str(exc)
 
 
 def _serve(args: argparse.Namespace) -> int:

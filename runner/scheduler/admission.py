@@ -262,6 +262,12 @@ class SchedulerAdmission:
             raise TypeError("release() takes a grant this admission handed out")
         self._post(ServeDone(grant.ticket_id, usage, self._clock()))
 
+    def progress(self, grant: Grant, done: float) -> None:
+        """The engine's progress on a granted request (0..1; bookkeeping only: what the
+        request has left is forecast from it, `work_fit.remaining_s`)."""
+        if isinstance(grant, ScheduledGrant):
+            self.core.service.progress(grant.ticket_id, done)
+
     def queue_depth(self) -> int:
         return self.core.queue_depth()
 

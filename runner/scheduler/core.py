@@ -75,12 +75,12 @@ class Scheduler:
         self._serving: dict[int, Ticket] = {}
         self._waits = WaitWindow(config.stats_window_s)
         self._returns = PromisedReturns()  # refused clients due back (`retry_after.py`)
-        self._service = ServiceTimes()
+        self.service = ServiceTimes()
         self._deadlines = DeadlineBook()
         self.table = ModelTable(config)
         self.slots = SlotCounts(config, self.table)
         self.outlook = Outlook(
-            self.table, self._waiting, self._vtc, self._service, self.slots, fair=config.fair
+            self.table, self._waiting, self._vtc, self.service, self.slots, fair=config.fair
         )
         self.swaps = Swaps(config, self.table, self, effects)
         self.lifecycle = ModelLifecycle(config, self.table, self.swaps, self, effects)
@@ -207,7 +207,7 @@ class Scheduler:
         model = ticket.model  # 2
         self.slots.finished(model)
         capped = self.caps.finished(ticket.tenant)
-        self._service.finished(ticket, now)
+        self.service.finished(ticket, now)
         self._touch(model, now)
         if event.usage is not None:  # 3
             actual = service_cost(event.usage.input_tokens, event.usage.output_tokens)
@@ -295,7 +295,7 @@ class Scheduler:
 
     def retry_after_s(self, now: float) -> int:
         """What a refusal would say right now (`retry_after.py`), promising nothing."""
-        return retry_after_s(self._service.running(now), self._returns.pending(now))
+        return retry_after_s(self.service.running(now), self._returns.pending(now))
 
     def models(self) -> dict[str, ModelView]:
         """Every model the scheduler knows, as the rest of the runner reads it."""
@@ -369,7 +369,7 @@ class Scheduler:
         self.slots.started(ticket.model)
         self.caps.started(ticket.tenant)
         self._serving[ticket.ticket_id] = ticket
-        self._service.started(ticket, now)
+        self.service.started(ticket, now)
         self._vtc.charge(ticket.tenant, ticket.cost)
         self._waits.record(now, wait_s)
         self._touch(ticket.model, now)

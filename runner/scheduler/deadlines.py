@@ -6,8 +6,11 @@ when the forecast wait (`forecast.py`) exceeds it (503 `deadline_unreachable`), 
 drops it from the queue the moment the deadline passes (504 `deadline_exceeded`).
 
 - `ServiceTimes`: each model's seconds per unit of estimated cost (grant to `ServeDone`,
-  over its last completions) and mean service time, what each request in flight has
-  left, and the share of the slots each band was granted recently.
+  over its last completions) and mean service time; for requests that state their work
+  (`AdmissionRequest.work`: images), the model's fit of seconds against work
+  (`work_fit.py`), updated on every finish; what each request in flight has left (its
+  estimate, time run and reported progress), and the share of the slots each band was
+  granted recently.
 - `DeadlineBook`: the waiters' deadlines in time order (a heap; entries of requests
   that left the queue are skipped when they come due).
 - `Outlook`: gathers `forecast.py`'s inputs from the scheduler's parts. It only reads.
@@ -21,10 +24,11 @@ from collections import deque
 
 from runner.scheduler.errors import DeadlinePassed, DeadlineUnreachable, SchedulerError
 from runner.scheduler.events import Band, Ticket
-from runner.scheduler.forecast import TenantQueue, ahead, forecast_wait_s
+from runner.scheduler.forecast import TenantQueue, ahead_tickets, forecast_wait_s
 from runner.scheduler.models import ModelRecord, ModelState, ModelTable
 from runner.scheduler.slot_groups import SlotCounts
 from runner.scheduler.waiting import WaitingRoom
+from runner.scheduler.work_fit import WorkFit, remaining_s
 from tenants.fairness import VirtualTokenCounter
 
 SERVICE_SAMPLES = 32
@@ -46,6 +50,9 @@ class ServiceTimes:
         self._sums: dict[str, list[float]] = {}  # [seconds, cost] of `_done`
         self._granted: dict[str, deque[tuple[float, Band, int]]] = {}  # (at, band, cost)
         self._band_cost: dict[str, dict[Band, int]] = {}  # cost per band in `_granted`
+        self._work: dict[int, float] = {}  # the stated work of tickets in flight
+        self._progress: dict[int, float] = {}  # their reported progress, 0..1
+        self._fits: dict[str, WorkFit] = {}
 
     def started(self, ticket: Ticket, now: float) -> None:
         cost, model, band = max(ticket.cost, 1), ticket.model, ticket.band
@@ -55,6 +62,8 @@ class ServiceTimes:
             self._granted[model] = deque()
             self._band_cost[model] = {}
         running[ticket.ticket_id] = (cost, band, now)
+        if ticket.request.work is not None:
+            self._work[ticket.ticket_id] = ticket.request.work
         granted = self._granted[model]
         granted.append((now, band, cost))
         per_band = self._band_cost[model]
@@ -73,6 +82,8 @@ class ServiceTimes:
         model = ticket.model
         running = self._running.get(model)
         began = running.pop(ticket.ticket_id, None) if running is not None else None
+        work = self._work.pop(ticket.ticket_id, None)
+        self._progress.pop(ticket.ticket_id, None)
         if began is None:
             return
         cost, _, at = began
@@ -87,6 +98,27 @@ class ServiceTimes:
         done.append((took, cost))
         sums[0] += took
         sums[1] += cost
+        if work is not None:
+            fit = self._fits.get(model)
+            if fit is None:
+                fit = self._fits[model] = WorkFit(self._samples)
+            fit.add(work, took)
+
+    def progress(self, ticket_id: int, done: float) -> None:
+        """The engine's progress on a request in flight (0..1), for what it has left."""
+        if ticket_id in self._work:
+            self._progress[ticket_id] = min(max(done, 0.0), 1.0)
+
+    def estimate_s(self, model: str, cost: int, work: float | None, per_cost_s: float) -> float:
+        """A request's service time at `model`: the model's work fit for a request that
+        states its work, else its cost at the model's seconds per cost (`per_cost_s`
+        before the model has any: a slot group's other member is timed at the asker's)."""
+        fit = self._fits.get(model)
+        estimate = fit.estimate_s(work) if fit is not None and work is not None else None
+        if estimate is not None:
+            return estimate
+        own = self.per_cost_s(model)
+        return max(cost, 1) * (own if own is not None else per_cost_s)
 
     def per_cost_s(self, model: str) -> float | None:
         """Seconds a slot takes per unit of estimated cost, recently; `None` before any."""
@@ -101,17 +133,31 @@ class ServiceTimes:
         return max(sums[0], 0.0) / len(done) if done and sums is not None else None
 
     def running(self, now: float) -> list[tuple[float, float | None]]:
-        """`(age, its model's mean_s)` of every request in flight (`retry_after.py`)."""
-        return [
-            (now - at, self.mean_s(model))
-            for model, requests in self._running.items()
-            for _, _, at in requests.values()
-        ]
+        """`(age, service_s)` of every request in flight (`retry_after.py`): its model's
+        mean_s, or for a request that states its work, its age plus what it has left
+        (`left_s`: the figure the wait forecast uses)."""
+        out: list[tuple[float, float | None]] = []
+        for model, requests in self._running.items():
+            mean = self.mean_s(model)
+            for ticket_id, (cost, _, at) in requests.items():
+                age = now - at
+                if ticket_id in self._work and mean is not None:
+                    out.append((age, age + self._left(model, ticket_id, cost, age, 0.0)))
+                else:
+                    out.append((age, mean))
+        return out
 
     def left_s(self, model: str, now: float, per_cost_s: float) -> list[float]:
-        """What each of the model's requests in flight has left (estimate minus time run)."""
-        running = self._running.get(model, {}).values()
-        return [cost * per_cost_s - (now - at) for cost, _, at in running]
+        """What each of the model's requests in flight has left: its estimate (`estimate_s`)
+        corrected for the time it has run and its reported progress (`work_fit`)."""
+        running = self._running.get(model, {}).items()
+        return [
+            self._left(model, tid, cost, now - at, per_cost_s) for tid, (cost, _, at) in running
+        ]
+
+    def _left(self, model: str, ticket_id: int, cost: int, ran: float, per_cost_s: float) -> float:
+        estimate = self.estimate_s(model, cost, self._work.get(ticket_id), per_cost_s)
+        return remaining_s(estimate, ran, self._progress.get(ticket_id))
 
     def share_above(
         self, model: str, band: Band, now: float, per_cost_s: float, slots: int
@@ -200,15 +246,26 @@ class Outlook:
         for it).
 
         A model sharing its engine process with others (`slot_groups.py`) waits for the
-        group's slots: the group's waiters and requests in flight count, all timed at
-        this model's measured speed (the others' may differ)."""
+        group's slots: the group's waiters and requests in flight count, each timed at its
+        own model's measured speed (`ServiceTimes.estimate_s`; a member with nothing
+        measured yet at this model's)."""
         record = self._table.get(model)
         if record is None:
             return None
         members = self._slots.members(model)
         slots = self._slots.capacity(model)  # the model's own when it is in no group
+        per_cost = self._service.per_cost_s(model)
+        estimates: dict[int, float] = {}
+
+        def note(ticket: Ticket) -> tuple[int, int]:
+            if per_cost is not None:
+                estimates[ticket.ticket_id] = self._service.estimate_s(
+                    ticket.model, ticket.cost, ticket.request.work, per_cost
+                )
+            return ticket.ticket_id, ticket.cost
+
         higher = [
-            t.cost
+            note(t)
             for m in members
             for b in Band
             if b > band
@@ -218,21 +275,20 @@ class Outlook:
         tickets: dict[str, list[tuple[int, int]]] = {}
         for m in members:
             for name, fifo in self._waiting.band(m, band).items():
-                tickets.setdefault(name, []).extend((t.ticket_id, t.cost) for t in fifo)
+                tickets.setdefault(name, []).extend(note(t) for t in fifo)
         queues = {
             name: TenantQueue(self._vtc.counter(name), self._vtc.weight(name), sorted(mine))
             for name, mine in tickets.items()
         }
         if tenant not in queues:
             queues[tenant] = TenantQueue(self._lifted(tenant), self._vtc.weight(tenant), [])
-        costs = ahead(higher, tenant, queues, fair=self._fair)
+        served = ahead_tickets(higher, tenant, queues, fair=self._fair)
         opens = opens_in_s(record, model in self._table.wants, now)
-        per_cost = self._service.per_cost_s(model)
         if per_cost is None:
             busy = sum(len(self._service.left_s(m, now, 0.0)) for m in members)
-            return opens if not costs and slots - busy > 0 else None
+            return opens if not served and slots - busy > 0 else None
         return forecast_wait_s(
-            [cost * per_cost for cost in costs],
+            [estimates[ticket_id] for ticket_id, _ in served],
             slots,
             [left for m in members for left in self._service.left_s(m, now, per_cost)],
             opens,

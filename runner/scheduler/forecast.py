@@ -45,7 +45,21 @@ def ahead(
     *,
     fair: bool,
 ) -> list[int]:
-    """Estimated costs of the requests served before a new one of `tenant`, in order.
+    """Estimated costs of the requests served before a new one of `tenant`, in order
+    (`ahead_tickets`, costs only; `higher` as costs)."""
+    tickets = ahead_tickets([(-1, cost) for cost in higher], tenant, band, fair=fair)
+    return [cost for _, cost in tickets]
+
+
+def ahead_tickets(
+    higher: Sequence[tuple[int, int]],
+    tenant: str,
+    band: Mapping[str, TenantQueue],
+    *,
+    fair: bool,
+) -> list[tuple[int, int]]:
+    """The (ticket id, estimated cost) of the requests served before a new one of
+    `tenant`, in order.
 
     1. Every request waiting in a more important band goes first (`higher`).
     2. Not fair (FCFS within the band): everyone already waiting in the band, by arrival.
@@ -55,10 +69,9 @@ def ahead(
        the youngest of all) is served next and charged cost / weight, until the new
        request's turn.
     """
-    costs = list(higher)  # 1
+    served = list(higher)  # 1
     if not fair:  # 2
-        waiting = sorted(t for q in band.values() for t in q.tickets)
-        return costs + [cost for _, cost in waiting]
+        return served + sorted(t for q in band.values() for t in q.tickets)
     heads: list[tuple[float, float, str, int]] = []  # 3: (counter, head id, tenant, index)
     for name, queue in band.items():
         if queue.tickets:
@@ -72,16 +85,16 @@ def ahead(
         counter, _, name, index = heapq.heappop(heads)
         found = band.get(name)
         if found is None or index >= len(found.tickets):
-            return costs  # the new request's turn
+            return served  # the new request's turn
         queue = found
-        cost = queue.tickets[index][1]
-        costs.append(cost)
-        counter += cost / queue.weight
+        ticket = queue.tickets[index]
+        served.append(ticket)
+        counter += ticket[1] / queue.weight
         if index + 1 < len(queue.tickets):
             heapq.heappush(heads, (counter, queue.tickets[index + 1][0], name, index + 1))
         elif name == tenant:
             heapq.heappush(heads, (counter, float("inf"), name, index + 1))
-    return costs
+    return served
 
 
 def forecast_wait_s(

@@ -46,6 +46,8 @@ class AdmissionRequest:
     est_input_tokens: int
     est_output_tokens: int
     deadline_ms: int | None = None  # how long the client waits for the first byte
+    work: float | None = None  # engine work it states (images: megapixel-steps), timed
+    # by the model's fit of seconds against work (scheduler/work_fit.py)
 
 
 @record
@@ -69,6 +71,10 @@ class Admission(Protocol):
 
     def release(self, grant: Grant, usage: Usage | None) -> None: ...
 
+    def progress(self, grant: Grant, done: float) -> None:
+        """The engine's progress (0..1) on a granted request, for the wait forecast."""
+        ...
+
     def queue_depth(self) -> int: ...
 
 
@@ -82,6 +88,11 @@ class Holding(Protocol):
     def release_when(self, let_go: Awaitable[object]) -> None:
         """The engine still works on the request after the scope ends: give the slot
         back once `let_go` completes (it must be bounded), not at the scope's end."""
+        ...
+
+    def progress(self, done: float) -> None:
+        """The engine's progress on the request (0..1): what it has left is forecast
+        from it (`Admission.progress`)."""
         ...
 
 
@@ -148,6 +159,10 @@ class Hold:
     def release_when(self, let_go: Awaitable[object]) -> None:
         self._let_go = let_go_of(let_go)
 
+    def progress(self, done: float) -> None:
+        if self.grant is not None:
+            self._admission.progress(self.grant, done)
+
     async def __aenter__(self) -> Hold:
         self.grant = await self._admission.acquire(self._request)
         self._started = time.perf_counter()
@@ -169,5 +184,5 @@ class Hold:
 
 
 Admit = Callable[[AdmissionRequest], AbstractAsyncContextManager[Holding]]
-"""An admission scope for one request: the request path's (`runner.http.frontend.Admitted`,
+"""An admission scope for one request: the request path's (`runner.http.admitted.Admitted`,
 which also watches the client) or a job's (`Hold`)."""

@@ -13,7 +13,7 @@ import pytest
 
 from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.errors import ComfyUINotReady, ExecutionFailed, InvalidImageRequest
-from adapters.comfyui.image_request import ImageRequest, parse_image_request
+from adapters.comfyui.image_request import ImageRequest, image_work, parse_image_request
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.store import ImageStore
@@ -147,3 +147,14 @@ async def test_generate_before_load_is_not_ready(comfy: FakeEngine) -> None:
     with pytest.raises(ComfyUINotReady):
         await ImageGenerator().generate(engine, _request())
     await server.stop()
+
+
+async def test_generate_hands_the_samplers_progress_to_the_slot(model: ComfyUIEngine) -> None:
+    """The sampler's steps reach `sampling` as they come (what the wait forecast corrects
+    the running prompt by), and the request's work is megapixels x steps x n."""
+    seen: list[float] = []
+    request = _request(size="64x128", x_steps=4, n=2)
+    await ImageGenerator(timing=FAST).generate(model, request, sampling=seen.append)
+    assert seen == [0.25, 0.5, 0.75, 1.0]
+    assert image_work(TXT2IMG, request) == pytest.approx(2 * 64 * 128 * 4 / 1e6)
+    assert image_work(TXT2IMG, _request()) == pytest.approx(512 * 512 * 20 / 1e6)

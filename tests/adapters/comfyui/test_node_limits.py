@@ -4,17 +4,19 @@ lets through is one ComfyUI's `POST /prompt` accepts (never a 202, then a refusa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from adapters.comfyui import MODEL_FREE_TEST, TXT2IMG, load_template
 from adapters.comfyui.errors import InvalidWorkflowParameter
-from adapters.comfyui.node_limits import MAX_RESOLUTION, NODE_LIMITS, limit_of
-from adapters.comfyui.workflows import MODEL_FREE_TEST, TXT2IMG, load_template
+from adapters.comfyui.node_limits import MAX_RESOLUTION, NODE_LIMITS, choices_of, limit_of
 from faults import ConfigError
 from tests.fixtures._comfy_nodes import NODES
+from tests.fixtures._comfy_validation import validate_prompt
 
 
 def _file(tmp_path: Path, params: dict[str, Any], inputs: dict[str, Any]) -> str:
@@ -106,3 +108,76 @@ def test_the_fakes_nodes_declare_the_pinned_limits() -> None:
                 ), f"{name}.{input_name}"
                 checked += 1
     assert checked >= 10 and "EmptyLatentImage" in NODE_LIMITS
+
+
+def _scale_graph(method: object, prefix: str = "{{filename_prefix}}") -> dict[str, Any]:
+    """EmptyImage -> ImageScale (`upscale_method`) -> SaveImage."""
+    return {
+        "1": {
+            "class_type": "EmptyImage",
+            "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0},
+        },
+        "2": {
+            "class_type": "ImageScale",
+            "inputs": {
+                "image": ["1", 0],
+                "upscale_method": method,
+                "width": 16,
+                "height": 16,
+                "crop": "disabled",
+            },
+        },
+        "3": {"class_type": "SaveImage", "inputs": {"filename_prefix": prefix, "images": ["2", 0]}},
+    }
+
+
+def _scale_file(tmp_path: Path, params: dict[str, Any], method: object) -> str:
+    doc = {
+        "name": "scale",
+        "params": {"filename_prefix": {"type": "str"}, **params},
+        "graph": _scale_graph(method),
+    }
+    path = tmp_path / "scale.json"
+    path.write_bytes(orjson.dumps(doc))
+    return str(path)
+
+
+def test_template_fixed_choice_outside_comfyuis_list_is_refused(tmp_path: Path) -> None:
+    """A literal choice ComfyUI does not list would fail every request: refused at load."""
+    with pytest.raises(ConfigError, match=r"ImageScale.upscale_method \(node 2\) is 'bogus'"):
+        load_template(_scale_file(tmp_path, {}, "bogus"))
+
+
+def test_template_text_feeding_a_choice_takes_comfyuis_choices(tmp_path: Path) -> None:
+    """A text parameter feeding a fixed choice takes ComfyUI's list: another text is the
+    runner's 400 naming the parameter; a number parameter there never loads."""
+    method = {"type": "str", "default": "area"}
+    template = load_template(_scale_file(tmp_path, {"method": method}, "{{method}}"))
+    assert template.params["method"].choices == choices_of("ImageScale", "upscale_method")
+    template.render({"filename_prefix": "p", "method": "lanczos"})
+    with pytest.raises(InvalidWorkflowParameter, match="method must be one of 'nearest-exact'"):
+        template.render({"filename_prefix": "p", "method": "bogus"})
+    number = {"type": "int", "default": 1}
+    with pytest.raises(ConfigError, match=r"is a number but feeds ImageScale\.upscale_method"):
+        load_template(_scale_file(tmp_path, {"method": number}, "{{method}}"))
+
+
+@dataclass
+class _Catalog:
+    checkpoints: list[str]
+
+
+def test_the_fakes_choices_are_the_pinned_ones() -> None:
+    """Every fixed-choice input of the fake's nodes lists what the pinned table lists, and
+    the fake refuses a text outside it as ComfyUI does (`value_not_in_list`)."""
+    checked = 0
+    for name, node in NODES.items():
+        for input_name, (kind, _) in node.required.items():
+            if isinstance(kind, list) and name != "CheckpointLoaderSimple":
+                assert tuple(kind) == choices_of(name, input_name), f"{name}.{input_name}"
+                checked += 1
+    assert checked >= 4
+    ok, error, _, node_errors = validate_prompt(_scale_graph("bogus", "p"), _Catalog([]))
+    assert not ok and error is not None
+    assert node_errors["2"]["errors"][0]["type"] == "value_not_in_list"
+    assert validate_prompt(_scale_graph("bicubic", "p"), _Catalog([]))[0]

@@ -7,13 +7,13 @@ from pathlib import Path
 import orjson
 import pytest
 
+from adapters.comfyui import load_template
 from adapters.comfyui.errors import InvalidWorkflowParameter
 from adapters.comfyui.workflows import (
     MODEL_FREE_TEST,
     TXT2IMG,
     Param,
     WorkflowTemplate,
-    load_template,
 )
 from runner.errors import ConfigError
 

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from standardwebhooks import Webhook
 
+from adapters.comfyui import within_comfyui
 from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer
@@ -26,7 +27,6 @@ from adapters.comfyui.workflows import (
     TXT2IMG,
     Param,
     WorkflowTemplate,
-    within_comfyui,
 )
 from runner.http.asgi import Message, Receive, Scope, Send
 from runner.http.frontend import FrontEnd
