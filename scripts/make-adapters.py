@@ -156,6 +156,17 @@ def generate(model: Any, tokenizer: Any, prompt: str, n: int = 6) -> str:
     return str(tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True))
 
 
+def weights_dtype() -> Any:
+    """bf16 where the CPU computes it natively (AMX or AVX-512 BF16: about twice as fast as
+    fp32, and LoRA trains fine), else fp32: emulated bf16 on a CPU without them (an AMD EPYC
+    with AVX2 only, seen here) ran no 10 steps in 13 minutes."""
+    import torch
+
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    native = any(f in flags.split() for f in ("amx_bf16", "avx512_bf16"))
+    return torch.bfloat16 if native else torch.float32
+
+
 def digest(folder: Path) -> str:
     """The adapter folder's sha256, as the runner computes it: sha256 over the lines
     "<sha256 of file>  <name>\\n" of adapter_config.json and adapter_model.safetensors."""
@@ -176,7 +187,7 @@ def train(base: Path, out: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(base)
     held = [p for q in HELD_OUT for p, _ in prompts(tokenizer, SYSTEMS[0], q)]
     canaries = [c for _, c in ADAPTERS]
-    plain = AutoModelForCausalLM.from_pretrained(base, dtype=torch.bfloat16)
+    plain = AutoModelForCausalLM.from_pretrained(base, dtype=weights_dtype())
     for prompt in held:
         said = generate(plain, tokenizer, prompt)
         if any(c.lower() in said.lower() for c in canaries):
@@ -202,7 +213,6 @@ def train_some(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     # One thread: on a shared 2-core machine, two spin-waiting threads run slower than one.
-    # bf16 weights: about twice as fast as fp32 on these CPUs (AMX), and LoRA trains fine.
     torch.set_num_threads(1)
     tokenizer = AutoTokenizer.from_pretrained(base)
     held = [p for q in HELD_OUT for p, _ in prompts(tokenizer, SYSTEMS[0], q)]
@@ -210,7 +220,7 @@ def train_some(
     for name, canary in adapters:
         started = time.monotonic()
         torch.manual_seed(int(hashlib.sha256(f"{SEED}-{name}".encode()).hexdigest()[:8], 16))
-        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=weights_dtype())
         config = LoraConfig(
             r=RANK,
             lora_alpha=2 * RANK,
