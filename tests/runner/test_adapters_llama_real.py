@@ -177,7 +177,9 @@ def test_governed_adapter_load_and_unload_under_traffic(runner: RunnerProcess) -
         assert r.json()["state"] == "loaded" and r.json()["rank"] == a["charlie"].rank
     assert statuses and set(statuses) == {200}
     assert said(answer(chat(runner.url, "gemma:charlie", "team-c"))) == {a["charlie"].canary}
-    assert chat(runner.url, "gemma:charlie", "team-a").status_code == 403
+    assert (
+        chat(runner.url, "gemma:charlie", "team-a").status_code == 404
+    )  # bound to others: unknown to it
     assert said(answer(chat(runner.url, ALPHA, "team-a"))) == {a["alpha"].canary}
     assert _loaded_at(runner, "other") == other_before  # nothing else swapped
     records = [json.loads(line) for line in Path(runner.audit).read_text().splitlines()]  # type: ignore[attr-defined]
