@@ -44,7 +44,9 @@ from runner.http.asgi import FALSE_REPORT_HEADERS, JSON, Receive, Scope, Send, s
 from runner.http.body_checks import check_generation
 from runner.http.frontend import Admitted, ClientCall, FrontEnd
 from runner.http.json_body import OFFLOAD_BYTES, dump_json, load_json
+from runner.http.traced import engine_call
 from runner.scheduler.grants import Usage
+from runner.telemetry import tracing
 from runner.telemetry.metrics import Metrics
 from runner.tenancy.guard import output_bound, prompt_bound
 
@@ -147,7 +149,8 @@ class ChatPath:
         placement = await engine.place(body, obj, call.tenant, meta.cache_tag, adapter_id)
         report = NO_REPORT
         try:
-            status, report = await self._forward(call, admitted, engine, placement, obj)  # 6
+            with engine_call(call, engine):  # its span (tracing on), the engine's parent
+                status, report = await self._forward(call, admitted, engine, placement, obj)  # 6
         finally:
             engine.done(placement, report)
             call.engine_ms = report.gpu_time_ms
@@ -168,7 +171,7 @@ class ChatPath:
         path = call.scope["path"]
         call.spent.reached_engine = True
         try:
-            resp = await engine.http.post(path, placement.body)
+            resp = await engine.http.post(path, placement.body, tracing.traceparent())
             try:
                 if obj.get("stream") is True and resp.status == 200:
                     return await self._stream(call, admitted, engine, placement, resp)
