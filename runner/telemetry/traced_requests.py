@@ -10,7 +10,9 @@ it was):
   `quorum.queue.wait_ms`, `quorum.admission.outcome` (`granted`, `cancelled` or the
   refusal's code, also its `error.type`);
 - **the server span**: the tenant (`quorum.tenant`), the model (`gen_ai.request.model`)
-  and the status as the front-end counted them, once per request.
+  and the status as the front-end counted them, once per request;
+- **the request-duration histogram**: a sampled request's duration is its bucket's
+  exemplar (trace id, span id), on `/metrics` served as OpenMetrics.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ class _Requests(Protocol):
     def begin_request(self, model: str) -> None: ...
 
     def end_request(self, model: str, seconds: float) -> None: ...
+
+    def end_request_traced(
+        self, model: str, seconds: float, trace_id: str, span_id: str
+    ) -> None: ...
 
 
 A = TypeVar("A", bound=_Admission)
@@ -108,7 +114,11 @@ class TracedRequests:
         self.inner.begin_request(model)
 
     def end_request(self, model: str, seconds: float) -> None:
-        self.inner.end_request(model, seconds)
+        ids = tracing.sampled_ids()
+        if ids is None:
+            self.inner.end_request(model, seconds)
+        else:
+            self.inner.end_request_traced(model, seconds, *ids)
 
 
 def traced_admission(admission: A) -> A | TracedAdmission:

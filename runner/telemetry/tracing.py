@@ -193,6 +193,16 @@ def event(name: str, attributes: Attributes | None = None) -> None:
         trace.get_current_span().add_event(name, attributes)
 
 
+def sampled_ids() -> tuple[str, str] | None:
+    """The current span's trace id and span id (hex) when it is sampled, else None."""
+    if _tracer is None:
+        return None
+    ctx = trace.get_current_span().get_span_context()
+    if not (ctx.is_valid and ctx.trace_flags.sampled):
+        return None
+    return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
+
+
 def failed(target: Span, error_type: str) -> None:
     """`target` ended in error: `error.type` (a refusal's code) and an error status."""
     target.set_attribute("error.type", error_type)

@@ -19,7 +19,11 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 
+from tests.deploy.tools import promtool
 from tests.fixtures.launch import FakeEngine, start_fake
 from tests.support.engines import CHECKPOINT, GOVERNED, comfyui_root, eventually
 from tests.support.otlp_receiver import OtlpReceiver, Received, otlp_receiver
@@ -263,3 +267,27 @@ def test_tracing_off_without_the_variables() -> None:
         r = httpx.post(runner.url + "/v1/chat/completions", json=CHAT, headers=header, timeout=30)
         assert r.status_code == 200
         assert "traceparent" not in {k.lower() for k in echo.stats()["last_headers"]}
+
+
+def test_tracing_exemplars_on_openmetrics_only(traced: Traced) -> None:
+    """A traced request's duration is its bucket's exemplar on `/metrics` served as
+    OpenMetrics (`Accept`, parsed by a strict OpenMetrics parser); the classic text format
+    stays as it was, promtool clean."""
+    trace_id, _, header = new_trace()
+    assert traced.chat(CHAT, **header).status_code == 200
+    url = traced.runner.url + "/metrics"
+    accept = {"Accept": "application/openmetrics-text; version=1.0.0, text/plain;q=0.5"}
+    r = httpx.get(url, headers=accept, timeout=10)
+    assert r.headers["content-type"].startswith("application/openmetrics-text")
+    families = {f.name: f for f in openmetrics_families(r.text)}
+    exemplars = [
+        s.exemplar.labels
+        for s in families["quorum_inference_duration_seconds"].samples
+        if s.exemplar is not None and s.labels.get("model") == "echo"
+    ]
+    assert any(e["trace_id"] == trace_id for e in exemplars), exemplars
+    classic = httpx.get(url, timeout=10)
+    assert classic.headers["content-type"].startswith("text/plain")
+    assert "trace_id" not in classic.text
+    checked = promtool("check", "metrics", stdin=classic.text)
+    assert checked.returncode == 0 and not (checked.stdout + checked.stderr).strip(), checked
