@@ -37,6 +37,7 @@ from runner.runtime.models_file import ModelsFile
 from runner.runtime.periodic import cancelled
 from runner.runtime.settings import Settings
 from runner.runtime.wiring import Runtime
+from runner.telemetry import tracing
 from runner.telemetry.exposition import OPENMETRICS, OPENMETRICS_TYPE, Exposition
 from runner.telemetry.health import Life
 from tenants.config import TenantsConfig
@@ -95,9 +96,10 @@ class RunnerApp:
         like the data path: the endpoint picker reads its path 20 times a second
         (docs/benchmarks.md); ENABLE_METRICS=false and other methods are the control
         plane's. Not gzipped: compressing its ~13 KB cost the runner more CPU (~+100 us)
-        than writing them. OpenMetrics when the scraper's `Accept` asks for it (with the
-        request-duration histogram's exemplars, tracing on), else the classic text."""
-        for name, value in scope["headers"]:
+        than writing them. With tracing on, OpenMetrics when the scraper's `Accept` asks
+        for it (the request-duration histogram's exemplars are in no other format), else
+        the classic text: off, every scrape gets the classic text's cheap writer."""
+        for name, value in scope["headers"] if tracing.on() else ():
             if name == b"accept" and OPENMETRICS in value:
                 headers = [(b"content-type", OPENMETRICS_TYPE)]
                 await send_whole(send, 200, headers, exposition.render_openmetrics())
