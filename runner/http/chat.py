@@ -149,8 +149,8 @@ class ChatPath:
         placement = await engine.place(body, obj, call.tenant, meta.cache_tag, adapter_id)
         report = NO_REPORT
         try:
-            with engine_call(call, engine):  # its span (tracing on), the engine's parent
-                status, report = await self._forward(call, admitted, engine, placement, obj)  # 6
+            forward = self._forward(call, admitted, engine, placement, obj)  # 6
+            status, report = await (engine_call(call, engine, forward) if tracing.ON else forward)
         finally:
             engine.done(placement, report)
             call.engine_ms = report.gpu_time_ms
@@ -171,7 +171,8 @@ class ChatPath:
         path = call.scope["path"]
         call.spent.reached_engine = True
         try:
-            resp = await engine.http.post(path, placement.body, tracing.traceparent())
+            head = tracing.traceparent() if tracing.ON else b""  # its context, to the engine
+            resp = await engine.http.post(path, placement.body, head)
             try:
                 if obj.get("stream") is True and resp.status == 200:
                     return await self._stream(call, admitted, engine, placement, resp)

@@ -1,7 +1,8 @@
 """The runner's spans at the HTTP layer: the server span of each request, the engine call.
 
 Only in use when tracing is on (runner/telemetry/tracing.py): `quorum serve` wraps the
-app in `TracedApp` then, and `engine_call` is a shared no-op otherwise.
+app in `TracedApp` then, and the chat path reads `tracing.ON` before it calls
+`engine_call`, so tracing off costs the hot path two flag reads.
 
 - **The server span** (`TracedApp`): every POST and DELETE, and a GET that carries a
   `traceparent` (health checks, scrapes and polls do not start traces of their own); it
@@ -10,7 +11,7 @@ app in `TracedApp` then, and `engine_call` is a shared no-op otherwise.
   `http.response.status_code`; an error answer's `error.type` is the runner's error code
   from its envelope (`token_budget_exceeded`, `model_not_allowed`, ...). The front-end
   adds the tenant and the model (`runner/telemetry/traced_requests.py`).
-- **The engine call** (`engine_call`): a client span around the exchange with the engine,
+- **The engine call** (`engine_call`, when `tracing.ON`): a client span around the exchange,
   whose context the engine receives in `traceparent`: `gen_ai.operation.name`,
   `gen_ai.request.model`, `gen_ai.usage.input_tokens`/`output_tokens` (the engine's own
   figures), the time to the first streamed byte (`gen_ai.server.time_to_first_token`,
@@ -22,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TypeVar
 
 import orjson
 from fastapi.telemetry import TelemetryConfig
@@ -48,6 +49,7 @@ FRAMEWORK_TELEMETRY_OFF: TelemetryConfig = {
 second server span per request beside `TracedApp`'s, and log records of failures with
 their messages (a request's values among them); the runner's spans say what it decided."""
 
+T = TypeVar("T")
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 _PRIORITIES = {b"low": "low", b"normal": "normal", b"high": "high"}
 
@@ -140,23 +142,12 @@ def _route_of(scope: Scope) -> str | None:
     return path if isinstance(path, str) else None
 
 
-class _NoCall:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NO_CALL = _NoCall()
-
-
-def engine_call(call: ClientCall, engine: ChatEngine) -> Any:
-    """`with engine_call(call, engine):` around one exchange with the engine: its client
-    span (current inside, so the engine gets its `traceparent`); a shared no-op when off."""
-    if not tracing.on():
-        return _NO_CALL
-    return _engine_span(call, engine)
+async def engine_call(call: ClientCall, engine: ChatEngine, exchange: Awaitable[T]) -> T:
+    """`exchange` (one with the engine) awaited inside its client span, current meanwhile
+    so that the engine gets its `traceparent`; the chat path calls this only when
+    `tracing.ON`, and awaits the exchange bare otherwise."""
+    with _engine_span(call, engine):
+        return await exchange
 
 
 @contextmanager

@@ -39,6 +39,8 @@ Attributes = Mapping[str, str | int | float | bool]
 T = TypeVar("T")
 
 _tracer: Tracer | None = None
+ON = False
+"""Whether spans are made: the hot path reads this flag (`on()` elsewhere)."""
 _propagator = TraceContextTextMapPropagator()
 _NO_SPAN = trace.INVALID_SPAN
 CLIENT = SpanKind.CLIENT
@@ -92,7 +94,7 @@ def configure(env: Mapping[str, str] | None = None) -> bool:
     """Set up the SDK's tracer provider when `env` (default: the process environment)
     asks for traces; True when it did. Spans are exported in batches from a thread; the
     provider flushes them when the process exits."""
-    global _tracer
+    global _tracer, ON
     env = os.environ if env is None else env
     if not wanted(env):
         return False
@@ -108,6 +110,7 @@ def configure(env: Mapping[str, str] | None = None) -> bool:
         provider.add_span_processor(BatchSpanProcessor(_exporter(name, protocol)))
     trace.set_tracer_provider(provider)
     _tracer = provider.get_tracer("quorum.runner")
+    ON = True
     factory = logging.getLogRecordFactory()
     logging.setLogRecordFactory(lambda *a, **k: _with_trace_ids(factory(*a, **k)))
     return True
