@@ -315,8 +315,8 @@ class EngineConnections:
         self._idle: list[_Connection] = []
         self._all: set[_Connection] = set()
 
-    async def post(self, path: str, body: bytes) -> Response:
-        """Send a JSON POST and wait for the response headers."""
+    async def post(self, path: str, body: bytes, head: bytes = b"") -> Response:
+        """Send a JSON POST (`head`: more header lines) and wait for the response headers."""
         request = b"".join(
             (
                 b"POST ",
@@ -324,6 +324,7 @@ class EngineConnections:
                 path.encode(),
                 b" HTTP/1.1\r\n",
                 self._head,
+                head,
                 b"Content-Length: %d\r\n\r\n" % len(body),
                 body,
             )

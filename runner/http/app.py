@@ -37,7 +37,8 @@ from runner.runtime.models_file import ModelsFile
 from runner.runtime.periodic import cancelled
 from runner.runtime.settings import Settings
 from runner.runtime.wiring import Runtime
-from runner.telemetry.exposition import Exposition
+from runner.telemetry import tracing
+from runner.telemetry.exposition import OPENMETRICS, OPENMETRICS_TYPE, Exposition
 from runner.telemetry.health import Life
 from tenants.config import TenantsConfig
 
@@ -82,7 +83,7 @@ class RunnerApp:
                 and scope["method"] == "GET"
                 and self.rt.settings.enable_metrics
             ):
-                await self._metrics(send, exposition)
+                await self._metrics(scope, send, exposition)
             else:
                 await self.control(scope, receive, send)
         elif kind == "lifespan":
@@ -90,12 +91,19 @@ class RunnerApp:
         else:
             await self.control(scope, receive, send)
 
-    async def _metrics(self, send: Send, exposition: Exposition) -> None:
+    async def _metrics(self, scope: Scope, send: Send, exposition: Exposition) -> None:
         """`GET /metrics` and the picker's `GET /metrics/picker` (PICKER_METRICS_PATH), bare
         like the data path: the endpoint picker reads its path 20 times a second
         (docs/benchmarks.md); ENABLE_METRICS=false and other methods are the control
         plane's. Not gzipped: compressing its ~13 KB cost the runner more CPU (~+100 us)
-        than writing them."""
+        than writing them. With tracing on, OpenMetrics when the scraper's `Accept` asks
+        for it (the request-duration histogram's exemplars are in no other format), else
+        the classic text: off, every scrape gets the classic text's cheap writer."""
+        for name, value in scope["headers"] if tracing.on() else ():
+            if name == b"accept" and OPENMETRICS in value:
+                headers = [(b"content-type", OPENMETRICS_TYPE)]
+                await send_whole(send, 200, headers, exposition.render_openmetrics())
+                return
         headers = [(b"content-type", self.rt.metrics.content_type.encode())]
         await send_whole(send, 200, headers, exposition.render())
 

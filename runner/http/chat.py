@@ -56,7 +56,9 @@ from runner.http.canonical import canonical
 from runner.http.chat_reports import response_headers, sniff_report, took
 from runner.http.frontend import ClientCall, FrontEnd
 from runner.http.json_body import OFFLOAD_BYTES, dump_json, load_json
+from runner.http.traced import engine_call
 from runner.scheduler.grants import Usage
+from runner.telemetry import tracing
 from runner.telemetry.metrics import Metrics
 from runner.tenancy.guard import output_bound, prompt_bound
 
@@ -189,7 +191,8 @@ class ChatPath:
             raise
         report = NO_REPORT
         try:
-            status, report = await self._forward(call, admitted, engine, placement, obj)  # 6
+            forward = self._forward(call, admitted, engine, placement, obj)  # 6
+            status, report = await (engine_call(call, engine, forward) if tracing.ON else forward)
         finally:
             engine.done(placement, report)
             call.engine_ms = report.gpu_time_ms
@@ -210,7 +213,8 @@ class ChatPath:
         path = call.scope["path"]
         call.spent.reached_engine = True
         try:
-            resp = await engine.http.post(path, placement.body)
+            head = tracing.traceparent() if tracing.ON else b""  # its context, to the engine
+            resp = await engine.http.post(path, placement.body, head)
             try:
                 if obj.get("stream") is True and resp.status == 200:
                     return await self._stream(call, admitted, engine, placement, resp)

@@ -32,6 +32,7 @@ from runner.http.asgi import read_body
 from runner.http.headers import parse_request_headers
 from runner.http.openapi import OPENAPI_PATH, openapi_json
 from runner.http.status_page import mount_status_page
+from runner.http.traced import FRAMEWORK_TELEMETRY_OFF
 from runner.jobs.http import JOBS_PATH, delete_job, get_job
 from runner.lifecycle.adapter_ops import adapter_entry
 from runner.lifecycle.governed import APPROVED, GovernedOps
@@ -119,7 +120,13 @@ def _source(request: Request) -> str:
 
 
 def control_plane(rt: Runtime) -> FastAPI:
-    app = FastAPI(title="Quorum runner", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="Quorum runner",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        telemetry=FRAMEWORK_TELEMETRY_OFF,  # the runner's own spans (runner/http/traced.py)
+    )
     door = LifecycleDoor(rt.settings.lifecycle_rate_limit, rt.identity, rt.governed)
 
     for error_type in HTTP_ERRORS:

@@ -22,12 +22,18 @@ from types import FrameType
 import prometheus_client
 import uvicorn
 
+from runner.audio.handler import AUDIO_PATHS
 from runner.http.app import RunnerApp
+from runner.http.chat import CHAT_PATHS
 from runner.http.limits import ClientLimits, protocol_with
+from runner.http.traced import TracedApp
+from runner.images.handler import IMAGES_PATH
 from runner.runtime.settings import Settings
+from runner.telemetry import tracing
 from tenants.identity import parse_peers
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+BARE_ROUTES = CHAT_PATHS | AUDIO_PATHS | {IMAGES_PATH}  # their own routes, on a server span
 
 
 class RunnerServer(uvicorn.Server):
@@ -76,7 +82,7 @@ def serve(
     prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
     limits = limits or ClientLimits()
     config = uvicorn.Config(
-        app,
+        TracedApp(app, BARE_ROUTES) if tracing.on() else app,
         host=host,
         port=port,
         loop="uvloop",

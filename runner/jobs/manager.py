@@ -42,6 +42,7 @@ from runner.jobs.record import JOB_ID_RE, Failure, Job, JobStatus, Progress
 from runner.jobs.store import JobStore
 from runner.jobs.webhooks import WebhookSender, event_body, message_id
 from runner.runtime.pending_writes import RETRY_S, PendingWrites
+from runner.telemetry import tracing
 
 log = logging.getLogger("quorum.jobs")
 
@@ -232,7 +233,11 @@ class JobManager:
 
         async def run() -> None:
             entry.started = True
-            await body(entry)
+            job = entry.job
+            attributes = {"quorum.job.id": job.id, "quorum.job.kind": job.kind}
+            with tracing.span(f"job {job.kind}", attributes) as span:  # tracing on: a span
+                await body(entry)
+                span.set_attribute("quorum.job.status", entry.job.status.value)
 
         task = asyncio.create_task(run(), name=f"job {entry.job.id}")
         task.add_done_callback(lambda _: self._entries.pop(entry.job.id, None))

@@ -47,6 +47,7 @@ from runner.jobs.outbound import (
     validate_webhook_url,
 )
 from runner.jobs.record import Delivery, Job
+from runner.telemetry import tracing
 
 __all__ = [
     "WEBHOOK_URL_MAX",
@@ -194,6 +195,7 @@ class WebhookSender:
             "user-agent": "quorum-runner",
             **signed_headers(signer, msg_id, at, body),
         }
+        tracing.inject(headers)  # the job's trace goes on (tracing on: `traceparent`)
         try:
             async with asyncio.timeout(self._timeout_s):
                 async with self._client.stream(
@@ -227,7 +229,16 @@ class WebhookSender:
         """
         delays = backoff_delays(self.retry)
         for number in range(1, self.retry.attempts + 1):
-            delivery = await self.attempt(url, msg_id, body, number, tenant)
+            attributes: tracing.Attributes = {
+                "http.request.method": "POST",
+                "quorum.webhook.attempt": number,
+            }
+            with tracing.span("POST webhook", attributes, tracing.CLIENT) as span:
+                delivery = await self.attempt(url, msg_id, body, number, tenant)
+                if delivery.status_code is not None:
+                    span.set_attribute("http.response.status_code", delivery.status_code)
+                if delivery.error is not None:
+                    tracing.failed(span, delivery.error)
             await on_attempt(delivery)
             if delivery.ok:
                 return True

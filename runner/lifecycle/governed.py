@@ -45,6 +45,7 @@ from governance.encoding import loads_strict
 from governance.errors import GovernanceError
 from governance.verifier import Approval, Verifier, capped
 from runner.errors import BadRequest, MissingOpToken, ModelNotFound, ServiceUnavailable
+from runner.telemetry import tracing
 from runner.telemetry.metrics import Metrics
 
 _TENANT = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -165,18 +166,24 @@ class GovernedOps:
         self.clock = clock
 
     async def approve(self, operation: str, request: GovernedRequest) -> Approval:
-        """Step 3: governance decides; every decision is counted."""
+        """Step 3: governance decides; every decision is counted, and is a span of its
+        own when tracing is on (the operation and the outcome: never the token)."""
         if self.verifier is None:
             raise ServiceUnavailable(
                 "lifecycle operations are disabled: no signer registry (GOVERNANCE_REGISTRY)"
             )
-        try:
-            approval = await self.verifier.authorize(
-                request.token, operation, request.model_id, request.params
-            )
-        except Exception as exc:
-            self.metrics.count_lifecycle(operation, getattr(exc, "code", "internal_error"))
-            raise
+        attributes = {"quorum.operation": operation}
+        with tracing.span("governance approval", attributes) as span:
+            try:
+                approval = await self.verifier.authorize(
+                    request.token, operation, request.model_id, request.params
+                )
+            except Exception as exc:
+                code = str(getattr(exc, "code", "internal_error"))
+                self.metrics.count_lifecycle(operation, code)
+                tracing.failed(span, code)
+                raise
+            span.set_attribute("quorum.approval.outcome", "approved")
         self.metrics.count_lifecycle(operation, "approved")
         APPROVED.set(True)
         return approval
@@ -214,9 +221,16 @@ class GovernedOps:
             targets = [loaded_engine(scope.model_id, self.flushes)]
         else:
             targets = list(self.flushes.values())
-        results = [await flush(scope) for flush in targets]
-        if scope.model_id is None:
-            removed = await asyncio.to_thread(self.at_rest, scope)
-            if removed:
-                results.append(FlushResult(True, removed, 0))
+        attributes: tracing.Attributes = {
+            "quorum.flush.scope": scope.scope,
+            "quorum.flush.engines": len(targets),
+        }
+        with tracing.span("cache flush", attributes) as span:
+            if scope.model_id is not None:
+                span.set_attribute("gen_ai.request.model", scope.model_id)
+            results = [await flush(scope) for flush in targets]
+            if scope.model_id is None:
+                removed = await asyncio.to_thread(self.at_rest, scope)
+                if removed:
+                    results.append(FlushResult(True, removed, 0))
         return merge_flushes(results)

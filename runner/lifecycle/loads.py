@@ -44,6 +44,7 @@ from runner.lifecycle.catalog import Roots, resolve
 from runner.lifecycle.downloads import ByteMeter, fetch_reporting
 from runner.lifecycle.governed import GovernedOps, governed_request, parse_body
 from runner.lifecycle.load_requests import UNLOAD_FIELDS, LoadRequest, parse_load
+from runner.lifecycle.traced_tasks import stage, traced
 from runner.runtime.models_file import ModelSpec
 from runner.runtime.pending_writes import RETRY_S, PendingWrites
 from runner.scheduler import ModelNotice, ModelState, SchedulerAdmission
@@ -169,7 +170,7 @@ class LoadManager:
             self.specs.register(spec, request.params())
             self._active[spec.id] = stored
             self._running[stored.task_id] = asyncio.get_running_loop().create_task(
-                self._run(stored, spec, request, download), name=f"load-{spec.id}"
+                traced(self._run(stored, spec, request, download), stored), name=f"load-{spec.id}"
             )
         return stored.as_of(now)
 
@@ -266,6 +267,7 @@ class LoadManager:
         if stored is None:
             stored = task
         self._active[task.model_id] = stored
+        stage(stored)  # an event on the task's span (tracing on)
         if stored.status.terminal:
             self.on_finished(stored.status.value)
         return stored

@@ -35,6 +35,7 @@ def app_from_environment(
     from runner.runtime.models_file import default_models_path, load_models_file
     from runner.runtime.safety import check_configuration
     from runner.runtime.settings import load_settings
+    from runner.telemetry import tracing
     from tenants.config import build_config
     from tenants.errors import InvalidTenantConfig
 
@@ -52,6 +53,7 @@ def app_from_environment(
             load_secret(settings.webhook_secret.get_secret_value(), "WEBHOOK_SECRET")
         check_configuration(settings, tenants)
         verifier = governance_from(settings)
+        tracing.configure()  # before the runtime is built: it asks `tracing.on()`
     except (ConfigError, InvalidTenantConfig, ConfigInvalid) as exc:
         return str(exc)
     configure(settings.log_level, settings.log_format)

@@ -1,4 +1,8 @@
-"""Logging set-up from LOG_LEVEL and LOG_FORMAT (json: one object per line)."""
+"""Logging set-up from LOG_LEVEL and LOG_FORMAT (json: one object per line).
+
+A line logged inside a traced request carries its `trace_id` and `span_id` (set on the
+record by runner/telemetry/tracing.py when tracing is on): fields of the JSON object, or
+`trace_id=... span_id=...` at the end of a text line."""
 
 from __future__ import annotations
 
@@ -18,9 +22,25 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        trace_id = getattr(record, "trace_id", None)
+        if trace_id is not None:
+            entry["trace_id"] = trace_id
+            entry["span_id"] = getattr(record, "span_id", None)
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return orjson.dumps(entry).decode()
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        trace_id = getattr(record, "trace_id", None)
+        if trace_id is None:
+            return line
+        return f"{line} trace_id={trace_id} span_id={getattr(record, 'span_id', None)}"
 
 
 def configure(level: str, fmt: str) -> None:
@@ -28,7 +48,7 @@ def configure(level: str, fmt: str) -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -70,6 +70,7 @@ from runner.telemetry.picker_metrics import picker_collector
 from runner.telemetry.seed_metrics import export_seed_names
 from runner.telemetry.snapshot import Refresher, SnapshotCollector
 from runner.telemetry.state_metrics import EngineQueueCollector, ForecastGauges, HealthCollector
+from runner.telemetry.traced_requests import traced_admission, traced_requests
 from runner.tenancy.build import Tenancy
 from runner.tenancy.live import tenants_event
 from tenants.config import TenantsConfig
@@ -231,10 +232,10 @@ class Runtime:
     def _front_end(self) -> FrontEnd:
         """The request front-end every inference path shares (runner/http/frontend.py)."""
         return FrontEnd(
-            self.admission,
+            traced_admission(self.admission),
             self.limiter,
             self.tenants,
-            self.metrics,
+            traced_requests(self.metrics),
             multi_tenant=self.settings.enable_multi_tenant,
             path_of=self.specs.request_path,
             objectives=self.settings.objectives,

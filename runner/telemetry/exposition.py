@@ -18,10 +18,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+OPENMETRICS = b"application/openmetrics-text"  # in a scraper's Accept: it takes OpenMetrics
+OPENMETRICS_TYPE = openmetrics.CONTENT_TYPE_LATEST.encode()
 MAX_CACHED = 50_000  # series texts kept (tenant labels are capped, so this is ample)
 _TYPES = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram", "unknown": "untyped"}
 _OPENMETRICS_ONLY = ("_created", "_gsum", "_gcount")
@@ -72,6 +75,12 @@ class Exposition(Collector):
         if len(self._series) > MAX_CACHED:
             self._series.clear()
         return "".join(out).encode()
+
+    def render_openmetrics(self) -> bytes:
+        """The same families in the OpenMetrics text format, written by prometheus_client,
+        histogram buckets with their exemplars (a trace id); for a scraper that asks."""
+        data: bytes = openmetrics.generate_latest(self)  # type: ignore[no-untyped-call]
+        return data
 
     def _family(
         self, out: list[str], name: str, kind: str, help_text: str, samples: Iterable[Sample]

@@ -218,6 +218,11 @@ class Metrics:
         self.in_flight.labels(model).value -= 1
         self.duration.labels(model).observe(seconds)
 
+    def end_request_traced(self, model: str, seconds: float, trace_id: str, span_id: str) -> None:
+        """`end_request` of a traced request: its duration is its bucket's exemplar."""
+        self.in_flight.labels(model).value -= 1
+        self.duration.labels(model).observe_traced(seconds, trace_id, span_id)
+
     def count_cache(self, model: str, tokens_reused: int) -> None:
         self._hits[model] = self._hits.get(model, 0) + 1
         self._child(self.cache_hits, model).inc()

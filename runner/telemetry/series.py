@@ -15,32 +15,46 @@ one scrape can then be one update apart, never corrupt.
 from __future__ import annotations
 
 import math
+import time
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from typing import Generic, TypeVar
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
-from prometheus_client.samples import Sample
+from prometheus_client.samples import Exemplar, Sample
 
 from runner.telemetry.exposition import go_float
 
 C = TypeVar("C")
+_NONE: list[Exemplar | None] = []
 
 
 class HistogramChild:
-    """One label set: counts per bucket (the last one `+Inf`) and their sum."""
+    """One label set: counts per bucket (the last one `+Inf`) and their sum; with
+    tracing on, each bucket's last traced observation as its exemplar (OpenMetrics)."""
 
-    __slots__ = ("bounds", "counts", "sum")
+    __slots__ = ("bounds", "counts", "exemplars", "sum")
 
     def __init__(self, bounds: Sequence[float]) -> None:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)
         self.sum = 0.0
+        self.exemplars: list[Exemplar | None] | None = None  # none until one is traced
 
     def observe(self, amount: float) -> None:
         self.counts[bisect_left(self.bounds, amount)] += 1
         self.sum += amount
+
+    def observe_traced(self, amount: float, trace_id: str, span_id: str) -> None:
+        """`observe`, the observation kept as its bucket's exemplar (the trace it was in)."""
+        index = bisect_left(self.bounds, amount)
+        self.counts[index] += 1
+        self.sum += amount
+        if self.exemplars is None:
+            self.exemplars = [None] * len(self.counts)
+        labels = {"trace_id": trace_id, "span_id": span_id}
+        self.exemplars[index] = Exemplar(labels, amount, time.time())
 
 
 class _Labelled(Collector, Generic[C]):
@@ -156,9 +170,11 @@ class LabelledHistogram(_Labelled[HistogramChild]):
         for values, child in list(self._children.items()):
             labels = dict(zip(self.labelnames, values, strict=True))
             running = 0
-            for le, n in zip(self._les, list(child.counts), strict=True):
+            exemplars = child.exemplars or _NONE
+            for i, (le, n) in enumerate(zip(self._les, list(child.counts), strict=True)):
                 running += n
-                samples.append(Sample(bucket, {**labels, "le": le}, float(running)))
+                exemplar = exemplars[i] if exemplars is not _NONE else None
+                samples.append(Sample(bucket, {**labels, "le": le}, float(running), None, exemplar))
             samples.append(Sample(count, labels, float(running)))
             samples.append(Sample(total, labels, child.sum))
         yield family

@@ -39,7 +39,8 @@ What is a citation, and how it resolves:
      and the second is a key the product writes in a dict literal (the documents' and the
      OpenAPI document's fields), it is a field, not code. Otherwise the name must resolve
      as code (`models.refusal` fails).
-   - ASGI's message types (`http.response.start`) are ASGI's.
+   - ASGI's message types (`http.response.start`) are ASGI's; OpenTelemetry's attribute
+     names (`http.route`, `server.port`: OTEL_ATTRIBUTES) are OpenTelemetry's.
    - A bare file name (`errors.py`, `compose.yaml`: FILE_SUFFIXES) is not checked: which
      file is meant depends on the text; cite `folder/file.py` to have it checked.
    - A first part that is neither, followed by a class the product defines
@@ -79,6 +80,11 @@ FIELD_ROOTS = frozenset({"models", "queue", "capabilities", "usage", "health", "
 ASGI_MESSAGES = re.compile(
     r"^(http|websocket)\.(request|response|disconnect|connect|accept|send|receive|close)\b"
 )
+OTEL_ATTRIBUTES = re.compile(
+    r"^(http\.(route|request\.method|response\.status_code)|server\.(address|port))$"
+)
+"""OpenTelemetry's semantic-convention attribute names whose namespace is also a product
+module's name (docs/operations.md, "Tracing")."""
 FILE_SUFFIXES = frozenset({"py", "md", "json", "yaml", "yml", "toml", "sh", "js", "txt", "html"})
 
 _TOP = "|".join(TOP_FOLDERS)
@@ -172,7 +178,7 @@ def check_name(dotted: str, home: ModuleInfo | None) -> str | None:
                 if resolve_in_class(home, home.classes[first], parts[1:], 0)
                 else f"not in {home.name}.{first}"
             )
-    if ASGI_MESSAGES.match(dotted):
+    if ASGI_MESSAGES.match(dotted) or OTEL_ATTRIBUTES.match(dotted):
         return None
     if first in FIELD_ROOTS and parts[1] in document_fields():
         return None  # a field of the runner's JSON documents
