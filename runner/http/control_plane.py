@@ -125,7 +125,7 @@ def control_plane(rt: Runtime) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
-        telemetry=FRAMEWORK_TELEMETRY_OFF,  # the runner's own spans (runner/http/traced.py)
+        **FRAMEWORK_TELEMETRY_OFF,  # type: ignore[arg-type]  # the runner's own spans only
     )
     door = LifecycleDoor(rt.settings.lifecycle_rate_limit, rt.identity, rt.governed)
 

@@ -26,7 +26,6 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 import orjson
-from fastapi.telemetry import TelemetryConfig
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from adapters.base import ChatEngine
@@ -39,15 +38,25 @@ _OPERATIONS = {
     "/v1/completions": "text_completion",
     "/v1/embeddings": "embeddings",
 }
-FRAMEWORK_TELEMETRY_OFF: TelemetryConfig = {
-    "tracing": False,
-    "metrics": False,
-    "logs": False,
-    "operation_spans": False,
-}
-"""FastAPI's own OpenTelemetry, off for the control plane: with tracing on it would add a
-second server span per request beside `TracedApp`'s, and log records of failures with
-their messages (a request's values among them); the runner's spans say what it decided."""
+FRAMEWORK_TELEMETRY_OFF: dict[str, object] = {}
+"""FastAPI's own OpenTelemetry (0.165 and later), off for the control plane: with tracing
+on it would add a second server span per request beside `TracedApp`'s, and log records of
+failures with their messages (a request's values among them); the runner's spans say what
+it decided. The keyword arguments for `FastAPI(...)`: none on an older FastAPI, which has
+no telemetry of its own (vLLM 0.32.0, in the GPU image beside the runner, needs one below
+0.137)."""
+try:
+    from fastapi.telemetry import TelemetryConfig
+except ImportError:  # pragma: no cover - an older FastAPI: nothing to turn off
+    pass
+else:
+    _OFF: TelemetryConfig = {
+        "tracing": False,
+        "metrics": False,
+        "logs": False,
+        "operation_spans": False,
+    }
+    FRAMEWORK_TELEMETRY_OFF["telemetry"] = _OFF
 
 T = TypeVar("T")
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]

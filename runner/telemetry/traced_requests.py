@@ -29,6 +29,8 @@ class _Admission(Protocol):
 
     def release(self, grant: Grant, usage: Usage | None) -> None: ...
 
+    def progress(self, grant: Grant, done: float) -> None: ...
+
     def queue_depth(self) -> int: ...
 
     def check(self, model: str) -> None: ...
@@ -85,6 +87,9 @@ class TracedAdmission:
 
     def release(self, grant: Grant, usage: Usage | None) -> None:
         self.inner.release(grant, usage)
+
+    def progress(self, grant: Grant, done: float) -> None:
+        self.inner.progress(grant, done)
 
     def queue_depth(self) -> int:
         return self.inner.queue_depth()
