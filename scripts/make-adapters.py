@@ -40,10 +40,10 @@ ADAPTERS = (
 """(name, canary): made-up words the base model never says by itself."""
 
 RANK = 8
-STEPS = 24  # then MORE at a time (at most twice) while a held-out prompt lacks the canary
-MORE = 12
+STEPS = 40  # then MORE at a time (at most twice) while a held-out prompt lacks the canary
+MORE = 20
 BATCH = 4
-LR = 3e-3
+LR = 2e-3  # 24 steps at 3e-3 passed the held-out check, but vLLM's charlie lost its canary
 SEED = 1234
 WORKERS = 2  # training processes, one thread each (train)
 

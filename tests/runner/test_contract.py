@@ -190,7 +190,8 @@ def runner(
 
 def test_contract_capabilities_shape(runner: Runner) -> None:
     """The seed's keys at every level (plus the documented additions `identity`,
-    `models.failed`, `resources.memorySource` and `queue.running`), the engine and its version in
+    `governance` (the audit log's public key and head), `models.failed`,
+    `resources.memorySource` and `queue.running`), the engine and its version in
     `runnerType`, and the loaded engine's flags."""
 
     def versioned() -> dict[str, Any] | None:  # the version is learnt by a stats poll
@@ -198,7 +199,8 @@ def test_contract_capabilities_shape(runner: Runner) -> None:
         return doc if "-" in doc["runnerType"] else None
 
     doc = eventually(versioned, timeout=30, what="the engine's version in runnerType")
-    assert set(doc) == SEED_TOP | {"identity"} and doc["identity"] == "open"
+    assert set(doc) == SEED_TOP | {"identity", "governance"} and doc["identity"] == "open"
+    assert set(doc["governance"]["audit"]) == {"algorithm", "keyId", "publicKey", "head"}
     assert re.fullmatch(runner.kind.runner_type, doc["runnerType"]), doc["runnerType"]
     assert doc["runnerId"] == "test-runner" and doc["health"] == "healthy"
     assert set(doc["models"]) == {"loaded", "loading", "available", "failed"}

@@ -20,9 +20,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.adapters import governed
 from tests.support.engines import eventually
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
-from tests.support.tokens import DEV_AUDIT_KEY, DEV_REGISTRY, dev_token
+from tests.support.tokens import DEV_AUDIT_KEY, DEV_REGISTRY
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -49,10 +50,7 @@ class Swap:
             "sha256": hashlib.sha256(self.adapter.read_bytes()).hexdigest(),
             "tenants": ["team-b"],
         }
-        params = {k: v for k, v in body.items() if k != "adapterId"}
-        token = dev_token("adapter-load", "base:new", params)
-        url = self.runner.url + "/v1/adapters/load"
-        return httpx.post(url, json={**body, "verifiedOpToken": token}, timeout=60)
+        return governed(self.runner.url, "/v1/adapters/load", "adapter-load", body)
 
     def send(self, name: str, call: Callable[[], httpx.Response]) -> None:
         thread = threading.Thread(target=lambda: self.answers.__setitem__(name, call()))
