@@ -70,9 +70,9 @@ def spans_named(
 
 def test_tracing_real_vllm_spans_join_the_runners_trace(traced: Traced) -> None:
     """A governed load of the real vLLM under a caller's trace: vLLM's start-up spans join
-    it (service `vllm`, "Overall Loading" the load's child); then a chat under another: vLLM's `llm_request` (its queue time,
-    tokens) is the child of the runner's engine-call span, in the caller's trace, and
-    carries no prompt."""
+    it (service `vllm`, "Overall Loading" the load's child); then a chat under another:
+    vLLM's `llm_request` (its queue time, tokens) is the child of the runner's engine-call
+    span, in the caller's trace, and carries no prompt."""
     load_trace, _, header = new_trace()
     token = dev_token("model-load", DEFAULT_ID, {})
     body = {"modelId": DEFAULT_ID, "verifiedOpToken": token}
