@@ -178,6 +178,7 @@ def launch_options(
         raise UnsupportedRequest(f"model {model_id!r}: an adapter's rank is above vLLM's 512")
     if (uds is None) == (port is None):  # 6
         raise ValueError("vLLM listens on a Unix socket (uds) or a port, exactly one")
+    traces = otlp_traces if _traceable(extra_args) else None  # 7
     return VllmLaunchOptions(
         binary=binary,
         model=model,
@@ -198,8 +199,8 @@ def launch_options(
         max_lora_rank=rank,
         extra_args=tuple(extra_args),
         uds=uds,
-        otlp_traces=otlp_traces if _traceable(extra_args) else None,  # 7
-        traceparent=traceparent if otlp_traces is not None else None,
+        otlp_traces=traces,
+        traceparent=traceparent if traces is not None else None,
     )
 
 

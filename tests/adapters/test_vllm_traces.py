@@ -81,8 +81,9 @@ def test_vllm_entry_args_naming_an_endpoint_or_no_stats_keep_it_off() -> None:
     argv = command_line(opts)
     assert HTTP.endpoint not in argv and argv[-1] == args[0]
     assert "OTEL_SERVICE_NAME" not in engine_env(opts)
-    quiet = _options(otlp_traces=HTTP, extra_args=["--disable-log-stats"])
+    quiet = _options(otlp_traces=HTTP, traceparent=PARENT, extra_args=["--disable-log-stats"])
     assert "--otlp-traces-endpoint" not in command_line(quiet)
+    assert quiet.traceparent is None and "traceparent" not in engine_env(quiet)
 
 
 def test_vllm_environment_takes_the_exporters_settings_never_the_runners_secrets() -> None:
