@@ -102,6 +102,17 @@ class EngineSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class OtlpTraces:
+    """Where an engine that exports OpenTelemetry spans sends them (the runner's own
+    collector, runner/runtime/otlp.py): the endpoint as its exporter is handed it, OTLP's
+    protocol (`http/protobuf` or `grpc`), the service name its spans carry."""
+
+    endpoint: str
+    protocol: str
+    service_name: str
+
+
+@dataclass(frozen=True, slots=True)
 class EngineSettings:
     """The runner's settings that engines are started with (from `Settings`)."""
 
@@ -122,6 +133,7 @@ class EngineSettings:
     vllm_enable_prefix_caching: bool = True
     vllm_enable_sleep_mode: bool = False
     vllm_cache_salt_secret: str | None = None
+    otlp_traces: OtlpTraces | None = None  # None: started engines export no spans
     comfyui_path: str | None = None
     comfyui_python: str | None = None
     comfyui_cpu: bool = False

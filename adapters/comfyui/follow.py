@@ -50,6 +50,7 @@ from adapters.comfyui.events import (
     parse_message,
 )
 from adapters.errors import EngineBadResponse, EngineError, EngineSilent
+from adapters.trace_context import annotate, current_traceparent
 
 log = logging.getLogger("quorum.comfyui")
 
@@ -237,6 +238,9 @@ async def run(
        a websocket that cannot be opened leaves `/history` to do the following.
     2. Submit under `prompt_id`, or one chosen here (ComfyUI's refusals raise from
        `submit`; on a 409 it retries once under another id, which `Finished` carries).
+       Traced: the prompt's `extra_data` carries the runner's `traceparent` (ComfyUI has
+       no tracing; it shows a prompt's extra data in `/queue` and `/history`), and the
+       current span the prompt's id (`quorum.comfyui.prompt_id`).
     3. Follow it (`follow`).
     4. Cancelled at any point after 2 (client gone, job cancelled): the prompt is removed
        from ComfyUI's queue or interrupted (`ComfyUIClient.cancel`), in a task of its own
@@ -252,8 +256,12 @@ async def run(
     prompt_id = prompt_id or new_prompt_id()
     started = loop.time()
     try:
-        submitted = await client.submit(graph, client_id, prompt_id)  # 2
+        traced = current_traceparent()  # 2
+        extra = {"traceparent": traced} if traced else None
+        submitted = await client.submit(graph, client_id, prompt_id, extra)
         prompt_id = submitted.prompt_id
+        if traced:
+            annotate("quorum.comfyui.prompt_id", prompt_id)
         outcome, view = await follow(client, prompt_id, client_id, socket, on_view, timing)  # 3
         socket = None  # follow closed it
     except (asyncio.CancelledError, EngineSilent):  # 4, 5

@@ -13,6 +13,8 @@ mapped onto it:
 - `--max-num-seqs` = the model's slots, which is also the scheduler's concurrency cap;
 - `--enable-prefix-caching` per VLLM_ENABLE_PREFIX_CACHING, `--enable-sleep-mode` per
   VLLM_ENABLE_SLEEP_MODE (an unload may then put it to sleep: `sleep_refusal`);
+- the runner tracing (OTEL_*, ENGINE_TRACES): `--otlp-traces-endpoint` to the runner's
+  collector, so vLLM's spans (`llm_request`, its start-up) join the runner's traces;
 - LoRA adapters (the model's `adapters`, room for `max_adapters`: `adapter_room`):
   `--enable-lora`, the adapters' PEFT folders served from start (`--lora-modules`), more
   loaded later by a governed `adapter-load` (`/v1/load_lora_adapter`, in place).
@@ -55,6 +57,7 @@ from adapters.kind import (
 )
 from adapters.launched import EngineLoad, Launched
 from adapters.supervisor import EngineProcess
+from adapters.trace_context import current_traceparent
 from adapters.vllm.engine import CacheSalts, MemoryProbe, VllmEngine
 from adapters.vllm.fields import VLLM_FIELDS
 from adapters.vllm.launch import (
@@ -198,6 +201,8 @@ class VllmKind(KindDefaults):
                 adapter_capacity=max(spec.adapter_room, len(spec.adapters)),
                 lora_ranks=[a.rank for a in spec.adapters],
                 extra_args=list(spec.args),
+                otlp_traces=s.otlp_traces,
+                traceparent=current_traceparent() if s.otlp_traces is not None else None,
             )
             process, engine = await launch(
                 opts,

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from adapters.errors import EngineOutOfMemory, EngineStartFailed, UnsupportedRequest
+from adapters.kind import OtlpTraces
 from adapters.supervisor import EngineProcess
 
 DEFAULT_BIN = "vllm"
@@ -76,6 +77,8 @@ class VllmLaunchOptions:
     max_lora_rank: int = 16
     extra_args: tuple[str, ...] = ()
     uds: str | None = None  # the Unix socket it listens on (in the private scratch folder)
+    otlp_traces: OtlpTraces | None = None  # where it exports its spans (None: no spans)
+    traceparent: str | None = None  # the trace its start-up spans join (a load's)
 
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -147,6 +150,8 @@ def launch_options(
     lora_ranks: Sequence[int | None] = (),
     extra_args: Sequence[str] = (),
     uds: str | None = None,
+    otlp_traces: OtlpTraces | None = None,
+    traceparent: str | None = None,
 ) -> VllmLaunchOptions:
     """The launch options for one load request (pure; UnsupportedRequest before anything runs).
 
@@ -157,6 +162,12 @@ def launch_options(
     5. Adapters (`adapter_capacity` > 0): LoRA on, the declared ones served from start,
        `--max-lora-rank` holding their ranks; a rank above vLLM's largest: 400.
     6. A Unix socket (`uds`) or a loopback port, one of them.
+    7. Tracing (`otlp_traces`, the runner's collector): `--otlp-traces-endpoint`, unless
+       the entry's own `args` name an endpoint already (theirs wins, with no other
+       change) or `--disable-log-stats` (vLLM 0.32.0 builds a request's span from the
+       iteration stats that flag turns off: `do_tracing` in
+       `vllm/v1/engine/output_processor.py` asserts they exist, so each finished request
+       would fail its output loop); the start-up spans join `traceparent` (the load's).
     """
     quant, dtype = map_quantization(quantization)  # 1
     fraction = memory_fraction(gpu_memory_budget_mb, gpu_total_mb, default_gpu_memory_utilization)
@@ -167,6 +178,7 @@ def launch_options(
         raise UnsupportedRequest(f"model {model_id!r}: an adapter's rank is above vLLM's 512")
     if (uds is None) == (port is None):  # 6
         raise ValueError("vLLM listens on a Unix socket (uds) or a port, exactly one")
+    traces = otlp_traces if _traceable(extra_args) else None  # 7
     return VllmLaunchOptions(
         binary=binary,
         model=model,
@@ -187,7 +199,15 @@ def launch_options(
         max_lora_rank=rank,
         extra_args=tuple(extra_args),
         uds=uds,
+        otlp_traces=traces,
+        traceparent=traceparent if traces is not None else None,
     )
+
+
+def _traceable(args: Sequence[str]) -> bool:
+    """Step 7: `args` name no endpoint of their own and keep the iteration stats."""
+    flags = {a.split("=", 1)[0] for a in args}
+    return not flags & {"--otlp-traces-endpoint", "--disable-log-stats"}
 
 
 def command_line(opts: VllmLaunchOptions) -> list[str]:
@@ -234,6 +254,8 @@ def command_line(opts: VllmLaunchOptions) -> list[str]:
             "--max-lora-rank",
             str(opts.max_lora_rank),
         ]
+    if opts.otlp_traces is not None:
+        argv += ["--otlp-traces-endpoint", opts.otlp_traces.endpoint]
     if opts.lora_modules:  # the JSON form: any path, commas and "=" included
         argv.append("--lora-modules")
         argv += [json.dumps({"name": n, "path": p}) for n, p in opts.lora_modules]
@@ -244,10 +266,13 @@ def command_line(opts: VllmLaunchOptions) -> list[str]:
 VLLM_ENVIRONMENT = (
     *("VLLM_*", "HF_*", "HUGGING_FACE_HUB_TOKEN", "TRANSFORMERS_*", "TOKENIZERS_PARALLELISM"),
     *("TORCH_*", "PYTORCH_*", "TORCHINDUCTOR_*", "TRITON_*", "NCCL_*", "RAY_*"),
+    "OTEL_*",
 )
 """What vLLM takes of the runner's environment (`Traits.environment`): its own settings,
-the Hub's (a gated model's token), torch's. `VLLM_CACHE_SALT_SECRET` is the runner's and
-never reaches it (adapters/environment.py `NEVER`)."""
+the Hub's (a gated model's token), torch's, OpenTelemetry's (the exporter's headers,
+certificates, timeout, the sampler, the batch processor's: it exports to the runner's
+collector). `VLLM_CACHE_SALT_SECRET` is the runner's and never reaches it
+(adapters/environment.py `NEVER`)."""
 
 
 def engine_env(opts: VllmLaunchOptions) -> dict[str, str]:
@@ -260,6 +285,12 @@ def engine_env(opts: VllmLaunchOptions) -> dict[str, str]:
     (`VLLM_CACHE_ROOT`, else `~/.cache/vllm`) and the temporary folder its compilers write
     to (`TMPDIR`) are inside it, so a stopped engine leaves nothing behind in the user's
     home or the system's temp folder.
+
+    Tracing on (`otlp_traces`): OTLP's protocol for its exporter (vLLM's default is gRPC;
+    `vllm/tracing/otel.py` reads OTEL_EXPORTER_OTLP_TRACES_PROTOCOL), the service name
+    its spans carry (`OTEL_SERVICE_NAME`: never the runner's), and `traceparent`, which
+    vLLM's start-up spans (`@instrument`, "Overall Loading", "Load model", ...) take as
+    their parent when no span is current (`_get_smart_context`).
     """
     env = {
         "VLLM_SERVER_DEV_MODE": "1",
@@ -273,6 +304,11 @@ def engine_env(opts: VllmLaunchOptions) -> dict[str, str]:
     if opts.scratch_dir is not None:
         env["VLLM_CACHE_ROOT"] = f"{opts.scratch_dir}/cache"
         env["TMPDIR"] = f"{opts.scratch_dir}/tmp"
+    if opts.otlp_traces is not None:
+        env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = opts.otlp_traces.protocol
+        env["OTEL_SERVICE_NAME"] = opts.otlp_traces.service_name
+        if opts.traceparent:
+            env["traceparent"] = opts.traceparent
     return env
 
 

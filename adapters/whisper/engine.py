@@ -234,10 +234,12 @@ class WhisperEngine:
         prompt: str | None = None,
         temperature: float | None = None,
         word_timestamps: bool = False,
+        traceparent: str | None = None,
     ) -> Transcription:
         """Send the request now; read its answer from the returned `Transcription`.
 
-        The worker knows it as `Transcription.request_id`: `request_id` made unique.
+        The worker knows it as `Transcription.request_id`: `request_id` made unique;
+        `traceparent` (the runner's span for it) goes with it, for the worker's log.
         """
         writer = self._writer
         if self.failure is not None:
@@ -249,7 +251,14 @@ class WhisperEngine:
         self._pending[request_id] = transcription
         self._idle.clear()
         message = Transcribe(
-            request_id, audio_path, task, language, prompt, temperature, word_timestamps
+            request_id,
+            audio_path,
+            task,
+            language,
+            prompt,
+            temperature,
+            word_timestamps,
+            traceparent,
         )
         writer.write(encode(message))
         return transcription

@@ -43,7 +43,9 @@ class Transcribe:
     """Transcribe (or translate to English) the audio file at `audio_path`.
 
     `temperature` None uses faster-whisper's fallback ladder (0.0 ... 1.0), as
-    OpenAI's 0 does; a positive value samples at that temperature only.
+    OpenAI's 0 does; a positive value samples at that temperature only. `traceparent`:
+    the runner's span for it (W3C trace context), which the worker's log lines about the
+    request name (`trace_id=`); None when the runner does not trace.
     """
 
     request_id: str
@@ -53,6 +55,7 @@ class Transcribe:
     prompt: str | None = None
     temperature: float | None = None
     word_timestamps: bool = False
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,8 +102,13 @@ class Worker:
                 log.error("unexpected message %s ignored", type(message).__name__)
 
     def _run(self, req: Transcribe) -> None:
-        """One request; whatever happens, one Done is sent."""
+        """One request; whatever happens, one Done is sent. A traced one (`traceparent`)
+        is logged with its trace id, so its lines join the runner's trace."""
         started = time.perf_counter()
+        if req.traceparent:
+            parts = req.traceparent.split("-")
+            trace_id = parts[1] if len(parts) == 4 else "?"
+            log.info("request %s started trace_id=%s", req.request_id, trace_id)
         cancel = self._cancelled[req.request_id]
         error: str | None = None
         code: str | None = None

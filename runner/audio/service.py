@@ -41,6 +41,7 @@ from runner.audio.request import SpeechRequest
 from runner.errors import QuorumError, ServiceUnavailable
 from runner.http.asgi import ClientGone
 from runner.scheduler.grants import Admission, AdmissionRequest, Admit, Hold, Holding, Usage
+from runner.telemetry import tracing
 
 COST_UNITS_PER_AUDIO_SECOND = 10
 
@@ -191,6 +192,30 @@ class SpeechRun:
             )
 
     async def _transcribe(self, engine: WhisperEngine) -> Transcript:
+        """Step 3; tracing on, inside a client span `{task} {model}` whose context the
+        worker gets (`traceparent`, for its log): the audio's seconds, those transcribed,
+        the worker's time; never the audio's words."""
+        if not tracing.ON:
+            return await self._send(engine, None)
+        req = self.request
+        attributes: tracing.Attributes = {
+            "gen_ai.operation.name": req.task,
+            "gen_ai.request.model": req.model,
+            "quorum.audio.duration_s": self.audio.duration_s,
+        }
+        with tracing.span(f"{req.task} {req.model}", attributes, tracing.CLIENT) as span:
+            carrier: dict[str, str] = {}
+            tracing.inject(carrier)
+            try:
+                return await self._send(engine, carrier.get("traceparent"))
+            except Exception as exc:
+                tracing.failed(span, str(getattr(exc, "code", type(exc).__name__)))
+                raise
+            finally:
+                span.set_attribute("quorum.audio.seconds_done", self.seconds_done)
+                span.set_attribute("quorum.engine_ms", self.engine_ms)
+
+    async def _send(self, engine: WhisperEngine, traceparent: str | None) -> Transcript:
         req = self.request
         transcription = engine.transcribe(
             req.audio_path,
@@ -200,6 +225,7 @@ class SpeechRun:
             prompt=req.prompt,
             temperature=req.temperature,
             word_timestamps=req.words,
+            traceparent=traceparent,
         )
         try:
             return await self._collect(transcription)

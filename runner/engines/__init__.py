@@ -13,6 +13,6 @@ tally of missed probes, the prober).
 
 May import `scheduler/` (its effects protocol, notices and refusals), `memory/`,
 `tasks.eta`, `tenants` (who may use an adapter), the settings and models file
-(`runtime.settings`, `runtime.models_file`, `runtime.periodic`) and `adapters/`; never
-`http/`, `lifecycle/` or `telemetry/` (a contract in pyproject.toml).
+(`runtime.settings`, `runtime.models_file`, `runtime.periodic`, `runtime.otlp`) and
+`adapters/`; never `http/`, `lifecycle/` or `telemetry/` (a contract in pyproject.toml).
 """

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from adapters.base import FlushScope
@@ -27,6 +27,7 @@ from adapters.vllm.kind import VllmKind
 from adapters.whisper.kind import WhisperKind
 from runner.errors import ConfigError
 from runner.runtime.models_file import PACKAGE_SCHEME, ModelSpec
+from runner.runtime.otlp import engine_traces
 from runner.runtime.settings import Settings
 
 BUILTIN: tuple[KindFactory, ...] = (LlamaServerKind, VllmKind, OpenAIKind, ComfyUIKind, WhisperKind)
@@ -41,9 +42,11 @@ class LoadParams:
     gpu_memory_budget_mb: int | None = None
 
 
-def engine_settings(settings: Settings) -> EngineSettings:
-    """The settings engines are started with."""
+def engine_settings(settings: Settings, environ: Mapping[str, str] | None = None) -> EngineSettings:
+    """The settings engines are started with; `environ` (default: the process's) says
+    where the runner's own spans go (OTEL_*), and with them a started engine's."""
     s = settings
+    env = os.environ if environ is None else environ
     return EngineSettings(
         multi_tenant=s.enable_multi_tenant,
         connect_timeout_s=s.engine_connect_timeout_s,
@@ -62,6 +65,7 @@ def engine_settings(settings: Settings) -> EngineSettings:
         vllm_enable_prefix_caching=s.vllm_enable_prefix_caching,
         vllm_enable_sleep_mode=s.vllm_enable_sleep_mode,
         vllm_cache_salt_secret=s.vllm_cache_salt_secret,
+        otlp_traces=engine_traces(env, s.engine_traces),
         comfyui_path=s.comfyui_path,
         comfyui_python=s.comfyui_python,
         comfyui_cpu=s.comfyui_cpu,

@@ -55,6 +55,7 @@ from runner.http.headers import (
     parse_request_headers,
 )
 from runner.scheduler.grants import Admission, AdmissionRequest, Grant
+from runner.telemetry.traced_requests import TracedBudgets
 from runner.tenancy.guard import Budgets, Held, Spent, request_headers
 from runner.tenancy.usage import UsageRecorder
 from tenants.config import TenantPolicy, TenantsConfig
@@ -156,7 +157,7 @@ class FrontEnd:
         multi_tenant: bool = True,
         path_of: Callable[[str], str | None] = lambda _model: None,
         objectives: Mapping[bytes, str] = DEFAULT_OBJECTIVES,
-        budgets: Budgets | None = None,
+        budgets: Budgets | TracedBudgets | None = None,
         usage: UsageRecorder | None = None,
         identity: Identity | None = None,
     ) -> None:

@@ -179,6 +179,7 @@ class Settings(BaseSettings):
     objective_priorities: str = DEFAULT_OBJECTIVE_PRIORITIES
     # Engines the runner starts (docs/engines.md).
     engine_kinds: str = ""  # more engine kinds: module:attr,... (runner/engines/kinds.py)
+    engine_traces: bool = True  # with tracing on, a started vLLM exports to its collector
     llama_server_bin: str = Field(default_factory=lambda: default_llama_server_bin())
     engine_load_timeout_s: float = Field(default=300.0, gt=0)
     llama_slot_cache_entries: int = Field(default=64, ge=0, le=100_000)

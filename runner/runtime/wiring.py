@@ -70,7 +70,7 @@ from runner.telemetry.picker_metrics import picker_collector
 from runner.telemetry.seed_metrics import export_seed_names
 from runner.telemetry.snapshot import Refresher, SnapshotCollector
 from runner.telemetry.state_metrics import EngineQueueCollector, ForecastGauges, HealthCollector
-from runner.telemetry.traced_requests import traced_admission, traced_requests
+from runner.telemetry.traced_requests import traced_admission, traced_budgets, traced_requests
 from runner.tenancy.build import Tenancy
 from runner.tenancy.live import tenants_event
 from tenants.config import TenantsConfig
@@ -239,7 +239,7 @@ class Runtime:
             multi_tenant=self.settings.enable_multi_tenant,
             path_of=self.specs.request_path,
             objectives=self.settings.objectives,
-            budgets=self.tenancy.budgets,
+            budgets=traced_budgets(self.tenancy.budgets),
             usage=self.tenancy.usage,
             identity=self.identity,
         )

@@ -7,7 +7,8 @@ the engines' queues, the wait forecasts), `outcome_metrics` (how things ended),
 `metrics_port` (METRICS_PORT), `health` (what `/health` answers, pure), `capabilities` (the
 capabilities document, pure), `snapshot` (the 5 s resource snapshot), `status_view` (what
 the status page shows, pure), `tracing` (OpenTelemetry traces from OTEL_*: off unless
-asked), `traced_requests` (admission and the request's tenant and model on its spans).
+asked), `traced_requests` (admission, token budgets and the request's tenant and model
+on its spans).
 
 Reads the engines, the scheduler, memory, the settings (and the speech histogram's buckets,
 `audio.metrics`); never imports `http/` or `lifecycle/` (a contract in pyproject.toml).

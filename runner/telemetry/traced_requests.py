@@ -12,7 +12,20 @@ it was):
 - **the server span**: the tenant (`quorum.tenant`), the model (`gen_ai.request.model`)
   and the status as the front-end counted them, once per request;
 - **the request-duration histogram**: a sampled request's duration is its bucket's
-  exemplar (trace id, span id), on `/metrics` served as OpenMetrics.
+  exemplar (trace id, span id), on `/metrics` served as OpenMetrics;
+- **token budgets** (`traced_budgets`, runner/tenancy/guard.py): a span
+  `token budget reserve` around the reservation: the tenant (`quorum.tenant`), the model,
+  the request's bounds (`quorum.budget.input_bound`, `.output_bound`, `.tokens_reserved`),
+  how many of the tenant's budgets it was charged against (`quorum.budget.budgets`), the
+  tokens left in the tightest after it (`quorum.budget.remaining`) and
+  `quorum.budget.outcome`: `reserved`, `none` (no reservation: no budget applies, or the
+  store was unreachable and TOKEN_BUDGET_FAIL_OPEN let it through) or the refusal's code
+  (`token_budget_exceeded`, `request_exceeds_budget`, `token_budget_unavailable`, also its
+  `error.type`); the settlement, an event `token budget settled` on the request's span:
+  the tenant, the tokens reserved and those charged (`quorum.budget.tokens_settled`, with
+  its `input_tokens` and `output_tokens`), `quorum.budget.outcome`: `settled`, or
+  `above_bound` when it used more than it reserved. Token counts only: nothing a tenant
+  sent.
 """
 
 from __future__ import annotations
@@ -22,6 +35,8 @@ from typing import Protocol, TypeVar
 
 from runner.scheduler.grants import AdmissionRequest, Grant, Usage
 from runner.telemetry import tracing
+from runner.tenancy.guard import Budgets, Headers, Held
+from tenants.config import TenantPolicy
 
 
 class _Admission(Protocol):
@@ -52,6 +67,8 @@ class _Requests(Protocol):
 
 A = TypeVar("A", bound=_Admission)
 R = TypeVar("R", bound=_Requests)
+B = TypeVar("B", bound=Budgets)
+_REMAINING = b"x-ratelimit-remaining-tokens"
 
 
 class TracedAdmission:
@@ -126,9 +143,69 @@ class TracedRequests:
             self.inner.end_request_traced(model, seconds, *ids)
 
 
+class TracedBudgets:
+    """`budgets` whose reservations are spans and settlements events (module docstring)."""
+
+    def __init__(self, budgets: Budgets) -> None:
+        self.inner = budgets
+
+    async def reserve(
+        self,
+        tenant: str,
+        policy: TenantPolicy,
+        model: str,
+        input_bound: int,
+        output_bound: int,
+    ) -> tuple[Held | None, Headers]:
+        attributes: dict[str, str | int] = {
+            "quorum.tenant": tenant,
+            "gen_ai.request.model": model,
+            "quorum.budget.input_bound": input_bound,
+            "quorum.budget.output_bound": output_bound,
+            "quorum.budget.tokens_reserved": input_bound + output_bound,
+        }
+        with tracing.span("token budget reserve", attributes) as span:
+            try:
+                held, headers = await self.inner.reserve(
+                    tenant, policy, model, input_bound, output_bound
+                )
+            except Exception as exc:
+                code = str(getattr(exc, "code", type(exc).__name__))
+                span.set_attribute("quorum.budget.outcome", code)
+                tracing.failed(span, code)
+                raise
+            span.set_attribute("quorum.budget.outcome", "none" if held is None else "reserved")
+            if held is not None:
+                span.set_attribute("quorum.budget.budgets", len(held.reservation.charges))
+            for name, value in headers:
+                if name == _REMAINING:
+                    span.set_attribute("quorum.budget.remaining", int(value))
+            return held, headers
+
+    def settle(self, held: Held | None, used_in: int, used_out: int) -> None:
+        if held is not None and not held.settled:
+            above = used_in > held.input_bound or used_out > held.output_bound
+            tracing.event(
+                "token budget settled",
+                {
+                    "quorum.tenant": held.reservation.tenant,
+                    "quorum.budget.tokens_reserved": held.input_bound + held.output_bound,
+                    "quorum.budget.tokens_settled": used_in + used_out,
+                    "quorum.budget.input_tokens": used_in,
+                    "quorum.budget.output_tokens": used_out,
+                    "quorum.budget.outcome": "above_bound" if above else "settled",
+                },
+            )
+        self.inner.settle(held, used_in, used_out)
+
+
 def traced_admission(admission: A) -> A | TracedAdmission:
     return TracedAdmission(admission) if tracing.on() else admission
 
 
 def traced_requests(metrics: R) -> R | TracedRequests:
     return TracedRequests(metrics) if tracing.on() else metrics
+
+
+def traced_budgets(budgets: B | None) -> B | TracedBudgets | None:
+    return TracedBudgets(budgets) if budgets is not None and tracing.on() else budgets

@@ -29,6 +29,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from faults import ConfigError
+from runner.runtime import otlp
 
 SERVICE_NAME = "quorum-runner"
 """The service name when neither OTEL_SERVICE_NAME nor OTEL_RESOURCE_ATTRIBUTES names one."""
@@ -52,33 +53,11 @@ def on() -> bool:
     return _tracer is not None
 
 
-def wanted(env: Mapping[str, str]) -> bool:
-    """Whether `env` asks for traces.
-
-    1. OTEL_SDK_DISABLED=true: no.
-    2. OTEL_TRACES_EXPORTER set: yes unless it is `none`.
-    3. An OTLP endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT or _TRACES_ENDPOINT): yes.
-    4. Otherwise no: the SDK's own default exporter (otlp to localhost) is not assumed.
-    """
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":  # 1
-        return False
-    exporters = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
-    if exporters:  # 2
-        return exporters != "none"
-    return bool(  # 3, 4
-        env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    )
-
-
 def exporter_names(env: Mapping[str, str]) -> list[tuple[str, str]]:
     """The exporters `env` names, each with its protocol (`""` but for otlp); a name or a
     protocol this runner does not ship is a configuration error (exit 2 at start)."""
     names = [n.strip().lower() for n in env.get("OTEL_TRACES_EXPORTER", "otlp").split(",")]
-    protocol = (
-        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "http/protobuf"
-    ).strip()
+    protocol = otlp.protocol(env)
     chosen: list[tuple[str, str]] = []
     for name in filter(None, names):
         if name not in EXPORTERS:
@@ -96,7 +75,7 @@ def configure(env: Mapping[str, str] | None = None) -> bool:
     provider flushes them when the process exits."""
     global _tracer, ON
     env = os.environ if env is None else env
-    if not wanted(env):
+    if not otlp.wanted(env):
         return False
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider

@@ -88,7 +88,11 @@ class Traced:
 def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
     tmp = tmp_path_factory.mktemp("traced")
     tenants = tmp / "tenants.yaml"
-    tenants.write_text("tenants:\n  acme:\n    models: [echo]\n")
+    tenants.write_text(
+        "tenants:\n  acme:\n    models: [echo]\n"
+        "  frugal:\n    models: [echo]\n    token_budgets: [{tokens: 100000, per: hour}]\n"
+        "  tiny:\n    models: [echo]\n    token_budgets: [{tokens: 10, per: hour}]\n"
+    )
     with ExitStack() as stack:
         receiver = stack.enter_context(otlp_receiver())
         echo = stack.enter_context(
@@ -163,6 +167,52 @@ def test_tracing_refusal_names_its_code_and_reaches_no_engine(traced: Traced) ->
     assert server.attributes["error.type"] == "model_not_allowed"
     names = {s.name for s in traced.receiver.in_trace(trace_id)}
     assert names == {"POST /v1/chat/completions"}
+
+
+def test_tracing_budget_reserved_and_settled(traced: Traced) -> None:
+    """A tenant with a token budget: the reservation is a span under the server span
+    (tenant, bounds, budgets charged, tokens left, `reserved`), the settlement an event on
+    the server span (reserved and charged tokens, `settled`); no prompt in either."""
+    trace_id, _, header = new_trace()
+    r = traced.chat(CHAT, **{**header, "X-Tenant-ID": "frugal"})
+    assert r.status_code == 200, r.text
+    got = spans_named(
+        traced.receiver, trace_id, "POST /v1/chat/completions", "token budget reserve"
+    )
+    server, reserve = got.values()
+    assert reserve.parent_id == server.span_id
+    attrs = reserve.attributes
+    assert attrs["quorum.tenant"] == "frugal" and attrs["gen_ai.request.model"] == "echo"
+    assert attrs["quorum.budget.outcome"] == "reserved" and attrs["quorum.budget.budgets"] == 1
+    reserved = attrs["quorum.budget.tokens_reserved"]
+    assert reserved == attrs["quorum.budget.input_bound"] + attrs["quorum.budget.output_bound"]
+    assert attrs["quorum.budget.remaining"] == int(r.headers["x-ratelimit-remaining-tokens"])
+    settled = server.event("token budget settled")
+    assert settled is not None, server.events
+    assert settled["quorum.tenant"] == "frugal" and settled["quorum.budget.outcome"] == "settled"
+    assert settled["quorum.budget.tokens_reserved"] == reserved
+    usage = r.json()["usage"]
+    assert settled["quorum.budget.input_tokens"] == usage["prompt_tokens"]
+    assert settled["quorum.budget.tokens_settled"] == usage["total_tokens"]
+    everything = str([(s.attributes, s.event_attributes) for s in [server, reserve]])
+    assert "a secret prompt" not in everything
+
+
+def test_tracing_budget_refusal_names_its_code(traced: Traced) -> None:
+    """A request larger than the tenant's whole budget: the reservation's span says
+    `request_exceeds_budget` (an error), the server span 400; nothing settled, no engine."""
+    trace_id, _, header = new_trace()
+    r = traced.chat(CHAT, **{**header, "X-Tenant-ID": "tiny"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "request_exceeds_budget"
+    got = spans_named(
+        traced.receiver, trace_id, "POST /v1/chat/completions", "token budget reserve"
+    )
+    server, reserve = got.values()
+    assert reserve.attributes["quorum.budget.outcome"] == "request_exceeds_budget"
+    assert reserve.attributes["error.type"] == "request_exceeds_budget" and reserve.error
+    assert server.event("token budget settled") is None
+    names = {s.name for s in traced.receiver.in_trace(trace_id)}
+    assert names == {"POST /v1/chat/completions", "token budget reserve"}
 
 
 def test_tracing_new_trace_when_the_caller_sends_none(traced: Traced) -> None:
@@ -254,6 +304,35 @@ def test_tracing_async_job_and_webhook_over_grpc(tmp_path: Path) -> None:
         assert delivery["traceparent"].split("-")[1:3] == [trace_id, hook.span_id]
         accepted = [line for line in runner.log().splitlines() if f"job {job_id} accepted" in line]
         assert accepted and f"trace_id={trace_id}" in accepted[0], accepted
+
+
+def test_tracing_image_prompt_carries_the_trace_to_comfyui(tmp_path: Path) -> None:
+    """A synchronous image generation under the caller's trace: ComfyUI (the fake) gets
+    the runner's `traceparent` in the prompt's `extra_data` (it has no tracing; an
+    operator finds it in its queue and history), and the server span names the prompt."""
+    folder = comfyui_root(tmp_path / "ComfyUI")
+    with ExitStack() as stack:
+        receiver = stack.enter_context(otlp_receiver())
+        comfy = stack.enter_context(start_fake("fake_comfyui", "--base-directory", str(folder)))
+        entry = f"{{id: sd, backend: comfyui, url: '{comfy.url}', checkpoint: {CHECKPOINT}}}"
+        env = {**otel_env(receiver), "COMFYUI_PATH": str(folder)}
+        models = f"models:\n  - {entry}\n"
+        runner = stack.enter_context(start_runner(models_file=models, env=env, ready_timeout=60))
+        trace_id, parent, header = new_trace()
+        body = {"model": "sd", "prompt": "a kite", "size": "64x64"}
+        r = httpx.post(
+            runner.url + "/v1/images/generations",
+            json=body,
+            headers={"X-Tenant-ID": "acme", **header},
+            timeout=60,
+        )
+        assert r.status_code == 200, r.text
+        (server,) = spans_named(receiver, trace_id, "POST /v1/images/generations").values()
+        assert server.parent_id == parent
+        prompts = [e["body"] for e in comfy.stats()["recent"] if e["path"] == "/prompt"]
+        sent = prompts[-1]  # the generation's (the start's own check came first)
+        assert sent["extra_data"]["traceparent"].split("-")[1:3] == [trace_id, server.span_id]
+        assert server.attributes["quorum.comfyui.prompt_id"] == sent["prompt_id"]
 
 
 def test_tracing_off_without_the_variables() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from faults import ConfigError
-from runner.telemetry.tracing import exporter_names, wanted
+from runner.runtime.otlp import wanted
+from runner.telemetry.tracing import exporter_names
 
 
 def test_tracing_config_wanted_only_when_asked() -> None:

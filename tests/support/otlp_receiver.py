@@ -37,6 +37,12 @@ class Received:
     attributes: dict[str, Any]
     events: tuple[str, ...]
     error: bool  # its status is ERROR
+    event_attributes: tuple[dict[str, Any], ...] = ()  # each event's, in `events`' order
+
+    def event(self, name: str) -> dict[str, Any] | None:
+        """The attributes of the first event named `name` (None: no such event)."""
+        found = [a for n, a in zip(self.events, self.event_attributes, strict=True) if n == name]
+        return found[0] if found else None
 
 
 @dataclass
@@ -97,6 +103,9 @@ def _decode(request: Any) -> Iterator[Received]:
                     attributes={a.key: _value(a.value) for a in span.attributes},
                     events=tuple(e.name for e in span.events),
                     error=span.status.code == 2,
+                    event_attributes=tuple(
+                        {a.key: _value(a.value) for a in e.attributes} for e in span.events
+                    ),
                 )
 
 
