@@ -149,6 +149,8 @@ class Settings(BaseSettings):
     keep_alive_timeout_s: float = Field(default=30.0, gt=0)  # idle after an answer: closed
     max_connections: int = Field(default=1024, ge=1)
     max_connections_per_source: int = Field(default=256, ge=0)  # one TCP peer; 0: no cap
+    # of MAX_CONNECTIONS, kept for clients whose first request proves who they are
+    authenticated_connection_share: float = Field(default=0.125, ge=0, lt=1)
     # Scheduling and tenants (tenants/ reads TENANT_RATE_LIMIT_<tenant> itself).
     tenants_file: str | None = None
     # Who a request is (tenants/identity.py, docs/security.md): keys, gateway or open;
