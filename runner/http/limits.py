@@ -16,6 +16,7 @@ settings in runner/runtime/settings.py, documented in docs/configuration.md):
 | open connections     | MAX_CONNECTIONS    | 1024    | 503 too_many_connections            |
 | ... from one address | MAX_CONNECTIONS_PER_SOURCE | 256 | 429 too_many_source_connections |
 | ... kept for proven clients | AUTHENTICATED_CONNECTION_SHARE | 1/8 | 503 unless proven (**) |
+| the Host header      | ALLOWED_HOSTS      | loopback, IPs | 400 invalid_host (hosts.py) |
 | a reader that stops  | WRITE_STALL_TIMEOUT_S | 30 s | the connection is cut (see below)   |
 
 (*) the request target and the headers' names and values; of a head still incomplete, the
@@ -42,12 +43,13 @@ and the slot released; `on_write_stall` counts it (`quorum_write_stalls_total`).
 
 Cost on the data path: the callbacks only count (a phase, a step, the reads, the bytes of
 a head) and compare (a connection on probation, past the unauthenticated share, is
-identified once, at its first head); the head's exact size is summed only when the bytes read could exceed
-the limit; no clock is read and no timer armed per request (uvicorn arms one per answer
-for its keep-alive; here the sweep closes idle kept-alive connections). One sweep
-(`ConnectionWatch`, four times per shortest timeout) notes when each connection's phase or
-reads last changed and acts on those that stood still too long, so a timeout fires between
-its value and a quarter more (measured: `python -m bench.http_limits`, docs/benchmarks.md).
+identified once, at its first head; the Host is one set lookup, `hosts.HostAllowList`);
+the head's exact size is summed only when the bytes read could exceed the limit; no clock
+is read and no timer armed per request (uvicorn arms one per answer for its keep-alive;
+here the sweep closes idle kept-alive connections). One sweep (`ConnectionWatch`, four
+times per shortest timeout) notes when each connection's phase or reads last changed and
+acts on those that stood still too long, so a timeout fires between its value and a
+quarter more (measured: `python -m bench.http_limits`, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ import httptools
 
 from runner.errors import (
     HeadersTooLarge,
+    InvalidHost,
     QuorumError,
     RequestTimeout,
     TooManyConnections,
@@ -72,6 +75,7 @@ from runner.errors import (
 )
 from runner.http.asgi import GONE_HOOK
 from runner.http.coalesce import CoalescingHttpToolsProtocol
+from runner.http.hosts import HostAllowList
 from runner.http.reserve import Admit, ConnectionShare, Prove
 from runner.http.sources import Network, SourceCounts
 from runner.http.uvicorn_seam import STATUS_LINE
@@ -102,6 +106,7 @@ class ClientLimits:
     keep_alive_s: float = 30.0
     max_per_source: int = 256  # 0: no cap per source address
     reserved: int = 0  # of max_connections, kept for authenticated clients
+    hosts: tuple[str, ...] | None = None  # Host names answered (runner/http/hosts.py); None: any
     trusted: tuple[Network, ...] = ()  # peers not capped per source (the gateway's)
 
     @property
@@ -125,6 +130,7 @@ class GuardedHttpToolsProtocol(Watched, CoalescingHttpToolsProtocol):
     watch: ClassVar[ConnectionWatch]
     sources: ClassVar[SourceCounts] = SourceCounts(0)
     share: ClassVar[ConnectionShare] = ConnectionShare(ClientLimits().max_connections)
+    hosts: ClassVar[HostAllowList | None] = None
     stalls: ClassVar[list[Callable[[], None]]] = []  # called per write stall (metrics)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -223,6 +229,9 @@ class GuardedHttpToolsProtocol(Watched, CoalescingHttpToolsProtocol):
         the bytes read could hold more."""
         if self._head_received > self._max_header_bytes or len(self.headers) > self._max_headers:
             self._check_head()
+        hosts = self.hosts
+        if hosts is not None and not hosts.allows(self.headers):
+            raise InvalidHost()
         if self.probation:
             self._prove()
         self.phase = BODY
@@ -380,6 +389,7 @@ def protocol_with(
         "watch": ConnectionWatch(limits),
         "sources": SourceCounts(limits.max_per_source, limits.trusted),
         "share": ConnectionShare(limits.max_connections, limits.reserved, prove),
+        "hosts": HostAllowList(limits.hosts) if limits.hosts is not None else None,
         "stalls": [on_write_stall] if on_write_stall is not None else [],
         "__module__": __name__,
     }

@@ -26,6 +26,7 @@ import uvicorn
 from runner.audio.handler import AUDIO_PATHS
 from runner.http.app import RunnerApp
 from runner.http.chat import CHAT_PATHS
+from runner.http.hosts import allowed_hosts
 from runner.http.limits import ClientLimits, protocol_with
 from runner.http.reserve import Prove
 from runner.http.traced import TracedApp
@@ -72,6 +73,7 @@ def client_limits(settings: Settings) -> ClientLimits:
         keep_alive_s=settings.keep_alive_timeout_s,
         max_per_source=settings.max_connections_per_source,
         reserved=int(settings.max_connections * settings.authenticated_connection_share),
+        hosts=allowed_hosts(settings.allowed_hosts, settings.host),
         trusted=parse_peers(settings.gateway_peers),
     )
 

@@ -202,3 +202,33 @@ def test_client_address_is_the_tcp_peer_never_a_header() -> None:
         assert refused.status_code == 403, refused.text
         assert refused.json()["error"]["code"] == "untrusted_gateway"
         assert httpx.get(r.url + "/ui/state.json", headers=forged, timeout=30).status_code == 200
+
+
+# -- a Host allow-list -------------------------------------------------------------------
+
+
+def test_hosts_outside_the_allow_list_are_refused() -> None:
+    """Attack: DNS rebinding. A page at a name its owner controls re-points the name at
+    the runner's address; the visitor's browser then sends `Host: rebind.example` requests
+    and reads the answers. A Host that is no IP address, no loopback name and not in
+    ALLOWED_HOSTS is 400 invalid_host; the runner's own names, any address (Kubernetes
+    probes, fleet routers) and the configured names are served."""
+    env = {"ALLOWED_HOSTS": "quorum.example, .runners.example"}
+    with start_runner(models_file=stand_in_models(), env=env) as r:
+        url = r.url + "/health/live"
+        for host in ("rebind.example", "quorum.example.rebind.example", "runners.example.evil"):
+            refused = httpx.get(url, headers={"Host": host}, timeout=30)
+            assert refused.status_code == 400, (host, refused.text)
+            assert refused.json()["error"]["code"] == "invalid_host"
+        served = [
+            f"127.0.0.1:{r.port}",
+            "localhost",
+            "[::1]:8080",
+            "10.244.1.7:8080",
+            "Quorum.Example",
+            "quorum.example:443",
+            "a.runners.example",
+        ]
+        for host in served:
+            answer = httpx.get(url, headers={"Host": host}, timeout=30)
+            assert answer.status_code == 200, (host, answer.text)
