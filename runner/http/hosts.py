@@ -51,16 +51,13 @@ class HostAllowList:
            listed name, or under a listed suffix: allowed (remembered).
         4. Else refused.
         """
-        value = None
-        for name, sent in headers:  # 1
+        for name, value in headers:  # 1
             if name == b"host":
-                value = sent
-                break
-        if value is None:
-            return True
-        if value in self._seen:  # 2
-            return True
-        if not self._allowed(_name_of(value)):  # 3, 4
+                return value in self._seen or self._check(value)  # 2, 3, 4
+        return True
+
+    def _check(self, value: bytes) -> bool:
+        if not self._allowed(_name_of(value)):
             return False
         if len(self._seen) < _REMEMBERED:
             self._seen.add(value)
