@@ -17,7 +17,9 @@ Exception tree (the runner's rows; the generic ones come from `faults`)::
     │   ├── UnsupportedParameter     400  unsupported_parameter: a body field outside the
     │   │                                 endpoint's canonical request, or a count the
     │   │                                 runner does not serve (`param`; runner/http/canonical.py)
-    │   └── WrongEndpoint            400  unsupported_model: a model another path serves
+    │   ├── WrongEndpoint            400  unsupported_model: a model another path serves
+    │   └── InvalidHost              400  invalid_host: a Host header that names no host in
+    │                                     ALLOWED_HOSTS (runner/http/hosts.py)
     ├── Forbidden (faults)           403  forbidden: not for this tenant (engine logs)
     ├── NotFound (faults)            404  not_found
     │   ├── ModelNotFound            404  model_not_found: no such model (lists the models)
@@ -73,6 +75,7 @@ __all__ = [
     "HttpError",
     "InvalidField",
     "InvalidHeader",
+    "InvalidHost",
     "LifecycleRateLimited",
     "LoginRequired",
     "MethodNotAllowed",
@@ -109,6 +112,12 @@ WrongEndpoint = BadRequest.row(
     "WrongEndpoint", "unsupported_model", None, "model {model!r} is {kind}: use {where}",
     extra=("model",),
 )  # fmt: skip
+InvalidHost = BadRequest.row(
+    "InvalidHost",
+    "invalid_host",
+    None,
+    "this runner does not answer to that Host name; add it to ALLOWED_HOSTS",
+)
 ModelNotFound = NotFound.row(
     "ModelNotFound", "model_not_found", None,
     "Model {model!r} does not exist on this runner; models: {models}", extra=("model",),

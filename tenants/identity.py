@@ -131,6 +131,9 @@ class Identity:
         self.config = config
         self.mode = mode or default_mode(config)
         self.gateway_peers = tuple(gateway_peers)
+        self.proves = multi_tenant and self.mode is not IdentityMode.OPEN
+        """Whether a request can prove who sent it (keys, gateway): the runner keeps a
+        share of its connections for those that do (runner/http/reserve.py)."""
         self._secret = gateway_secret.encode() if gateway_secret else None
         self.by_source = RecentEvents(limits.per_source, clock)
         self.by_tenant = RecentEvents(limits.per_tenant, clock)  # keyed "tenant source"

@@ -9,7 +9,9 @@
    `num_workers` makes their `generate` calls truly parallel; more requests wait in
    the pool's queue). Segments are iterated lazily and each is sent as it is produced;
    a `Cancel` for the request stops the iteration at the next segment.
-4. Every request ends with exactly one `Done`; a bad file is `Done(error=...)`, never
+4. The upload is decoded as the runner's probe opened it: the container its first bytes
+   name, forced, files only (adapters/whisper/containers.py), never FFmpeg's guess.
+   Every request ends with exactly one `Done`; a bad file is `Done(error=...)`, never
    the end of the worker.
 5. `Shutdown`, or the runner closing the socket, ends the process at once (`os._exit`:
    a thread inside CTranslate2 cannot be interrupted, and memory returns only when the
@@ -31,6 +33,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from adapters.whisper.containers import decode_upload
+from adapters.whisper.errors import InvalidAudio
 from adapters.whisper.messages import (
     Cancel,
     Done,
@@ -127,13 +131,13 @@ class Worker:
     def _transcribe(
         self, req: Transcribe, cancel: threading.Event
     ) -> tuple[str | None, str | None]:
-        from faster_whisper.audio import decode_audio
-
         if self.languages is not None and req.language and req.language not in self.languages:
             return "unsupported_language", f"language {req.language!r} is not supported"
         sampling_rate = self.model.feature_extractor.sampling_rate
         try:
-            audio = decode_audio(req.audio_path, sampling_rate=sampling_rate)
+            audio = decode_upload(req.audio_path, sampling_rate)  # as the probe opened it
+        except InvalidAudio as exc:
+            return "invalid_audio", str(exc)
         except Exception as exc:
             return "invalid_audio", f"the audio file could not be decoded: {exc}"
         if audio.shape[0] == 0:  # faster-whisper skips undecodable frames: maybe all

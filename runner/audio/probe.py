@@ -6,12 +6,10 @@ could not decode must be refused with a 400 here, not after a wait in the queue.
 
 `probe_audio` blocks (it decodes); call it in a thread: `await asyncio.to_thread(...)`.
 
-An upload is opened as the container its first bytes say it is (`detect_container`: WAV,
-FLAC, Ogg, MP3, AAC, MP4/M4A, Matroska/WebM, MPEG, AIFF, CAF, ASF/WMA, AMR, AU), forced,
-never guessed by FFmpeg from its name or by probing every demuxer: FFmpeg's playlist and
-list demuxers (HLS `.m3u8`, `ffconcat`, ...) would otherwise open other files or URLs the
-upload names, from inside the runner. Anything else is `invalid_audio`. FFmpeg may read
-files only (`protocol_whitelist=file`), and a probe gives up after PROBE_TIMEOUT_S.
+An upload is opened as the container its first bytes say it is, forced, with FFmpeg
+reading files only, within OPEN_TIMEOUT_S (`adapters.whisper.containers.open_audio`, the
+very decision the speech worker decodes with): never guessed by FFmpeg from its name or by
+probing every demuxer. Anything else is `invalid_audio`.
 """
 
 from __future__ import annotations
@@ -22,49 +20,13 @@ from fractions import Fraction
 import av
 import av.error
 
+from adapters.whisper.containers import ffmpeg_reason, open_audio
 from adapters.whisper.errors import InvalidAudio
 from runner.audio.errors import AudioTooShort
 
 MIN_DURATION_S = 0.1
 CHECK_SECONDS = 1.0
-PROBE_TIMEOUT_S = 15.0
-"""At most this long opening, reading and measuring one upload (FFmpeg's own interrupt)."""
 _AV_TIME_BASE = 1_000_000
-_OPTIONS = {"protocol_whitelist": "file", "probesize": "5000000"}
-
-
-def detect_container(head: bytes) -> str | None:
-    """The FFmpeg demuxer for a file starting with `head` (its first 16 bytes or more), by
-    the container's magic bytes; None when it is none of the audio containers known here."""
-    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
-        return "wav"
-    if head[:4] == b"fLaC":
-        return "flac"
-    if head[:4] == b"OggS":
-        return "ogg"
-    if head[:3] == b"ID3":
-        return "mp3"
-    if head[4:8] == b"ftyp":
-        return "mp4"
-    if head[:4] == b"\x1a\x45\xdf\xa3":
-        return "matroska"
-    if head[:4] == b"\x00\x00\x01\xba":
-        return "mpeg"
-    if head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC"):
-        return "aiff"
-    if head[:4] == b"caff":
-        return "caf"
-    if head[:8] == b"\x30\x26\xb2\x75\x8e\x66\xcf\x11":
-        return "asf"
-    if head[:5] == b"#!AMR":
-        return "amr"
-    if head[:4] == b".snd":
-        return "au"
-    if len(head) >= 2 and head[0] == 0xFF and head[1] & 0xF6 == 0xF0:  # ADTS sync, layer 0
-        return "aac"
-    if len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0:  # MPEG audio frame
-        return "mp3"
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +41,8 @@ class AudioInfo:
 def probe_audio(path: str, check_seconds: float = CHECK_SECONDS) -> AudioInfo:
     """Check that `path` holds decodable audio and measure its duration.
 
-    1. Open the container its content names (`detect_container`; none: `InvalidAudio`),
-       files only, within PROBE_TIMEOUT_S; failure: `InvalidAudio` naming FFmpeg's
-       complaint.
+    1. Open the container its content names (`containers.open_audio`: `InvalidAudio`
+       when it names none, or naming FFmpeg's complaint).
     2. No audio stream: `InvalidAudio`.
     3. Decode the first audio stream packet by packet, skipping packets that fail (as
        faster-whisper does), until `check_seconds` of samples were decoded or it ends.
@@ -90,29 +51,7 @@ def probe_audio(path: str, check_seconds: float = CHECK_SECONDS) -> AudioInfo:
        else the stream's, else the container's duration; else decode to the end.
     6. Under 0.1 s: `AudioTooShort` (OpenAI's code and message).
     """
-    try:  # 1
-        with open(path, "rb") as f:
-            head = f.read(16)
-    except OSError as exc:
-        raise InvalidAudio(f"Invalid file format: the file could not be read ({exc})") from None
-    kind = detect_container(head)
-    if kind is None:
-        raise InvalidAudio(
-            "Invalid file format: not an audio container this runner reads (wav, flac, ogg, "
-            "mp3, aac, mp4/m4a, webm, mpeg, aiff, caf, wma, amr, au)"
-        )
-    try:
-        container = av.open(
-            path,
-            format=kind,
-            options=_OPTIONS,
-            metadata_errors="ignore",
-            timeout=PROBE_TIMEOUT_S,
-        )
-    except (av.error.FFmpegError, UnicodeDecodeError, ValueError) as exc:
-        raise InvalidAudio(
-            f"Invalid file format: the file could not be read as audio ({_reason(exc)})"
-        ) from None
+    container = open_audio(path)  # 1
     with container:
         if not container.streams.audio:  # 2
             raise InvalidAudio("Invalid file format: the file has no audio stream")
@@ -138,7 +77,7 @@ def probe_audio(path: str, check_seconds: float = CHECK_SECONDS) -> AudioInfo:
         except av.error.FFmpegError as exc:  # a demuxer error ends the stream
             first_error = first_error or exc
         if samples == 0 or not rate:  # 4
-            why = f" ({_reason(first_error)})" if first_error is not None else ""
+            why = f" ({ffmpeg_reason(first_error)})" if first_error is not None else ""
             raise InvalidAudio(f"Invalid file format: the audio could not be decoded{why}")
         duration = samples / rate  # 5
         if not ended:
@@ -175,9 +114,3 @@ def _decode_rest(packets: object, samples: int, rate: int) -> float:
     except av.error.FFmpegError:
         pass
     return samples / rate
-
-
-def _reason(exc: BaseException) -> str:
-    """FFmpeg's words for the failure, without the errno and the C function name."""
-    strerror = getattr(exc, "strerror", None)
-    return str(strerror) if strerror else str(exc)

@@ -15,11 +15,15 @@ settings in runner/runtime/settings.py, documented in docs/configuration.md):
 | idle after an answer | KEEP_ALIVE_TIMEOUT_S | 30 s  | closed, no answer (as uvicorn's)    |
 | open connections     | MAX_CONNECTIONS    | 1024    | 503 too_many_connections            |
 | ... from one address | MAX_CONNECTIONS_PER_SOURCE | 256 | 429 too_many_source_connections |
+| ... kept for proven clients | AUTHENTICATED_CONNECTION_SHARE | 1/8 | 503 unless proven (**) |
+| the Host header      | ALLOWED_HOSTS      | loopback, IPs | 400 invalid_host (hosts.py) |
 | a reader that stops  | WRITE_STALL_TIMEOUT_S | 30 s | the connection is cut (see below)   |
 
 (*) the request target and the headers' names and values; of a head still incomplete, the
-bytes read so far.
-The connections per source address are counted by runner/http/sources.py.
+bytes read so far. (**) past the unauthenticated share, a connection's first request must
+prove who sent it (a valid API key, the gateway's credentials): runner/http/reserve.py.
+The connections per source address are counted by runner/http/sources.py, those kept for
+authenticated clients by runner/http/reserve.py (the sweep itself is runner/http/watch.py).
 
 The head's time counts from the connection's opening (first request) or from the
 request's first byte (later requests on a kept-alive connection); a connection that sent
@@ -38,12 +42,14 @@ buffered bytes dropped): the handler sees the client gone, the engine request is
 and the slot released; `on_write_stall` counts it (`quorum_write_stalls_total`).
 
 Cost on the data path: the callbacks only count (a phase, a step, the reads, the bytes of
-a head) and compare; the head's exact size is summed only when the bytes read could exceed
-the limit; no clock is read and no timer armed per request (uvicorn arms one per answer
-for its keep-alive; here the sweep closes idle kept-alive connections). One sweep
-(`ConnectionWatch`, four times per shortest timeout) notes when each connection's phase or
-reads last changed and acts on those that stood still too long, so a timeout fires between
-its value and a quarter more (measured: `python -m bench.http_limits`, docs/benchmarks.md).
+a head) and compare (a connection on probation, past the unauthenticated share, is
+identified once, at its first head; the Host is one set lookup, `hosts.HostAllowList`);
+the head's exact size is summed only when the bytes read could exceed the limit; no clock
+is read and no timer armed per request (uvicorn arms one per answer for its keep-alive;
+here the sweep closes idle kept-alive connections). One sweep (`ConnectionWatch`, four
+times per shortest timeout) notes when each connection's phase or reads last changed and
+acts on those that stood still too long, so a timeout fires between its value and a
+quarter more (measured: `python -m bench.http_limits`, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ import httptools
 
 from runner.errors import (
     HeadersTooLarge,
+    InvalidHost,
     QuorumError,
     RequestTimeout,
     TooManyConnections,
@@ -68,17 +75,22 @@ from runner.errors import (
 )
 from runner.http.asgi import GONE_HOOK
 from runner.http.coalesce import CoalescingHttpToolsProtocol
+from runner.http.hosts import HostAllowList
+from runner.http.reserve import Admit, ConnectionShare, Prove
 from runner.http.sources import Network, SourceCounts
 from runner.http.uvicorn_seam import STATUS_LINE
+from runner.http.watch import (
+    BODY,
+    CLOSING,
+    HEAD,
+    IDLE,
+    KEPT,
+    NEW,
+    ConnectionWatch,
+    Watched,
+)
 
 log = logging.getLogger("quorum.http")
-
-LINGER_S = 2.0
-"""After a refusal, how long what the client still sends is read and discarded."""
-
-# A connection's phase: what it is waiting for from the client. IDLE: the request is read
-# (its answer may still be on its way); KEPT: answered, kept alive for the next request.
-NEW, HEAD, BODY, IDLE, CLOSING, KEPT = range(6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +105,8 @@ class ClientLimits:
     write_stall_timeout_s: float = 30.0
     keep_alive_s: float = 30.0
     max_per_source: int = 256  # 0: no cap per source address
+    reserved: int = 0  # of max_connections, kept for authenticated clients
+    hosts: tuple[str, ...] | None = None  # Host names answered (runner/http/hosts.py); None: any
     trusted: tuple[Network, ...] = ()  # peers not capped per source (the gateway's)
 
     @property
@@ -105,56 +119,7 @@ class ClientLimits:
         return min(1.0, max(0.05, shortest / 4))
 
 
-class ConnectionWatch:
-    """Checks, while any connection is open, which ones stood still too long.
-
-    A connection's mark is its `step` (it changes with the phase), and in the body phase
-    also its `reads`: the head's time runs from the phase's start, the body's from the
-    last bytes read. A mark unchanged for the phase's timeout calls `on_deadline`. In any
-    phase, writes paused with no resume for WRITE_STALL_TIMEOUT_S call `on_write_stall`.
-    """
-
-    def __init__(self, limits: ClientLimits) -> None:
-        self.limits = limits
-        self.timeouts = {
-            NEW: limits.header_timeout_s,
-            HEAD: limits.header_timeout_s,
-            BODY: limits.body_timeout_s,
-            CLOSING: LINGER_S,
-            KEPT: limits.keep_alive_s,
-        }
-        self._timer: asyncio.TimerHandle | None = None
-
-    def start(self, loop: asyncio.AbstractEventLoop, connections: set[Any]) -> None:
-        if self._timer is None:
-            self._timer = loop.call_later(self.limits.sweep_s, self._sweep, loop, connections)
-
-    def _sweep(self, loop: asyncio.AbstractEventLoop, connections: set[Any]) -> None:
-        self._timer = None
-        now = loop.time()
-        stall_s = self.limits.write_stall_timeout_s
-        for conn in list(connections):
-            if not isinstance(conn, GuardedHttpToolsProtocol):
-                continue
-            flow = conn.flow
-            if flow is not None and flow.write_paused:
-                if conn.stall_mark != conn.resumes:
-                    conn.stall_mark, conn.stalled_since = conn.resumes, now
-                elif now - conn.stalled_since >= stall_s:
-                    conn.on_write_stall()
-                    continue
-            if conn.phase == IDLE:
-                continue
-            mark = (conn.step, conn.reads if conn.phase == BODY else 0)
-            if mark != conn.mark:
-                conn.mark, conn.since = mark, now
-            elif now - conn.since >= self.timeouts[conn.phase]:
-                conn.on_deadline(now)
-        if connections:
-            self.start(loop, connections)
-
-
-class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
+class GuardedHttpToolsProtocol(Watched, CoalescingHttpToolsProtocol):
     """uvicorn's httptools protocol (coalesced writes) under `ClientLimits`.
 
     Use `protocol_with(limits)`: each server gets its own subclass holding its limits and
@@ -164,6 +129,8 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
     limits: ClassVar[ClientLimits] = ClientLimits()
     watch: ClassVar[ConnectionWatch]
     sources: ClassVar[SourceCounts] = SourceCounts(0)
+    share: ClassVar[ConnectionShare] = ConnectionShare(ClientLimits().max_connections)
+    hosts: ClassVar[HostAllowList | None] = None
     stalls: ClassVar[list[Callable[[], None]]] = []  # called per write stall (metrics)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -183,6 +150,9 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         limits = self.limits
         self._max_headers = limits.max_headers
         self._max_header_bytes = limits.max_header_bytes
+        self.probation = False  # in the reserve: its first head must prove who it is
+        self.proven = False
+        self.was_cut = False  # cut to make room for a newcomer (`ConnectionShare`)
 
     # Connection events
 
@@ -192,16 +162,20 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         self.watch.start(self.loop, self.connections)
         self.source = self.client[0] if self.client else ""
         past = self.sources.opened(self.source)
-        if len(self.connections) > self.limits.max_connections:
-            self.refuse(TooManyConnections(limit=self.limits.max_connections, retry_after=1))
-        elif past:
+        admit = self.share.opened(self, refused=past)
+        if past:
             self.refuse(TooManySourceConnections(limit=self.sources.limit, retry_after=1))
+        elif admit is Admit.REFUSE:
+            self.refuse(TooManyConnections(limit=self.limits.max_connections, retry_after=1))
+        else:
+            self.probation = admit is Admit.PROBATION
 
     def connection_lost(self, exc: Exception | None) -> None:
         """uvicorn's, then the running request's handler hears of it at once
         (`asgi.DisconnectWatch`): no task per request waits on `receive()` for it."""
         super().connection_lost(exc)
         self.sources.closed(self.source)
+        self.share.lost(self, self.proven, self.was_cut)
         gone = self._on_gone
         if gone is not None:
             self._on_gone = None
@@ -255,6 +229,11 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         the bytes read could hold more."""
         if self._head_received > self._max_header_bytes or len(self.headers) > self._max_headers:
             self._check_head()
+        hosts = self.hosts
+        if hosts is not None and not hosts.allows(self.headers):
+            raise InvalidHost()
+        if self.probation:
+            self._prove()
         self.phase = BODY
         self.step += 1
         self.scope[GONE_HOOK] = self._gone_hook  # type: ignore[literal-required]
@@ -288,6 +267,27 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         size = len(self.url) + sum(len(name) + len(value) for name, value in self.headers)
         if size > self._max_header_bytes:
             raise HeadersTooLarge(limit=self._max_header_bytes)
+
+    def _prove(self) -> None:
+        """The first head of a connection on probation (`ConnectionShare`): served if it
+        proves who sent it, else 503 too_many_connections."""
+        self.probation = False
+        self.proven = self.share.heard(self, {"headers": self.headers, "client": self.client})
+        if not self.proven:
+            limits = self.limits
+            raise TooManyConnections(
+                f"{limits.max_connections} connections are open and the last "
+                f"{self.share.reserve} are kept for authenticated clients; retry in 1 s",
+                limit=limits.max_connections,
+                retry_after=1,
+            )
+
+    def cut(self) -> None:
+        """Close at once, unanswered, to make room (`ConnectionShare`: on probation, and
+        no head sent yet)."""
+        self.was_cut = True
+        self.phase = CLOSING
+        self.transport.abort()
 
     def on_deadline(self, now: float) -> None:
         """The phase stood still past its timeout (`ConnectionWatch`).
@@ -377,14 +377,19 @@ _message_complete = CoalescingHttpToolsProtocol.on_message_complete
 
 
 def protocol_with(
-    limits: ClientLimits, on_write_stall: Callable[[], None] | None = None
+    limits: ClientLimits,
+    on_write_stall: Callable[[], None] | None = None,
+    prove: Prove | None = None,
 ) -> type[GuardedHttpToolsProtocol]:
     """The protocol class for one server: uvicorn builds one instance per connection;
-    `on_write_stall` is called for each client cut for not reading."""
+    `on_write_stall` is called for each client cut for not reading; `prove(scope)` raises
+    unless a request proves who sent it (None: nothing can, no connections are reserved)."""
     attrs = {
         "limits": limits,
         "watch": ConnectionWatch(limits),
         "sources": SourceCounts(limits.max_per_source, limits.trusted),
+        "share": ConnectionShare(limits.max_connections, limits.reserved, prove),
+        "hosts": HostAllowList(limits.hosts) if limits.hosts is not None else None,
         "stalls": [on_write_stall] if on_write_stall is not None else [],
         "__module__": __name__,
     }

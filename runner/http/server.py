@@ -7,7 +7,8 @@ uvicorn's own handler would re-raise the signal after shutdown (exit status
 -15); a clean, finished shutdown is not a failure, so we exit 0.
 
 Connections are served by `GuardedHttpToolsProtocol` (runner/http/limits.py): coalesced
-writes, and the client limits of the settings (`client_limits`).
+writes, and the client limits of the settings (`client_limits`), with the share of
+connections kept for clients the identity recognises (`_proof`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ import uvicorn
 from runner.audio.handler import AUDIO_PATHS
 from runner.http.app import RunnerApp
 from runner.http.chat import CHAT_PATHS
+from runner.http.hosts import allowed_hosts
 from runner.http.limits import ClientLimits, protocol_with
+from runner.http.reserve import Prove
 from runner.http.traced import TracedApp
 from runner.images.handler import IMAGES_PATH
 from runner.runtime.settings import Settings
@@ -69,8 +72,17 @@ def client_limits(settings: Settings) -> ClientLimits:
         write_stall_timeout_s=settings.write_stall_timeout_s,
         keep_alive_s=settings.keep_alive_timeout_s,
         max_per_source=settings.max_connections_per_source,
+        reserved=int(settings.max_connections * settings.authenticated_connection_share),
+        hosts=allowed_hosts(settings.allowed_hosts, settings.host),
         trusted=parse_peers(settings.gateway_peers),
     )
+
+
+def _proof(app: RunnerApp) -> Prove | None:
+    """What proves who a connection's client is, for the connections kept for
+    authenticated clients (runner/http/reserve.py): the data path's identity, unless
+    nothing can prove anything (open mode)."""
+    return app.rt.identify if app.rt.identity.proves else None
 
 
 def serve(
@@ -86,7 +98,7 @@ def serve(
         host=host,
         port=port,
         loop="uvloop",
-        http=protocol_with(limits, app.rt.metrics.count_write_stall),
+        http=protocol_with(limits, app.rt.metrics.count_write_stall, _proof(app)),
         lifespan="on",
         access_log=False,
         proxy_headers=False,

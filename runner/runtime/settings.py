@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,6 +36,8 @@ DEFAULT_OBJECTIVE_PRIORITIES = (
 and the Inference Extension's older criticality names (Critical, Standard, Sheddable)."""
 
 PRIORITIES = ("high", "normal", "low")
+_HOST_ENTRY = re.compile(r"\.?[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?|\[?[0-9A-Fa-f:.]+\]?")
+"""An ALLOWED_HOSTS entry: a name or an IPv4 address, a `.suffix`, an IPv6 address."""
 """The priority bands a request may ask for (X-Priority, OBJECTIVE_PRIORITIES)."""
 
 
@@ -149,6 +152,10 @@ class Settings(BaseSettings):
     keep_alive_timeout_s: float = Field(default=30.0, gt=0)  # idle after an answer: closed
     max_connections: int = Field(default=1024, ge=1)
     max_connections_per_source: int = Field(default=256, ge=0)  # one TCP peer; 0: no cap
+    # of MAX_CONNECTIONS, kept for clients whose first request proves who they are
+    authenticated_connection_share: float = Field(default=0.125, ge=0, lt=1)
+    # Host names answered besides IP addresses, localhost and HOST: name, .suffix, or *: any
+    allowed_hosts: str = ""
     # Scheduling and tenants (tenants/ reads TENANT_RATE_LIMIT_<tenant> itself).
     tenants_file: str | None = None
     # Who a request is (tenants/identity.py, docs/security.md): keys, gateway or open;
@@ -274,6 +281,14 @@ class Settings(BaseSettings):
     @classmethod
     def _allow_hosts(cls, value: str) -> str:
         parse_allow_hosts(value)  # ValueError names the bad entry
+        return value
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, value: str) -> str:
+        for entry in (e.strip() for e in value.split(",")):
+            if entry and entry != "*" and not _HOST_ENTRY.fullmatch(entry):
+                raise ValueError(f"{entry!r} is not a host name, an address, a .suffix or *")
         return value
 
     @field_validator("gateway_peers")

@@ -86,7 +86,7 @@ def test_http_limits_partial_head_is_408_while_others_are_served(runner: RunnerP
         slow = [stack.enter_context(_connect(runner)) for _ in range(5)]
         started = time.monotonic()
         for sock in slow:
-            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Ty")
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
         assert _chat_ok(runner)  # served while the slow clients hold their connections
         for sock in slow:
             status, error, head = _status_and_error(_read_until_closed(sock))
@@ -110,7 +110,7 @@ def test_http_limits_idle_kept_alive_connection_is_closed(runner: RunnerProcess)
     uvicorn armed a timer per answer."""
     with _connect(runner) as sock:
         asked = time.monotonic()  # before the answer, so no pause of this process can
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")  # shorten the wait seen
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")  # shorten the wait seen
         answer = sock.recv(65536)
         assert answer.startswith(b"HTTP/1.1 200"), answer
         assert b"connection: close" not in answer.lower()
@@ -123,7 +123,8 @@ def test_http_limits_stalled_body_is_408(runner: RunnerProcess) -> None:
     body = json.dumps(CHAT).encode()
     with _connect(runner) as sock:
         sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n%s" % (len(body), body[:10])
         )
         status, error, _ = _status_and_error(_read_until_closed(sock))
@@ -135,7 +136,9 @@ def test_http_limits_stalled_body_is_408(runner: RunnerProcess) -> None:
 def test_http_limits_70kb_header_is_431(runner: RunnerProcess) -> None:
     """A 70 KB request header gets 431 request_header_fields_too_large in the envelope."""
     with _connect(runner) as sock:
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n")
+        sock.sendall(
+            b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n"
+        )
         status, error, head = _status_and_error(_read_until_closed(sock))
     assert status == 431 and error["code"] == "request_header_fields_too_large"
     assert b"connection: close" in head
@@ -145,7 +148,7 @@ def test_http_limits_70kb_header_is_431(runner: RunnerProcess) -> None:
 def test_http_limits_endless_header_line_is_431(runner: RunnerProcess) -> None:
     """A header line that never ends is refused once the head passes MAX_HEADER_BYTES."""
     with _connect(runner) as sock:
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 40_000)
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 40_000)
         status, error, _ = _status_and_error(_read_until_closed(sock))
     assert status == 431 and error["code"] == "request_header_fields_too_large"
 
@@ -154,7 +157,7 @@ def test_http_limits_2000_headers_are_431(runner: RunnerProcess) -> None:
     """2,000 request headers get 431; the runner goes on serving."""
     many = b"".join(b"X-H%d: v\r\n" % i for i in range(2000))
     with _connect(runner) as sock:
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + many + b"\r\n")
         status, error, _ = _status_and_error(_read_until_closed(sock))
     assert status == 431 and error["code"] == "request_header_fields_too_large"
     assert "100" in str(error["message"])
@@ -182,7 +185,8 @@ def test_http_limits_paced_body_and_idle_keep_alive_are_served(runner: RunnerPro
     body = json.dumps(CHAT).encode()
     parts = [body[i : i + len(body) // 4 + 1] for i in range(0, len(body), len(body) // 4 + 1)]
     head = (
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n" % len(body)
     )
     with _connect(runner) as sock:
@@ -192,7 +196,7 @@ def test_http_limits_paced_body_and_idle_keep_alive_are_served(runner: RunnerPro
             sock.sendall(part)
         assert sock.recv(65536).startswith(b"HTTP/1.1 200")
         time.sleep(1.5)  # idle between requests, past HEADER_TIMEOUT_S, within KEEP_ALIVE_S
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert sock.recv(65536).startswith(b"HTTP/1.1 200")
 
 
@@ -205,10 +209,10 @@ def test_http_limits_connections_past_the_bound_get_503(engine: FakeEngine) -> N
     ):
         held = [stack.enter_context(_connect(r)) for _ in range(3)]
         for sock in held:  # a request each, so they are surely counted
-            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             assert sock.recv(65536).startswith(b"HTTP/1.1 200")
         with _connect(r) as extra:
-            extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            extra.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             status, error, head = _status_and_error(_read_until_closed(extra))
         assert status == 503 and error["code"] == "too_many_connections"
         assert b"retry-after: 1" in head

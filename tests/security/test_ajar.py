@@ -222,7 +222,7 @@ def test_one_address_holding_sockets_does_not_starve_the_others() -> None:
         for _ in range(6):
             sock = socket.create_connection(("127.0.0.1", r.port), 10, (ELSEWHERE, 0))
             sock.settimeout(10)
-            sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             statuses.append(sock.recv(65536).split(b" ", 2)[1])
             if statuses[-1] == b"200":
                 held.enter_context(sock)  # held open; a refused one is let go
@@ -251,7 +251,7 @@ def test_half_sent_scrapes_hold_a_bounded_number_of_threads() -> None:
         socks = []
         for _ in range(40):
             sock = held.enter_context(socket.create_connection(("127.0.0.1", port), 10))
-            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never finished
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never finished
             socks.append(sock)
         assert len(_closed_by_peer(socks, bound_s=10)) >= 30
         assert len(os.listdir(f"/proc/{r.proc.pid}/task")) <= before + 8
