@@ -28,7 +28,7 @@ script and MULTI of theirs keeps its keys in one slot (hash tags, docs/operation
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 import redis.asyncio as aioredis
@@ -37,6 +37,7 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.typing import EncodableT
 
 SENTINEL_SCHEMES = ("redis+sentinel://", "rediss+sentinel://")
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
@@ -143,6 +144,8 @@ def cluster_url(base_url: str | None, nodes: str = "") -> str:
     any node, with the user, password and TLS) and `nodes` (`host:port,...`, more nodes to
     start from) name."""
     base = urlsplit(base_url or "redis://")
+    if base.path.strip("/") not in ("", "0"):
+        raise ValueError("a Redis Cluster has only db 0")
     hosts = [f"{base.hostname}:{base.port or 6379}"] if base.hostname else []
     hosts += [n.strip() for n in nodes.split(",") if n.strip()]
     if not hosts:
@@ -154,6 +157,15 @@ def cluster_url(base_url: str | None, nodes: str = "") -> str:
     url = f"{scheme}://{auth}{','.join(hosts)}/0"
     parse_cluster_url(url)  # refuse now what could not be used later
     return url
+
+
+def one_slot(url: str, prefix: str) -> str:
+    """`prefix` for keys that one script or MULTI touches together: on a cluster URL its
+    name in a hash tag (`quorum:task:` -> `{quorum:task}:`), so they all hash to one slot;
+    elsewhere unchanged (a Redis in use keeps its key names)."""
+    if not is_cluster_url(url) or "{" in prefix:
+        return prefix
+    return "{" + prefix.rstrip(":") + "}:"
 
 
 def reconnecting_retry() -> Retry:
@@ -176,10 +188,27 @@ def redis_client(url: str, timeout_s: float) -> aioredis.Redis:
     )
 
 
+class _Cluster(RedisCluster):
+    """redis-py's cluster client, which reads the slot map before a command's routing does:
+    redis-py 8.1 routes commands sent concurrently to a client not yet initialized on
+    connections not yet open (AttributeError on `writelines`)."""
+
+    async def execute_command(self, *args: EncodableT, **kwargs: Any) -> Any:
+        await self.initialize()  # once; then a flag read
+        return await super().execute_command(*args, **kwargs)
+
+
+async def ready(client: aioredis.Redis) -> None:
+    """Before `client.pubsub()`: a cluster client reads its slot map first (its pub/sub picks
+    the node by the channel's slot, from that map); any other client needs nothing."""
+    if isinstance(client, RedisCluster):
+        await client.initialize()
+
+
 def cluster_client(target: ClusterTarget, timeout_s: float) -> RedisCluster:
     """redis-py's cluster client from `target`'s nodes; a command that finds its node gone
     is sent again after the slot map is read anew (redis-py's own retries)."""
-    return RedisCluster(
+    return _Cluster(
         startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],
         username=target.username,
         password=target.password,

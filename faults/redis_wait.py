@@ -65,20 +65,32 @@ async def write_acknowledged(
     wait = ("WAIT", replicas, timeout_ms)
     # 2. a cluster: the node that owns the key, one connection
     if isinstance(client, RedisCluster):
-        node = client.get_node_from_key(key)
-        commands = [PipelineCommand(0, *command), PipelineCommand(1, *wait)]
-        try:
-            await node.execute_pipeline(commands)
-        except (RedisConnectionError, RedisTimeoutError, OSError):
-            await client.nodes_manager.initialize()
-            raise
-        for done in commands:
-            if isinstance(done.result, Exception):
-                raise done.result
-        return Acknowledged(commands[0].result, int(commands[1].result), replicas)
+        replies = await node_pipeline(client, key, [command, wait])
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return Acknowledged(replies[0], int(replies[1]), replicas)
     # 3. one pipeline, one connection
     async with client.pipeline(transaction=False) as pipe:
         pipe.execute_command(*command)
         pipe.execute_command(*wait)
         reply, acked = await pipe.execute()
     return Acknowledged(reply, int(acked), replicas)
+
+
+async def node_pipeline(
+    client: RedisCluster, key: str, commands: Sequence[Sequence[EncodableT]]
+) -> list[Any]:
+    """`commands` in one pipeline on one connection to the primary of `key`'s slot (redis-py
+    refuses scripts and keyless commands in its cluster pipelines); each reply, or the error
+    it was. A connection lost there makes the client read the slot map again."""
+    sent = [PipelineCommand(i, *command) for i, command in enumerate(commands)]
+    try:
+        await client.initialize()  # the slot map, read once (a no-op afterwards)
+        node = client.get_node_from_key(key)  # raises when no node serves the slot
+        assert node is not None  # None only when asked for a replica
+        await node.execute_pipeline(sent)
+    except (RedisConnectionError, RedisTimeoutError, OSError):
+        await client.nodes_manager.initialize()
+        raise
+    return [done.result for done in sent]

@@ -13,8 +13,8 @@ them all with the highest version.
   tenant -> record JSON, and `quorum:tenants:version`), changed by one Lua script that
   bumps the version, writes the record and publishes the version on
   `quorum:tenants:changed`; every replica subscribes (`listen`) and re-reads on a message.
-  On a Redis Cluster the two keys carry a hash tag, `quorum:{tenants}:policies` and
-  `quorum:{tenants}:version`, so the script's keys share one slot. With `replicas`
+  On a Redis Cluster the two keys carry a hash tag, `{quorum:tenants}:policies` and
+  `{quorum:tenants}:version`, so the script's keys share one slot. With `replicas`
   (NONCE_REPLICAS) > 0 a change is followed by WAIT on the same connection
   (faults/redis_wait.py); fewer acknowledgements raise `PolicyNotReplicated`: the change
   is on the primary (and announced) but a failover may undo it.
@@ -35,18 +35,17 @@ from typing import Any, Protocol, TypeVar
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from faults.redis_clients import is_cluster_url, redis_client
+from faults.redis_clients import one_slot, ready, redis_client
 from faults.redis_wait import write_acknowledged
 from faults.state_db import StateDb
 
 log = logging.getLogger("quorum.tenants.policies")
 T = TypeVar("T")
 
-HASH = "quorum:tenants:policies"
-VERSION = "quorum:tenants:version"
+PREFIX = "quorum:tenants:"
+HASH = PREFIX + "policies"
+VERSION = PREFIX + "version"
 CHANNEL = "quorum:tenants:changed"
-CLUSTER_HASH = "quorum:{tenants}:policies"
-CLUSTER_VERSION = "quorum:{tenants}:version"
 
 
 class PolicyStoreUnavailable(Exception):
@@ -207,9 +206,9 @@ class RedisPolicyStore:
         self._url = url
         self._replicas = replicas
         self._timeout_ms = timeout_ms
-        cluster = is_cluster_url(url)
-        self._hash = CLUSTER_HASH if cluster else HASH
-        self._version = CLUSTER_VERSION if cluster else VERSION
+        prefix = one_slot(url, PREFIX)
+        self._hash = prefix + "policies"
+        self._version = prefix + "version"
 
     @classmethod
     def from_url(
@@ -261,6 +260,7 @@ class RedisPolicyStore:
         while True:
             client = redis_client(self._url, 5.0)
             try:
+                await ready(client)
                 async with client.pubsub() as pubsub:
                     await pubsub.subscribe(CHANNEL)
                     await changed()
