@@ -20,6 +20,7 @@ One row per error (`faults.QuorumError.row`); the runner's one error map reads
     ├── NonceReplayed                    409 nonce_replayed         step 6
     ├── GovernanceUnavailable            503 (server_error, Retry-After)
     │   ├── NonceStoreUnavailable        503 nonce_store_unavailable  step 6
+    │   │   └── NonceNotReplicated       503 nonce_store_unavailable  step 6 (WAIT short)
     │   ├── AuditUnavailable             503 audit_unavailable        step 7
     │   └── RegistryExpired              503 registry_expired         before step 1
     ConfigError (faults.QuorumError)
@@ -57,6 +58,14 @@ GovernanceUnavailable = GovernanceError.row(
 )
 NonceStoreUnavailable = GovernanceUnavailable.row(
     "NonceStoreUnavailable", "nonce_store_unavailable"
+)
+NonceNotReplicated = NonceStoreUnavailable.row(
+    "NonceNotReplicated",
+    "nonce_store_unavailable",
+    template="the spend reached {replicasAcked} of the {replicasAsked} Redis replicas asked "
+    "for (NONCE_REPLICAS) within {timeoutMs} ms, so a failover could forget it: not "
+    "trusted, the operation was not run; the nonce was {released}",
+    extra=("replicasAcked", "replicasAsked"),
 )
 AuditUnavailable = GovernanceUnavailable.row("AuditUnavailable", "audit_unavailable")
 RegistryExpired = GovernanceUnavailable.row(

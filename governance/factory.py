@@ -38,6 +38,8 @@ def build_verifier(
     audit_key_path: str | None = None,
     state_db: str | None = None,
     state_db_sync: str = "full",
+    nonce_replicas: int = 0,
+    nonce_replicas_timeout_ms: int = 500,
 ) -> Verifier:
     """Load and check everything now; raise ConfigInvalid (refuse to start) on any problem.
 
@@ -45,7 +47,8 @@ def build_verifier(
     - redis_url: REDIS_URL: nonces shared by every replica; without it nonces are spent
       in `state_db` (STATE_DB, a SQLite file: they survive a restart), or, when that is
       None too, in process memory (single replica, forgotten at a restart);
-      `state_db_sync`: STATE_DB_SYNC (faults/state_db.py).
+      `state_db_sync`: STATE_DB_SYNC (faults/state_db.py); `nonce_replicas`: NONCE_REPLICAS,
+      the Redis replicas that must acknowledge a spend within `nonce_replicas_timeout_ms`.
     - legacy_key_path: VERIFIED_OP_TOKEN_KEY_PATH; None leaves the legacy HMAC form off.
     - audit_path: the append-only JSONL audit log; None keeps records in memory (dev only).
     - audit_key_path: GOVERNANCE_AUDIT_KEY, the Ed25519 key that signs records and heads;
@@ -60,7 +63,9 @@ def build_verifier(
     legacy_key = load_legacy_key(legacy_key_path) if legacy_key_path else None
     nonces: NonceStore
     if redis_url:
-        nonces = RedisNonceStore.from_url(redis_url)
+        nonces = RedisNonceStore.from_url(
+            redis_url, replicas=nonce_replicas, timeout_ms=nonce_replicas_timeout_ms
+        )
     elif state_db:
         try:
             nonces = SqliteNonceStore(state_db, clock, state_db_sync)

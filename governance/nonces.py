@@ -8,12 +8,21 @@ NonceStoreUnavailable, and the verifier fails closed (503).
 - `SqliteNonceStore`: the embedded default, in `STATE_DB` (faults/state_db.py): the
   spend is committed (fsynced, with STATE_DB_SYNC=full) before `consume` returns, so
   before the 200.
-- `RedisNonceStore`: every replica's, in Redis.
+- `RedisNonceStore`: every replica's, in Redis. With `replicas` (NONCE_REPLICAS) > 0 the
+  spend is followed by `WAIT replicas timeout` on the same connection
+  (faults/redis_wait.py): a spend fewer replicas acknowledged is not trusted, since a
+  failover could promote a replica without it. The nonce is then released on the
+  primary (deleted if it still holds this spend's value) and `NonceNotReplicated` (503
+  `nonce_store_unavailable`) refuses the operation, which never ran: the same token may
+  be sent again. If the release fails too, the nonce stays spent (fail closed: 409 on a
+  retry, the signers sign a new token).
 """
 
 from __future__ import annotations
 
 import heapq
+import logging
+import secrets
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -23,10 +32,12 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from faults.redis_clients import redis_client
+from faults.redis_wait import write_acknowledged
 from faults.state_db import StateDb
-from governance.errors import NonceStoreUnavailable
+from governance.errors import NonceNotReplicated, NonceStoreUnavailable
 
 Clock = Callable[[], float]
+log = logging.getLogger("quorum.governance.nonces")
 
 
 class NonceStore(Protocol):
@@ -108,32 +119,87 @@ def _create_nonces(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS nonces_expires ON nonces (expires)")
 
 
-class RedisNonceStore:
-    """Nonces shared by every replica: `SET <prefix><nonce> 1 NX EX ttl` in Redis."""
+_RELEASED = "released: send the same token again"
+_KEPT = "kept spent (the release failed): ask for a new token"
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 
-    def __init__(self, client: aioredis.Redis, prefix: str = "quorum:gov:nonce:") -> None:
+
+class RedisNonceStore:
+    """Nonces shared by every replica: `SET <prefix><nonce> <spend> NX EX ttl` in Redis,
+    then, with `replicas` > 0, `WAIT replicas timeout_ms` on the same connection."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        prefix: str = "quorum:gov:nonce:",
+        *,
+        replicas: int = 0,
+        timeout_ms: int = 500,
+    ) -> None:
         self._client = client
         self._prefix = prefix
+        self._replicas = replicas
+        self._timeout_ms = timeout_ms
 
     @classmethod
-    def from_url(cls, url: str, timeout_s: float = 2.0) -> RedisNonceStore:
-        client = redis_client(url, timeout_s)
-        return cls(client)
+    def from_url(
+        cls, url: str, timeout_s: float = 2.0, *, replicas: int = 0, timeout_ms: int = 500
+    ) -> RedisNonceStore:
+        """The client's socket timeout outlasts the WAIT by a second, so a WAIT that runs
+        out answers its count instead of timing the connection out."""
+        client = redis_client(url, max(timeout_s, timeout_ms / 1000 + 1.0))
+        return cls(client, replicas=replicas, timeout_ms=timeout_ms)
 
     def key(self, nonce: str) -> str:
         return self._prefix + nonce
 
     async def consume(self, nonce: str, ttl_s: int) -> bool:
+        """1. SET NX EX with a value of this spend's own (then WAIT, when asked).
+        2. Already there -> False (a replay).
+        3. Fewer replicas acknowledged than asked -> release it, raise NonceNotReplicated.
+        Redis errors raise NonceStoreUnavailable."""
         if ttl_s < 1:
             raise ValueError("ttl_s must be at least 1 second")
+        key, spend = self.key(nonce), secrets.token_hex(8)
         try:
-            created = await self._client.set(self.key(nonce), b"1", nx=True, ex=ttl_s)
+            # 1. the spend, acknowledged or not
+            done = await write_acknowledged(
+                self._client,
+                key,
+                ("SET", key, spend, "NX", "EX", ttl_s),
+                self._replicas,
+                self._timeout_ms,
+            )
         except (RedisError, OSError) as exc:
             raise NonceStoreUnavailable(
                 f"nonce store unreachable ({type(exc).__name__}); lifecycle operations are "
                 "refused until it is back"
             ) from exc
-        return bool(created)
+        # 2. a replay
+        if not done.reply:
+            return False
+        # 3. not on enough replicas: a failover could forget it
+        if not done.enough:
+            released = await self._release(key, spend)
+            raise NonceNotReplicated(
+                replicasAcked=done.replicas,
+                replicasAsked=done.asked,
+                timeoutMs=self._timeout_ms,
+                released=_RELEASED if released else _KEPT,
+            )
+        return True
+
+    async def _release(self, key: str, spend: str) -> bool:
+        """Delete the nonce if it still holds `spend`; False when that could not be done."""
+        try:
+            await self._client.eval(_RELEASE, 1, key, spend)
+        except (RedisError, OSError) as exc:
+            log.warning("an unacknowledged nonce could not be released (%s)", exc)
+            return False
+        return True
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -141,8 +141,11 @@ class RedisBudgetStore:
     async def used(self, keys: Sequence[str], now: float) -> list[int]:
         if not keys:
             return []
-        try:
-            values = await self._client.mget([redis_key(k) for k in keys])
+        try:  # GETs in one pipeline, not MGET: on a cluster the tenants' slots differ
+            async with self._client.pipeline(transaction=False) as pipe:
+                for k in keys:
+                    pipe.get(redis_key(k))
+                values = await pipe.execute()
         except (RedisError, OSError) as exc:
             raise BudgetStoreUnavailable(str(exc)) from exc
         return [int(v) if v is not None else 0 for v in values]

@@ -3,9 +3,9 @@
 One sorted set per tenant, `quorum:inflight:{<tenant>}`: a member per permit held
 (`<replica>:<n>`), scored by when it expires (Redis' own clock). `acquire` is one Lua
 script: drop expired members, then add one if fewer than the cap are held. `release`
-removes one and publishes the tenant on `quorum:inflight:freed`, so replicas waiting for
-a permit try at once; `renew` pushes the expiry of the permits a replica holds, so a
-replica that dies gives its permits back after `ttl_s`.
+(a script too) removes one and publishes the tenant on `quorum:inflight:freed`, so
+replicas waiting for a permit try at once; `renew` pushes the expiry of the permits a
+replica holds, so a replica that dies gives its permits back after `ttl_s`.
 """
 
 from __future__ import annotations
@@ -41,6 +41,13 @@ redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
 return 0
 """
 
+# One script, not MULTI: a cluster client refuses PUBLISH (no key) in its pipelines.
+_RELEASE = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return 0
+"""
+
 
 class PermitStoreUnavailable(Exception):
     pass
@@ -55,6 +62,7 @@ class RedisPermitStore:
         self.client = client
         self._acquire = client.register_script(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
+        self._release = client.register_script(_RELEASE)
 
     @classmethod
     def from_url(cls, url: str, timeout_s: float = 2.0) -> RedisPermitStore:
@@ -69,10 +77,7 @@ class RedisPermitStore:
 
     async def release(self, tenant: str, holder: str) -> None:
         try:
-            async with self.client.pipeline(transaction=True) as pipe:
-                pipe.zrem(key(tenant), holder)
-                pipe.publish(FREED, tenant)
-                await pipe.execute()
+            await self._release(keys=[key(tenant)], args=[holder, FREED, tenant])
         except (RedisError, OSError) as exc:
             raise PermitStoreUnavailable(str(exc)) from exc
 

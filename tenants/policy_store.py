@@ -13,6 +13,11 @@ them all with the highest version.
   tenant -> record JSON, and `quorum:tenants:version`), changed by one Lua script that
   bumps the version, writes the record and publishes the version on
   `quorum:tenants:changed`; every replica subscribes (`listen`) and re-reads on a message.
+  On a Redis Cluster the two keys carry a hash tag, `{quorum:tenants}:policies` and
+  `{quorum:tenants}:version`, so the script's keys share one slot. With `replicas`
+  (NONCE_REPLICAS) > 0 a change is followed by WAIT on the same connection
+  (faults/redis_wait.py); fewer acknowledgements raise `PolicyNotReplicated`: the change
+  is on the primary (and announced) but a failover may undo it.
 """
 
 from __future__ import annotations
@@ -30,19 +35,25 @@ from typing import Any, Protocol, TypeVar
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from faults.redis_clients import redis_client
+from faults.redis_clients import one_slot, ready, redis_client
+from faults.redis_wait import write_acknowledged
 from faults.state_db import StateDb
 
 log = logging.getLogger("quorum.tenants.policies")
 T = TypeVar("T")
 
-HASH = "quorum:tenants:policies"
-VERSION = "quorum:tenants:version"
+PREFIX = "quorum:tenants:"
+HASH = PREFIX + "policies"
+VERSION = PREFIX + "version"
 CHANNEL = "quorum:tenants:changed"
 
 
 class PolicyStoreUnavailable(Exception):
     """The policy store could not be reached."""
+
+
+class PolicyNotReplicated(PolicyStoreUnavailable):
+    """The change is on the primary, but fewer replicas than asked acknowledged it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,14 +199,23 @@ return version
 
 
 class RedisPolicyStore:
-    def __init__(self, client: aioredis.Redis, url: str) -> None:
+    def __init__(
+        self, client: aioredis.Redis, url: str, *, replicas: int = 0, timeout_ms: int = 500
+    ) -> None:
         self._client = client
         self._url = url
-        self._put = client.register_script(_PUT)
+        self._replicas = replicas
+        self._timeout_ms = timeout_ms
+        prefix = one_slot(url, PREFIX)
+        self._hash = prefix + "policies"
+        self._version = prefix + "version"
 
     @classmethod
-    def from_url(cls, url: str, timeout_s: float = 2.0) -> RedisPolicyStore:
-        return cls(redis_client(url, timeout_s), url)
+    def from_url(
+        cls, url: str, timeout_s: float = 2.0, *, replicas: int = 0, timeout_ms: int = 500
+    ) -> RedisPolicyStore:
+        client = redis_client(url, max(timeout_s, timeout_ms / 1000 + 1.0))
+        return cls(client, url, replicas=replicas, timeout_ms=timeout_ms)
 
     async def put(
         self,
@@ -206,17 +226,24 @@ class RedisPolicyStore:
         now: float,
     ) -> PolicyRecord:
         draft = PolicyRecord(tenant, policy, -1, sha256, approved_by, now).to_json()
+        script = ("EVAL", _PUT, 2, self._hash, self._version, tenant, draft, CHANNEL)
         try:
-            version = await self._put(keys=[HASH, VERSION], args=[tenant, draft, CHANNEL])
+            done = await write_acknowledged(
+                self._client, self._hash, script, self._replicas, self._timeout_ms
+            )
         except (RedisError, OSError) as exc:
             raise PolicyStoreUnavailable(str(exc)) from exc
-        return PolicyRecord(tenant, policy, int(version), sha256, approved_by, now)
+        if not done.enough:
+            raise PolicyNotReplicated(
+                f"version {done.reply} acknowledged by {done.replicas} of {done.asked} replicas"
+            )
+        return PolicyRecord(tenant, policy, int(done.reply), sha256, approved_by, now)
 
     async def snapshot(self) -> tuple[int, dict[str, PolicyRecord]]:
         try:
             async with self._client.pipeline(transaction=True) as pipe:
-                pipe.get(VERSION)
-                pipe.hgetall(HASH)
+                pipe.get(self._version)
+                pipe.hgetall(self._hash)
                 version, raw = await pipe.execute()
         except (RedisError, OSError) as exc:
             raise PolicyStoreUnavailable(str(exc)) from exc
@@ -233,6 +260,7 @@ class RedisPolicyStore:
         while True:
             client = redis_client(self._url, 5.0)
             try:
+                await ready(client)
                 async with client.pubsub() as pubsub:
                     await pubsub.subscribe(CHANNEL)
                     await changed()

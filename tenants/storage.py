@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import time
-from typing import cast
+from typing import Any, cast
 
 import redis.asyncio
-from limits.aio.storage import RedisStorage, Storage
+from limits.aio.storage import RedisClusterStorage, RedisStorage, Storage
 from limits.aio.storage.redis.redispy import RedispyBridge
 from limits.errors import StorageError
 from redis.exceptions import NoScriptError, RedisError
+from redis.typing import EncodableT
 
-from faults.redis_clients import is_sentinel_url, redis_pool
+from faults.redis_clients import (
+    is_cluster_url,
+    is_sentinel_url,
+    parse_cluster_url,
+    redis_pool,
+)
+from faults.redis_wait import node_pipeline
 from tenants.errors import InvalidTenantConfig
 from tenants.memory_store import Clock, MemoryWindowStorage, Window
 
@@ -38,10 +45,31 @@ def storage_from_url(
     library's own `async+redis://` spellings are accepted too), or a sentinel URL
     (faults/redis_clients.py), whose pool follows the primary. Connect and command time
     out after `timeout_s`, so a hung Redis fails a request fast instead of holding it.
-    Redis windows run on Redis' clock (key TTLs), not on `clock`.
+    Redis windows run on Redis' clock (key TTLs), not on `clock`. A cluster URL gives the
+    library's cluster storage (the two keys of a window share the hash tag it puts in them:
+    `quorum:{LIMITER/...}` and `quorum:{LIMITER/...}/-1`).
     """
     if not redis_url:
         return MemoryWindowStorage(clock)
+    if is_cluster_url(redis_url):
+        target = parse_cluster_url(redis_url)
+        nodes = ",".join(f"{host}:{port}" for host, port in target.nodes)
+        options: dict[str, float | str | bool] = {
+            "socket_timeout": timeout_s,
+            "socket_connect_timeout": timeout_s,
+            "ssl": target.ssl,
+        }
+        if target.username:
+            options["username"] = target.username
+        if target.password:
+            options["password"] = target.password
+        return SharedRedisClusterStorage(
+            f"async+redis+cluster://{nodes}",
+            wrap_exceptions=True,
+            implementation="redispy",
+            key_prefix=KEY_PREFIX,
+            **options,
+        )
     if is_sentinel_url(redis_url):  # the pool finds the primary; the URI only names a kind
         return SharedRedisStorage(
             "async+redis://sentinel:26379",
@@ -74,7 +102,9 @@ async def close_storage(storage: Storage) -> None:
     """Close the Redis connections a store holds (memory stores hold none)."""
     if isinstance(storage, RedisStorage):
         client = getattr(storage.bridge, "storage", None)
-        if client is not None:
+        if isinstance(client, redis.asyncio.RedisCluster):
+            await client.aclose()  # its nodes' connections with it
+        elif client is not None:
             await client.aclose(close_connection_pool=True)
 
 
@@ -103,10 +133,12 @@ class SharedRedisStorage(RedisStorage):
         client = cast("redis.asyncio.Redis", bridge.get_connection())
         try:
             # 1. one round trip
-            async with client.pipeline(transaction=False) as pipe:
-                pipe.evalsha(acquire.sha, 2, previous, current, limit, expiry, 1)
-                pipe.evalsha(window.sha, 2, previous, current, expiry)
-                acquired, raw = await pipe.execute(raise_on_error=False)
+            acquired, raw = await self._pipelined(
+                client,
+                current,
+                ("EVALSHA", acquire.sha, 2, previous, current, limit, expiry, 1),
+                ("EVALSHA", window.sha, 2, previous, current, expiry),
+            )
             # 2. scripts not loaded yet
             if isinstance(acquired, NoScriptError) or isinstance(raw, NoScriptError):
                 for script in (acquire, window):
@@ -126,3 +158,24 @@ class SharedRedisStorage(RedisStorage):
             int(raw[2] or 0),
             max(0.0, float(raw[3] or 0)) / 1000,
         )
+
+    async def _pipelined(
+        self, client: redis.asyncio.Redis, key: str, *commands: tuple[EncodableT, ...]
+    ) -> list[Any]:
+        """`commands` in one pipeline; each reply or the error it was."""
+        async with client.pipeline(transaction=False) as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            return await pipe.execute(raise_on_error=False)
+
+
+class SharedRedisClusterStorage(SharedRedisStorage, RedisClusterStorage):
+    """`acquire_and_read` on the library's Redis Cluster storage: the pipeline goes to the
+    node of the window's slot (both keys carry one hash tag)."""
+
+    STORAGE_SCHEME: list[str] = []  # not registered under a scheme of its own
+
+    async def _pipelined(
+        self, client: redis.asyncio.Redis, key: str, *commands: tuple[EncodableT, ...]
+    ) -> list[Any]:
+        return await node_pipeline(cast("redis.asyncio.RedisCluster", client), key, commands)

@@ -14,6 +14,7 @@ from httpx._types import CertTypes
 from tests.support import forkserver, real_engines
 from tests.support.real_engines import LlamaServer
 from tests.support.real_vllm import require_vllm
+from tests.support.redis_cluster import RedisClusterGroup, running_cluster
 from tests.support.redis_server import RedisServer, running_redis
 
 _STARTED = time.time()
@@ -50,6 +51,19 @@ os.environ.setdefault("QUORUM_TEST_FORK", "1")
 # engines inherit an allow-listed environment (adapters/environment.py): the stand-ins of
 # tests/fixtures/ read their knobs (FAKE_*) and coverage its own from it
 os.environ.setdefault("ENGINE_ENV_ALLOW", "FAKE_*,COV_CORE_*,COVERAGE_*,QUORUM_TEST_*")
+
+
+@pytest.fixture(scope="session")
+def _redis_cluster_session() -> Iterator[RedisClusterGroup]:
+    with running_cluster() as group:
+        yield group
+
+
+@pytest.fixture
+def redis_cluster(_redis_cluster_session: RedisClusterGroup) -> RedisClusterGroup:
+    """A three-primary Redis Cluster (one per test session), emptied for each test."""
+    _redis_cluster_session.flush()
+    return _redis_cluster_session
 
 
 @pytest.fixture

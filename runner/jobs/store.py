@@ -15,6 +15,9 @@ Redis layout (`prefix` = `quorum:job:`)::
     quorum:job:<id>             the job's record, JSON (record.encode), with a TTL
     quorum:job:<id>:cancel      "1" while a cancel was asked for on another replica
     quorum:job:runner:<runner>  set of that runner's unfinished job ids
+
+On a Redis Cluster the prefix is `{quorum:job}:` (a hash tag: a job's record, its cancel
+flag and its runner's set are written in one MULTI, so they share one slot).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Protocol
 
 import redis.asyncio as aioredis
 
-from faults.redis_clients import redis_client
+from faults.redis_clients import one_slot, redis_client
 from runner.jobs import record
 from runner.jobs.errors import redis_errors
 from runner.jobs.record import Failure, Job
@@ -162,7 +165,8 @@ class RedisJobStore:
         active_ttl_s: int = DEFAULT_ACTIVE_TTL_S,
     ) -> RedisJobStore:
         client = redis_client(url, timeout_s)
-        return cls(client, retention_s=retention_s, active_ttl_s=active_ttl_s)
+        prefix = one_slot(url, "quorum:job:")  # a job, its cancel and its runner's set: one MULTI
+        return cls(client, prefix, retention_s=retention_s, active_ttl_s=active_ttl_s)
 
     def key(self, job_id: str) -> str:
         return self._prefix + job_id

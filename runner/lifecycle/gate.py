@@ -43,6 +43,8 @@ def governance_from(settings: Settings) -> Verifier | None:
             audit_key_path=settings.governance_audit_key,
             state_db=settings.state_db_path,
             state_db_sync=settings.state_db_sync,
+            nonce_replicas=settings.nonce_replicas,
+            nonce_replicas_timeout_ms=settings.nonce_replicas_timeout_ms,
         )
     except ConfigInvalid as exc:
         raise ConfigInvalid(

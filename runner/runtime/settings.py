@@ -23,7 +23,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from adapters.llama_server.kind import default_binary as default_llama_server_bin
 from adapters.vllm.launch import DEFAULT_BIN as DEFAULT_VLLM_BIN
-from faults.redis_clients import SENTINEL_SCHEMES, sentinel_url
+from faults.redis_clients import CLUSTER_SCHEMES, SENTINEL_SCHEMES, cluster_url, sentinel_url
 from faults.state_db import MEMORY
 from runner.errors import ConfigError
 from tenants.identity import parse_peers
@@ -136,9 +136,16 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     # REDIS_MODE=sentinel: the primary is found through these sentinels; REDIS_URL then
     # gives only the user, password, db and TLS (faults/redis_clients.py).
-    redis_mode: Literal["standalone", "sentinel"] = "standalone"
+    # REDIS_MODE=cluster: REDIS_URL names any node (and the user, password, TLS);
+    # REDIS_CLUSTER_NODES adds more nodes to start from.
+    redis_mode: Literal["standalone", "sentinel", "cluster"] = "standalone"
     redis_sentinels: str = ""  # host:port,host:port
     redis_sentinel_service: str = "quorum"  # the name the sentinels monitor the primary by
+    redis_cluster_nodes: str = ""  # host:port,host:port
+    # Replicas that must acknowledge a spent nonce or a tenant policy change (Redis WAIT)
+    # before it is trusted; 0: none (embedded, dev, a Redis without replicas).
+    nonce_replicas: int = Field(default=0, ge=0, le=16)
+    nonce_replicas_timeout_ms: int = Field(default=500, ge=1, le=10_000)
     models_config: str | None = None
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     engine_connect_timeout_s: float = Field(default=5.0, gt=0)
@@ -313,8 +320,14 @@ class Settings(BaseSettings):
     def _sentinel(cls, data: object) -> object:
         """REDIS_MODE=sentinel: `redis_url` becomes the sentinel URL every store's client
         reads (REDIS_SENTINELS, REDIS_SENTINEL_SERVICE, and REDIS_URL's user, password,
-        db and TLS), so no store needs to know which mode it runs in."""
-        if not isinstance(data, dict) or str(data.get("redis_mode", "")).lower() != "sentinel":
+        db and TLS), so no store needs to know which mode it runs in; REDIS_MODE=cluster
+        likewise (`_cluster`)."""
+        if not isinstance(data, dict):
+            return data
+        mode = str(data.get("redis_mode", "")).lower()
+        if mode == "cluster":
+            return _cluster(data)
+        if mode != "sentinel":
             return data
         sentinels = str(data.get("redis_sentinels") or "")
         if not sentinels:
@@ -335,9 +348,26 @@ class Settings(BaseSettings):
         if value in (None, ""):
             return None
         assert value is not None
-        if not value.startswith(("redis://", "rediss://", "unix://", *SENTINEL_SCHEMES)):
+        schemes = ("redis://", "rediss://", "unix://", *SENTINEL_SCHEMES, *CLUSTER_SCHEMES)
+        if not value.startswith(schemes):
             raise ValueError("must start with redis://, rediss:// or unix://")
         return value
+
+
+def _cluster(data: dict[str, object]) -> dict[str, object]:
+    """REDIS_MODE=cluster: `redis_url` becomes the cluster URL (faults/redis_clients.py)
+    built from REDIS_URL's node, user, password and TLS and REDIS_CLUSTER_NODES."""
+    base = data.get("redis_url")
+    if base and not str(base).startswith(("redis://", "rediss://")):
+        raise ValueError("REDIS_MODE=cluster: REDIS_URL must be redis:// or rediss://")
+    nodes = str(data.get("redis_cluster_nodes") or "")
+    if not base and not nodes:
+        raise ValueError("REDIS_MODE=cluster needs REDIS_URL or REDIS_CLUSTER_NODES (host:port)")
+    return {
+        **data,
+        "redis_mode": "cluster",
+        "redis_url": cluster_url(str(base) if base else None, nodes),
+    }
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:

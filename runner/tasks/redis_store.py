@@ -2,7 +2,8 @@
 the promises both stores keep).
 
 Layout (`prefix` defaults to `quorum:task:`; the scripts build task keys from it, so on
-Redis Cluster give the prefix a hash tag, e.g. `{quorum:task}:`)::
+a Redis Cluster `from_url` puts the prefix in a hash tag, `{quorum:task}:`: every key
+below is in one slot)::
 
     <prefix><taskId>        the record as JSON; EX retention_s once terminal
     <prefix>model:<runner>:<model>  taskId of the runner's active task for the model (the
@@ -25,7 +26,7 @@ import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from faults.redis_clients import redis_client
+from faults.redis_clients import one_slot, redis_client
 from runner.tasks.errors import TaskStoreUnavailable
 from runner.tasks.record import LoadTask
 from runner.tasks.state import ACTIVE, statuses_that_may_become
@@ -145,7 +146,9 @@ class RedisTaskStore:
         """A store on its own client for `url` (`REDIS_URL`); commands time out after
         `timeout_s`, so a hung Redis answers 503 fast instead of holding a request."""
         client = redis_client(url, timeout_s)
-        return cls(client, prefix, retention_s=retention_s, stale_after_s=stale_after_s)
+        return cls(
+            client, one_slot(url, prefix), retention_s=retention_s, stale_after_s=stale_after_s
+        )
 
     def task_key(self, task_id: str) -> str:
         return self._prefix + task_id

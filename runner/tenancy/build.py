@@ -54,7 +54,9 @@ class Tenancy:
                 s.redis_url, timeout
             )
             usage_store: UsageStore = RedisUsageStore.from_url(s.redis_url, retention)
-            policy_store: PolicyStore = RedisPolicyStore.from_url(s.redis_url)
+            policy_store: PolicyStore = RedisPolicyStore.from_url(
+                s.redis_url, replicas=s.nonce_replicas, timeout_ms=s.nonce_replicas_timeout_ms
+            )
             replica = f"{s.runner_id}:{socket.gethostname()}:{os.getpid()}"
             permits: SharedPermits | None = SharedPermits(
                 RedisPermitStore.from_url(s.redis_url), s.redis_url, replica, cap_of,

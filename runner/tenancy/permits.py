@@ -23,7 +23,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from faults.redis_clients import redis_client
+from faults.redis_clients import ready, redis_client
 from tenants.permit_store import FREED, PermitStoreUnavailable, RedisPermitStore
 
 log = logging.getLogger("quorum.tenancy.permits")
@@ -119,6 +119,7 @@ class SharedPermits:
         while True:
             client = redis_client(self._url, 5.0)
             try:
+                await ready(client)
                 async with client.pubsub() as pubsub:
                     await pubsub.subscribe(FREED)
                     async for message in pubsub.listen():

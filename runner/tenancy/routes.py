@@ -37,7 +37,7 @@ from runner.lifecycle.governed import GovernedRequest
 from runner.runtime.wiring import Runtime
 from tenants.config import parse_policy_document
 from tenants.errors import InvalidTenantConfig
-from tenants.policy_store import PolicyRecord, PolicyStoreUnavailable
+from tenants.policy_store import PolicyNotReplicated, PolicyRecord, PolicyStoreUnavailable
 from tenants.rates import TENANT_ID
 from tenants.usage import DAY, HOUR, hour_of, rows
 from tenants.usage_store import UsageStoreUnavailable
@@ -223,6 +223,12 @@ async def _store(
     sha = policy_sha256(policy)
     try:
         record = await rt.tenancy.policies.put(tenant, policy, sha, principals)
+    except PolicyNotReplicated:
+        raise ServiceUnavailable(
+            "tenant policy changed on the Redis primary but not acknowledged by the replicas "
+            "asked for (NONCE_REPLICAS): a failover may undo it; read it back with GET, the "
+            "token is spent"
+        ) from None
     except PolicyStoreUnavailable:
         raise ServiceUnavailable("tenant policy store unreachable; the token is spent") from None
     return _json(

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from compose_spec import PyCompose
 
-from runner.runtime.settings import Settings
+from runner.runtime.settings import Settings, load_settings
 from tests.deploy.tools import ROOT, promtool
 
 
@@ -97,3 +97,41 @@ def test_compose_grafana_provisions_prometheus_and_the_dashboard(compose: dict[s
     (provider,) = providers["providers"]
     folder = mounts[provider["options"]["path"]]
     assert (folder / "quorum.json").is_file()
+
+
+def _merged(base: Any, override: Any) -> Any:
+    """`docker compose -f base -f override`: mappings merge key by key, anything else
+    (a command, a list of ports) is replaced by the override's."""
+    if not (isinstance(base, dict) and isinstance(override, dict)):
+        return override
+    merged = dict(base)
+    for key, value in override.items():
+        merged[key] = _merged(base[key], value) if key in base else value
+    return merged
+
+
+def test_compose_sentinel_override_is_valid_and_names_its_sentinels(
+    compose: dict[str, Any],
+) -> None:
+    """compose.yaml with deploy/compose/sentinel.yaml over it is valid Compose; it adds a
+    replica of `redis` and three sentinels watching it, and the runners' settings (as the
+    runner reads them) find the primary through exactly those sentinels and wait for one
+    replica on every spend."""
+    override = yaml.safe_load((ROOT / "deploy/compose/sentinel.yaml").read_text())
+    merged = _merged(compose, override)
+    parsed = PyCompose.from_yaml(yaml.safe_dump(merged))
+    sentinels = {n for n in parsed.service_names() if n.startswith("sentinel-")}
+    assert len(sentinels) == 3 and "redis-replica" in parsed.service_names()
+    replica = merged["services"]["redis-replica"]["command"]
+    assert replica[replica.index("--replicaof") + 1 :] == ["redis", "6379"]
+    for service in merged["services"].values():
+        script = " ".join(service.get("entrypoint", []))
+        if "--sentinel" in script:
+            assert "sentinel monitor quorum redis 6379 2" in script
+    for name, runner in _runners(merged).items():
+        env = {k: str(v) for k, v in runner["environment"].items() if not k.startswith("<<")}
+        settings = load_settings(env)
+        assert settings.redis_mode == "sentinel" and settings.nonce_replicas == 1, name
+        named = {s.split(":")[0] for s in env["REDIS_SENTINELS"].split(",")}
+        assert named == sentinels
+        assert set(runner["depends_on"]) >= sentinels

@@ -6,6 +6,7 @@ ties them to the runner (probes, ports, labels, settings)."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 import yaml
 
 from adapters.llama_server.protocol import LaunchOptions, command_line
-from runner.runtime.settings import Settings
+from runner.runtime.settings import Settings, load_settings
 from tests.deploy.tools import (
     K8S,
     crd_validator,
@@ -25,7 +26,11 @@ from tests.deploy.tools import (
     validate_kubernetes,
 )
 
-OVERLAYS = {"base": K8S / "base", "gpu": K8S / "overlays" / "gpu"}
+OVERLAYS = {
+    "base": K8S / "base",
+    "gpu": K8S / "overlays" / "gpu",
+    "sentinel": K8S / "overlays" / "sentinel",
+}
 CRD_SCHEMAS = {
     ("inference.networking.k8s.io/v1", "InferencePool"): "inferencepool-v1.json",
     ("llm-d.ai/v1alpha2", "InferenceObjective"): "inferenceobjective-v1alpha2.json",
@@ -205,7 +210,8 @@ def test_k8s_runner_environment_names_known_settings(rendered: list[dict[str, An
     known = {name.upper() for name in Settings.model_fields}
     names = {e["name"] for e in runner["env"]}
     assert names <= known, names - known
-    redis = _one(rendered, "Service", "quorum-redis")
+    services = [o for o in rendered if o["kind"] == "Service"]
+    redis = next(o for o in services if o["metadata"]["name"] == "quorum-redis")
     url = next(e["value"] for e in runner["env"] if e["name"] == "REDIS_URL")
     assert url == f"redis://{redis['metadata']['name']}:{redis['spec']['ports'][0]['port']}/0"
 
@@ -216,3 +222,29 @@ def test_k8s_runner_runs_as_the_image_user(rendered: list[dict[str, Any]]) -> No
     assert pod["securityContext"]["runAsUser"] == 10001
     dockerfile = (K8S.parents[1] / "Dockerfile").read_text()
     assert "\nUSER 10001:10001\n" in dockerfile
+
+
+def test_k8s_sentinel_overlay_runners_name_the_sentinels_it_runs() -> None:
+    """The sentinel overlay: three Redis pods, each with a sentinel on 26379 behind a
+    headless Service; the runners' REDIS_SENTINELS name exactly those pods' sentinels,
+    load as settings (REDIS_MODE=sentinel, NONCE_REPLICAS=1), and may reach them; the
+    start scripts parse as shell."""
+    objs = kustomize(OVERLAYS["sentinel"])
+    redis = _one(objs, "StatefulSet", "quorum-redis")["spec"]
+    service = _one(objs, "Service", "quorum-redis-nodes")
+    assert redis["serviceName"] == service["metadata"]["name"]
+    assert service["spec"]["clusterIP"] == "None"
+    sentinel = next(c for c in redis["template"]["spec"]["containers"] if c["name"] == "sentinel")
+    assert [p["containerPort"] for p in sentinel["ports"]] == [26379]
+    env = {e["name"]: e.get("value") for e in _runner(objs)["env"]}
+    pods = [f"quorum-redis-{i}.quorum-redis-nodes:26379" for i in range(redis["replicas"])]
+    assert env["REDIS_SENTINELS"].split(",") == pods
+    settings = load_settings({k: v for k, v in env.items() if v is not None})
+    assert settings.redis_mode == "sentinel" and settings.nonce_replicas == 1
+    policy = _one(objs, "NetworkPolicy", "quorum-redis")
+    opened = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    assert opened == {6379, 26379}
+    scripts = _one(objs, "ConfigMap", "quorum-redis-scripts")["data"]
+    for name, text in scripts.items():
+        checked = subprocess.run(["sh", "-n"], input=text, text=True, capture_output=True)
+        assert checked.returncode == 0, (name, checked.stderr)

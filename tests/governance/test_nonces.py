@@ -13,10 +13,11 @@ import redis.asyncio as aioredis
 from governance.errors import NonceStoreUnavailable
 from governance.nonces import MemoryNonceStore, NonceStore, RedisNonceStore, SqliteNonceStore
 from tests.governance.support import Clock
+from tests.support.redis_cluster import redis_url
 from tests.support.redis_server import RedisServer
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "cluster"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[NonceStore]:
     if request.param == "memory":
         yield MemoryNonceStore(Clock())
@@ -26,8 +27,8 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         yield sqlite_store
         await sqlite_store.aclose()
         return
-    server: RedisServer = request.getfixturevalue("redis_server")
-    redis_store = RedisNonceStore.from_url(server.url)
+    url = redis_url(request)  # a redis-server, or a three-node cluster
+    redis_store = RedisNonceStore.from_url(url)
     yield redis_store
     await redis_store.aclose()
 

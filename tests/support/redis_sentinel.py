@@ -90,8 +90,8 @@ class SentinelGroup:
     def start(self) -> SentinelGroup:
         self._server(self.primary_port)
         self._server(self.replica_port, "--replicaof", "127.0.0.1", str(self.primary_port))
-        wait_until(
-            lambda: b"connected_slaves:1" in ask(self.primary_port, "INFO", "replication"),
+        wait_until(  # attached and synced (not still waiting for the first copy)
+            lambda: b"state=online" in ask(self.primary_port, "INFO", "replication"),
             "replica attached",
         )
         for port in self.sentinel_ports:
@@ -122,12 +122,57 @@ class SentinelGroup:
         self.procs[port].send_signal(signal.SIGKILL)
         self.procs[port].wait(10)
 
+    def cut_off_replica(self) -> None:
+        """Freeze the replica (SIGSTOP) and wait until the primary drops it (its
+        `repl-timeout`, lowered to 2 s here, runs out): from then on the primary's writes
+        reach no replica, while the primary goes on answering."""
+        ask(self.primary_port, "CONFIG", "SET", "repl-timeout", "2")
+        self.procs[self.replica_port].send_signal(signal.SIGSTOP)
+        wait_until(
+            lambda: b"connected_slaves:0" in ask(self.primary_port, "INFO", "replication"),
+            "the primary dropped the frozen replica",
+            timeout=60,
+        )
+
+    def fail_over_to_the_cut_off_replica(self) -> None:
+        """SIGKILL the primary, thaw the replica (it never gets what the primary took
+        meanwhile: the primary is gone), and wait until the sentinels name it primary."""
+        self.kill(self.primary_port)
+        self.procs[self.replica_port].send_signal(signal.SIGCONT)
+        wait_until(lambda: self.primary() == self.replica_port, "failover", timeout=90)
+        wait_until(
+            lambda: b"role:master" in ask(self.replica_port, "INFO", "replication"),
+            "the replica promoted",
+        )
+
     def stop(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)  # a frozen replica: let it run to its end
                 proc.kill()
                 proc.wait(10)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextmanager
+def running_replica(primary_port: int) -> Iterator[int]:
+    """A redis-server replicating the one on `primary_port`, attached (its port)."""
+    port = free_port()
+    folder = Path(tempfile.mkdtemp(prefix="quorum-replica-"))
+    args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    args += ["--dir", str(folder), "--replicaof", "127.0.0.1", str(primary_port)]
+    proc = subprocess.Popen(
+        [_binary(), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_until(
+            lambda: b"master_link_status:up" in ask(port, "INFO", "replication"), "replica up"
+        )
+        yield port
+    finally:
+        proc.kill()
+        proc.wait(10)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextmanager

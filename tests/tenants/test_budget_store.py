@@ -9,7 +9,7 @@ import pytest
 from tenants.budget_store import BudgetStore, MemoryBudgetStore, RedisBudgetStore
 from tenants.budgets import Reservation, plan, settle, window
 from tenants.policy import TokenBudget
-from tests.support.redis_server import RedisServer
+from tests.support.redis_cluster import redis_url
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -18,13 +18,13 @@ MINUTE = TokenBudget(100, "minute")
 OUTPUT = TokenBudget(40, "hour", count="output", model="gemma-*")
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[BudgetStore]:
     if request.param == "memory":
         yield MemoryBudgetStore()
         return
-    server: RedisServer = request.getfixturevalue("redis_server")
-    redis_store = RedisBudgetStore.from_url(server.url, timeout_s=5.0)
+    url = redis_url(request)  # a redis-server, or a three-node cluster
+    redis_store = RedisBudgetStore.from_url(url, timeout_s=5.0)
     yield redis_store
     await redis_store.aclose()
 

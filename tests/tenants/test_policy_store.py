@@ -14,7 +14,7 @@ from tenants.policy_store import (
     RedisPolicyStore,
     SqlitePolicyStore,
 )
-from tests.support.redis_server import RedisServer
+from tests.support.redis_cluster import redis_url
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -22,7 +22,7 @@ NOW = 1_767_225_630.0
 POLICY = {"api_keys": ["sha256:" + "a" * 64], "models": ["echo"]}
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "cluster"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[PolicyStore]:
     made: PolicyStore
     if request.param == "memory":
@@ -30,8 +30,8 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     elif request.param == "sqlite":
         made = SqlitePolicyStore(tmp_path / "state.sqlite3")
     else:
-        server: RedisServer = request.getfixturevalue("redis_server")
-        made = RedisPolicyStore.from_url(server.url)
+        url = redis_url(request)  # a redis-server, or a three-node cluster
+        made = RedisPolicyStore.from_url(url)
     yield made
     await made.aclose()
 

@@ -12,6 +12,7 @@ from tenants.config import build_config
 from tenants.errors import RateLimitUnavailable
 from tenants.ratelimit import RateLimiter
 from tenants.storage import storage_from_url
+from tests.support.redis_cluster import redis_url
 from tests.support.redis_server import RedisServer
 
 CONFIG = build_config({"TENANT_RATE_LIMIT_community-x": "10req/min"})
@@ -35,14 +36,18 @@ class Errors:
         self.calls.append((tenant, error))
 
 
-@pytest.fixture
-async def replicas(redis_server: RedisServer) -> AsyncIterator[tuple[RateLimiter, RateLimiter]]:
-    """Two limiters, each with its own connection pool, sharing one redis-server. They wait
+@pytest.fixture(params=["redis", "cluster"])
+async def replicas(
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[tuple[RateLimiter, RateLimiter]]:
+    """Two limiters, each with its own connection pool, sharing one redis-server (or one
+    three-node cluster). They wait
     up to 5 s for Redis (not the runner's 0.25 s): these tests pin the shared window, and
     on a loaded 2-core machine opening 15 connections at once took longer than 0.25 s
     (two requests failed open); Redis down is tested below with the short timeout."""
-    a = RateLimiter(CONFIG, storage_from_url(redis_server.url, timeout_s=5.0))
-    b = RateLimiter(CONFIG, storage_from_url(redis_server.url, timeout_s=5.0))
+    url = redis_url(request)
+    a = RateLimiter(CONFIG, storage_from_url(url, timeout_s=5.0))
+    b = RateLimiter(CONFIG, storage_from_url(url, timeout_s=5.0))
     yield a, b
     await a.aclose()
     await b.aclose()
@@ -67,6 +72,7 @@ async def test_ratelimiter_redis_replicas_share_one_window_concurrent(
     assert sum(d is not None and d.allowed for d in decisions) == 10
 
 
+@pytest.mark.parametrize("replicas", ["redis"], indirect=True)
 async def test_ratelimiter_redis_keys_are_prefixed(
     replicas: tuple[RateLimiter, RateLimiter], redis_server: RedisServer
 ) -> None:

@@ -11,10 +11,10 @@ import pytest
 from runner.jobs.sqlite_store import SqliteJobStore
 from runner.jobs.store import JobStore, MemoryJobStore, RedisJobStore
 from tests.runner.jobs.support import Clock
-from tests.support.redis_server import RedisServer
+from tests.support.redis_cluster import redis_url
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "cluster"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[JobStore]:
     if request.param == "memory":
         yield MemoryJobStore(Clock())
@@ -24,7 +24,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         yield kept
         await kept.aclose()
         return
-    server: RedisServer = request.getfixturevalue("redis_server")
-    redis_store = RedisJobStore.from_url(server.url)
+    url = redis_url(request)  # a redis-server, or a three-node cluster
+    redis_store = RedisJobStore.from_url(url)
     yield redis_store
     await redis_store.aclose()

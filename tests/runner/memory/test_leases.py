@@ -18,6 +18,7 @@ from runner.memory import (
     RedisLeaseStore,
 )
 from tests.governance.support import Clock
+from tests.support.redis_cluster import redis_url
 from tests.support.redis_server import RedisServer
 
 SHORT_TTL_S = 0.2
@@ -40,14 +41,14 @@ class Harness:
         raise AssertionError(f"lease of {holder!r} did not expire")
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     if request.param == "memory":
         clock = Clock()
         yield Harness(MemoryLeaseStore(clock), clock)
         return
-    server: RedisServer = request.getfixturevalue("redis_server")
-    store = RedisLeaseStore.from_url(server.url)
+    url = redis_url(request)  # a redis-server, or a three-node cluster
+    store = RedisLeaseStore.from_url(url)
     yield Harness(store, None)
     await store.aclose()
 

@@ -21,6 +21,7 @@ from runner.tasks.redis_store import RedisTaskStore
 from runner.tasks.sqlite_store import SqliteTaskStore
 from runner.tasks.state import TaskStatus
 from runner.tasks.store import MemoryTaskStore, TaskStore
+from tests.support.redis_cluster import redis_url
 from tests.support.redis_server import RedisServer
 
 NOW = 1_767_225_600.0
@@ -44,7 +45,7 @@ class Clock:
 Replicas = tuple[TaskStore, TaskStore]
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "cluster"])
 async def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Replicas]:
     if request.param == "memory":
         store = MemoryTaskStore(Clock(), stale_after_s=STALE_AFTER_S)
@@ -55,9 +56,9 @@ async def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
         yield kept, kept
         await kept.aclose()
         return
-    server: RedisServer = request.getfixturevalue("redis_server")
-    a = RedisTaskStore.from_url(server.url, stale_after_s=STALE_AFTER_S)
-    b = RedisTaskStore.from_url(server.url, stale_after_s=STALE_AFTER_S)
+    url = redis_url(request)  # a redis-server, or a three-node cluster
+    a = RedisTaskStore.from_url(url, stale_after_s=STALE_AFTER_S)
+    b = RedisTaskStore.from_url(url, stale_after_s=STALE_AFTER_S)
     yield a, b
     await a.aclose()
     await b.aclose()

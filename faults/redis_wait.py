@@ -1,0 +1,96 @@
+"""A write that must survive a failover, acknowledged by replicas before it is trusted.
+
+Redis replicates asynchronously: the primary answers a write before any replica has it,
+and a failover in between promotes a replica without it (a spent nonce spendable again).
+`WAIT numreplicas timeout` blocks until that many replicas acknowledged every write made
+*on the same connection* so far, or the timeout passed, and answers how many did. So the
+write and its WAIT are sent together on one connection:
+
+- a plain or Sentinel client: a pipeline without MULTI (redis-py sends a pipeline on one
+  connection of the pool; WAIT cannot block inside MULTI);
+- a cluster client (`RedisCluster`): redis-py routes a bare WAIT to every primary and adds
+  the answers, which says nothing of this write; so both commands go as one pipeline to
+  the node that owns the key's slot (`ClusterNode.execute_pipeline`, one connection).
+
+`replicas=0` (the default of `NONCE_REPLICAS`) sends the write alone. A WAIT that counts
+fewer replicas than asked does not undo the write: the caller decides (`governance/
+nonces.py` releases the nonce and refuses the operation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import PipelineCommand, RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.typing import EncodableT
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledged:
+    """The write's reply, and how many replicas acknowledged it (`asked` when none was)."""
+
+    reply: Any
+    replicas: int
+    asked: int
+
+    @property
+    def enough(self) -> bool:
+        return self.replicas >= self.asked
+
+
+async def write_acknowledged(
+    client: aioredis.Redis,
+    key: str,
+    command: Sequence[EncodableT],
+    replicas: int,
+    timeout_ms: int,
+) -> Acknowledged:
+    """Send `command` (which writes `key`), then `WAIT replicas timeout_ms`, on one connection.
+
+    1. `replicas` <= 0: the command alone -> acknowledged by definition.
+    2. A cluster client: both to the primary of `key`'s slot, on one connection of that node;
+       a connection lost there makes the client read the slot map again before the next call.
+    3. Otherwise: one pipeline (no MULTI) on one connection of the client's pool.
+    Redis errors are raised as they are (the stores translate them).
+    """
+    # 1. no replica asked for
+    if replicas <= 0:
+        reply = await client.execute_command(*command)  # type: ignore[no-untyped-call]
+        return Acknowledged(reply, 0, 0)
+    wait = ("WAIT", replicas, timeout_ms)
+    # 2. a cluster: the node that owns the key, one connection
+    if isinstance(client, RedisCluster):
+        replies = await node_pipeline(client, key, [command, wait])
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return Acknowledged(replies[0], int(replies[1]), replicas)
+    # 3. one pipeline, one connection
+    async with client.pipeline(transaction=False) as pipe:
+        pipe.execute_command(*command)
+        pipe.execute_command(*wait)
+        reply, acked = await pipe.execute()
+    return Acknowledged(reply, int(acked), replicas)
+
+
+async def node_pipeline(
+    client: RedisCluster, key: str, commands: Sequence[Sequence[EncodableT]]
+) -> list[Any]:
+    """`commands` in one pipeline on one connection to the primary of `key`'s slot (redis-py
+    refuses scripts and keyless commands in its cluster pipelines); each reply, or the error
+    it was. A connection lost there makes the client read the slot map again."""
+    sent = [PipelineCommand(i, *command) for i, command in enumerate(commands)]
+    try:
+        await client.initialize()  # the slot map, read once (a no-op afterwards)
+        node = client.get_node_from_key(key)  # raises when no node serves the slot
+        assert node is not None  # None only when asked for a replica
+        await node.execute_pipeline(sent)
+    except (RedisConnectionError, RedisTimeoutError, OSError):
+        await client.nodes_manager.initialize()
+        raise
+    return [done.result for done in sent]
