@@ -13,6 +13,8 @@ import pytest
 from websockets.asyncio.client import connect
 
 from tests.adapters.comfyui.support import CHECKPOINT, comfy_base, eventually, model_free, txt2img
+from tests.fixtures._comfy_worker import blur_ms
+from tests.fixtures.fake_comfyui import parser
 from tests.fixtures.launch import FakeEngine, start_fake
 
 
@@ -245,3 +247,12 @@ async def test_fake_legacy_mode_behaves_as_v0_3_64(tmp_path: Path) -> None:
                     "/prompt", json={"prompt": model_free("quorum/l"), "prompt_id": "mine"}
                 )
                 assert answer.status_code == 200 and answer.json()["prompt_id"] == "mine"
+
+
+def test_fake_blur_time_grows_with_the_batch_pixels() -> None:
+    """An ImageBlur of more pixels takes longer, as the real one's does (issue 41)."""
+    args = parser().parse_args(["--blur-ms", "50", "--blur-ms-per-mpx", "6000"])
+    small, large = blur_ms(args, 128 * 128 / 1e6), blur_ms(args, 640 * 640 / 1e6)
+    assert 50 < small < large
+    assert large == pytest.approx(50 + 6000 * 0.4096)
+    assert blur_ms(parser().parse_args([]), 1.0) == 100.0  # default: a fixed time, as before
