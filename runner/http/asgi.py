@@ -64,20 +64,25 @@ class DisconnectWatch:
     that second case a no-op (cheaper than cancelling the watch: no exception is thrown).
     """
 
-    __slots__ = ("_hook", "_task", "armed", "gone")
+    __slots__ = ("_hook", "_listening", "_task", "armed", "gone")
 
     def __init__(self, task: asyncio.Task[Any]) -> None:
         self._task = task
         self._hook: Callable[[Callable[[], None] | None], None] | None = None
+        self._listening = False
         self.armed = True
         self.gone = False
 
     def start(self, scope: Scope, receive: Receive) -> None:
+        """Watch (again, after a `disarm`: one watch serves a request's budget wait and
+        then its admission; `receive` is read by one task at most)."""
+        self.armed = True
         hook = scope.get(GONE_HOOK)
         if hook is not None:
             self._hook = hook
             hook(self.fire)
-        else:
+        elif not self._listening:
+            self._listening = True
             self._task.get_loop().create_task(self.run(receive))
 
     async def run(self, receive: Receive) -> None:

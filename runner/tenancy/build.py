@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runner.runtime.settings import Settings
-from runner.tenancy.guard import Budgets
 from runner.tenancy.live import LivePolicies
 from runner.tenancy.permits import SharedPermits
+from runner.tenancy.token_budgets import Budgets
 from runner.tenancy.usage import UsageRecorder
 from tenants.budget_store import MemoryBudgetStore, RedisBudgetStore
 from tenants.config import TenantsConfig
