@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from faults.redis_clients import redis_client
-from tenants.budgets import Attempt, BudgetBook, Charge, Settlement
+from tenants.budgets import BudgetBook, Charge, ReserveAttempt, Settlement
 
 PREFIX = "quorum:budget:"
 
@@ -37,7 +37,7 @@ class BudgetStore(Protocol):
         store across the network."""
         ...
 
-    async def reserve(self, charges: Sequence[Charge], now: float) -> Attempt:
+    async def reserve(self, charges: Sequence[Charge], now: float) -> ReserveAttempt:
         """`BudgetBook.reserve`: 0 and the counters after, or the refused index + 1, the
         counters read and the refused counter's held part."""
         ...
@@ -60,7 +60,7 @@ class MemoryBudgetStore:
         self.book = BudgetBook()
         self._clock = clock
 
-    async def reserve(self, charges: Sequence[Charge], now: float) -> Attempt:
+    async def reserve(self, charges: Sequence[Charge], now: float) -> ReserveAttempt:
         return self.book.reserve(charges, now)
 
     async def adjust(self, settlements: Sequence[Settlement], now: float) -> None:
@@ -140,9 +140,9 @@ class RedisBudgetStore:
     def from_url(cls, url: str, timeout_s: float = 0.25) -> RedisBudgetStore:
         return cls(redis_client(url, timeout_s))
 
-    async def reserve(self, charges: Sequence[Charge], now: float) -> Attempt:
+    async def reserve(self, charges: Sequence[Charge], now: float) -> ReserveAttempt:
         if not charges:
-            return Attempt(0, ())
+            return ReserveAttempt(0, ())
         args: list[int] = []
         for charge in charges:
             args += [charge.limit, charge.amount, charge.ttl_s(now)]
@@ -154,7 +154,7 @@ class RedisBudgetStore:
         refused, held, *counters = (int(v) for v in answer)
         if refused:  # the counters read up to the refused one; the rest were not read
             counters += [0] * (len(charges) - len(counters))
-        return Attempt(refused, tuple(counters), held)
+        return ReserveAttempt(refused, tuple(counters), held)
 
     async def adjust(self, settlements: Sequence[Settlement], now: float) -> None:
         if not settlements:

@@ -26,7 +26,7 @@ from typing import NamedTuple
 from tenants.budgets import Charge
 
 
-class Wait(NamedTuple):
+class WaitInLine(NamedTuple):
     """Wait for a settlement of this counter, at most until `until` (then try again)."""
 
     until: float
@@ -42,7 +42,7 @@ class Refuse(NamedTuple):
 
 def after_refusal(
     charge: Charge, counter: int, held: int, now: float, give_up_at: float, waited_s: float
-) -> Wait | Refuse:
+) -> WaitInLine | Refuse:
     """What a request does when `charge` did not fit its counter (`counter` tokens, of
     which `held` reserved by requests not settled yet), having waited `waited_s` so far.
 
@@ -52,7 +52,7 @@ def after_refusal(
        at `now` for a request that may not wait): Refuse, Retry-After the smaller of the
        window's end and how long the reservations in flight held the room (`waited_s`,
        at least 1 s: they settle as their requests end).
-    3. Otherwise Wait, until the bound or the window's end, whichever comes first (a new
+    3. Otherwise WaitInLine, until the bound or the window's end, whichever comes first (a new
        window has the whole budget).
     """
     to_window_end = max(1, math.ceil(charge.window_end - now))
@@ -60,4 +60,4 @@ def after_refusal(
         return Refuse(to_window_end, spent=True)
     if now >= give_up_at:  # 2
         return Refuse(min(to_window_end, max(1, math.ceil(waited_s))), spent=False)
-    return Wait(min(give_up_at, float(charge.window_end)))  # 3
+    return WaitInLine(min(give_up_at, float(charge.window_end)))  # 3

@@ -77,7 +77,7 @@ class Charge(NamedTuple):
         return max(1, math.ceil(self.window_end - now) + GRACE_S)
 
 
-class Attempt(NamedTuple):
+class ReserveAttempt(NamedTuple):
     """A store's answer to `reserve`: `refused` 0 when every charge was added (then
     `counters` are the counters after), else the refused charge's index + 1 (then
     `counters` the counters read, and `held` the refused counter's tokens reserved by
@@ -198,7 +198,7 @@ class BudgetBook:
     def __len__(self) -> int:
         return len(self._counters)
 
-    def reserve(self, charges: Sequence[Charge], now: float) -> Attempt:
+    def reserve(self, charges: Sequence[Charge], now: float) -> ReserveAttempt:
         """All charges or none.
 
         1. Read each counter (an expired one reads 0).
@@ -216,7 +216,7 @@ class BudgetBook:
             if used[i] + charge.amount > charge.budget.tokens:
                 entry = counters.get(charge.key)
                 held = entry[1] if entry is not None and entry[2] > now else 0
-                return Attempt(i + 1, tuple(used), held)
+                return ReserveAttempt(i + 1, tuple(used), held)
         for i, charge in enumerate(charges):  # 3
             used[i] += charge.amount
             entry = counters.get(charge.key)
@@ -226,7 +226,7 @@ class BudgetBook:
         if len(counters) > self._sweep_above:
             self._sweep(now)
             self._sweep_above = max(self.SWEEP_ABOVE, 2 * len(counters))
-        return Attempt(0, tuple(used))
+        return ReserveAttempt(0, tuple(used))
 
     def adjust(self, settlements: Sequence[Settlement], now: float) -> None:
         """Add each delta to its counter and release from its held part, if the counter

@@ -162,17 +162,14 @@ class FrontEnd:
         path_of: Callable[[str], str | None] = lambda _model: None,
         objectives: Mapping[bytes, str] = DEFAULT_OBJECTIVES,
         budgets: Budgets | None = None,
-        budget_wait_s: float = 0.0,
         usage: UsageRecorder | None = None,
         identity: Identity | None = None,
     ) -> None:
         """`path_of(model)` names the path kind that serves a model (`chat`, `audio`,
         `images`; None: unknown here, the scheduler says so); `objectives` maps the
         gateway's objective names to priorities (OBJECTIVE_PRIORITIES); `budgets` the
-        token budgets' store and `budget_wait_s` how long a request may wait in line for
-        requests in flight to settle (TOKEN_BUDGET_WAIT_MS; its deadline, if sooner);
-        `usage` where billable usage is counted; `identity` decides who a request is
-        (default: the tenants file's default mode)."""
+        token budgets' store, `usage` where billable usage is counted; `identity` decides
+        who a request is (default: the tenants file's default mode)."""
         self.admission = admission
         self.limiter = limiter
         self.tenants = tenants
@@ -181,7 +178,6 @@ class FrontEnd:
         self.path_of = path_of
         self.objectives = objectives
         self.budgets = budgets
-        self.budget_wait_s = budget_wait_s
         self.usage = usage
         self.identity = identity or Identity(tenants, multi_tenant=multi_tenant)
         self.identify = self.identity.identify
@@ -245,13 +241,13 @@ class FrontEnd:
     async def reserve_tokens(self, call: ClientCall, model: str) -> None:
         """Reserve the request's bounds (`call.spent`) against its tenant's token budgets
         (429, 400 or 503 when refused), waiting in line, under a disconnect watch, while
-        only reservations in flight stand in the way (at most `budget_wait_s`, or its
+        only reservations in flight stand in the way (at most `Budgets.wait_s`, or its
         deadline: what is left of that goes on to the scheduler); the headers join the
         call's. A client gone while it waits: `ClientGone`, nothing reserved."""
         if self.budgets is None or not call.policy.token_budgets:
             return
         spent, meta = call.spent, call.meta
-        wait_s = self.budget_wait_s
+        wait_s = self.budgets.wait_s
         if meta.deadline_ms is not None:
             wait_s = min(wait_s, meta.deadline_ms / 1000)
         started = time.perf_counter()

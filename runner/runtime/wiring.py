@@ -240,7 +240,6 @@ class Runtime:
             path_of=self.specs.request_path,
             objectives=self.settings.objectives,
             budgets=self.tenancy.budgets,
-            budget_wait_s=self.settings.budget_wait_ms / 1000,
             usage=self.tenancy.usage,
             identity=self.identity,
         )

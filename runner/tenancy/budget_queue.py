@@ -27,7 +27,7 @@ RANKS = {"high": 0, "normal": 1, "low": 2}
 """A request's place by priority (lower first)."""
 
 
-class Ticket:
+class LinePlace:
     """One request's place in a line."""
 
     __slots__ = ("future", "key", "poll_s", "rank", "seq", "woken")
@@ -52,7 +52,7 @@ class BudgetLine:
 
     def __init__(self, poll_s: tuple[float, float] | None = None) -> None:
         self.poll_s = poll_s
-        self._lines: dict[str, list[Ticket]] = {}
+        self._lines: dict[str, list[LinePlace]] = {}
         self._seq = itertools.count()
 
     def __len__(self) -> int:
@@ -70,19 +70,19 @@ class BudgetLine:
             return False
         return any(line[0].rank <= rank for key in keys if (line := lines.get(key)))
 
-    def join(self, key: str, rank: int) -> Ticket:
-        ticket = Ticket(key, rank, next(self._seq), self.poll_s[0] if self.poll_s else 0.0)
+    def join(self, key: str, rank: int) -> LinePlace:
+        ticket = LinePlace(key, rank, next(self._seq), self.poll_s[0] if self.poll_s else 0.0)
         self._insert(ticket)
         return ticket
 
-    def move(self, ticket: Ticket, key: str) -> None:
+    def move(self, ticket: LinePlace, key: str) -> None:
         """The ticket waits for another counter now, keeping its place by (rank, arrival)."""
         if key != ticket.key:
             self.leave(ticket)
             ticket.key = key
             self._insert(ticket)
 
-    def leave(self, ticket: Ticket) -> None:
+    def leave(self, ticket: LinePlace) -> None:
         """Out of its line; the next one's turn if it was first."""
         line = self._lines.get(ticket.key)
         if line is None or ticket not in line:
@@ -104,11 +104,11 @@ class BudgetLine:
                     line[0].poll_s = self.poll_s[0] if self.poll_s else 0.0
                     _wake(line[0])
 
-    def first(self, ticket: Ticket) -> bool:
+    def first(self, ticket: LinePlace) -> bool:
         line = self._lines.get(ticket.key)
         return line is not None and line[0] is ticket
 
-    async def turn(self, ticket: Ticket, timeout_s: float) -> None:
+    async def turn(self, ticket: LinePlace, timeout_s: float) -> None:
         """Return when it is this ticket's turn to try the store: it is first in its line
         and was woken, or (first, counters elsewhere) its poll interval passed; or when
         `timeout_s` passed (its bound, the window's end), first or not."""
@@ -132,7 +132,7 @@ class BudgetLine:
         elif polling and self.poll_s is not None:  # nothing changed here: poll less often
             ticket.poll_s = min(2 * ticket.poll_s, self.poll_s[1])
 
-    def _insert(self, ticket: Ticket) -> None:
+    def _insert(self, ticket: LinePlace) -> None:
         line = self._lines.setdefault(ticket.key, [])
         i = len(line)
         while i > 0 and line[i - 1].order > ticket.order:
@@ -140,7 +140,7 @@ class BudgetLine:
         line.insert(i, ticket)  # first or not, it has just tried: it waits for a change
 
 
-def _wake(ticket: Ticket) -> None:
+def _wake(ticket: LinePlace) -> None:
     ticket.woken = True
     if ticket.future is not None:
         _resolve(ticket.future)

@@ -69,7 +69,11 @@ class Tenancy:
             )
             permits = None
         return cls(
-            budgets=Budgets(budget_store, fail_open=s.token_budget_fail_open),
+            budgets=Budgets(
+                budget_store,
+                fail_open=s.token_budget_fail_open,
+                wait_s=s.budget_wait_ms / 1000,
+            ),
             usage=UsageRecorder(
                 usage_store,
                 retention_s=retention,

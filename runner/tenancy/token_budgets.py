@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from runner.tenancy.budget_queue import RANKS, BudgetLine
 from runner.tenancy.guard import Headers, duration, reset_text
 from tenants.budget_store import BudgetStore, BudgetStoreUnavailable
-from tenants.budget_waits import Wait, after_refusal
-from tenants.budgets import Attempt, Charge, Plans, Reservation, Settlement, settle
+from tenants.budget_waits import WaitInLine, after_refusal
+from tenants.budgets import Charge, Plans, Reservation, ReserveAttempt, Settlement, settle
 from tenants.config import TenantPolicy
 from tenants.errors import RequestExceedsBudget, TokenBudgetExceeded, TokenBudgetUnavailable
 from tenants.policy import TokenBudget
@@ -64,8 +64,11 @@ class Budgets:
         *,
         clock: Callable[[], float] = time.time,
         fail_open: bool = False,
+        wait_s: float = 0.0,
     ) -> None:
+        """`wait_s`: how long a request may wait in line, at most (TOKEN_BUDGET_WAIT_MS)."""
         self.store = store
+        self.wait_s = wait_s
         self._book = store.book  # the counters, when in this process: called directly
         self._clock = clock
         self.fail_open = fail_open
@@ -114,7 +117,7 @@ class Budgets:
                 )  # fmt: skip
         rank = RANKS.get(priority, 1)
         if self.line.ahead([c.key for c in charges], rank):  # 3
-            attempt: Attempt | None = None
+            attempt: ReserveAttempt | None = None
         else:
             attempt = await self._attempt(tenant, charges, now)
             if attempt is None:
@@ -130,7 +133,7 @@ class Budgets:
         self,
         args: tuple[str, tuple[TokenBudget, ...], str, int, int],
         charges: list[Charge],
-        attempt: Attempt | None,
+        attempt: ReserveAttempt | None,
         rank: int,
         since: float,
         give_up_at: float,
@@ -168,7 +171,7 @@ class Budgets:
         self,
         tenant: str,
         charges: list[Charge],
-        attempt: Attempt,
+        attempt: ReserveAttempt,
         now: float,
         give_up_at: float,
         since: float,
@@ -177,7 +180,7 @@ class Budgets:
         i = attempt.refused - 1
         charge, counter = charges[i], attempt.counters[i]
         decision = after_refusal(charge, counter, attempt.held, now, give_up_at, now - since)
-        if isinstance(decision, Wait):
+        if isinstance(decision, WaitInLine):
             return decision.until
         wait = decision.retry_after_s
         raise TokenBudgetExceeded(
@@ -187,7 +190,9 @@ class Budgets:
             reset=duration(charge.window_end - now),
         )  # fmt: skip
 
-    async def _attempt(self, tenant: str, charges: list[Charge], now: float) -> Attempt | None:
+    async def _attempt(
+        self, tenant: str, charges: list[Charge], now: float
+    ) -> ReserveAttempt | None:
         """One try at the store (None: unreachable, failing open). Across the network
         the call is shielded: a request cancelled meanwhile (its client gone) gives back
         what the call reserved once it answers."""
@@ -205,7 +210,9 @@ class Budgets:
                 return None
             raise TokenBudgetUnavailable(retry_after=1) from None
 
-    def _orphan(self, tenant: str, charges: list[Charge], call: asyncio.Future[Attempt]) -> None:
+    def _orphan(
+        self, tenant: str, charges: list[Charge], call: asyncio.Future[ReserveAttempt]
+    ) -> None:
         """A reservation whose request was cancelled while the store answered: released."""
         if call.cancelled() or call.exception() is not None or call.result().refused:
             return

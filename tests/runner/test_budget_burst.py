@@ -131,14 +131,15 @@ tenants:
 
 
 def test_budget_burst_client_gone_while_waiting_reserves_nothing(tmp_path: Path) -> None:
-    """Two slow requests hold the budget (two reservations of ~292 in 700); a third waits
-    for them and its client leaves: it is counted 499 and never reserves, so once the two
-    are settled the next request finds exactly their usage spent."""
+    """Two slow requests hold the budget (two reservations of ~292 in 700). One with a
+    300 ms deadline waits that long and is refused (429, Retry-After 1); a third waits
+    and its client leaves: it is counted 499 and never reserves, so once the two are
+    settled the next request finds exactly their usage spent."""
     path = tmp_path / "tenants.yaml"
     path.write_text(GONE_TENANTS)
     env = {**ENV, "TENANTS_FILE": str(path)}
     with (
-        start_fake("fake_openai", "--latency-ms", "1500") as engine,
+        start_fake("fake_openai", "--latency-ms", "3000") as engine,
         start_runner({"echo": engine.url}, env=env) as r,
         httpx.Client(timeout=30) as http,
     ):
@@ -146,6 +147,11 @@ def test_budget_burst_client_gone_while_waiting_reserves_nothing(tmp_path: Path)
         with ThreadPoolExecutor(2) as pool:
             slow = [pool.submit(http.post, url, json=BODY, headers=head) for _ in range(2)]
             wait_for(lambda: httpx.get(engine.url + "/_fake/stats").json()["in_flight"] == 2)
+            late = {**head, "X-Request-Deadline-Ms": "300"}
+            refused = http.post(url, json=BODY, headers=late)
+            assert refused.status_code == 429, refused.text
+            assert refused.json()["error"]["code"] == "token_budget_exceeded"
+            assert refused.headers["retry-after"] == "1"
             with pytest.raises(httpx.ReadTimeout):
                 httpx.post(url, json=BODY, headers=head, timeout=0.3)
             used = [f.result().json()["usage"]["total_tokens"] for f in slow]

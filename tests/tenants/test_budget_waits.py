@@ -4,7 +4,7 @@ room comes back."""
 
 from __future__ import annotations
 
-from tenants.budget_waits import Refuse, Wait, after_refusal
+from tenants.budget_waits import Refuse, WaitInLine, after_refusal
 from tenants.budgets import plan
 from tenants.policy import TokenBudget
 
@@ -15,14 +15,14 @@ CHARGE = plan("acme", (TokenBudget(1000, "minute"),), "m", 20, 80, NOW)[0]  # 10
 def test_after_refusal_waits_when_settlements_can_make_room() -> None:
     """950 counted of which 900 held: spent 50 + 100 fits once they settle: wait, until
     the bound or the window's end, whichever is first."""
-    assert after_refusal(CHARGE, 950, 900, NOW, NOW + 10, 0.0) == Wait(NOW + 10)
-    assert after_refusal(CHARGE, 950, 900, NOW, NOW + 3600, 0.0) == Wait(NOW + 30)
+    assert after_refusal(CHARGE, 950, 900, NOW, NOW + 10, 0.0) == WaitInLine(NOW + 10)
+    assert after_refusal(CHARGE, 950, 900, NOW, NOW + 3600, 0.0) == WaitInLine(NOW + 30)
 
 
 def test_after_refusal_refuses_when_spent_leaves_no_room() -> None:
     """Spent 901 + 100 > 1000: no settlement helps; Retry-After is the window's end."""
     assert after_refusal(CHARGE, 1000, 99, NOW, NOW + 60, 0.0) == Refuse(30, spent=True)
-    assert after_refusal(CHARGE, 1000, 100, NOW, NOW + 60, 0.0) == Wait(NOW + 30)  # 900 + 100
+    assert after_refusal(CHARGE, 1000, 100, NOW, NOW + 60, 0.0) == WaitInLine(NOW + 30)  # 900 + 100
 
 
 def test_after_refusal_refuses_when_the_bound_is_over() -> None:
