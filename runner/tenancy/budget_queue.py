@@ -63,12 +63,14 @@ class BudgetLine:
         """Anyone in any line (the data path's one check when nobody waits)."""
         return bool(self._lines)
 
-    def ahead(self, keys: Iterable[str], rank: int) -> bool:
-        """Someone of `rank` or above waits for one of these counters."""
+    def ahead(self, keys: Iterable[str], rank: int) -> str | None:
+        """The first of these counters someone of `rank` or above waits for (None: none)."""
         lines = self._lines
-        if not lines:
-            return False
-        return any(line[0].rank <= rank for key in keys if (line := lines.get(key)))
+        for key in keys:
+            line = lines.get(key)
+            if line and line[0].rank <= rank:
+                return key
+        return None
 
     def join(self, key: str, rank: int) -> LinePlace:
         ticket = LinePlace(key, rank, next(self._seq), self.poll_s[0] if self.poll_s else 0.0)

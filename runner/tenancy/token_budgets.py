@@ -116,40 +116,41 @@ class Budgets:
                     budget=charge.budget.to_json(), requested=charge.amount,
                 )  # fmt: skip
         rank = RANKS.get(priority, 1)
-        if self.line.ahead([c.key for c in charges], rank):  # 3
-            attempt: ReserveAttempt | None = None
-        else:
+        key = self.line.ahead([c.key for c in charges], rank) if self.line.waiting else None
+        attempt = None
+        if key is None:  # 3
             attempt = await self._attempt(tenant, charges, now)
             if attempt is None:
                 return None, []
-        if attempt is None or attempt.refused:  # 4
-            args = (tenant, policy.token_budgets, model, input_bound, output_bound)
-            give_up_at = now + max(0.0, wait_s)
-            return await self._wait(args, charges, attempt, rank, now, give_up_at, on_wait)
-        reservation = Reservation(tenant, tuple(charges), attempt.counters)  # 5
-        return Held(reservation, input_bound, output_bound), self.headers(reservation, now)
+            if not attempt.refused:  # 5
+                reservation = Reservation(tenant, tuple(charges), attempt.counters)
+                return Held(reservation, input_bound, output_bound), self.headers(reservation, now)
+            key = charges[attempt.refused - 1].key
+        args = (tenant, policy.token_budgets, model, input_bound, output_bound)  # 4
+        give_up_at = now + max(0.0, wait_s)
+        return await self._wait(args, charges, attempt, key, rank, now, give_up_at, on_wait)
 
     async def _wait(
         self,
         args: tuple[str, tuple[TokenBudget, ...], str, int, int],
         charges: list[Charge],
         attempt: ReserveAttempt | None,
+        key: str,
         rank: int,
         since: float,
         give_up_at: float,
         on_wait: Callable[[], None] | None,
     ) -> tuple[Held | None, Headers]:
-        """Step 4: in line for the refused counter (or the first one, for a request that
-        joined without trying) until reserved or refused; the window planned afresh at
-        every try (a new window has the whole budget)."""
+        """Step 4: in line for counter `key` (the refused one, or the one others wait
+        for, for a request that joined without trying) until reserved or refused; the
+        window planned afresh at every try (a new window has the whole budget)."""
         now = since
-        refused = attempt.refused if attempt is not None else 1
         until = give_up_at
         if attempt is not None:
             until = self._decide(args[0], charges, attempt, now, give_up_at, since)
         if on_wait is not None:
             on_wait()
-        ticket = self.line.join(charges[refused - 1].key, rank)
+        ticket = self.line.join(key, rank)
         try:
             while True:
                 await self.line.turn(ticket, until - self._clock())
