@@ -156,7 +156,7 @@ class Budgets:
                 await self.line.turn(ticket, until - self._clock())
                 now = self._clock()
                 charges = self._plans.plan(*args, now)
-                attempt = await self._attempt(args[0], charges, now)
+                attempt = await self._attempt(args[0], charges, now, shielded=True)
                 if attempt is None:
                     return None, []
                 if not attempt.refused:
@@ -192,23 +192,35 @@ class Budgets:
         )  # fmt: skip
 
     async def _attempt(
-        self, tenant: str, charges: list[Charge], now: float
+        self, tenant: str, charges: list[Charge], now: float, *, shielded: bool = False
     ) -> ReserveAttempt | None:
-        """One try at the store (None: unreachable, failing open). Across the network
-        the call is shielded: a request cancelled meanwhile (its client gone) gives back
-        what the call reserved once it answers."""
+        """One try at the store (None: unreachable, failing open). Across the network,
+        `shielded` (a waiter, whose client is watched): a request cancelled meanwhile
+        (its client gone) gives back what the call reserved once it answers."""
         if self._book is not None:  # in this process, one plain call
             return self._book.reserve(charges, now)
-        call = asyncio.ensure_future(self.store.reserve(charges, now))
+        call = self.store.reserve(charges, now)
+        if not shielded:  # the first try: nothing cancels it but the runner's shutdown
+            try:
+                return await call
+            except BudgetStoreUnavailable as exc:
+                self._unavailable(exc)
+                return None
+        task = asyncio.ensure_future(call)
         try:
-            return await asyncio.shield(call)
+            return await asyncio.shield(task)
         except asyncio.CancelledError:
-            call.add_done_callback(functools.partial(self._orphan, tenant, charges))
+            task.add_done_callback(functools.partial(self._orphan, tenant, charges))
             raise
         except BudgetStoreUnavailable as exc:
-            log.error("token budget store unreachable: %s", exc)
-            if self.fail_open:
-                return None
+            self._unavailable(exc)
+            return None
+
+    def _unavailable(self, exc: BudgetStoreUnavailable) -> None:
+        """The store unreachable: logged, and 503 unless failing open (then the caller
+        goes on without a reservation)."""
+        log.error("token budget store unreachable: %s", exc)
+        if not self.fail_open:
             raise TokenBudgetUnavailable(retry_after=1) from None
 
     def _orphan(

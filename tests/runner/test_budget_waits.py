@@ -16,9 +16,9 @@ from runner.tenancy.token_budgets import Budgets, Held
 from tenants.budget_store import BudgetStore, MemoryBudgetStore, RedisBudgetStore
 from tenants.budgets import window
 from tenants.config import TenantPolicy
-from tenants.errors import TokenBudgetExceeded
+from tenants.errors import TokenBudgetExceeded, TokenBudgetUnavailable
 from tenants.policy import TokenBudget
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -169,3 +169,17 @@ async def test_budget_waits_a_new_window_admits(store: BudgetStore) -> None:
     async with asyncio.timeout(20):
         held = await waiter
     assert held.reservation.counters == (100,)
+
+
+async def test_budget_waits_store_unreachable_fails_closed_or_open() -> None:
+    """Redis unreachable: 503 `token_budget_unavailable`, or no reservation at all when
+    failing open; nobody is left in line."""
+    store = RedisBudgetStore.from_url(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.5)
+    try:
+        with pytest.raises(TokenBudgetUnavailable):
+            await Budgets(store).reserve("down", POLICY, "m", *BOUND, wait_s=5)
+        open_budgets = Budgets(store, fail_open=True)
+        assert await open_budgets.reserve("down", POLICY, "m", *BOUND, wait_s=5) == (None, [])
+        assert not open_budgets.line.waiting
+    finally:
+        await store.aclose()
