@@ -112,27 +112,31 @@ class BudgetLine:
 
     async def turn(self, ticket: LinePlace, timeout_s: float) -> None:
         """Return when it is this ticket's turn to try the store: it is first in its line
-        and was woken, or (first, counters elsewhere) its poll interval passed; or when
-        `timeout_s` passed (its bound, the window's end), first or not."""
-        if ticket.woken and self.first(ticket):
-            ticket.woken = False
-            return
-        wait = timeout_s
-        polling = self.poll_s is not None and self.first(ticket)
-        if polling and ticket.poll_s < wait:
-            wait = ticket.poll_s
+        and was woken, or (first, counters elsewhere) its poll interval passed while it
+        was first; or when `timeout_s` passed (its bound, the window's end), first or
+        not. A ticket put back by one ahead of it waits on, whatever woke it."""
         loop = asyncio.get_running_loop()
-        future = ticket.future = loop.create_future()
-        timer = loop.call_later(max(0.0, wait), _resolve, future)
-        try:
-            await future
-        finally:
-            timer.cancel()
-            ticket.future = None
-        if ticket.woken:
-            ticket.woken = False
-        elif polling and self.poll_s is not None:  # nothing changed here: poll less often
-            ticket.poll_s = min(2 * ticket.poll_s, self.poll_s[1])
+        deadline = loop.time() + timeout_s
+        while True:
+            first = self.first(ticket)
+            if ticket.woken and first:
+                ticket.woken = False
+                return
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            polling = self.poll_s is not None and first
+            wait = min(left, ticket.poll_s) if polling else left
+            future = ticket.future = loop.create_future()
+            timer = loop.call_later(wait, _resolve, future)
+            try:
+                await future
+            finally:
+                timer.cancel()
+                ticket.future = None
+            if polling and not ticket.woken and self.first(ticket) and self.poll_s is not None:
+                ticket.poll_s = min(2 * ticket.poll_s, self.poll_s[1])  # nothing changed
+                return
 
     def _insert(self, ticket: LinePlace) -> None:
         line = self._lines.setdefault(ticket.key, [])

@@ -275,12 +275,30 @@ class Budgets:
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
+    RELEASE_RETRIES_S: tuple[float, ...] = (0.5, 2.0, 8.0)
+    """After a settlement lost to the store: when its held part is released again."""
+
     async def _adjust(self, settlements: list[Settlement]) -> None:
+        """A settlement, in the background. Lost to the store (it may or may not have
+        been applied), the counter's part is never sent again (twice would under-count:
+        an overshoot) and stays charged at the bound; its held part is released again,
+        alone, after `RELEASE_RETRIES_S`: released twice, a waiter takes tokens still
+        held for spent and is refused sooner, never admitted beyond the budget, while
+        never released, every waiter of the window would wait out its bound."""
         try:
             await self.store.adjust(settlements, self._clock())
-        except BudgetStoreUnavailable as exc:  # the reservation stays: over-counted, safe
+        except BudgetStoreUnavailable as exc:
             log.warning("a token budget settlement was lost (%s); the bound stays charged", exc)
-            return
+            releases = [(key, 0, released) for key, _, released in settlements if released]
+            for delay in self.RELEASE_RETRIES_S:
+                await asyncio.sleep(delay)
+                try:
+                    await self.store.adjust(releases, self._clock())
+                    break
+                except BudgetStoreUnavailable:
+                    continue
+            else:
+                return
         if self.line.waiting:
             self.line.settled([key for key, _, _ in settlements])
 

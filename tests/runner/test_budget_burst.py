@@ -95,7 +95,11 @@ def two_replicas(tenants_file: str) -> Iterator[list[str]]:
     with ExitStack() as stack:
         stack.callback(server.stop)
         engine = stack.enter_context(start_fake("fake_openai", "--latency-ms", "100"))
-        env = {**ENV, "TENANTS_FILE": tenants_file, "REDIS_URL": server.url}
+        # Redis calls are given 5 s, not 250 ms: on a loaded machine a call past its
+        # timeout loses its reservation's or settlement's answer, which stays counted as
+        # held until the window ends (docs/tenants.md), and waiters then wait their bound
+        env = {**ENV, "TENANTS_FILE": tenants_file, "REDIS_URL": server.url,
+               "TOKEN_BUDGET_STORE_TIMEOUT_MS": "5000"}  # fmt: skip
         runners = [
             stack.enter_context(start_runner({"echo": engine.url}, env={**env, "RUNNER_ID": rid}))
             for rid in ("burst-a", "burst-b")

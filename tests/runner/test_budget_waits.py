@@ -8,13 +8,18 @@ on the store."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pytest
 
 from runner.tenancy.token_budgets import Budgets, Held
-from tenants.budget_store import BudgetStore, MemoryBudgetStore, RedisBudgetStore
-from tenants.budgets import window
+from tenants.budget_store import (
+    BudgetStore,
+    BudgetStoreUnavailable,
+    MemoryBudgetStore,
+    RedisBudgetStore,
+)
+from tenants.budgets import Charge, ReserveAttempt, Settlement, window
 from tenants.config import TenantPolicy
 from tenants.errors import TokenBudgetExceeded, TokenBudgetUnavailable
 from tenants.policy import TokenBudget
@@ -46,8 +51,10 @@ async def until(check: Callable[[], bool], timeout_s: float = 20.0) -> None:
             await asyncio.sleep(0.005)
 
 
-async def reserve(budgets: Budgets, tenant: str, wait_s: float = 30.0, **kw: str) -> Held:
-    held, _ = await budgets.reserve(tenant, POLICY, "m", *BOUND, wait_s=wait_s, **kw)
+async def reserve(
+    budgets: Budgets, tenant: str, wait_s: float = 30.0, priority: str = "normal"
+) -> Held:
+    held, _ = await budgets.reserve(tenant, POLICY, "m", *BOUND, wait_s=wait_s, priority=priority)
     assert held is not None
     return held
 
@@ -183,3 +190,54 @@ async def test_budget_waits_store_unreachable_fails_closed_or_open() -> None:
         assert not open_budgets.line.waiting
     finally:
         await store.aclose()
+
+
+class _LosesOneSettlement:
+    """Counters in this process, reached as if across the network; the first
+    settlement is lost (the store unreachable)."""
+
+    book = None
+
+    def __init__(self) -> None:
+        self.counters = MemoryBudgetStore()
+        self.lost = 0
+
+    async def aclose(self) -> None:
+        return None
+
+    async def reserve(self, charges: Sequence[Charge], now: float) -> ReserveAttempt:
+        return await self.counters.reserve(charges, now)
+
+    async def adjust(self, settlements: Sequence[Settlement], now: float) -> None:
+        if not self.lost:
+            self.lost += 1
+            raise BudgetStoreUnavailable("down for a moment")
+        await self.counters.adjust(settlements, now)
+
+    async def held(self, keys: Sequence[str], now: float) -> list[int]:
+        return await self.counters.held(keys, now)
+
+    async def used(self, keys: Sequence[str], now: float) -> list[int]:
+        return await self.counters.used(keys, now)
+
+
+async def test_budget_waits_a_lost_settlement_releases_what_it_held() -> None:
+    """A settlement lost to the store stays charged at its bound, but its held part is
+    released again: a waiter then sees the window spent and is refused, instead of
+    waiting out its bound for a settlement that will never come."""
+    store = _LosesOneSettlement()
+    budgets = Budgets(store, clock=lambda: NOW)
+    budgets.RELEASE_RETRIES_S = (0.0,)
+    holds = [await reserve(budgets, "lost") for _ in range(10)]
+    key = holds[0].reservation.charges[0].key
+    waiter = asyncio.create_task(reserve(budgets, "lost", wait_s=3600))
+    await until(lambda: budgets.line.waiting)
+    budgets.settle(holds[0], *USED)  # lost: 100 stays charged, its 100 released later
+    await budgets.idle()
+    assert await store.used([key], NOW) == [1000] and await store.held([key], NOW) == [900]
+    for held in holds[1:]:
+        budgets.settle(held, *BOUND)  # used all: the window is spent
+    with pytest.raises(TokenBudgetExceeded) as refused:
+        async with asyncio.timeout(20):
+            await waiter
+    assert refused.value.headers["Retry-After"] == "30"  # the window's end: spent
