@@ -167,12 +167,12 @@ def markdown(result: dict[str, Any]) -> str:
         "A request is refused once the spent tokens plus its reservation exceed the budget, "
         "so what stays unusable is less than one reservation: the usable share is at least "
         "1 - reservation ÷ budget (0.81 for 1500 total tokens and a 292-token reservation, "
-        "0.93 for 1500 output tokens and 100, 0.93 for 4000 total). Other answers: 503s with "
-        "`Retry-After: 1`, as `token_budget_unavailable` is (a Redis call past the store's "
-        "250 ms timeout on the loaded machine; this run did not record the code); a "
-        "reservation or settlement lost that way stays charged at its bound, which is the "
-        "Redis counter above the served tokens there (2 x 292).",
+        "0.93 for 1500 output tokens and 100, 0.93 for 4000 total).",
     ]
+    codes = sorted({x["code"] for row in result["rows"] for x in row["records"]
+                    if x["status"] not in (200, 429) and x.get("code")})  # fmt: skip
+    if codes:
+        lines[-1] += f" Other answers: {', '.join(codes)}."
     return "\n".join(lines)
 
 
