@@ -4,9 +4,10 @@ does; `tests/tenants/test_budget_store.py` runs one suite against both.
 
 Redis: a counter is the key `quorum:budget:{<tenant>}|<per>:<count>:<model>|<start>` (the
 tenant in braces: one cluster slot for all of a tenant's counters, so one script can hold
-them all), with a TTL of the window's end plus `GRACE_S`. `reserve` is one Lua script (one
-round trip) that checks every counter and adds every charge or none; `adjust` is another.
-Failures raise `BudgetStoreUnavailable`.
+them all), with a TTL of the window's end plus `GRACE_S`; its held part (reserved by
+requests not settled yet) is `quorum:budget:held:{<tenant>}|...`, same slot, same TTL.
+`reserve` is one Lua script (one round trip) that checks every counter and adds every
+charge or none; `adjust` is another. Failures raise `BudgetStoreUnavailable`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from faults.redis_clients import redis_client
-from tenants.budgets import BudgetBook, Charge
+from tenants.budgets import BudgetBook, Charge, ReserveAttempt, Settlement
 
 PREFIX = "quorum:budget:"
 
@@ -36,13 +37,18 @@ class BudgetStore(Protocol):
         store across the network."""
         ...
 
-    async def reserve(self, charges: Sequence[Charge], now: float) -> tuple[int, tuple[int, ...]]:
-        """`BudgetBook.reserve`: (0, counters after) or (refused index + 1, counters read)."""
+    async def reserve(self, charges: Sequence[Charge], now: float) -> ReserveAttempt:
+        """`BudgetBook.reserve`: 0 and the counters after, or the refused index + 1, the
+        counters read and the refused counter's held part."""
         ...
 
-    async def adjust(self, deltas: Sequence[tuple[str, int]], now: float) -> None: ...
+    async def adjust(self, settlements: Sequence[Settlement], now: float) -> None: ...
 
     async def used(self, keys: Sequence[str], now: float) -> list[int]: ...
+
+    async def held(self, keys: Sequence[str], now: float) -> list[int]:
+        """The part of each counter reserved by requests not settled yet."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -54,40 +60,54 @@ class MemoryBudgetStore:
         self.book = BudgetBook()
         self._clock = clock
 
-    async def reserve(self, charges: Sequence[Charge], now: float) -> tuple[int, tuple[int, ...]]:
+    async def reserve(self, charges: Sequence[Charge], now: float) -> ReserveAttempt:
         return self.book.reserve(charges, now)
 
-    async def adjust(self, deltas: Sequence[tuple[str, int]], now: float) -> None:
-        self.book.adjust(deltas, now)
+    async def adjust(self, settlements: Sequence[Settlement], now: float) -> None:
+        self.book.adjust(settlements, now)
 
     async def used(self, keys: Sequence[str], now: float) -> list[int]:
         return [self.book.used(key, now) for key in keys]
+
+    async def held(self, keys: Sequence[str], now: float) -> list[int]:
+        return [self.book.held(key, now) for key in keys]
 
     async def aclose(self) -> None:
         return None
 
 
+# KEYS: the counters, then their held parts; ARGV per charge: limit, amount, ttl.
+# Refused: {index, held part of the refused counter, counters read}; else {0, 0, counters}.
 _RESERVE = """
-local n = #KEYS
+local n = #KEYS / 2
 local used = {}
 for i = 1, n do
   local count = tonumber(redis.call('GET', KEYS[i]) or '0')
   used[i] = count
   if count + tonumber(ARGV[3 * i - 1]) > tonumber(ARGV[3 * i - 2]) then
-    return {i, unpack(used)}
+    return {i, tonumber(redis.call('GET', KEYS[n + i]) or '0'), unpack(used)}
   end
 end
 for i = 1, n do
   used[i] = redis.call('INCRBY', KEYS[i], ARGV[3 * i - 1])
   redis.call('EXPIRE', KEYS[i], ARGV[3 * i])
+  redis.call('INCRBY', KEYS[n + i], ARGV[3 * i - 1])
+  redis.call('EXPIRE', KEYS[n + i], ARGV[3 * i])
 end
-return {0, unpack(used)}
+return {0, 0, unpack(used)}
 """
+# KEYS: the counters, then their held parts; ARGV per counter: delta, released.
 _ADJUST = """
-for i = 1, #KEYS do
+local n = #KEYS / 2
+for i = 1, n do
   if redis.call('EXISTS', KEYS[i]) == 1 then
-    if redis.call('INCRBY', KEYS[i], ARGV[i]) < 0 then
+    if redis.call('INCRBY', KEYS[i], ARGV[2 * i - 1]) < 0 then
       redis.call('SET', KEYS[i], 0, 'KEEPTTL')
+    end
+  end
+  if redis.call('EXISTS', KEYS[n + i]) == 1 then
+    if redis.call('DECRBY', KEYS[n + i], ARGV[2 * i]) < 0 then
+      redis.call('SET', KEYS[n + i], 0, 'KEEPTTL')
     end
   end
 end
@@ -98,6 +118,12 @@ return 0
 def redis_key(key: str) -> str:
     tenant, _, rest = key.partition("|")
     return f"{PREFIX}{{{tenant}}}|{rest}"
+
+
+def held_key(key: str) -> str:
+    """The Redis key of a counter's held part (the same cluster slot as the counter)."""
+    tenant, _, rest = key.partition("|")
+    return f"{PREFIX}held:{{{tenant}}}|{rest}"
 
 
 class RedisBudgetStore:
@@ -114,37 +140,48 @@ class RedisBudgetStore:
     def from_url(cls, url: str, timeout_s: float = 0.25) -> RedisBudgetStore:
         return cls(redis_client(url, timeout_s))
 
-    async def reserve(self, charges: Sequence[Charge], now: float) -> tuple[int, tuple[int, ...]]:
+    async def reserve(self, charges: Sequence[Charge], now: float) -> ReserveAttempt:
         if not charges:
-            return 0, ()
+            return ReserveAttempt(0, ())
         args: list[int] = []
         for charge in charges:
             args += [charge.limit, charge.amount, charge.ttl_s(now)]
-        keys = [redis_key(c.key) for c in charges]
+        keys = [redis_key(c.key) for c in charges] + [held_key(c.key) for c in charges]
         try:
             answer = await self._reserve(keys=keys, args=args)
         except (RedisError, OSError) as exc:
             raise BudgetStoreUnavailable(str(exc)) from exc
-        refused, *counters = (int(v) for v in answer)
+        refused, held, *counters = (int(v) for v in answer)
         if refused:  # the counters read up to the refused one; the rest were not read
             counters += [0] * (len(charges) - len(counters))
-        return refused, tuple(counters)
+        return ReserveAttempt(refused, tuple(counters), held)
 
-    async def adjust(self, deltas: Sequence[tuple[str, int]], now: float) -> None:
-        if not deltas:
+    async def adjust(self, settlements: Sequence[Settlement], now: float) -> None:
+        if not settlements:
             return
+        keys = [redis_key(k) for k, _, _ in settlements]
+        keys += [held_key(k) for k, _, _ in settlements]
+        args: list[int] = []
+        for _, delta, released in settlements:
+            args += [delta, released]
         try:
-            await self._adjust(keys=[redis_key(k) for k, _ in deltas], args=[d for _, d in deltas])
+            await self._adjust(keys=keys, args=args)
         except (RedisError, OSError) as exc:
             raise BudgetStoreUnavailable(str(exc)) from exc
 
     async def used(self, keys: Sequence[str], now: float) -> list[int]:
+        return await self._mget([redis_key(k) for k in keys])
+
+    async def held(self, keys: Sequence[str], now: float) -> list[int]:
+        return await self._mget([held_key(k) for k in keys])
+
+    async def _mget(self, keys: list[str]) -> list[int]:
         if not keys:
             return []
         try:  # GETs in one pipeline, not MGET: on a cluster the tenants' slots differ
             async with self._client.pipeline(transaction=False) as pipe:
                 for k in keys:
-                    pipe.get(redis_key(k))
+                    pipe.get(k)
                 values = await pipe.execute()
         except (RedisError, OSError) as exc:
             raise BudgetStoreUnavailable(str(exc)) from exc

@@ -9,8 +9,13 @@ was reserved for requests admitted in it, corrected to what they used once they 
                 and adds every charge, all or none, in one step (memory: one synchronous
                 call; Redis: one Lua script, one round trip)
     the end     settle(reservation, used) -> per counter, used minus reserved (<= 0 while
-                the bound holds); the store's `adjust` adds it (a key whose window has
-                expired is left alone)
+                the bound holds) and the reservation it releases; the store's `adjust`
+                applies both (a key whose window has expired is left alone)
+
+Beside each counter the store keeps what is `held`: the part of it reserved by requests
+not settled yet. So a refusal tells the caller both what the window has spent (counter
+minus held: no settlement gives it back) and what settlements may still free; the
+caller decides whether to wait for them (tenants/budget_waits.py).
 
 A request is charged to the window it was admitted in. Since a counter only grows by
 reservations that fit under the budget, and only shrinks when a request used less than
@@ -70,6 +75,17 @@ class Charge(NamedTuple):
 
     def ttl_s(self, now: float) -> int:
         return max(1, math.ceil(self.window_end - now) + GRACE_S)
+
+
+class ReserveAttempt(NamedTuple):
+    """A store's answer to `reserve`: `refused` 0 when every charge was added (then
+    `counters` are the counters after), else the refused charge's index + 1 (then
+    `counters` the counters read, and `held` the refused counter's tokens reserved by
+    requests not settled yet)."""
+
+    refused: int
+    counters: tuple[int, ...]
+    held: int = 0
 
 
 class Reservation(NamedTuple):
@@ -149,16 +165,21 @@ class _Applying:
     prefixes: tuple[tuple[TokenBudget, str], ...]  # those that apply; `counter_key` less start
 
 
-def settle(reservation: Reservation, used_in: int, used_out: int) -> list[tuple[str, int]]:
-    """Per counter, what to add once the request ended: its cost with the tokens it used
-    (`used_in`, `used_out`) minus its reserved cost. Usage above a bound is charged as
-    used (never under-counted), which only a wrong bound can cause."""
-    deltas = []
+Settlement = tuple[str, int, int]
+"""(counter key, what to add to the counter, what to release from its held part)."""
+
+
+def settle(reservation: Reservation, used_in: int, used_out: int) -> list[Settlement]:
+    """Per counter, what to apply once the request ended: its cost with the tokens it
+    used (`used_in`, `used_out`) minus its reserved cost, and its reserved cost released
+    from what is held. Usage above a bound is charged as used (never under-counted),
+    which only a wrong bound can cause."""
+    settlements = []
     for charge in reservation.charges:
         delta = charge.budget.amount(used_in, used_out) - charge.amount
-        if delta:
-            deltas.append((charge.key, delta))
-    return deltas
+        if delta or charge.amount:
+            settlements.append((charge.key, delta, charge.amount))
+    return settlements
 
 
 class BudgetBook:
@@ -170,50 +191,65 @@ class BudgetBook:
     it has doubled since (so a sweep costs O(1) per reservation, however many are live)."""
 
     def __init__(self) -> None:
-        self._counters: dict[str, tuple[int, float]] = {}  # key -> (count, expires at)
+        # key -> (count, held: reserved and not settled, expires at)
+        self._counters: dict[str, tuple[int, int, float]] = {}
         self._sweep_above = self.SWEEP_ABOVE
 
     def __len__(self) -> int:
         return len(self._counters)
 
-    def reserve(self, charges: Sequence[Charge], now: float) -> tuple[int, tuple[int, ...]]:
+    def reserve(self, charges: Sequence[Charge], now: float) -> ReserveAttempt:
         """All charges or none.
 
         1. Read each counter (an expired one reads 0).
         2. The first charge that does not fit (counter + amount > budget): refused, and
-           nothing is added; return (its index + 1, the counters read).
-        3. Add every charge; return (0, the counters after).
+           nothing is added; return its index + 1, the counters read and its held part.
+        3. Add every charge to its counter and its held part; return 0 and the counters
+           after.
         """
         counters = self._counters
         used = []  # 1
         for charge in charges:
             entry = counters.get(charge.key)
-            used.append(entry[0] if entry is not None and entry[1] > now else 0)
+            used.append(entry[0] if entry is not None and entry[2] > now else 0)
         for i, charge in enumerate(charges):  # 2
             if used[i] + charge.amount > charge.budget.tokens:
-                return i + 1, tuple(used)
+                entry = counters.get(charge.key)
+                held = entry[1] if entry is not None and entry[2] > now else 0
+                return ReserveAttempt(i + 1, tuple(used), held)
         for i, charge in enumerate(charges):  # 3
             used[i] += charge.amount
+            entry = counters.get(charge.key)
+            held = entry[1] if entry is not None and entry[2] > now else 0
             ttl_s = max(1, math.ceil(charge.window_end - now) + GRACE_S)  # `Charge.ttl_s`
-            counters[charge.key] = (used[i], now + ttl_s)
+            counters[charge.key] = (used[i], held + charge.amount, now + ttl_s)
         if len(counters) > self._sweep_above:
             self._sweep(now)
             self._sweep_above = max(self.SWEEP_ABOVE, 2 * len(counters))
-        return 0, tuple(used)
+        return ReserveAttempt(0, tuple(used))
 
-    def adjust(self, deltas: Sequence[tuple[str, int]], now: float) -> None:
-        """Add each delta to its counter if the counter still exists; never below 0."""
-        for key, delta in deltas:
+    def adjust(self, settlements: Sequence[Settlement], now: float) -> None:
+        """Add each delta to its counter and release from its held part, if the counter
+        still exists; neither below 0."""
+        for key, delta, released in settlements:
             entry = self._counters.get(key)
-            if entry is not None and entry[1] > now:
-                self._counters[key] = (max(0, entry[0] + delta), entry[1])
+            if entry is not None and entry[2] > now:
+                count, held, expires = entry
+                self._counters[key] = (max(0, count + delta), max(0, held - released), expires)
 
     def used(self, key: str, now: float) -> int:
         entry = self._counters.get(key)
-        if entry is None or entry[1] <= now:
+        if entry is None or entry[2] <= now:
             return 0
         return entry[0]
 
+    def held(self, key: str, now: float) -> int:
+        """The part of `used` reserved by requests not settled yet."""
+        entry = self._counters.get(key)
+        if entry is None or entry[2] <= now:
+            return 0
+        return entry[1]
+
     def _sweep(self, now: float) -> None:
-        for key in [k for k, (_, expires) in self._counters.items() if expires <= now]:
+        for key in [k for k, (_, _, expires) in self._counters.items() if expires <= now]:
             del self._counters[key]

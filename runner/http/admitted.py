@@ -39,9 +39,12 @@ class Admitted:
         self.grant: Grant | None = None
         self.usage: Usage | None = None
         self._let_go: asyncio.Future[object] | None = None
-        task = asyncio.current_task()
-        assert task is not None
-        self._watch = DisconnectWatch(task)
+        if call.watch is not None:  # it waited for its token budget under this watch
+            self._watch = call.watch
+        else:
+            task = asyncio.current_task()
+            assert task is not None
+            self._watch = DisconnectWatch(task)
 
     def disarm(self) -> None:
         self._watch.disarm()

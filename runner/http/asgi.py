@@ -64,25 +64,34 @@ class DisconnectWatch:
     that second case a no-op (cheaper than cancelling the watch: no exception is thrown).
     """
 
-    __slots__ = ("_hook", "_task", "armed", "gone")
+    __slots__ = ("_heard", "_hook", "_listening", "_task", "armed", "gone")
 
     def __init__(self, task: asyncio.Task[Any]) -> None:
         self._task = task
         self._hook: Callable[[Callable[[], None] | None], None] | None = None
+        self._listening = False
+        self._heard = False  # the disconnect came while disarmed (between two watches)
         self.armed = True
         self.gone = False
 
     def start(self, scope: Scope, receive: Receive) -> None:
+        """Watch (again, after a `disarm`: one watch serves a request's budget wait and
+        then its admission; `receive` is read by one task at most)."""
+        self.armed = True
         hook = scope.get(GONE_HOOK)
         if hook is not None:
             self._hook = hook
             hook(self.fire)
-        else:
+        elif self._heard:
+            self.fire()
+        elif not self._listening:
+            self._listening = True
             self._task.get_loop().create_task(self.run(receive))
 
     async def run(self, receive: Receive) -> None:
         message = await receive()
         if message["type"] == "http.disconnect":
+            self._heard = True
             self.fire()
 
     def fire(self) -> None:

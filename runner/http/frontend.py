@@ -26,6 +26,8 @@ Per-request state travels in one record (`ClientCall`), not in arguments.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -42,6 +44,7 @@ from runner.errors import (
 from runner.http.admitted import Admitted
 from runner.http.asgi import (
     ClientGone,
+    DisconnectWatch,
     Receive,
     Scope,
     Send,
@@ -56,7 +59,8 @@ from runner.http.headers import (
 )
 from runner.scheduler.grants import Admission, AdmissionRequest, Grant
 from runner.telemetry.traced_requests import TracedBudgets
-from runner.tenancy.guard import Budgets, Held, Spent, request_headers
+from runner.tenancy.guard import Spent, request_headers
+from runner.tenancy.token_budgets import Budgets, Held
 from runner.tenancy.usage import UsageRecorder
 from tenants.config import TenantPolicy, TenantsConfig
 from tenants.errors import ModelNotAllowed
@@ -116,6 +120,7 @@ class ClientCall:
     grant: Grant | None = None
     policy: TenantPolicy = NO_POLICY  # as the request came in (`_police`)
     held: Held | None = None  # its token reservation, until settled
+    watch: DisconnectWatch | None = None  # started if it waited for its token budget
     spent: Spent = field(default_factory=Spent)  # what it cost (guard.Spent.used)
     engine_ms: int = 0
 
@@ -236,19 +241,49 @@ class FrontEnd:
 
     async def reserve_tokens(self, call: ClientCall, model: str) -> None:
         """Reserve the request's bounds (`call.spent`) against its tenant's token budgets
-        (429, 400 or 503 when refused); the headers join the call's."""
+        (429, 400 or 503 when refused), waiting in line, under a disconnect watch, while
+        only reservations in flight stand in the way (at most `Budgets.wait_s`, or its
+        deadline: what is left of that goes on to the scheduler); the headers join the
+        call's. A client gone while it waits: `ClientGone`, nothing reserved."""
         if self.budgets is None or not call.policy.token_budgets:
             return
-        spent = call.spent
+        spent, meta = call.spent, call.meta
+        wait_s = self.budgets.wait_s
+        if meta.deadline_ms is not None:
+            wait_s = min(wait_s, meta.deadline_ms / 1000)
+        started = time.perf_counter()
         try:
             call.held, headers = await self.budgets.reserve(
-                call.tenant, call.policy, model, spent.input_bound, spent.output_bound
-            )
+                call.tenant, call.policy, model, spent.input_bound, spent.output_bound,
+                priority=meta.priority, wait_s=wait_s, on_wait=lambda: self._watch(call),
+            )  # fmt: skip
         except QuorumError as exc:
             if exc.status == 429:
                 self.metrics.count_rejection("token_budget", call.tenant)
             raise
+        except asyncio.CancelledError:
+            if call.watch is None or not call.watch.gone:
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            raise ClientGone from None
+        finally:
+            if call.watch is not None:
+                call.watch.disarm()
         call.limits += headers
+        if call.watch is not None and meta.deadline_ms is not None:  # it waited
+            waited_ms = round((time.perf_counter() - started) * 1000)
+            call.meta = replace(meta, deadline_ms=max(1, meta.deadline_ms - waited_ms))
+
+    @staticmethod
+    def _watch(call: ClientCall) -> None:
+        """Watch the client while its request waits for its token budget (the watch goes
+        on to its admission)."""
+        task = asyncio.current_task()
+        assert task is not None
+        call.watch = DisconnectWatch(task)
+        call.watch.start(call.scope, call.receive)
 
     def _account(self, call: ClientCall, status: int) -> None:
         """Step 5: what the request is charged (`guard.Spent.used`) replaces its token

@@ -180,6 +180,9 @@ class Settings(BaseSettings):
     # Tenant policy on the data path and billable usage (docs/tenants.md).
     token_budget_fail_open: bool = False  # budgets' store unreachable: 503 (or allow)
     token_budget_store_timeout_ms: int = Field(default=250, ge=1, le=60_000)
+    # How long a request may wait for requests in flight to settle when only their
+    # reservations leave no room (unset: QUEUE_TIMEOUT_MS; 0: refused at once).
+    token_budget_wait_ms: int | None = Field(default=None, ge=0, le=3_600_000)
     tenant_permit_ttl_s: float = Field(default=30.0, ge=1, le=3600)  # shared in-flight caps
     usage_db: str = "~/.local/state/quorum/usage.sqlite3"  # embedded: SQLite file
     # Embedded state that outlives the process (faults/state_db.py): unset, `state.sqlite3`
@@ -270,6 +273,12 @@ class Settings(BaseSettings):
         if self.state_db:
             return str(Path(self.state_db).expanduser())
         return str(Path(self.usage_db).expanduser().parent / "state.sqlite3")
+
+    @property
+    def budget_wait_ms(self) -> int:
+        """TOKEN_BUDGET_WAIT_MS, else QUEUE_TIMEOUT_MS (docs/tenants.md)."""
+        wait = self.token_budget_wait_ms
+        return self.queue_timeout_ms if wait is None else wait
 
     @property
     def objectives(self) -> dict[bytes, str]:

@@ -31,11 +31,12 @@ it was):
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from runner.scheduler.grants import AdmissionRequest, Grant, Usage
 from runner.telemetry import tracing
-from runner.tenancy.guard import Budgets, Headers, Held
+from runner.tenancy.guard import Headers
+from runner.tenancy.token_budgets import Budgets, Held
 from tenants.config import TenantPolicy
 
 
@@ -148,6 +149,7 @@ class TracedBudgets:
 
     def __init__(self, budgets: Budgets) -> None:
         self.inner = budgets
+        self.wait_s = budgets.wait_s
 
     async def reserve(
         self,
@@ -156,6 +158,7 @@ class TracedBudgets:
         model: str,
         input_bound: int,
         output_bound: int,
+        **waiting: Any,
     ) -> tuple[Held | None, Headers]:
         attributes: dict[str, str | int] = {
             "quorum.tenant": tenant,
@@ -167,7 +170,7 @@ class TracedBudgets:
         with tracing.span("token budget reserve", attributes) as span:
             try:
                 held, headers = await self.inner.reserve(
-                    tenant, policy, model, input_bound, output_bound
+                    tenant, policy, model, input_bound, output_bound, **waiting
                 )
             except Exception as exc:
                 code = str(getattr(exc, "code", type(exc).__name__))

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runner.runtime.settings import Settings
-from runner.tenancy.guard import Budgets
 from runner.tenancy.live import LivePolicies
 from runner.tenancy.permits import SharedPermits
+from runner.tenancy.token_budgets import Budgets
 from runner.tenancy.usage import UsageRecorder
 from tenants.budget_store import MemoryBudgetStore, RedisBudgetStore
 from tenants.config import TenantsConfig
@@ -71,7 +71,11 @@ class Tenancy:
             )
             permits = None
         return cls(
-            budgets=Budgets(budget_store, fail_open=s.token_budget_fail_open),
+            budgets=Budgets(
+                budget_store,
+                fail_open=s.token_budget_fail_open,
+                wait_s=s.budget_wait_ms / 1000,
+            ),
             usage=UsageRecorder(
                 usage_store,
                 retention_s=retention,

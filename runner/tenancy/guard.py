@@ -27,30 +27,17 @@ Headers: `x-ratelimit-limit-tokens`, `-remaining-tokens`, `-reset-tokens` (OpenA
 names; reset as a duration like `1m30s`) of the tightest budget that applies, after
 this request's reservation; the request rate's trio (`-requests`) beside `RateLimit-*`.
 
-Cost per request: the policy's budgets that apply to a (tenant, model) are worked out once
-per policy (`tenants.budgets.Plans`); with the counters in this process (the embedded
-default) reserving and settling are plain calls, no coroutine or task; only a store
-across the network (Redis) is awaited to reserve and settled in the background.
+Reserving and settling: `runner/tenancy/token_budgets.Budgets`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import logging
 import math
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tenants.budget_store import BudgetStore, BudgetStoreUnavailable
-from tenants.budgets import Plans, Reservation, settle
-from tenants.config import TenantPolicy
-from tenants.errors import RequestExceedsBudget, TokenBudgetExceeded, TokenBudgetUnavailable
 from tenants.ratelimit import RateDecision
-
-log = logging.getLogger("quorum.tenancy.budgets")
 
 TEMPLATE_TOKENS_PER_MESSAGE = 16
 TEMPLATE_TOKENS = 64
@@ -153,137 +140,3 @@ class Spent:
                 made = max(made, min(made + CUT_ALLOWANCE_TOKENS, self.output_bound))
             return self.prompt or self.input_bound, made
         return self.input_bound, self.output_bound  # 3
-
-
-@dataclass(slots=True)
-class Held:
-    """A request's reservation, until it is settled."""
-
-    reservation: Reservation
-    input_bound: int
-    output_bound: int
-    settled: bool = False
-
-
-class Budgets:
-    """Reserve and settle token budgets (`BudgetStore`: memory or Redis).
-
-    With the store unreachable: refused with 503 `token_budget_unavailable` (a budget is
-    a spending limit: failing open could overshoot), or allowed without a reservation
-    when `fail_open` (TOKEN_BUDGET_FAIL_OPEN)."""
-
-    def __init__(
-        self,
-        store: BudgetStore,
-        *,
-        clock: Callable[[], float] = time.time,
-        fail_open: bool = False,
-    ) -> None:
-        self.store = store
-        self._book = store.book  # the counters, when in this process: called directly
-        self._clock = clock
-        self.fail_open = fail_open
-        self._plans = Plans()
-        self._settling: set[asyncio.Task[None]] = set()
-
-    async def reserve(
-        self,
-        tenant: str,
-        policy: TenantPolicy,
-        model: str,
-        input_bound: int,
-        output_bound: int,
-    ) -> tuple[Held | None, Headers]:
-        """Reserve the request's bounds against every budget of `policy` that applies.
-
-        1. No budget applies: nothing (no store call, no headers).
-        2. A charge larger than its whole budget: 400 `request_exceeds_budget`.
-        3. All charges at once (`BudgetStore.reserve`); the store unreachable: 503, or
-           nothing when failing open.
-        4. A budget that has no room: 429 `token_budget_exceeded` naming it, with
-           `Retry-After` (its window's end) and the tokens headers.
-        5. Reserved: the hold, and the tokens headers of the tightest budget.
-        """
-        if not policy.token_budgets:  # 1
-            return None, []
-        now = self._clock()
-        charges = self._plans.plan(
-            tenant, policy.token_budgets, model, input_bound, output_bound, now
-        )
-        if not charges:
-            return None, []
-        for charge in charges:  # 2
-            if charge.amount > charge.budget.tokens:
-                raise RequestExceedsBudget(
-                    tenant=tenant, budget_text=charge.budget.text,
-                    budget=charge.budget.to_json(), requested=charge.amount,
-                )  # fmt: skip
-        if self._book is not None:  # 3: in this process, one plain call
-            refused, counters = self._book.reserve(charges, now)
-        else:
-            try:
-                refused, counters = await self.store.reserve(charges, now)
-            except BudgetStoreUnavailable as exc:
-                log.error("token budget store unreachable: %s", exc)
-                if self.fail_open:
-                    return None, []
-                raise TokenBudgetUnavailable(retry_after=1) from None
-        if refused:  # 4
-            charge = charges[refused - 1]
-            remaining = max(0, charge.limit - counters[refused - 1])
-            wait = max(1, math.ceil(charge.window_end - now))
-            raise TokenBudgetExceeded(
-                tenant=tenant, budget_text=charge.budget.text, budget=charge.budget.to_json(),
-                remaining=remaining, requested=charge.amount, resetAt=charge.window_end,
-                retry_after=wait, limit=charge.limit, reset=duration(wait),
-            )  # fmt: skip
-        reservation = Reservation(tenant, tuple(charges), counters)  # 5
-        return Held(reservation, input_bound, output_bound), self.headers(reservation, now)
-
-    @staticmethod
-    def headers(reservation: Reservation, now: float) -> Headers:
-        """The tokens trio of the budget with the fewest tokens left (ties: the soonest reset)."""
-        charges, counters = reservation.charges, reservation.counters
-        charge, left = charges[0], charges[0].budget.tokens - counters[0]
-        for i in range(1, len(charges)):
-            other = charges[i]
-            other_left = other.budget.tokens - counters[i]
-            if other_left < left or (other_left == left and other.window_end < charge.window_end):
-                charge, left = other, other_left
-        return [
-            (b"x-ratelimit-limit-tokens", b"%d" % charge.budget.tokens),
-            (b"x-ratelimit-remaining-tokens", b"%d" % max(0, left)),
-            (b"x-ratelimit-reset-tokens", reset_text(math.ceil(charge.window_end - now))),
-        ]
-
-    def settle(self, held: Held | None, used_in: int, used_out: int) -> None:
-        """Replace the reservation by what the request used, once per hold: at once with
-        the counters in this process, else in the background (the answer never waits)."""
-        if held is None or held.settled:
-            return
-        held.settled = True
-        if used_in > held.input_bound or used_out > held.output_bound:
-            log.warning(
-                "tenant %s used %d/%d tokens above its reserved bound %d/%d",
-                held.reservation.tenant, used_in, used_out, held.input_bound, held.output_bound,
-            )  # fmt: skip
-        deltas = settle(held.reservation, used_in, used_out)
-        if not deltas:
-            return
-        if self._book is not None:
-            self._book.adjust(deltas, self._clock())
-            return
-        task = asyncio.get_running_loop().create_task(self._adjust(deltas))
-        self._settling.add(task)
-        task.add_done_callback(self._settling.discard)
-
-    async def _adjust(self, deltas: list[tuple[str, int]]) -> None:
-        try:
-            await self.store.adjust(deltas, self._clock())
-        except BudgetStoreUnavailable as exc:  # the reservation stays: over-counted, safe
-            log.warning("a token budget settlement was lost (%s); the bound stays charged", exc)
-
-    async def idle(self) -> None:
-        """Wait for the settlements under way (tests, shutdown)."""
-        while self._settling:
-            await asyncio.gather(*list(self._settling), return_exceptions=True)

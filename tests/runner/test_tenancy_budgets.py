@@ -1,4 +1,4 @@
-"""`runner/tenancy/guard.Budgets`, the data path's side of token budgets: reserve the
+"""`runner/tenancy/token_budgets.Budgets`, the data path's side of token budgets: reserve the
 bounds, answer with the tightest budget's headers, settle to what was used (at once with
 the counters in this process, in the background with Redis)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.tenancy.guard import Budgets
+from runner.tenancy.token_budgets import Budgets
 from tenants.budget_store import MemoryBudgetStore, RedisBudgetStore
 from tenants.config import TenantPolicy
 from tenants.errors import RequestExceedsBudget, TokenBudgetExceeded

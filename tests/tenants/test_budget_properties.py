@@ -10,6 +10,7 @@ bound (prompt and max_tokens), and a cancelled request reports what it generated
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from hypothesis.stateful import (
 )
 
 from tenants.budget_store import BudgetStore, MemoryBudgetStore, RedisBudgetStore
-from tenants.budgets import Reservation, plan, settle, window
+from tenants.budgets import GRACE_S, Reservation, plan, settle, window
 from tenants.policy import TokenBudget
 from tests.support.redis_server import RedisServer
 
@@ -41,6 +42,7 @@ BUDGETS = (
 )
 MODELS = ("gemma-3", "smollm2", "other")
 START = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+TENANT_IDS = itertools.count()
 
 
 @dataclass
@@ -75,7 +77,7 @@ class BudgetMachine(RuleBasedStateMachine):
     @initialize()
     def fresh_tenant(self) -> None:
         """Each example starts on counters of its own (a new tenant id in the store)."""
-        self.tenant = f"t{id(self)}"
+        self.tenant = f"t{next(TENANT_IDS)}"  # never reused (an `id()` is, once freed)
 
     @rule(
         target=requests,
@@ -86,7 +88,7 @@ class BudgetMachine(RuleBasedStateMachine):
     )
     def reserve(self, replica: int, model: str, prompt: int, max_tokens: int) -> object:
         charges = plan(self.tenant, BUDGETS, model, prompt, max_tokens, self.now)
-        refused, counters = self.run(self.store.reserve(charges, self.now))
+        refused, counters, _ = self.run(self.store.reserve(charges, self.now))
         if refused:
             return None
         request = InFlight(
@@ -139,6 +141,18 @@ class BudgetMachine(RuleBasedStateMachine):
         limits = {b.key: b.tokens for b in BUDGETS}
         for (_, budget_key, _), used in totals.items():
             assert used <= limits[budget_key]
+
+    @invariant()
+    def held_is_what_is_in_flight(self) -> None:
+        """Each live counter's held part is the sum of the reservations of its requests
+        in flight (what a waiting request may still get back), exactly."""
+        flying: dict[str, int] = defaultdict(int)
+        for request in self.flying:
+            for charge in request.reservation.charges:
+                if charge.window_end + GRACE_S > self.now + 1:
+                    flying[charge.key] += charge.amount
+        keys = sorted(flying)
+        assert self.run(self.store.held(keys, self.now)) == [flying[k] for k in keys]
 
 
 def _run_machine(store_factory, examples: int) -> None:  # type: ignore[no-untyped-def]

@@ -32,22 +32,37 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[BudgetStore]:
 async def test_budget_store_reserves_all_or_nothing(store: BudgetStore) -> None:
     """A request that does not fit one budget adds to none; the refused index is given."""
     charges = plan("acme", (MINUTE, OUTPUT), "gemma-3", 30, 30, NOW)
-    assert await store.reserve(charges, NOW) == (0, (60, 30))
+    assert await store.reserve(charges, NOW) == (0, (60, 30), 0)
     again = plan("acme", (MINUTE, OUTPUT), "gemma-3", 5, 20, NOW)  # output: 30 + 20 > 40
-    refused, counters = await store.reserve(again, NOW)
-    assert refused == 2 and counters[:2] == (60, 30)
+    refused, counters, held = await store.reserve(again, NOW)
+    assert refused == 2 and counters[:2] == (60, 30) and held == 30
     assert await store.used([c.key for c in charges], NOW) == [60, 30]
 
 
 async def test_budget_store_settles_to_what_was_used(store: BudgetStore) -> None:
     """Settling replaces the bound by the usage: the freed tokens fit another request."""
     charges = plan("acme", (MINUTE,), "smollm2", 50, 50, NOW)
-    _, counters = await store.reserve(charges, NOW)
+    _, counters, _ = await store.reserve(charges, NOW)
     reservation = Reservation("acme", tuple(charges), counters)
     await store.adjust(settle(reservation, 12, 8), NOW)
     assert await store.used([charges[0].key], NOW) == [20]
     more = plan("acme", (MINUTE,), "smollm2", 40, 40, NOW)
     assert (await store.reserve(more, NOW))[0] == 0
+
+
+async def test_budget_store_refusal_tells_spent_from_held(store: BudgetStore) -> None:
+    """A refusal says what of the counter is held by requests not settled yet; a
+    settlement releases its request's part, however much it used (0 included)."""
+    first = plan("acme", (MINUTE,), "m", 30, 30, NOW)
+    second = plan("acme", (MINUTE,), "m", 10, 10, NOW)
+    _, after_first, _ = await store.reserve(first, NOW)
+    _, after_second, _ = await store.reserve(second, NOW)
+    assert (await store.reserve(plan("acme", (MINUTE,), "m", 11, 10, NOW), NOW)) == (1, (80,), 80)
+    await store.adjust(settle(Reservation("acme", tuple(first), after_first), 5, 5), NOW)
+    assert (await store.reserve(plan("acme", (MINUTE,), "m", 50, 41, NOW), NOW)) == (1, (30,), 20)
+    await store.adjust(settle(Reservation("acme", tuple(second), after_second), 0, 0), NOW)
+    assert (await store.reserve(plan("acme", (MINUTE,), "m", 50, 41, NOW), NOW)) == (1, (10,), 0)
+    assert (await store.reserve(plan("acme", (MINUTE,), "m", 50, 40, NOW), NOW))[0] == 0
 
 
 async def test_budget_store_windows_are_fixed_and_separate(store: BudgetStore) -> None:
@@ -64,7 +79,7 @@ async def test_budget_store_counter_never_goes_negative(store: BudgetStore) -> N
     """A settlement larger than the counter (a stale reservation) floors it at 0."""
     charges = plan("acme", (MINUTE,), "m", 10, 0, NOW)
     await store.reserve(charges, NOW)
-    await store.adjust([(charges[0].key, -50)], NOW)
+    await store.adjust([(charges[0].key, -50, 50)], NOW)
     assert await store.used([charges[0].key], NOW) == [0]
 
 

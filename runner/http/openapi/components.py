@@ -127,7 +127,14 @@ HEADERS: dict[str, Schema] = {
         "schema": {"type": "string", "enum": ["high", "normal", "low"]},
     },
     "x-ratelimit-limit-tokens": _int_header("The tightest token budget that applies (tokens)."),
-    "x-ratelimit-remaining-tokens": _int_header("Tokens left in that budget's window."),
+    "x-ratelimit-remaining-tokens": _int_header(
+        "Tokens left in that budget's window: its limit less what settled requests were "
+        "charged and what requests in flight (this one included) reserved (docs/tenants.md)."
+    ),
+    "X-Budget-Wait-Ms": _int_header(
+        "Time the request waited in line for other requests' token reservations to settle "
+        "(only after such a wait; docs/tenants.md, waiting vs refusal)."
+    ),
     "x-ratelimit-reset-tokens": {
         "description": "Until that window resets, as OpenAI writes it (`1m30s`).",
         "schema": {"type": "string"},

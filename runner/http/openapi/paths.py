@@ -78,6 +78,7 @@ DATA_OK_HEADERS = header_refs(
         "x-ratelimit-limit-requests",
         "x-ratelimit-remaining-requests",
         "x-ratelimit-reset-requests",
+        "X-Budget-Wait-Ms",
     ),
     required=("X-Request-Id", "X-Cache-Hit", "X-Cache-Tokens-Reused", "X-Queue-Wait-Ms"),
 )
