@@ -103,7 +103,9 @@ def probe_audio(path: str, check_seconds: float = CHECK_SECONDS) -> AudioInfo:
     return info
 
 
-def _demuxed_end(packets: Iterator[av.Packet], stream: av.AudioStream, start: int | None) -> float:
+def _demuxed_end(
+    packets: Iterator[av.Packet[av.AudioStream]], stream: av.AudioStream, start: int | None
+) -> float:
     """Seconds from the first packet's timestamp `start` to the end of the last packet
     demuxed from `packets` (read, not decoded); 0.0 when they carry no timestamps."""
     if start is None or stream.time_base is None:
