@@ -37,3 +37,13 @@ def test_bench_vllm_report_compares_only_pairs_that_finished() -> None:
 def test_bench_vllm_runs_a_minute_a_side_by_default() -> None:
     """Each side of a pair runs 60 s unless told otherwise (P13 needs runs that long)."""
     assert run.parser().parse_args([]).duration >= 60
+
+
+def test_bench_vllm_measures_json_answers_beside_streams() -> None:
+    """Both streamed and JSON chats by default (P13 asks for both); a JSON case's rows
+    read its whole-answer latency, not a TTFT."""
+    assert run.parser().parse_args([]).modes.split(",") == ["stream", "json"]
+    pair = {"runner": _run(60, [100.0]), "direct": _run(60, [100.0])}
+    table = run.report({"throughput": {"4": [pair], "4 JSON": [pair]}})
+    assert "| latency p50, 4 JSON clients (ms) | 1.000" in table
+    assert "| TTFT p50, 4 clients (ms) | 1.000" in table

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,7 +45,8 @@ class ImageRequest:
 
     @property
     def cost(self) -> int:
-        """Scheduling cost in token-equivalents: one per 32x32 pixel patch of every image."""
+        """Scheduling cost in token-equivalents without a template (`image_cost`): one per
+        32x32 pixel patch of every image, 512x512 when no size is asked."""
         width, height = self.size or (512, 512)
         return max(1, self.n * (width * height) // 1024)
 
@@ -54,18 +56,35 @@ def image_work(template: WorkflowTemplate, request: ImageRequest) -> float:
     steps / 10^6, each from the request or the template's default (512 px; 1 step for a
     template without `steps`, such as the model-free one). ComfyUI's time for a prompt is
     close to a line in it (`runner/scheduler/work_fit.py` fits that line per model)."""
+    width, height, steps, _ = _shape(template, request)
+    return request.n * width * height * steps / 1e6
+
+
+def image_cost(template: WorkflowTemplate, request: ImageRequest) -> int:
+    """The request's scheduling cost in token-equivalents (pure; the fair share charges
+    it): one per 32x32 pixel patch of every image at the size it runs at (asked, else the
+    template's default), times the steps asked over the template's default steps when
+    the template declares `steps` (a request at the defaults costs its patches)."""
+    width, height, steps, default_steps = _shape(template, request)
+    return max(1, math.ceil(request.n * width * height / 1024 * steps / default_steps))
+
+
+def _shape(template: WorkflowTemplate, request: ImageRequest) -> tuple[float, float, float, float]:
+    """(width, height, steps, the template's default steps) a request runs at: each from
+    the request or the template's default (512 px; 1 step without a `steps` parameter)."""
     params = template.params
 
     def default(name: str, fallback: float) -> float:
         param = params.get(name)
         value = param.default if param is not None else None
-        return float(value) if isinstance(value, int | float) else fallback
+        return float(value) if isinstance(value, int | float) and value > 0 else fallback
 
     width, height = request.size or (default("width", 512), default("height", 512))
+    default_steps = default("steps", 1) if "steps" in params else 1.0
     steps = request.extras.get("steps")
     if not isinstance(steps, int | float) or "steps" not in params:
-        steps = default("steps", 1) if "steps" in params else 1
-    return request.n * width * height * float(steps) / 1e6
+        steps = default_steps
+    return float(width), float(height), float(steps), default_steps
 
 
 def parse_image_request(obj: Mapping[str, Any]) -> ImageRequest:

@@ -150,8 +150,11 @@ def runner(engine_url: str, slots: int) -> Iterator[str]:
             proc.wait(30)
 
 
-async def _stream_loop(url: str, clients: int, duration_s: float, first_k: int) -> dict[str, Any]:
-    """Closed loop of streamed short chats; requests ending after the window do not count."""
+async def _stream_loop(
+    url: str, clients: int, duration_s: float, first_k: int, stream: bool = True
+) -> dict[str, Any]:
+    """Closed loop of short chats (streamed, or whole JSON answers when `stream` is False);
+    requests ending after the window do not count. A JSON answer's "TTFT" is its latency."""
     t0 = time.monotonic()
     end = t0 + duration_s
     ttfts: list[float] = []
@@ -171,7 +174,7 @@ async def _stream_loop(url: str, clients: int, duration_s: float, first_k: int) 
                     ],
                     "max_tokens": MAX_TOKENS,
                     "temperature": 0,
-                    "stream": True,
+                    "stream": stream,
                 }
                 sent = time.monotonic()
                 first: float | None = None
@@ -184,9 +187,10 @@ async def _stream_loop(url: str, clients: int, duration_s: float, first_k: int) 
                         headers={"X-Tenant-ID": f"tenant-{i % 4}"},
                     ) as r:
                         async for line in r.aiter_lines():
-                            if first is None and _has_content(line):
+                            if first is None and (not stream or _has_content(line)):
                                 first = time.monotonic()
                         ok = r.status_code == 200
+                        first = first if stream else time.monotonic()
                 except httpx.HTTPError:
                     ok = False
                 now = time.monotonic()
@@ -250,6 +254,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--duration", type=float, default=60.0, help="seconds per side per pair")
     ap.add_argument("--clients", default="4,16")
+    ap.add_argument("--modes", default="stream,json", help="streamed and/or JSON chats")
     ap.add_argument("--slots", type=int, default=16, help="--max-num-seqs and the runner's slots")
     ap.add_argument("--prefix-reps", type=int, default=2)
     ap.add_argument("--no-throughput", action="store_true")
@@ -266,8 +271,10 @@ def main() -> None:
         systems = {"runner": through, "direct": direct}
         if not args.no_throughput:
             tp: dict[str, Any] = {}
-            for clients in (int(c) for c in args.clients.split(",")):
-                asyncio.run(_stream_loop(direct, clients, 5.0, 10_000))  # warm-up
+            cases = [(int(c), m) for m in args.modes.split(",") for c in args.clients.split(",")]
+            for clients, mode in cases:
+                stream = mode == "stream"
+                asyncio.run(_stream_loop(direct, clients, 5.0, 10_000, stream))  # warm-up
                 pairs = []
                 for p in range(args.pairs):
                     order = ["runner", "direct"] if p % 2 == 0 else ["direct", "runner"]
@@ -275,13 +282,13 @@ def main() -> None:
                     for name in order:
                         asyncio.run(_reset(direct))
                         run = asyncio.run(
-                            _stream_loop(systems[name], clients, args.duration, p * 100_000)
+                            _stream_loop(systems[name], clients, args.duration, p * 100_000, stream)
                         )
                         run["load"] = loadavg()
                         pair[name] = run
-                        _log(f"{clients} clients pair {p} {name}: {_run_line(run)}")
+                        _log(f"{clients} clients {mode} pair {p} {name}: {_run_line(run)}")
                     pairs.append(pair)
-                tp[str(clients)] = pairs
+                tp[str(clients) if stream else f"{clients} JSON"] = pairs
             results["throughput"] = tp
         if not args.no_prefix:
             trace = build_trace(TraceConfig())
@@ -343,7 +350,7 @@ def report(results: dict[str, Any]) -> str:
             ttft = [
                 (_pct(p["runner"]["ttft_ms"], q), _pct(p["direct"]["ttft_ms"], q)) for p in pairs
             ]
-            rows.append((f"TTFT p{q}", "ms", 0, ttft))
+            rows.append((f"{'latency' if 'JSON' in clients else 'TTFT'} p{q}", "ms", 0, ttft))
         for label, unit, digits, values in rows:
             runner = [r for r, _ in values]
             direct = [d for _, d in values]

@@ -3,6 +3,10 @@
 The duration is the request's cost in the scheduler and the total of a job's
 progress, so it must be known before the request queues; a file the worker
 could not decode must be refused with a 400 here, not after a wait in the queue.
+It is measured from the audio itself (decoded samples, then the packets' timestamps),
+never read from the file's header: the header is the client's claim (a Matroska
+`Duration` or an MP3 Xing frame count can say 1.5 s over an hour of audio, which the
+worker then transcribes whole).
 
 `probe_audio` blocks (it decodes); call it in a thread: `await asyncio.to_thread(...)`.
 
@@ -14,6 +18,7 @@ probing every demuxer. Anything else is `invalid_audio`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -26,7 +31,6 @@ from runner.audio.errors import AudioTooShort
 
 MIN_DURATION_S = 0.1
 CHECK_SECONDS = 1.0
-_AV_TIME_BASE = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +52,9 @@ def probe_audio(path: str, check_seconds: float = CHECK_SECONDS) -> AudioInfo:
        faster-whisper does), until `check_seconds` of samples were decoded or it ends.
     4. Nothing decoded: `InvalidAudio` with the first decoder error.
     5. Duration: the decoded samples if the stream ended within the check (exact);
-       else the stream's, else the container's duration; else decode to the end.
+       else the end of the last packet demuxed (its timestamp plus its duration, from
+       the first packet's: no decoding), else (no timestamps) decode to the end.
+       Never the header's declared duration.
     6. Under 0.1 s: `AudioTooShort` (OpenAI's code and message).
     """
     container = open_audio(path)  # 1
@@ -58,11 +64,14 @@ def probe_audio(path: str, check_seconds: float = CHECK_SECONDS) -> AudioInfo:
         stream = container.streams.audio[0]
         rate = int(stream.rate or stream.codec_context.sample_rate or 0)
         samples = 0
+        start: int | None = None  # the first packet's timestamp
         first_error: BaseException | None = None
         ended = True
         packets = container.demux(stream)
         try:  # 3
             for packet in packets:
+                if start is None and packet.pts is not None:
+                    start = packet.pts
                 try:
                     frames = packet.decode()
                 except av.error.FFmpegError as exc:
@@ -81,7 +90,7 @@ def probe_audio(path: str, check_seconds: float = CHECK_SECONDS) -> AudioInfo:
             raise InvalidAudio(f"Invalid file format: the audio could not be decoded{why}")
         duration = samples / rate  # 5
         if not ended:
-            duration = _metadata_duration(container, stream) or _decode_rest(packets, samples, rate)
+            duration = _demuxed_end(packets, stream, start) or _decode_rest(packets, samples, rate)
         info = AudioInfo(
             duration_s=duration,
             container=str(container.format.name),
@@ -94,12 +103,21 @@ def probe_audio(path: str, check_seconds: float = CHECK_SECONDS) -> AudioInfo:
     return info
 
 
-def _metadata_duration(container: av.container.InputContainer, stream: av.AudioStream) -> float:
-    if stream.duration is not None and stream.time_base is not None:
-        return float(stream.duration * Fraction(stream.time_base))
-    if container.duration is not None:
-        return float(container.duration) / _AV_TIME_BASE
-    return 0.0
+def _demuxed_end(
+    packets: Iterator[av.Packet[av.AudioStream]], stream: av.AudioStream, start: int | None
+) -> float:
+    """Seconds from the first packet's timestamp `start` to the end of the last packet
+    demuxed from `packets` (read, not decoded); 0.0 when they carry no timestamps."""
+    if start is None or stream.time_base is None:
+        return 0.0
+    end = start
+    try:
+        for packet in packets:
+            if packet.pts is not None:
+                end = max(end, packet.pts + (packet.duration or 0))
+    except av.error.FFmpegError:  # a demuxer error ends the stream
+        pass
+    return float((end - start) * Fraction(stream.time_base))
 
 
 def _decode_rest(packets: object, samples: int, rate: int) -> float:

@@ -84,7 +84,8 @@ def canonical(obj: dict[str, Any], path: str, fields: RequestFields, context: in
 
     1. Every field is OpenAI's for `path` or the kind's (`fields`: passed, its output
        limits, its choices); else refused, naming the first such field.
-    2. Embeddings: done (no output, one answer per input).
+    2. Embeddings: `input` is one of OpenAI's four shapes (`embedding_inputs`), else
+       refused; then done (no output, one answer per input).
     3. A completions `prompt` holding more than one prompt (a list of strings or of
        token lists) is refused.
     4. `n`, `best_of` and the kind's choices: absent, null or 1; else refused.
@@ -99,6 +100,7 @@ def canonical(obj: dict[str, Any], path: str, fields: RequestFields, context: in
         if name not in openai and name not in passed and not _own(name, fields):
             raise UnsupportedParameter(param=name, reason=_not_accepted(path))
     if path == EMBEDDINGS:  # 2
+        embedding_inputs(obj.get("input"))
         return False
     if path == COMPLETIONS and prompts_in(obj.get("prompt")) > 1:  # 3
         raise UnsupportedParameter(param="prompt", reason=_ONE_PROMPT)
@@ -116,6 +118,36 @@ def prompts_in(prompt: object) -> int:
     if isinstance(prompt, list) and prompt and not all(_is_int(t) for t in prompt):
         return len(prompt)
     return 1
+
+
+def embedding_inputs(value: object) -> list[str] | list[list[int]]:
+    """The inputs of an embeddings `input` in OpenAI's shapes only: a string (one), a list
+    of strings (one each), a list of token ids (one), a list of token-id lists (one each);
+    1 to `MAX_EMBEDDING_INPUTS` of them. Anything else (llama-server's multimodal objects,
+    a list mixing text and ids, which it reads as one prompt) is refused 400
+    `invalid_request` naming `input`: the runner bounds each input by its own length."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value:
+        if all(isinstance(v, str) for v in value):
+            inputs: list[str] | list[list[int]] = value
+        elif all(_is_int(v) for v in value):
+            inputs = [value]
+        elif all(isinstance(v, list) and v and all(_is_int(t) for t in v) for v in value):
+            inputs = value
+        else:
+            inputs = []
+        if 0 < len(inputs) <= MAX_EMBEDDING_INPUTS:
+            return inputs
+    raise InvalidField(param="input", rule=_INPUT_SHAPES, value=_shape(value))
+
+
+def _shape(value: object) -> str:
+    """What a refused `input` is, in words (never the client's data echoed back)."""
+    if isinstance(value, list):
+        kinds = sorted({type(v).__name__ for v in value})
+        return f"a list of {len(value)} ({', '.join(kinds) or 'nothing'})"
+    return f"a {type(value).__name__}"
 
 
 def _one_output_bound(obj: dict[str, Any], own: tuple[str, ...], context: int | None) -> bool:
@@ -162,6 +194,12 @@ def _not_accepted(path: str) -> str:
     )
 
 
+MAX_EMBEDDING_INPUTS = 2048
+"""OpenAI's limit of inputs per embeddings request (each runs as its own engine task)."""
+_INPUT_SHAPES = (
+    f"a string, a list of strings, a list of token ids or a list of token-id lists "
+    f"(1 to {MAX_EMBEDDING_INPUTS} inputs, none empty)"
+)
 _ONE_PROMPT = (
     "holds several prompts: send one request per prompt (each runs as its own completion; "
     "the runner bounds and charges one)"

@@ -60,7 +60,7 @@ from runner.http.traced import engine_call
 from runner.scheduler.grants import Usage
 from runner.telemetry import tracing
 from runner.telemetry.metrics import Metrics
-from runner.tenancy.guard import output_bound, prompt_bound
+from runner.tenancy.guard import embedding_bound, output_bound, prompt_bound
 
 log = logging.getLogger("quorum.chat")
 
@@ -119,7 +119,10 @@ class ChatPath:
         changed = _strip_extensions(obj)
         changed |= canonical(obj, path, self.fields_of(model) or OPENAI_ONLY, context)
         spent = call.spent  # what it can cost at most (runner/tenancy/guard.py)
-        spent.input_bound = prompt_bound(body, obj)
+        if embeddings:  # input by input (canonical held `input` to OpenAI's shapes)
+            spent.input_bound = embedding_bound(obj["input"])
+        else:
+            spent.input_bound = prompt_bound(body, obj)
         spent.output_bound, cap = output_bound(obj, context, embeddings)
         if call.policy.token_budgets:
             await self.front.reserve_tokens(call, model)

@@ -287,11 +287,13 @@ class FrontEnd:
 
     def _account(self, call: ClientCall, status: int) -> None:
         """Step 5: what the request is charged (`guard.Spent.used`) replaces its token
-        reservation and goes to the usage, with its outcome and times."""
+        reservation and goes to the usage, with its outcome and times; a request taken as
+        a job (202) is recorded when the job ends, as its synchronous form would be
+        (`runner/jobs/http.job_submitter`)."""
         used_in, used_out = call.spent.used()
         if self.budgets is not None:
             self.budgets.settle(call.held, used_in, used_out)
-        if self.usage is not None and call.model is not NO_MODEL:
+        if self.usage is not None and call.model is not NO_MODEL and status != 202:
             self.usage.request(
                 call.tenant, call.model, status, prompt=used_in, completion=used_out,
                 cached=call.spent.cached, engine_ms=call.engine_ms,

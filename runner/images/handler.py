@@ -32,7 +32,12 @@ import orjson
 
 from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.errors import ImageNotFound, InvalidImageRequest
-from adapters.comfyui.image_request import ImageRequest, image_work, parse_image_request
+from adapters.comfyui.image_request import (
+    ImageRequest,
+    image_cost,
+    image_work,
+    parse_image_request,
+)
 from adapters.comfyui.images import Generated, ImageGenerator, ModelShape
 from adapters.comfyui.store import FILES_PATH, TOKEN_RE, ImageStore, file_path
 from faults import BadRequest
@@ -205,18 +210,20 @@ async def _parse(body: bytes) -> ImageRequest:
 def _ticket(
     request_id: str, call: ClientCall, request: ImageRequest, shape: ModelShape | None
 ) -> AdmissionRequest:
-    """The admission ticket: the request's cost (fair share) and, with the model's
-    template known, its work (`image_work`), which the wait forecast times it by."""
+    """The admission ticket: the request's cost (fair share: `image_cost`, n x size x
+    steps at the template's defaults where the request leaves them) and, with the
+    model's template known, its work (`image_work`), which the wait forecast times it by."""
     prompt_tokens = max(1, len(request.prompt) // 4)
     meta = call.meta
     work = image_work(shape.template, request) if shape is not None else None
+    cost = image_cost(shape.template, request) if shape is not None else request.cost
     return AdmissionRequest(
         request_id,
         request.model,
         call.tenant,
         meta.priority,
         prompt_tokens,
-        request.cost,
+        cost,
         work=work,
     )
 

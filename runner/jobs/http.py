@@ -10,10 +10,13 @@ Errors (404 `job_not_found`, 503 `job_store_unavailable`, ...) are raised as
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Callable, Mapping
 from typing import NamedTuple, Protocol
 
+from faults import QuorumError
 from runner.jobs.manager import JobManager, Work
+from runner.jobs.progress import ProgressReporter
 from runner.jobs.record import Job
 
 JOBS_PATH = "/v1/jobs/"
@@ -27,17 +30,48 @@ class JobSubmitter(Protocol):
     ) -> tuple[int, Mapping[str, object], Mapping[str, str]]: ...
 
 
-def job_submitter(manager: JobManager) -> JobSubmitter:
-    """A `JobSubmitter` on the runner's job manager."""
+Ended = Callable[[str, str, int], None]
+"""`ended(tenant, model, status)`: a job's work ended as its synchronous request would
+have answered (200, its error's status, 499 when cancelled): the usage's one request
+record (the 202 that took the job records none, runner/http/frontend.py)."""
+
+
+def job_submitter(manager: JobManager, ended: Ended | None = None) -> JobSubmitter:
+    """A `JobSubmitter` on the runner's job manager; `ended` is told how each job's work
+    ended, once (a job never runs twice: one unfinished at a restart is written failed,
+    not run again)."""
 
     async def submit(
         kind: str, tenant: str, model: str, work: Work, webhook: str | None
     ) -> tuple[int, Mapping[str, object], Mapping[str, str]]:
+        if ended is not None:
+            work = _counted(work, tenant, model, ended)
         job = await manager.submit(kind, tenant, model, work, webhook)
         answer = accepted_response(job)
         return answer.status, answer.body, answer.headers
 
     return submit
+
+
+def _counted(work: Work, tenant: str, model: str, ended: Ended) -> Work:
+    """`work` that tells `ended` its status when it ends, however it ends."""
+
+    async def counted(progress: ProgressReporter) -> object:
+        status = 500
+        try:
+            result = await work(progress)
+            status = 200
+            return result
+        except asyncio.CancelledError:
+            status = 499
+            raise
+        except QuorumError as exc:
+            status = exc.status
+            raise
+        finally:
+            ended(tenant, model, status)
+
+    return counted
 
 
 class JobResponse(NamedTuple):

@@ -259,14 +259,14 @@ class Runtime:
             ready.speech,
             self.metrics,
             FormLimits(max_file_bytes=s.audio_max_bytes),
-            submit_job=job_submitter(self.jobs),
+            submit_job=job_submitter(self.jobs, self.tenancy.usage.request),
         )
         images = any(self.specs.kind(m).traits.request_path == "images" for m in self.models.models)
         self.images: ImageRoutes = image_routes(
             self.front,
             self.pool,
             s,
-            job_submitter(self.jobs),
+            job_submitter(self.jobs, self.tenancy.usage.request),
             keep_files=images,
             count_images=self.count_images,
         )

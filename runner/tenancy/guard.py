@@ -3,6 +3,9 @@ settled when it ends (tenants/budgets.py is the accounting).
 
 The bounds (never below what the engine will report):
 
+- embeddings' prompt: per input (`embedding_bound`), its UTF-8 bytes (a token list: its
+  length) plus `EMBEDDING_TOKENS_PER_INPUT` (the special tokens an engine adds to each
+  input: BOS/CLS, EOS/SEP, a leading-space piece); the engine's `usage` sums its inputs;
 - prompt: the request body's UTF-8 bytes (a token of any byte-level or byte-fallback
   tokenizer covers at least one byte of text, and the body holds every byte of the
   messages) plus the chat template's allowance: `TEMPLATE_TOKENS_PER_MESSAGE` per message
@@ -42,6 +45,7 @@ from tenants.ratelimit import RateDecision
 TEMPLATE_TOKENS_PER_MESSAGE = 16
 TEMPLATE_TOKENS = 64
 FALLBACK_OUTPUT_TOKENS = 4096
+EMBEDDING_TOKENS_PER_INPUT = 8
 CUT_ALLOWANCE_TOKENS = 8
 """Tokens a stream cut short may have been generated beyond the chunks the runner read
 before the engine saw the cut (llama-server, seen: 2 past the client's last chunk)."""
@@ -82,6 +86,22 @@ def prompt_bound(body: bytes, obj: dict[str, Any]) -> int:
     messages = obj.get("messages")
     count = len(messages) if isinstance(messages, list) else 1
     return len(body) + TEMPLATE_TOKENS_PER_MESSAGE * count + TEMPLATE_TOKENS
+
+
+def embedding_bound(value: object) -> int:
+    """The most prompt tokens an embeddings `input` (in one of OpenAI's shapes, as
+    `runner/http/canonical.embedding_inputs` holds it) can count, input by input."""
+    if isinstance(value, str):
+        return len(value.encode()) + EMBEDDING_TOKENS_PER_INPUT
+    if not isinstance(value, list) or not value:
+        return EMBEDDING_TOKENS_PER_INPUT
+    if not isinstance(value[0], str | list):  # one input of token ids
+        return len(value) + EMBEDDING_TOKENS_PER_INPUT
+    return sum(
+        (len(v.encode()) if isinstance(v, str) else len(v)) + EMBEDDING_TOKENS_PER_INPUT
+        for v in value
+        if isinstance(v, str | list)
+    )
 
 
 def output_bound(

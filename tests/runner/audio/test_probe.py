@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import struct
 import subprocess
+from fractions import Fraction
 from pathlib import Path
 
+import av
+import numpy as np
 import pytest
 
 from adapters.whisper.errors import InvalidAudio
@@ -53,3 +57,33 @@ def test_probe_text_file_is_invalid_audio(tmp_path: Path) -> None:
     path.write_text("just some words\n" * 100)
     with pytest.raises(InvalidAudio):
         probe_audio(str(path))
+
+
+def _matroska(path: Path, seconds: int, declared_ms: float) -> Path:
+    """`seconds` of a 440 Hz tone in Matroska (PCM), its header's `Duration` rewritten to
+    `declared_ms` (the client's claim: nothing checks it against the blocks)."""
+    rate, step = 16000, 1600
+    tone = (np.sin(2 * np.pi * 440 * np.arange(rate * seconds) / rate) * 8000).astype(np.int16)
+    with av.open(str(path), "w", format="matroska") as out:
+        stream = out.add_stream("pcm_s16le", rate=rate, layout="mono")
+        for i in range(0, len(tone), step):
+            frame = av.AudioFrame.from_ndarray(
+                tone[None, i : i + step], format="s16", layout="mono"
+            )
+            frame.sample_rate, frame.pts, frame.time_base = rate, i, Fraction(1, rate)
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    data = bytearray(path.read_bytes())
+    at = data.find(b"\x44\x89\x88")  # Duration, an 8-byte float (ms)
+    assert at > 0
+    data[at + 3 : at + 11] = struct.pack(">d", declared_ms)
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_probe_measures_the_audio_not_the_headers_claim(tmp_path: Path) -> None:
+    """20 s of audio whose Matroska header declares 1.5 s is measured 20 s (the packets),
+    as the worker transcribes and charges it; the header's claim is never the cost."""
+    info = probe_audio(str(_matroska(tmp_path / "claims.mka", 20, 1500.0)))
+    assert info.container == "matroska"
+    assert info.duration_s == pytest.approx(20.0, abs=0.05)
