@@ -235,7 +235,17 @@ def redis_pool(url: str, timeout_s: float) -> aioredis.ConnectionPool:
 
 class _SentinelPool(SentinelConnectionPool):
     """redis-py's pool of connections to the primary, which also closes its connections to
-    the sentinels when it is closed (redis-py's leaves them open)."""
+    the sentinels when it is closed (redis-py's leaves them open), and whose question to
+    the sentinels fails as a Redis connection error only: redis-py 8.1, asking while a
+    sentinel connection is being opened by a concurrent command that timed out, raises
+    AttributeError (`writelines` on None) or RuntimeError (uvloop: the transport closed),
+    which the stores would not take for Redis being away (the chaos soak saw a 500)."""
+
+    async def get_master_address(self) -> Any:
+        try:
+            return await super().get_master_address()  # type: ignore[no-untyped-call]
+        except (AttributeError, RuntimeError) as exc:
+            raise RedisConnectionError(f"asking the sentinels failed: {exc!r}") from exc
 
     async def disconnect(self, inuse_connections: bool = True) -> None:
         await super().disconnect(inuse_connections)

@@ -12,22 +12,65 @@ write and its WAIT are sent together on one connection:
   the answers, which says nothing of this write; so both commands go as one pipeline to
   the node that owns the key's slot (`ClusterNode.execute_pipeline`, one connection).
 
-`replicas=0` (the default of `NONCE_REPLICAS`) sends the write alone. A WAIT that counts
-fewer replicas than asked does not undo the write: the caller decides (`governance/
-nonces.py` releases the nonce and refuses the operation).
+`replicas=0` sends the write alone. `AutoReplicas` (`NONCE_REPLICAS=auto`, the default)
+asks for 1 where the primary has replicas and 0 where it has none (a lone dev Redis): before
+each such write it reads `INFO replication` from the primary that takes it (one round trip
+more, on a lifecycle call only) and keeps, per primary (its `master_replid`, new after a
+failover or a restart), the most replicas it has seen connected. A primary that once had a
+replica keeps asking for one when the replica drops (the write is then refused, not trusted
+unacknowledged); a new primary is judged afresh (a promoted replica alone: 0, until a
+replica attaches to it). A WAIT that counts fewer replicas than asked does not undo the
+write: the caller decides (`governance/nonces.py` releases the nonce and refuses the
+operation).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT
+
+AUTO: Literal["auto"] = "auto"
+ReplicasSetting = int | Literal["auto"]  # NONCE_REPLICAS
+KEPT_PRIMARIES = 16  # the primaries AutoReplicas remembers (failovers and restarts seen)
+
+
+@dataclass(slots=True)
+class AutoReplicas:
+    """NONCE_REPLICAS=auto: 1 where the primary has (had) a replica, else 0."""
+
+    seen: dict[str, int] = field(default_factory=dict)  # master_replid -> most replicas
+
+    def asked(self, info: Mapping[str, Any]) -> int:
+        """The replicas to WAIT for, from the primary's `INFO replication`.
+
+        1. The primary is known by its replication id (a failover or a restart without
+           persistence gives a new one: that primary is judged afresh).
+        2. Keep the most replicas this primary has had connected (a replica that dropped
+           does not lower it: its writes are then refused rather than trusted).
+        3. 1 when it has had one, else 0 (a lone Redis: nothing to wait for).
+        """
+        # 1. which primary
+        replid = str(info.get("master_replid", ""))
+        connected = int(info.get("connected_slaves", 0) or 0)
+        # 2. the most it has had
+        most = max(self.seen.pop(replid, 0), connected)
+        self.seen[replid] = most  # last in: the newest
+        while len(self.seen) > KEPT_PRIMARIES:
+            del self.seen[next(iter(self.seen))]
+        # 3. one where it has replicas
+        return min(1, most)
+
+
+def replicas_of(setting: ReplicasSetting) -> int | AutoReplicas:
+    """What the stores hold for NONCE_REPLICAS: a count, or an `AutoReplicas` of their own."""
+    return AutoReplicas() if setting == AUTO else int(setting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,17 +90,21 @@ async def write_acknowledged(
     client: aioredis.Redis,
     key: str,
     command: Sequence[EncodableT],
-    replicas: int,
+    replicas: int | AutoReplicas,
     timeout_ms: int,
 ) -> Acknowledged:
     """Send `command` (which writes `key`), then `WAIT replicas timeout_ms`, on one connection.
 
+    0. `AutoReplicas`: the count from the primary of `key` now (`INFO replication`).
     1. `replicas` <= 0: the command alone -> acknowledged by definition.
     2. A cluster client: both to the primary of `key`'s slot, on one connection of that node;
        a connection lost there makes the client read the slot map again before the next call.
     3. Otherwise: one pipeline (no MULTI) on one connection of the client's pool.
     Redis errors are raised as they are (the stores translate them).
     """
+    # 0. as many as the primary has (had)
+    if isinstance(replicas, AutoReplicas):
+        replicas = replicas.asked(await _replication(client, key))
     # 1. no replica asked for
     if replicas <= 0:
         reply = await client.execute_command(*command)  # type: ignore[no-untyped-call]
@@ -76,6 +123,17 @@ async def write_acknowledged(
         pipe.execute_command(*wait)
         reply, acked = await pipe.execute()
     return Acknowledged(reply, int(acked), replicas)
+
+
+async def _replication(client: aioredis.Redis, key: str) -> Mapping[str, Any]:
+    """`INFO replication` of the primary that takes `key` (parsed by redis-py)."""
+    if isinstance(client, RedisCluster):
+        (info,) = await node_pipeline(client, key, [("INFO", "replication")])
+        if isinstance(info, Exception):
+            raise info
+    else:
+        info = await client.execute_command("INFO", "replication")  # type: ignore[no-untyped-call]
+    return info if isinstance(info, Mapping) else {}
 
 
 async def node_pipeline(

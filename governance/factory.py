@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from faults.redis_wait import AUTO, ReplicasSetting
 from governance.audit import AuditSink, FileAuditSink, MemoryAuditSink
 from governance.audit_heads import AuditKey, HeadStore, MemoryHeadStore, RedisHeadStore
 from governance.errors import ConfigInvalid
@@ -38,7 +39,7 @@ def build_verifier(
     audit_key_path: str | None = None,
     state_db: str | None = None,
     state_db_sync: str = "full",
-    nonce_replicas: int = 0,
+    nonce_replicas: ReplicasSetting = AUTO,
     nonce_replicas_timeout_ms: int = 500,
 ) -> Verifier:
     """Load and check everything now; raise ConfigInvalid (refuse to start) on any problem.
@@ -48,7 +49,8 @@ def build_verifier(
       in `state_db` (STATE_DB, a SQLite file: they survive a restart), or, when that is
       None too, in process memory (single replica, forgotten at a restart);
       `state_db_sync`: STATE_DB_SYNC (faults/state_db.py); `nonce_replicas`: NONCE_REPLICAS,
-      the Redis replicas that must acknowledge a spend within `nonce_replicas_timeout_ms`.
+      the Redis replicas that must acknowledge a spend within `nonce_replicas_timeout_ms`
+      (`auto`: 1 where the primary has replicas, faults/redis_wait.py).
     - legacy_key_path: VERIFIED_OP_TOKEN_KEY_PATH; None leaves the legacy HMAC form off.
     - audit_path: the append-only JSONL audit log; None keeps records in memory (dev only).
     - audit_key_path: GOVERNANCE_AUDIT_KEY, the Ed25519 key that signs records and heads;

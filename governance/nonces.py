@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from faults.redis_clients import redis_client
-from faults.redis_wait import write_acknowledged
+from faults.redis_wait import ReplicasSetting, replicas_of, write_acknowledged
 from faults.state_db import StateDb
 from governance.errors import NonceNotReplicated, NonceStoreUnavailable
 
@@ -136,17 +136,22 @@ class RedisNonceStore:
         client: aioredis.Redis,
         prefix: str = "quorum:gov:nonce:",
         *,
-        replicas: int = 0,
+        replicas: ReplicasSetting = 0,
         timeout_ms: int = 500,
     ) -> None:
         self._client = client
         self._prefix = prefix
-        self._replicas = replicas
+        self._replicas = replicas_of(replicas)
         self._timeout_ms = timeout_ms
 
     @classmethod
     def from_url(
-        cls, url: str, timeout_s: float = 2.0, *, replicas: int = 0, timeout_ms: int = 500
+        cls,
+        url: str,
+        timeout_s: float = 2.0,
+        *,
+        replicas: ReplicasSetting = 0,
+        timeout_ms: int = 500,
     ) -> RedisNonceStore:
         """The client's socket timeout outlasts the WAIT by a second, so a WAIT that runs
         out answers its count instead of timing the connection out."""

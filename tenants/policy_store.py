@@ -36,7 +36,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from faults.redis_clients import one_slot, ready, redis_client
-from faults.redis_wait import write_acknowledged
+from faults.redis_wait import ReplicasSetting, replicas_of, write_acknowledged
 from faults.state_db import StateDb
 
 log = logging.getLogger("quorum.tenants.policies")
@@ -200,11 +200,16 @@ return version
 
 class RedisPolicyStore:
     def __init__(
-        self, client: aioredis.Redis, url: str, *, replicas: int = 0, timeout_ms: int = 500
+        self,
+        client: aioredis.Redis,
+        url: str,
+        *,
+        replicas: ReplicasSetting = 0,
+        timeout_ms: int = 500,
     ) -> None:
         self._client = client
         self._url = url
-        self._replicas = replicas
+        self._replicas = replicas_of(replicas)
         self._timeout_ms = timeout_ms
         prefix = one_slot(url, PREFIX)
         self._hash = prefix + "policies"
@@ -212,7 +217,12 @@ class RedisPolicyStore:
 
     @classmethod
     def from_url(
-        cls, url: str, timeout_s: float = 2.0, *, replicas: int = 0, timeout_ms: int = 500
+        cls,
+        url: str,
+        timeout_s: float = 2.0,
+        *,
+        replicas: ReplicasSetting = 0,
+        timeout_ms: int = 500,
     ) -> RedisPolicyStore:
         client = redis_client(url, max(timeout_s, timeout_ms / 1000 + 1.0))
         return cls(client, url, replicas=replicas, timeout_ms=timeout_ms)

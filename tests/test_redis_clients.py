@@ -9,9 +9,10 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from faults.redis_clients import redis_client
+from faults.redis_clients import redis_client, redis_pool
 from governance.nonces import RedisNonceStore
 from runner.jobs.store import RedisJobStore
 from runner.memory.leases import RedisLeaseStore
@@ -128,3 +129,23 @@ async def test_redis_client_timed_out_command_is_not_sent_again() -> None:
         await client.aclose()
         sent = server.received()
     assert sent.count(b"INCR") == 1
+
+
+@pytest.mark.parametrize(
+    "broken", [AttributeError("writelines"), RuntimeError("unable to perform operation")]
+)
+async def test_sentinel_pool_broken_sentinel_connection_is_a_connection_error(
+    broken: Exception,
+) -> None:
+    """redis-py's internal errors while asking the sentinels (a sentinel connection closed
+    under a concurrent command) come out as a Redis ConnectionError, which every store
+    takes for Redis being away (503), never as a 500."""
+    pool = redis_pool("redis+sentinel://127.0.0.1:1/quorum/0", 0.2)
+
+    async def discover(service: str) -> tuple[str, int]:
+        raise broken
+
+    pool.sentinel_manager.discover_master = discover  # type: ignore[attr-defined]
+    with pytest.raises(RedisConnectionError):
+        await pool.get_master_address()  # type: ignore[attr-defined]
+    await pool.disconnect()

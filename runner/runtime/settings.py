@@ -16,7 +16,7 @@ import re
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -143,8 +143,9 @@ class Settings(BaseSettings):
     redis_sentinel_service: str = "quorum"  # the name the sentinels monitor the primary by
     redis_cluster_nodes: str = ""  # host:port,host:port
     # Replicas that must acknowledge a spent nonce or a tenant policy change (Redis WAIT)
-    # before it is trusted; 0: none (embedded, dev, a Redis without replicas).
-    nonce_replicas: int = Field(default=0, ge=0, le=16)
+    # before it is trusted; 0: none; auto: 1 where the primary has replicas, else 0
+    # (faults/redis_wait.py).
+    nonce_replicas: Annotated[int, Field(ge=0, le=16)] | Literal["auto"] = "auto"
     nonce_replicas_timeout_ms: int = Field(default=500, ge=1, le=10_000)
     models_config: str | None = None
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
@@ -319,7 +320,14 @@ class Settings(BaseSettings):
         parse_objective_priorities(value)  # ValueError names the bad entry
         return value
 
-    @field_validator("log_level", "log_format", "whisper_device", "state_db_sync", mode="before")
+    @field_validator(
+        "log_level",
+        "log_format",
+        "whisper_device",
+        "state_db_sync",
+        "nonce_replicas",
+        mode="before",
+    )
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
