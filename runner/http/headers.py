@@ -41,7 +41,7 @@ from itertools import count
 from faults.record import record
 from runner.errors import InvalidHeader
 from runner.http.asgi import Scope
-from runner.runtime.settings import DEFAULT_OBJECTIVE_PRIORITIES, parse_objective_priorities
+from runner.runtime.setting_texts import DEFAULT_OBJECTIVE_PRIORITIES, parse_objective_priorities
 from tenants.identity import Identity
 
 _TENANT = re.compile(rb"[A-Za-z0-9._-]{1,64}")

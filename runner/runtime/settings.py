@@ -10,9 +10,7 @@ raises `ConfigError` whose message names each bad variable and its problem.
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import re
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,62 +24,14 @@ from adapters.vllm.launch import DEFAULT_BIN as DEFAULT_VLLM_BIN
 from faults.redis_clients import CLUSTER_SCHEMES, SENTINEL_SCHEMES, cluster_url, sentinel_url
 from faults.state_db import MEMORY
 from runner.errors import ConfigError
+from runner.runtime.setting_texts import (
+    DEFAULT_OBJECTIVE_PRIORITIES,
+    HOST_ENTRY,
+    parse_allow_hosts,
+    parse_objective_priorities,
+)
 from tenants.identity import parse_peers
 from tenants.rates import parse_rate
-
-DEFAULT_OBJECTIVE_PRIORITIES = (
-    "high=high,normal=normal,low=low,critical=high,standard=normal,sheddable=low"
-)
-"""OBJECTIVE_PRIORITIES' default: the InferenceObjectives of deploy/k8s/ (high, normal, low)
-and the Inference Extension's older criticality names (Critical, Standard, Sheddable)."""
-
-PRIORITIES = ("high", "normal", "low")
-_HOST_ENTRY = re.compile(r"\.?[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?|\[?[0-9A-Fa-f:.]+\]?")
-"""An ALLOWED_HOSTS entry: a name or an IPv4 address, a `.suffix`, an IPv6 address."""
-"""The priority bands a request may ask for (X-Priority, OBJECTIVE_PRIORITIES)."""
-
-
-def parse_objective_priorities(text: str) -> dict[bytes, str]:
-    """`name=priority,...` (an InferenceObjective's name, one of high, normal, low) as the
-    table the request headers are read with (runner/http/headers.py); names are
-    case-insensitive. ValueError names the bad entry."""
-    table: dict[bytes, str] = {}
-    for entry in text.split(","):
-        if not entry.strip():
-            continue
-        name, sep, priority = (part.strip().lower() for part in entry.partition("="))
-        if not sep or not name or not name.isascii() or priority not in PRIORITIES:
-            raise ValueError(f"{entry.strip()!r} is not <objective>=high|normal|low")
-        table[name.encode()] = priority
-    return table
-
-
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def parse_allow_hosts(text: str) -> tuple[list[Network], set[str], list[str]]:
-    """WEBHOOK_ALLOW_HOSTS, comma-separated: (networks, exact host names, `.suffix`es of
-    `*.suffix` entries), lower-cased (runner/jobs/outbound.AllowList). ValueError names a
-    bad entry."""
-    networks: list[Network] = []
-    names: set[str] = set()
-    suffixes: list[str] = []
-    for part in (p.strip().lower() for p in text.split(",")):
-        if not part:
-            continue
-        try:
-            networks.append(ipaddress.ip_network(part, strict=False))
-            continue
-        except ValueError:
-            pass
-        if part.startswith("*.") and len(part) > 2:
-            suffixes.append(part[1:])
-        elif all(c.isalnum() or c in "-." for c in part):
-            names.add(part)
-        else:
-            raise ValueError(f"{part!r} is not a CIDR, a host name or *.suffix")
-    return networks, names, suffixes
-
 
 PICKER_PATH = "/metrics/picker"
 """PICKER_METRICS_PATH's default: where the endpoint picker's `vllm:*` gauges are served
@@ -304,7 +254,7 @@ class Settings(BaseSettings):
     @classmethod
     def _host_names(cls, value: str) -> str:
         for entry in (e.strip() for e in value.split(",")):
-            if entry and entry != "*" and not _HOST_ENTRY.fullmatch(entry):
+            if entry and entry != "*" and not HOST_ENTRY.fullmatch(entry):
                 raise ValueError(f"{entry!r} is not a host name, an address, a .suffix or *")
         return value
 

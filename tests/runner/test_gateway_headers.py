@@ -6,7 +6,8 @@ import pytest
 
 from runner.errors import ConfigError, InvalidHeader
 from runner.http.headers import DEFAULT_OBJECTIVES, parse_request_headers
-from runner.runtime.settings import load_settings, parse_objective_priorities
+from runner.runtime.setting_texts import parse_objective_priorities
+from runner.runtime.settings import load_settings
 
 pytestmark = pytest.mark.timeout(10)
 
