@@ -168,6 +168,10 @@ def running_replica(primary_port: int) -> Iterator[int]:
         wait_until(
             lambda: b"master_link_status:up" in ask(port, "INFO", "replication"), "replica up"
         )
+        # the primary counts a replica in WAIT once it has its first acknowledgement
+        # (`state=online`), up to a second after the replica itself says the link is up
+        online = b"port=%d,state=online" % port
+        wait_until(lambda: online in ask(primary_port, "INFO", "replication"), "replica online")
         yield port
     finally:
         proc.kill()
