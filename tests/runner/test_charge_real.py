@@ -63,7 +63,9 @@ def served(
     }
     models = _models(real_llama_server.gemma, parallel=PARALLEL)
     with start_runner(models_file=models, env=env, ready_timeout=120) as r:
-        yield Served(r, llama_counters(r.proc.pid, MODEL))
+        engine = llama_counters(r.proc.pid, MODEL)
+        yield Served(r, engine)
+        engine.close()
 
 
 def test_charge_real_llama_mixed_run_is_charged_what_the_engine_generated(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -58,14 +59,22 @@ def served(tmp_path_factory: pytest.TempPathFactory, real_vllm: None) -> Iterato
     models = models_file(default_entry(preload=True, parallel=2, load_timeout_s=READY_S))
     with start_runner(models_file=models, env=env, ready_timeout=READY_S) as r:
         wait_for(lambda: _vllm_up(r), timeout=READY_S)
-        yield Served(r, vllm_counters(r.proc.pid))
+        engine = vllm_counters(r.proc.pid)
+        yield Served(r, engine)
+        engine.close()
 
 
 def _vllm_up(r: RunnerProcess) -> bool:
     try:
-        return vllm_counters(r.proc.pid).idle()
-    except Exception:  # not started yet, or its socket not listening yet
+        engine = vllm_counters(r.proc.pid)
+    except AssertionError:  # not started yet
         return False
+    try:
+        return engine.idle()
+    except httpx.TransportError:  # its socket not listening yet
+        return False
+    finally:
+        engine.close()
 
 
 def test_charge_vllm_mixed_run_is_charged_what_the_engine_generated(served: Served) -> None:

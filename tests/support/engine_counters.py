@@ -74,6 +74,9 @@ class EngineCounters:
         figures = self.metrics()
         return all(figures.get(name, 0.0) == 0 for name in self.busy_names)
 
+    def close(self) -> None:
+        self.client.close()
+
     def slots(self) -> list[dict[str, Any]]:
         """llama-server's `/slots` (each slot's state)."""
         answer = self.client.get("/slots", timeout=10)
