@@ -97,7 +97,7 @@ async def test_redis_wait_short_releases_the_nonce_for_the_same_token(
     """No replica to acknowledge: the spend is refused (NonceNotReplicated, 503
     nonce_store_unavailable) and released, so the same nonce is accepted once a replica
     acknowledges it; a replayed one is still a replay."""
-    store = RedisNonceStore.from_url(redis_server.url, replicas=1, timeout_ms=100)
+    store = RedisNonceStore.from_url(redis_server.url, replicas=1, timeout_ms=3000)
     with pytest.raises(NonceNotReplicated) as refused:
         await store.consume(DURING, 300)
     assert refused.value.status == 503 and refused.value.code == "nonce_store_unavailable"
@@ -136,7 +136,7 @@ def test_redis_wait_runner_refuses_an_unacknowledged_spend_then_takes_the_same_t
     env = {
         "REDIS_URL": redis_server.url,
         "NONCE_REPLICAS": "1",
-        "NONCE_REPLICAS_TIMEOUT_MS": "100",
+        "NONCE_REPLICAS_TIMEOUT_MS": "3000",  # acknowledged well within it, busy or not
         "GOVERNANCE_REGISTRY": str(DEV_REGISTRY),
     }
     with (

@@ -46,7 +46,7 @@ def _runner_env(redis: RedisServer) -> dict[str, str]:
     """NONCE_REPLICAS unset: the default."""
     return {
         "REDIS_URL": redis.url,
-        "NONCE_REPLICAS_TIMEOUT_MS": "100",
+        "NONCE_REPLICAS_TIMEOUT_MS": "3000",  # acknowledged well within it, busy or not
         "GOVERNANCE_REGISTRY": str(DEV_REGISTRY),
     }
 
