@@ -143,14 +143,25 @@ def span(
     parent: otel_context.Context | None = None,
 ) -> Iterator[Span]:
     """A span current for the block (the invalid, no-op span when tracing is off); an
-    exception leaving the block sets its status to error with the exception's type."""
+    exception leaving the block sets its status to error with the exception's type only:
+    its message may hold a path, an engine's words or a tenant's input, and a trace
+    backend is read by more people than the runner's logs (the SDK's default copies it)."""
     if _tracer is None:
         yield _NO_SPAN
         return
     with _tracer.start_as_current_span(
-        name, context=parent, kind=kind, attributes=attributes, record_exception=False
+        name,
+        context=parent,
+        kind=kind,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
     ) as current:
-        yield current
+        try:
+            yield current
+        except BaseException as exc:
+            current.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
 
 
 async def within(work: Awaitable[T], name: str, attributes: Attributes | None = None) -> T:
