@@ -3,7 +3,8 @@ count (`/apply-template`, then `/tokenize`) equals the `prompt_tokens` of its ow
 to the same request, on the real llama-server (two models, two chat templates) and on the
 fake; through a runner, a request that fits its token budget with the byte bound is never
 counted, and one whose byte bound exceeds the budget is counted and served on the count
-(a kind that cannot count, `openai`, keeps the byte bound)."""
+(a kind that cannot count, `openai`, keeps the byte bound), on the fake and on the real
+llama-server the runner starts (its API key on the counting calls too)."""
 
 from __future__ import annotations
 
@@ -168,3 +169,22 @@ def test_prompt_count_a_bound_too_large_is_served_on_the_count(
     with start_runner(models_file=openai, env=runner_env(tmp_path)) as r:
         answer = httpx.post(r.url + CHAT, json=BODY, headers={"X-Tenant-ID": "small"})
         assert answer.status_code == 400 and "request_exceeds_budget" in answer.text
+
+
+def test_prompt_count_real_llama_through_the_runner(
+    real_llama_server: LlamaServer, tmp_path: Path
+) -> None:
+    """The llama-server a runner starts (its API key on every call): a request whose byte
+    bound exceeds the 200-token budget is counted and served, reserving exactly its
+    prompt (as the engine reported it) plus `max_tokens`."""
+    gguf = real_llama_server.gemma
+    models = (
+        f"models:\n  - {{id: gemma, backend: llama-server, path: '{gguf}', context_length: 1024,"
+        " parallel: 1, preload: true}\n"
+    )
+    with start_runner(models_file=models, env=runner_env(tmp_path), ready_timeout=120) as r:
+        body = {**BODY, "model": "gemma", "max_tokens": 20, "temperature": 0}
+        answer = httpx.post(r.url + CHAT, json=body, headers={"X-Tenant-ID": "small"}, timeout=120)
+        assert answer.status_code == 200, answer.text
+        prompt = answer.json()["usage"]["prompt_tokens"]
+        assert answer.headers["x-ratelimit-remaining-tokens"] == str(200 - prompt - 20)
