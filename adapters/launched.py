@@ -16,6 +16,7 @@ import httpx
 
 from adapters.base import AdapterHost, ChatEngine, Engine, FlushResult, FlushScope
 from adapters.comfyui.engine import ComfyUIEngine
+from adapters.prompt_tokens import PromptCounter
 from adapters.supervisor import EngineProcess
 from adapters.whisper.engine import WhisperEngine
 from faults import QuorumError
@@ -68,10 +69,12 @@ class Launched:
     `Traits.request_path`). The others say what the engine can do, None when it cannot:
     `flush` its cache, `standby` (sleep and wake up), `kv` (the share of its KV cache in
     use, given the memory beyond its weights), `load` (its own queue and KV figures),
-    `version`, `adapters` (the LoRA adapters it serves: `AdapterHost`) and `saved` (the
-    folder its engine saves tenants' prompt states in, which outlives it: a flush of the
-    states at rest leaves it to the running engine, `EngineKind.flush_at_rest`); engines
-    on one server share `server`, so its figures are read once.
+    `version`, `tokens` (counts a chat-path request's prompt tokens as the engine will:
+    adapters/prompt_tokens.py), `adapters` (the LoRA adapters it serves: `AdapterHost`)
+    and `saved` (the folder its engine saves tenants' prompt states in, which outlives
+    it: a flush of the states at rest leaves it to the running engine,
+    `EngineKind.flush_at_rest`); engines on one server share `server`, so its figures are
+    read once.
     """
 
     engine: Engine
@@ -83,6 +86,7 @@ class Launched:
     memory_mb: int | None = None
     scratch: str | None = None  # a private directory removed with the engine (slot caches)
     chat: ChatEngine | None = None
+    tokens: PromptCounter | None = None  # counts a chat request's prompt as the engine will
     speech: WhisperEngine | None = None
     images: ComfyUIEngine | None = None
     flush: Callable[[FlushScope], Awaitable[FlushResult]] | None = None

@@ -16,6 +16,12 @@ final only when settlements cannot help:
                                never lets more than the budget be reserved
 
 `after_refusal` is that decision, pure; runner/tenancy/budget_queue.py does the waiting.
+
+Before a request waits or is refused, its prompt's bound may be made exact: the runner
+bounds a prompt by its body's bytes plus a template allowance (always enough, often ten
+times too much), and a kind whose engines count prompts is asked to count this one
+(adapters/prompt_tokens.py). `counted_bound` is what the reservation is tried again with.
+A request that fits at once is never counted.
 """
 
 from __future__ import annotations
@@ -61,3 +67,17 @@ def after_refusal(
     if now >= give_up_at:  # 2
         return Refuse(min(to_window_end, max(1, math.ceil(waited_s))), spent=False)
     return WaitInLine(min(give_up_at, float(charge.window_end)))  # 3
+
+
+def counted_bound(bound: int, counted: int | None) -> int:
+    """The prompt's bound after its engine was asked to count it (`counted`).
+
+    1. The engine could not tell (None: no count, a part it does not count as text, no
+       answer in time): the byte bound stays.
+    2. Else the count: the prompt tokens the engine's answer will report (the chat
+       template applied as the engine applies it), whichever side of the byte bound it
+       falls (above it, the bound's allowance was short and the count is the truth).
+    """
+    if counted is None or counted < 0:  # 1
+        return bound
+    return counted  # 2

@@ -71,4 +71,8 @@ LLAMA_SERVER_FIELDS = RequestFields(
     embeddings=frozenset({"embd_normalize"}),
     output_limits=("n_predict",),
     choices=("n_cmpl",),
+    uncounted=frozenset({"n_keep", "n_discard"}),
 )
+"""`uncounted`: `n_keep` and `n_discard` steer context shift, which lets a completion run
+past the context the runner bounds an output without `max_tokens` by: never passed
+through (the models file's `pass_through`)."""

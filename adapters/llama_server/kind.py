@@ -55,6 +55,7 @@ from adapters.llama_server.engine import (
 )
 from adapters.llama_server.fields import LLAMA_SERVER_FIELDS
 from adapters.llama_server.prefix_store import Bounds, PrefixCache
+from adapters.llama_server.prompt_tokens import LlamaPromptCounter
 from adapters.llama_server.protocol import (
     LLAMA_READY_MARKER,
     LaunchOptions,
@@ -147,7 +148,10 @@ class LlamaServerKind(KindDefaults):
         slots = spec.parallel or await _reported_slots(spec.url) or spec.slots
         isolated = self.settings.multi_tenant and spec.isolate_tenants
         isolation: Isolation = "cache_prompt_off" if isolated else "none"
-        return attach_openai(spec, self.settings, slots, isolation)
+        launched = attach_openai(spec, self.settings, slots, isolation)
+        assert launched.chat is not None
+        launched.tokens = LlamaPromptCounter(launched.chat.http)
+        return launched
 
     async def start(self, spec: EngineSpec, devices: Devices, host: Host) -> Launched:
         """Spawn llama-server for `spec` (with its `adapters`, in that order); healthy when
@@ -241,6 +245,7 @@ class LlamaServerKind(KindDefaults):
             control=control,
             scratch=scratch,
             chat=engine,
+            tokens=LlamaPromptCounter(http),
             flush=engine.flush,
             kv=engine.kv_share,
             adapters=engine,

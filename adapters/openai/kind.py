@@ -18,9 +18,26 @@ from adapters.openai.engine import AttachedOpenAIEngine, Isolation
 log = logging.getLogger("quorum.pool")
 
 _REWRITTEN = frozenset({"cache_prompt", "id_slot", "slot_id", "n_cache_reuse", "lora"})
-ATTACHED_FIELDS = RequestFields(chat=_REWRITTEN, completions=_REWRITTEN)
+ATTACHED_FIELDS = RequestFields(
+    chat=_REWRITTEN,
+    completions=_REWRITTEN,
+    uncounted=frozenset(
+        {
+            "n_predict",
+            "n_cmpl",
+            "best_of",
+            "use_beam_search",
+            "max_new_tokens",
+            "n_keep",
+            "n_discard",
+            "num_predict",
+        }
+    ),
+)
 """OpenAI's fields, and the cache and adapter fields `rewrite` removes (isolated) or keeps
-(`AttachedOpenAIEngine`): nothing an unknown engine might read as more work."""
+(`AttachedOpenAIEngine`): nothing an unknown engine might read as more work. `uncounted`:
+the names known engines (llama-server, vLLM, TGI, Ollama) read as more tokens or
+completions, never passed through (the models file's `pass_through`)."""
 
 
 def attach_openai(

@@ -9,7 +9,8 @@ extra parameters); docs/engines.md lists them with the ones refused and why.
   removes or sets itself (`cache_salt`, `kv_transfer_params`, `lora`).
 - Own names of OpenAI's fields: `best_of` on chat (OpenAI has it on completions only),
   served at 1 only, like `n`.
-- Refused (not listed): `use_beam_search` (one sequence per beam), `logits_processors`
+- Refused (not listed): `use_beam_search` (one sequence per beam; `uncounted`: never
+  passed through either, the models file's `pass_through`), `logits_processors`
   (code named by the client), `chat_template` (a template the client writes),
   `mm_processor_kwargs`, `guided_decoding_backend`, `priority` and `request_id` (the
   runner's own), `vllm_xargs`, `prompt_embeds`.
@@ -66,4 +67,5 @@ VLLM_FIELDS = RequestFields(
     completions=_GENERATION | {"response_format"},
     embeddings=frozenset({"truncate_prompt_tokens", "add_special_tokens"}),
     choices=("best_of",),
+    uncounted=frozenset({"use_beam_search"}),
 )

@@ -69,6 +69,7 @@ from adapters.vllm.launch import (
     new_api_key,
     start,
 )
+from adapters.vllm.prompt_tokens import VllmPromptCounter
 
 log = logging.getLogger("quorum.pool")
 
@@ -100,6 +101,7 @@ def launched(engine: VllmEngine, scratch: str | None = None) -> Launched:
         control=engine.control,
         scratch=scratch,
         chat=engine,
+        tokens=VllmPromptCounter(engine.http),
         flush=engine.flush,
         standby=engine if engine.process is not None else None,
         load=load,

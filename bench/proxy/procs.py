@@ -145,8 +145,10 @@ def start_runner(
     log_format: str = "json",
     prefix: Sequence[str] = (),
     grace_s: float = 3.0,
+    backend: str = "openai",
 ) -> Iterator[RunnerProc]:
-    """Run `python -m <module>` from `code_dir`, attached to `engine_url` as `echo`.
+    """Run `python -m <module>` from `code_dir`, attached to `engine_url` as `echo` (of
+    kind `backend`: `openai`, or `llama-server` for what the runner knows of one).
 
     `env` sets the runner's limits (default `FEATURES_ON`); the caller's own REDIS_URL,
     rate-limit and queue variables are never inherited, so only `env` decides them.
@@ -158,7 +160,7 @@ def start_runner(
         models.write_text(
             "models:\n"
             "  - id: echo\n"
-            "    backend: openai\n"
+            f"    backend: {backend}\n"
             f"    url: {engine_url}\n"
             f"    parallel: {parallel}\n"
         )

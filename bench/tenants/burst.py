@@ -3,23 +3,28 @@ each request reserves far more than it uses, and that it is never overspent.
 
     .venv/bin/python -m bench.tenants.burst [--refs f34d4e0,HEAD] [--clients 64]
         [--requests 256] [--latency-ms 200] [--budgets 1500:total,1500:output,4000:total]
-        [--docs]
+        [--backend llama-server] [--docs]
 
 One tenant per measurement, `tokens` per minute counting `count` tokens; 64 clients send
 256 chat requests in all (each client its share one after the other, no retries) with
 `max_tokens: 100`, each answered by the fake engine (usage as llama-server reports it,
-`--latency-ms` an answer) with 8 prompt and 9 completion tokens. The burst starts with at
-least 35 s left in its minute (else at the next minute), so one window holds it. Setups:
-one runner (the counters in its memory) and two replicas on one Redis (clients
-alternating), each from each ref's packages (`git archive`), the refs interleaved.
+`--latency-ms` an answer) with 8 prompt and 9 completion tokens, attached as `--backend`
+(`llama-server`, the default: the runner may ask it to count a prompt, as it asks a real
+llama-server, adapters/prompt_tokens.py; `openai`: a kind that cannot count). The burst
+starts with at least 35 s left in its minute (else at the next minute), so one window
+holds it. Setups: one runner (the counters in its memory) and two replicas on one Redis
+(clients alternating), each from each ref's packages (`git archive`), the refs
+interleaved.
 
 Per burst: tokens served (what the budget counts of the usage of every 200 answer; with
 Redis, the window's counter beside it), the usable share (served ÷ budget, target >= 0.9),
 the overshoot (served - budget when positive, target 0), answers, the reservation of one
-request (the `requested` of a refusal: body bytes + template allowance + max_tokens for
-`total`), the wait in line (`x-budget-wait-ms`) and the refusals' `Retry-After`. What stays unusable
-is at most one reservation: a request is refused once spent + its reservation exceeds
-the budget, so the share is at least 1 - reservation ÷ budget.
+request (the `requested` of a refusal: for `total`, the prompt's bound + max_tokens, the
+bound being the body's bytes + the template's allowance, or the engine's count where the
+kind counts and the byte bound did not fit), the wait in line (`x-budget-wait-ms`) and
+the refusals' `Retry-After`. What stays unusable is at most one reservation: a request
+is refused once spent + its reservation exceeds the budget, so the share is at least
+1 - reservation ÷ budget.
 
 Writes `bench/results/tenants-burst-<time>.json`; `--docs` rewrites its block in the
 "Tenant policy (issue 26)" section of docs/benchmarks.md.
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import statistics
 import sys
@@ -137,7 +143,8 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"Run {result['started']}: {result['clients']} clients, {result['requests']} requests "
         f"with `max_tokens: 100` each using 17 tokens (8 prompt, 9 completion), the fake "
-        f"engine {result['latency_ms']} ms an answer; one tenant per line, per minute "
+        f"engine {result['latency_ms']} ms an answer, attached as "
+        f"`{result.get('backend', 'openai')}`; one tenant per line, per minute "
         f"budgets; the refs interleaved. Load average before {result['loadavg_before']}, "
         f"after {result['loadavg_after']} (a busy shared 2-core machine: the times are "
         "loose, the shares and overshoot are what count). Command:",
@@ -166,8 +173,10 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         "A request is refused once the spent tokens plus its reservation exceed the budget, "
         "so what stays unusable is less than one reservation: the usable share is at least "
-        "1 - reservation ÷ budget (0.81 for 1500 total tokens and a 292-token reservation, "
-        "0.93 for 1500 output tokens and 100, 0.93 for 4000 total).",
+        "1 - reservation ÷ budget (for 1500 total tokens: 0.81 with the byte bound's "
+        "292-token reservation, 0.93 with the counted prompt's 108; 0.93 for 1500 output "
+        "tokens and 100, 0.93 for 4000 total with the byte bound). A ref before the count "
+        "(eb3eddb and older) reserves the byte bound whatever the kind.",
     ]
     codes = sorted({x["code"] for row in result["rows"] for x in row["records"]
                     if x["status"] not in (200, 429) and x.get("code")})  # fmt: skip
@@ -183,6 +192,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=256)
     p.add_argument("--latency-ms", type=int, default=200)
     p.add_argument("--budgets", default="1500:total,1500:output,4000:total")
+    p.add_argument("--backend", default="llama-server", choices=("llama-server", "openai"))
     p.add_argument("--docs", action="store_true")
     p.add_argument("--from-json", help="render (and with --docs write) a saved result")
     return p.parse_args(argv)
@@ -221,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         "clients": args.clients,
         "requests": args.requests,
         "latency_ms": args.latency_ms,
+        "backend": args.backend,
         "machine": machine_facts(),
         "loadavg_before": loadavg(),
         "rows": [],
@@ -238,13 +249,11 @@ def main(argv: list[str] | None = None) -> int:
         urls: dict[str, tuple[list[str], list[str]]] = {}
         for ref in refs:
             code = stack.enter_context(code_snapshot(ref, ("faults",)))
-            one = stack.enter_context(start_runner(engine.url, 64, code, env=env))
+            run = functools.partial(start_runner, engine.url, 64, code, backend=args.backend)
+            one = stack.enter_context(run(env=env))
             shared = {**env, "REDIS_URL": server.url}
             two = [
-                stack.enter_context(
-                    start_runner(engine.url, 64, code, env={**shared, "RUNNER_ID": f"{ref}-{x}"})
-                )
-                for x in "ab"
+                stack.enter_context(run(env={**shared, "RUNNER_ID": f"{ref}-{x}"})) for x in "ab"
             ]
             urls[ref] = ([one.url], [r.url for r in two])
         for i, (budget, count) in enumerate(budgets):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from adapters.base import FlushScope
 from adapters.comfyui.kind import ComfyUIKind
+from adapters.fields import pass_through_refusal
 from adapters.kind import DeclaredPrefix, EngineKind, EngineSettings, EngineSpec, KindFactory
 from adapters.launched import Launched
 from adapters.llama_server.kind import LlamaServerKind
@@ -190,7 +191,9 @@ class EngineKinds:
 
         1. Its backend names a kind of this runner.
         2. A field only some kinds read is set for those only.
-        3. Its kind's own checks (`EngineKind.check`).
+        3. Each `pass_through` field is one its kind lets through
+           (`adapters/fields.pass_through_refusal`), on a chat-path kind.
+        4. Its kind's own checks (`EngineKind.check`).
         """
         kind = self.of(spec)  # 1
         for name in sorted({f for k in self for f in k.traits.own_fields}):  # 2
@@ -200,8 +203,14 @@ class EngineKinds:
                     f"model {spec.id!r}: {name} applies to backend "
                     f"{' or '.join(repr(o) for o in owners)} only"
                 )
+        for name in spec.pass_through:  # 3
+            why = pass_through_refusal(kind.traits.request_fields, name)
+            if kind.traits.request_path != "chat":
+                why = f"applies to the chat path's kinds, not {kind.name!r}"
+            if why is not None:
+                raise ConfigError(f"model {spec.id!r}: pass_through {name!r} {why}")
         try:
-            kind.check(self.engine_spec(spec))  # 3
+            kind.check(self.engine_spec(spec))  # 4
         except ValueError as exc:
             raise ConfigError(f"model {spec.id!r}: {exc}") from None
 

@@ -2,7 +2,8 @@
 
 The pool files an engine here once it serves and withdraws it when it stops, sleeps or
 dies. A request path sees the engines of its own kind only, through its typed view
-(`chat`, `speech`, `images`: the engine's facet for that path, `adapters/launched.Launched`);
+(`chat`, `speech`, `images`: the engine's facet for that path, `adapters/launched.Launched`),
+the token budgets the prompt counters of those that have one (`tokens`);
 a cache flush sees those that can be flushed (`flushes`); the adapters' book those that
 serve LoRA adapters (`adapters`).
 """
@@ -15,6 +16,7 @@ from typing import Generic, TypeVar
 from adapters.base import AdapterHost, ChatEngine, FlushResult, FlushScope
 from adapters.comfyui.engine import ComfyUIEngine
 from adapters.launched import Launched
+from adapters.prompt_tokens import PromptCounter
 from adapters.whisper.engine import WhisperEngine
 
 E = TypeVar("E")
@@ -54,6 +56,7 @@ class ReadyEngines(Mapping[str, Launched]):
         self.chat: Facet[ChatEngine] = Facet(self._ready, lambda e: e.chat)
         self.speech: Facet[WhisperEngine] = Facet(self._ready, lambda e: e.speech)
         self.images: Facet[ComfyUIEngine] = Facet(self._ready, lambda e: e.images)
+        self.tokens: Facet[PromptCounter] = Facet(self._ready, lambda e: e.tokens)
         self.flushes: Facet[Flush] = Facet(self._ready, lambda e: e.flush)
         self.adapters: Facet[AdapterHost] = Facet(self._ready, lambda e: e.adapters)
 

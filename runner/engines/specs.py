@@ -27,6 +27,7 @@ class ModelSpecs:
         self.gpu_total = gpu_total
         self._specs: dict[str, ModelSpec] = {m.id: m for m in models}
         self._params: dict[str, LoadParams] = {}
+        self._fields: dict[str, RequestFields] = {}
 
     def spec(self, model: str) -> ModelSpec | None:
         return self._specs.get(model)
@@ -47,13 +48,22 @@ class ModelSpecs:
         return self.kinds.of(spec).traits.request_path if spec is not None else None
 
     def request_fields(self, model: str) -> RequestFields | None:
-        """The request fields `model`'s kind takes beyond OpenAI's; None: not a model here."""
+        """The request fields `model` takes beyond OpenAI's: its kind's, with its
+        `pass_through` (worked out once per spec); None: not a model here."""
+        fields = self._fields.get(model)
+        if fields is not None:
+            return fields
         spec = self._specs.get(model)
-        return self.kinds.of(spec).traits.request_fields if spec is not None else None
+        if spec is None:
+            return None
+        fields = self.kinds.of(spec).traits.request_fields.with_passed(spec.pass_through)
+        self._fields[model] = fields
+        return fields
 
     def register(self, spec: ModelSpec, params: LoadParams | None = None) -> None:
         """Know `spec` (a governed load resolved it), and what its next start asks for."""
         self._specs[spec.id] = spec
+        self._fields.pop(spec.id, None)
         if params is not None:
             self._params[spec.id] = params
 

@@ -29,6 +29,7 @@ is withdrawn, while served the engine connection is dropped (the engine then abo
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -39,6 +40,7 @@ from adapters.base import NO_REPORT, CacheReport, ChatEngine, Placement
 from adapters.errors import EngineBadResponse, EngineReplaced
 from adapters.fields import OPENAI_ONLY, RequestFields
 from adapters.http_client import ClientFailure, Response, translate_failure
+from adapters.prompt_tokens import PromptCounter
 from adapters.refusals import refusal
 from faults import QuorumError
 from runner.engines.adapters import (
@@ -75,7 +77,8 @@ class ChatPath:
     `context_of(model)` its context length where known (the body checks read it);
     `adapters` the runner's LoRA adapters, served on their base models' engines;
     `fields_of(model)` the request fields its kind takes beyond OpenAI's (None: OpenAI's
-    only)."""
+    only); `counters` the ready engines that count prompts (adapters/prompt_tokens.py),
+    asked by the token budgets only for a request whose byte bound does not fit."""
 
     def __init__(
         self,
@@ -86,8 +89,10 @@ class ChatPath:
         context_of: Callable[[str], int | None] = lambda _model: None,
         adapters: AdapterBook | None = None,
         fields_of: Callable[[str], RequestFields | None] = lambda _model: None,
+        counters: Mapping[str, PromptCounter] | None = None,
     ) -> None:
         self.front = front
+        self.counters: Mapping[str, PromptCounter] = counters if counters is not None else {}
         self.engines = engines
         self.context_of = context_of
         self.metrics = metrics
@@ -125,7 +130,9 @@ class ChatPath:
             spent.input_bound = prompt_bound(body, obj)
         spent.output_bound, cap = output_bound(obj, context, embeddings)
         if call.policy.token_budgets:
-            await self.front.reserve_tokens(call, model)
+            counter = None if embeddings else self.counters.get(model)
+            recount = functools.partial(counter.count_prompt, path, obj) if counter else None
+            await self.front.reserve_tokens(call, model, recount)
             if cap is not None and call.held is not None:  # the bound must hold
                 obj["max_tokens"] = cap
                 changed = True

@@ -239,12 +239,19 @@ class FrontEnd:
             raise error
         return self.limiter.headers(decision) + headers
 
-    async def reserve_tokens(self, call: ClientCall, model: str) -> None:
+    async def reserve_tokens(
+        self,
+        call: ClientCall,
+        model: str,
+        count: Callable[[], Awaitable[int | None]] | None = None,
+    ) -> None:
         """Reserve the request's bounds (`call.spent`) against its tenant's token budgets
         (429, 400 or 503 when refused), waiting in line, under a disconnect watch, while
         only reservations in flight stand in the way (at most `Budgets.wait_s`, or its
         deadline: what is left of that goes on to the scheduler); the headers join the
-        call's. A client gone while it waits: `ClientGone`, nothing reserved."""
+        call's. A client gone while it waits: `ClientGone`, nothing reserved. `count`:
+        the engine's count of the prompt, asked only where the bound does not fit
+        (`Budgets.reserve`); the prompt's bound is then the count."""
         if self.budgets is None or not call.policy.token_budgets:
             return
         spent, meta = call.spent, call.meta
@@ -256,6 +263,7 @@ class FrontEnd:
             call.held, headers = await self.budgets.reserve(
                 call.tenant, call.policy, model, spent.input_bound, spent.output_bound,
                 priority=meta.priority, wait_s=wait_s, on_wait=lambda: self._watch(call),
+                count=count,
             )  # fmt: skip
         except QuorumError as exc:
             if exc.status == 429:
@@ -272,6 +280,8 @@ class FrontEnd:
             if call.watch is not None:
                 call.watch.disarm()
         call.limits += headers
+        if call.held is not None:
+            spent.input_bound = call.held.input_bound  # the count, where counted
         if call.watch is not None and meta.deadline_ms is not None:  # it waited
             waited_ms = round((time.perf_counter() - started) * 1000)
             call.meta = replace(meta, deadline_ms=max(1, meta.deadline_ms - waited_ms))

@@ -31,7 +31,9 @@ A llama-server or vLLM model may carry LoRA `adapters` (each served under its ow
 id, `<base>:<name>` unless it names one, to the tenants it lists) and, on llama-server,
 operator-declared `public_prefixes` whose cached state every tenant may start from
 (docs/engines.md, "Adapters" and "Prefixes"); which kinds read them is their kinds' own
-declaration (`Traits.own_fields`).
+declaration (`Traits.own_fields`). A chat-path model may let more of its engine's own
+request fields through (`pass_through`), those its kind does not say would run more than
+a request's bound (`adapters/fields.pass_through_refusal`, checked by its kind).
 
 The file is the operator's own configuration and trusted as such; `docs/configuration.md`
 lists every field.
@@ -51,6 +53,7 @@ from runner.errors import ConfigError
 PACKAGE_SCHEME = "package:"
 _NAME = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 _SHA256 = r"^[0-9a-f]{64}$"
+_FIELD = r"^[A-Za-z_][A-Za-z0-9_.]{0,63}$"  # a request body's field name
 _TENANT_PATTERN = r"^[A-Za-z0-9._*?-]{1,64}$"
 _LORA_FLAGS = frozenset(
     {"--lora", "--lora-scaled", "--lora-init-without-apply", "--enable-lora", "--lora-modules"}
@@ -148,6 +151,9 @@ class ModelSpec(BaseModel):
     adapters: list[AdapterSpec] = Field(default_factory=list)  # LoRA adapters on this base
     max_adapters: int | None = Field(default=None, ge=0, le=256)  # adapters it may hold
     public_prefixes: list[PublicPrefix] = Field(default_factory=list)  # llama-server
+    pass_through: list[Annotated[str, Field(pattern=_FIELD)]] = Field(
+        default_factory=list, max_length=64
+    )  # request fields sent on as they are for this model (its kind says which may be)
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:

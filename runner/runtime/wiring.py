@@ -252,7 +252,7 @@ class Runtime:
             self.front, ready.chat, self.metrics, s.max_body_bytes,
             context_of=lambda m: r.context_length if (r := records.get(m)) else None,
             adapters=self.pool.adapters,
-            fields_of=self.specs.request_fields,
+            fields_of=self.specs.request_fields, counters=ready.tokens,
         )  # fmt: skip
         self.audio = AudioPath(
             self.front,

@@ -17,13 +17,13 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from runner.tenancy.budget_queue import RANKS, BudgetLine
 from runner.tenancy.guard import Headers, duration, reset_text
 from tenants.budget_store import BudgetStore, BudgetStoreUnavailable
-from tenants.budget_waits import WaitInLine, after_refusal
+from tenants.budget_waits import WaitInLine, after_refusal, counted_bound
 from tenants.budgets import Charge, Plans, Reservation, ReserveAttempt, Settlement, settle
 from tenants.config import TenantPolicy
 from tenants.errors import RequestExceedsBudget, TokenBudgetExceeded, TokenBudgetUnavailable
@@ -87,48 +87,74 @@ class Budgets:
         priority: str = "normal",
         wait_s: float = 0.0,
         on_wait: Callable[[], None] | None = None,
+        count: Callable[[], Awaitable[int | None]] | None = None,
     ) -> tuple[Held | None, Headers]:
         """Reserve the request's bounds against every budget of `policy` that applies,
         waiting at most `wait_s` for requests in flight to settle (`on_wait()` first).
+        `count()`: the engine's count of the prompt (adapters/prompt_tokens.py), asked at
+        most once, only where the byte bound would make the request wait or be refused.
 
         1. No budget applies: nothing (no store call, no headers).
-        2. A charge larger than its whole budget: 400 `request_exceeds_budget`.
-        3. Others of its priority or above wait for one of its counters: it joins them.
-           Else all charges at once (`BudgetStore.reserve`); the store unreachable: 503,
-           or nothing when failing open.
+        2. A charge larger than its whole budget: the prompt counted
+           (`budget_waits.counted_bound`) and planned again; still larger: 400
+           `request_exceeds_budget`.
+        3. Others of its priority or above wait for one of its counters: counted, it
+           joins them. Else all charges at once (`BudgetStore.reserve`); refused, counted
+           and tried again once with the count; the store unreachable: 503, or nothing
+           when failing open.
         4. A budget that has no room: `budget_waits.after_refusal` decides. Refused: 429
            `token_budget_exceeded` naming it, with `Retry-After` and the tokens headers;
            else it waits in line (`_wait`) and tries again.
-        5. Reserved: the hold, and the tokens headers of the tightest budget.
+        5. Reserved: the hold (with the bound reserved: the count, where counted), and
+           the tokens headers of the tightest budget.
         """
         if not policy.token_budgets:  # 1
             return None, []
         now = self._clock()
-        charges = self._plans.plan(
-            tenant, policy.token_budgets, model, input_bound, output_bound, now
-        )
+        plan = functools.partial(self._plans.plan, tenant, policy.token_budgets, model)
+        charges = plan(input_bound, output_bound, now)
         if not charges:
             return None, []
-        for charge in charges:  # 2
-            if charge.amount > charge.budget.tokens:
-                raise RequestExceedsBudget(
-                    tenant=tenant, budget_text=charge.budget.text,
-                    budget=charge.budget.to_json(), requested=charge.amount,
-                )  # fmt: skip
+        if count is not None and any(c.amount > c.budget.tokens for c in charges):  # 2
+            input_bound = counted_bound(input_bound, await count())
+            count, charges = None, plan(input_bound, output_bound, now)
+        self._whole(tenant, charges)
         rank = RANKS.get(priority, 1)
         key = self.line.ahead([c.key for c in charges], rank) if self.line.waiting else None
         attempt = None
         if key is None:  # 3
             attempt = await self._attempt(tenant, charges, now)
+            if attempt is not None and attempt.refused and count is not None:
+                counted = counted_bound(input_bound, await count())
+                if counted != input_bound:
+                    input_bound, now = counted, self._clock()
+                    charges = plan(input_bound, output_bound, now)
+                    self._whole(tenant, charges)
+                    attempt = await self._attempt(tenant, charges, now)
             if attempt is None:
                 return None, []
             if not attempt.refused:  # 5
                 reservation = Reservation(tenant, tuple(charges), attempt.counters)
                 return Held(reservation, input_bound, output_bound), self.headers(reservation, now)
             key = charges[attempt.refused - 1].key
+        elif count is not None:
+            input_bound = counted_bound(input_bound, await count())
+            now = self._clock()
+            charges = plan(input_bound, output_bound, now)
+            self._whole(tenant, charges)
         args = (tenant, policy.token_budgets, model, input_bound, output_bound)  # 4
         give_up_at = now + max(0.0, wait_s)
         return await self._wait(args, charges, attempt, key, rank, now, give_up_at, on_wait)
+
+    @staticmethod
+    def _whole(tenant: str, charges: list[Charge]) -> None:
+        """Step 2: 400 `request_exceeds_budget` for a charge larger than its whole budget."""
+        for charge in charges:
+            if charge.amount > charge.budget.tokens:
+                raise RequestExceedsBudget(
+                    tenant=tenant, budget_text=charge.budget.text,
+                    budget=charge.budget.to_json(), requested=charge.amount,
+                )  # fmt: skip
 
     async def _wait(
         self,

@@ -5,7 +5,9 @@ request reserves its whole bound (about 300 tokens: the body's bytes, the templa
 allowance and max_tokens), so only about 13 fit the budget at a time; the rest must
 wait for those to settle instead of being refused while the budget is unspent. The
 budget is used to within one reservation (>= 90% of it here) and never overspent, on one
-runner (counters in memory) and on two replicas sharing Redis."""
+runner (counters in memory) and on two replicas sharing Redis. At the issue's own 1500
+total tokens, the fake attached as llama-server (a kind that counts prompts): the waiting
+requests are reserved on their counted prompt, 108 tokens, and >= 90% is used there too."""
 
 from __future__ import annotations
 
@@ -170,3 +172,26 @@ def test_budget_burst_client_gone_while_waiting_reserves_nothing(tmp_path: Path)
 def _requests_metric(url: str) -> str:
     lines = httpx.get(url + "/metrics").text.splitlines()
     return "\n".join(line for line in lines if line.startswith("quorum_requests_total"))
+
+
+SMALL = 1500  # issue 36's own budget: one byte bound (292) is a fifth of it
+
+
+def test_budget_burst_counted_prompts_use_a_small_budget(tmp_path: Path) -> None:
+    """Issue 36's own setting, 1500 total tokens a minute, the fake attached as
+    llama-server (a kind that counts prompts): the requests that would wait are reserved
+    on their counted prompt (8 + 100, not 292), so >= 90% of the budget is used, never
+    more than it."""
+    path = tmp_path / "tenants.yaml"
+    path.write_text(TENANTS.replace(f"tokens: {BUDGET}, per: day", f"tokens: {SMALL}, per: day"))
+    models = "models:\n  - {id: echo, backend: llama-server, url: '%s', parallel: 64}\n"
+    with (
+        start_fake("fake_openai", "--latency-ms", "100") as engine,
+        start_runner(models_file=models % engine.url, env={**ENV, "TENANTS_FILE": str(path)}) as r,
+    ):
+        answers = burst([r.url])
+    served, refused = served_and_refused(answers)
+    assert served <= SMALL, f"{served} tokens served of a {SMALL}-token budget"
+    assert served >= 0.9 * SMALL, f"only {served} of {SMALL} usable; first: {refused[:1]}"
+    assert {e["code"] for e in refused} <= {"token_budget_exceeded"}, refused[:3]
+    assert {e["requested"] for e in refused} == {108}  # the counted prompt + max_tokens

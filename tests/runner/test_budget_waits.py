@@ -21,7 +21,7 @@ from tenants.budget_store import (
 )
 from tenants.budgets import Charge, ReserveAttempt, Settlement, window
 from tenants.config import TenantPolicy
-from tenants.errors import TokenBudgetExceeded, TokenBudgetUnavailable
+from tenants.errors import RequestExceedsBudget, TokenBudgetExceeded, TokenBudgetUnavailable
 from tenants.policy import TokenBudget
 from tests.support.redis_server import RedisServer, free_port
 
@@ -241,3 +241,57 @@ async def test_budget_waits_a_lost_settlement_releases_what_it_held() -> None:
         async with asyncio.timeout(20):
             await waiter
     assert refused.value.headers["Retry-After"] == "30"  # the window's end: spent
+
+
+class _Counter:
+    """The engine's count of a prompt (`Budgets.reserve`'s `count`), and how often it was
+    asked."""
+
+    def __init__(self, tokens: int | None) -> None:
+        self.tokens = tokens
+        self.asked = 0
+
+    async def __call__(self) -> int | None:
+        self.asked += 1
+        return self.tokens
+
+
+async def test_budget_waits_a_request_that_fits_is_never_counted(store: BudgetStore) -> None:
+    """A request whose byte bound fits at once is reserved with it: its prompt is never
+    counted."""
+    budgets = Budgets(store, clock=lambda: NOW)
+    count = _Counter(5)
+    held, _ = await budgets.reserve("fits", POLICY, "m", *BOUND, count=count)
+    assert held is not None and held.input_bound == BOUND[0]
+    assert count.asked == 0
+
+
+async def test_budget_waits_counted_before_it_waits(store: BudgetStore) -> None:
+    """With 900 of 1000 held, a request whose byte bound (300 + 80) does not fit is
+    counted once (5 prompt tokens) and reserved at once with 5 + 80; a count that does not
+    help (none) leaves it as it was: refused (here it may not wait)."""
+    budgets = Budgets(store, clock=lambda: NOW)
+    for _ in range(9):
+        await reserve(budgets, "counted")
+    count = _Counter(5)
+    held, _ = await budgets.reserve("counted", POLICY, "m", 300, 80, count=count, wait_s=0)
+    assert held is not None and held.input_bound == 5
+    assert held.reservation.counters == (985,)
+    assert count.asked == 1
+    silent = _Counter(None)
+    with pytest.raises(TokenBudgetExceeded):
+        await budgets.reserve("counted", POLICY, "m", 300, 80, count=silent, wait_s=0)
+    assert silent.asked == 1
+
+
+async def test_budget_waits_counted_before_it_is_refused_as_too_large(
+    store: BudgetStore,
+) -> None:
+    """A byte bound larger than the whole budget (1200 + 80 of 1000) is counted before
+    the 400: 30 + 80 is reserved; a count still too large is refused 400
+    `request_exceeds_budget`."""
+    budgets = Budgets(store, clock=lambda: NOW)
+    held, _ = await budgets.reserve("large", POLICY, "m", 1200, 80, count=_Counter(30))
+    assert held is not None and held.reservation.counters == (110,)
+    with pytest.raises(RequestExceedsBudget):
+        await budgets.reserve("large", POLICY, "m", 1200, 80, count=_Counter(950))

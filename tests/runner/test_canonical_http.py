@@ -150,3 +150,27 @@ def test_canonical_http_plain_requests_are_unchanged(setup: Setup) -> None:
         charged = outcome.charged
         sent = setup.engine.stats()["last_body"]
         assert {k: sent.get(k) for k in body} == body
+
+
+def test_canonical_http_pass_through_is_one_models_own(tmp_path: Path) -> None:
+    """A field the models file passes through for one model (`pass_through`) reaches its
+    engine as sent; on another model of the same kind it stays 400
+    unsupported_parameter naming it."""
+    with start_fake("fake_openai", "--latency-ms", "0") as engine:
+        models = (
+            "models:\n"
+            f"  - {{id: open, backend: llama-server, url: '{engine.url}',"
+            " pass_through: [speculative.n_max]}\n"
+            f"  - {{id: closed, backend: llama-server, url: '{engine.url}'}}\n"
+        )
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+        body["speculative.n_max"] = 4
+        with start_runner(models_file=models) as runner:
+            url = runner.url + "/v1/chat/completions"
+            served = httpx.post(url, json={**body, "model": "open"}, timeout=30)
+            assert served.status_code == 200, served.text
+            assert engine.stats()["last_body"]["speculative.n_max"] == 4
+            refused = httpx.post(url, json={**body, "model": "closed"}, timeout=30)
+            assert refused.status_code == 400, refused.text
+            error = refused.json()["error"]
+            assert (error["code"], error["param"]) == ("unsupported_parameter", "speculative.n_max")

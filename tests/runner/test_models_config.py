@@ -221,3 +221,63 @@ def test_models_file_adapter_id_clashing_with_a_model_refused(tmp_path: Path) ->
 """
     with pytest.raises(ConfigError, match="appears twice"):
         load_models_file(_write(tmp_path, text), KINDS)
+
+
+def test_models_file_pass_through_is_read_per_model(tmp_path: Path) -> None:
+    """`pass_through` lists request fields one model lets through: its request fields are
+    its kind's plus those, on every chat-path endpoint; another model's are its kind's."""
+    from runner.engines.specs import ModelSpecs
+
+    text = (
+        "models:\n"
+        "  - {id: a, backend: llama-server, url: 'http://h:1', pass_through: [speculative.n_max]}\n"
+        "  - {id: b, backend: llama-server, url: 'http://h:2'}\n"
+    )
+    models = load_models_file(_write(tmp_path, text), KINDS).models
+    assert models[0].pass_through == ["speculative.n_max"]
+    specs = ModelSpecs(models, KINDS, lambda _gpus: None)
+    a, b = specs.request_fields("a"), specs.request_fields("b")
+    assert a is not None and b is not None
+    assert "speculative.n_max" in a.passed("/v1/chat/completions")
+    assert "speculative.n_max" in a.passed("/v1/completions")
+    assert "speculative.n_max" not in b.passed("/v1/chat/completions")
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        (
+            "{id: m, backend: llama-server, url: 'http://h:1', pass_through: [n_predict]}",
+            "pass_through 'n_predict' is the engine kind's own name of an output limit",
+        ),
+        (
+            "{id: m, backend: llama-server, url: 'http://h:1', pass_through: [n_cmpl]}",
+            "pass_through 'n_cmpl' is the engine kind's own name",
+        ),
+        (
+            "{id: m, backend: llama-server, url: 'http://h:1', pass_through: [n_discard]}",
+            "pass_through 'n_discard' changes how many tokens or completions",
+        ),
+        (
+            "{id: m, backend: vllm, path: /m, pass_through: [use_beam_search]}",
+            "pass_through 'use_beam_search' changes how many tokens",
+        ),
+        (
+            "{id: m, backend: openai, url: 'http://h:1', pass_through: [max_new_tokens]}",
+            "pass_through 'max_new_tokens' changes how many tokens",
+        ),
+        (
+            "{id: m, backend: comfyui, workflow: txt2img, pass_through: [seed]}",
+            "applies to the chat path's kinds",
+        ),
+        ("{id: m, backend: openai, url: 'http://h:1', pass_through: ['a b']}", "pass_through.0"),
+    ],
+)
+def test_models_file_pass_through_refused_where_the_kind_cannot_count_it(
+    tmp_path: Path, entry: str, problem: str
+) -> None:
+    """A pass-through field the kind reads as more work than the bound (or counts by its
+    own rule already), on a kind off the chat path, or not a field name: start-up stops
+    naming it."""
+    with pytest.raises(ConfigError, match=problem):
+        load_models_file(_write(tmp_path, f"models:\n  - {entry}\n"), KINDS)

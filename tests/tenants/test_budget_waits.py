@@ -4,7 +4,7 @@ room comes back."""
 
 from __future__ import annotations
 
-from tenants.budget_waits import Refuse, WaitInLine, after_refusal
+from tenants.budget_waits import Refuse, WaitInLine, after_refusal, counted_bound
 from tenants.budgets import plan
 from tenants.policy import TokenBudget
 
@@ -31,3 +31,12 @@ def test_after_refusal_refuses_when_the_bound_is_over() -> None:
     assert after_refusal(CHARGE, 950, 900, NOW + 12, NOW + 12, 12.0) == Refuse(12, spent=False)
     assert after_refusal(CHARGE, 950, 900, NOW, NOW, 0.0) == Refuse(1, spent=False)
     assert after_refusal(CHARGE, 950, 900, NOW + 25, NOW + 20, 45.0) == Refuse(5, spent=False)
+
+
+def test_counted_bound_is_the_engines_count_when_it_gave_one() -> None:
+    """The engine's count replaces the byte bound, whichever side of it; without a count
+    (None, or nonsense) the byte bound stays."""
+    assert counted_bound(292, 8) == 8
+    assert counted_bound(20, 25) == 25  # the allowance was short: the count is the truth
+    assert counted_bound(292, None) == 292
+    assert counted_bound(292, -1) == 292
