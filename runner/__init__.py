@@ -8,7 +8,9 @@ import; import-linter keeps the arrows, `pyproject.toml`):
 - `lifecycle/`: governed loads, unloads and flushes, the catalog, downloads;
 - `engines/`: the model pool (engines started, watched, stopped), launch, probes;
 - `telemetry/`: metrics, health, capabilities, the resource snapshot, the status view;
-- `runtime/`: settings, the models file, the wiring of the whole, start-up, the CLI;
+- `runtime/` (the roof): the wiring of the whole, start-up, the CLI;
+- `floor/`: settings, the models file, timers, pending writes (read by every room,
+  importing none);
 - `tenancy/`: tenants as the runner applies them (live policy, budgets, shared in-flight
   caps, usage, the tenant routes);
 - `scheduler/`, `memory/`, `jobs/`, `tasks/`, `audio/`, `images/` as named;

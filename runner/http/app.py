@@ -24,23 +24,18 @@ import logging
 import math
 
 from adapters.comfyui import FILES_PATH
-from governance.verifier import Verifier
 from runner.audio.handler import AUDIO_PATHS, AudioPath
-from runner.engines.kinds import EngineKinds
 from runner.errors import MethodNotAllowed, RouteNotFound
+from runner.floor.periodic import cancelled
 from runner.http.asgi import Receive, Scope, Send, send_error, send_whole
 from runner.http.chat import CHAT_PATHS, ChatPath
 from runner.http.control_plane import control_plane
 from runner.http.headers import new_request_id
 from runner.images.handler import IMAGES_PATH
-from runner.runtime.models_file import ModelsFile
-from runner.runtime.periodic import cancelled
-from runner.runtime.settings import Settings
 from runner.runtime.wiring import Runtime
 from runner.telemetry import tracing
 from runner.telemetry.exposition import OPENMETRICS, OPENMETRICS_TYPE, Exposition
 from runner.telemetry.health import Life
-from tenants.config import TenantsConfig
 
 log = logging.getLogger("quorum.app")
 
@@ -197,15 +192,3 @@ class RunnerApp:
         """Stop everything, in the reverse order it started (`Runtime.start`)."""
         self.rt.life = Life.STOPPING
         await self._stack.aclose()
-
-
-def build_app(
-    settings: Settings,
-    models: ModelsFile,
-    tenants: TenantsConfig | None = None,
-    verifier: Verifier | None = None,
-    kinds: EngineKinds | None = None,
-) -> RunnerApp:
-    """The runner for `settings` and `models`; `kinds` the engine kinds the models file
-    was checked against (default: those the settings name)."""
-    return RunnerApp(Runtime(settings, models, tenants, verifier, kinds))

@@ -34,6 +34,9 @@ from runner.engines.sizing import model_size_mb
 from runner.engines.specs import ModelSpecs
 from runner.engines.watch import EngineWatch
 from runner.errors import QuorumError, ServiceUnavailable
+from runner.floor.models_file import ModelsFile, ModelSpec
+from runner.floor.periodic import cancelled
+from runner.floor.settings import Settings
 from runner.http.asgi import Scope
 from runner.http.chat import ChatPath
 from runner.http.frontend import FrontEnd
@@ -48,11 +51,8 @@ from runner.lifecycle.loads import LoadManager
 from runner.memory.factory import telemetry_from_settings
 from runner.memory.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore
 from runner.memory.proc import tree_resident_mb
-from runner.runtime.models_file import ModelsFile, ModelSpec
-from runner.runtime.periodic import cancelled
 from runner.runtime.safety import identity_from
 from runner.runtime.scheduling import scheduler_config
-from runner.runtime.settings import Settings
 from runner.runtime.startup import Preloads
 from runner.scheduler import ModelState, SchedulerAdmission
 from runner.tasks import (

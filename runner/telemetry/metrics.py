@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 
 from adapters.vllm.metrics import VllmMetricsCollector
 from runner.audio.metrics import RTF_BUCKETS
-from runner.runtime.settings import PICKER_PATH
+from runner.floor.settings import PICKER_PATH
 from runner.telemetry.exposition import Exposition
 from runner.telemetry.metrics_port import serve_paths
 from runner.telemetry.series import LabelledCounter, LabelledGauge, LabelledHistogram
