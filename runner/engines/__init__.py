@@ -12,7 +12,7 @@ scheduler's effects: start, stop, sleep engines) and `launcher` (how it starts o
 tally of missed probes, the prober).
 
 May import `scheduler/` (its effects protocol, notices and refusals), `memory/`,
-`tasks.eta`, `tenants` (who may use an adapter), the settings and models file
-(`runtime.settings`, `runtime.models_file`, `runtime.periodic`, `runtime.otlp`) and
-`adapters/`; never `http/`, `lifecycle/` or `telemetry/` (a contract in pyproject.toml).
+`tasks.eta`, `tenants` (who may use an adapter), the floor (`floor.settings`,
+`floor.models_file`, `floor.periodic`, `floor.otlp`) and `adapters/`; never `http/`,
+`lifecycle/` or `telemetry/` (a contract in pyproject.toml).
 """

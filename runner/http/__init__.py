@@ -6,9 +6,12 @@ only import of uvicorn's private protocol; refuses an untested uvicorn), `header
 headers, pure), `frontend.FrontEnd` (the one request front-end: identify, rate limit,
 bounded body, admission), `chat` and `body_checks` (the text inference path),
 `control_plane` (FastAPI routes: health, capabilities, lifecycle, jobs, logs),
-`status_page` (`/ui`), `openapi/` (the OpenAPI document), `ui/` (the page's files),
-`traced` (the server span and the engine call's span, tracing on).
+`tenant_routes` (`/v1/tenants`, `/v1/usage`), `status_page` (`/ui`), `openapi/` (the
+OpenAPI document), `ui/` (the page's files), `traced` (the server span and the engine
+call's span, tracing on).
 
-May import every other room of the runner; nothing below imports `runner.http`, except
-that `audio/` and `images/` plug their paths into the front-end and ASGI types here.
+May import every room below it (not the roof, `runtime/`, except the `Runtime` type the
+app, the control plane, the status page and the tenant routes are handed); its peers
+`audio/` and `images/` (the other request paths, to move in here) plug into the
+front-end and the ASGI types here.
 """

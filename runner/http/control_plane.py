@@ -32,6 +32,7 @@ from runner.http.asgi import read_body
 from runner.http.headers import parse_request_headers
 from runner.http.openapi import OPENAPI_PATH, openapi_json
 from runner.http.status_page import mount_status_page
+from runner.http.tenant_routes import mount_tenant_routes
 from runner.http.traced import FRAMEWORK_TELEMETRY_OFF
 from runner.jobs.http import JOBS_PATH, delete_job, get_job
 from runner.lifecycle.adapter_ops import adapter_entry
@@ -40,7 +41,6 @@ from runner.runtime.wiring import Runtime
 from runner.scheduler import ModelState
 from runner.telemetry.capabilities import capabilities
 from runner.telemetry.health import Life
-from runner.tenancy.routes import mount_tenant_routes
 from tenants.identity import Identity
 from tenants.policy import EVERY_MODEL
 from tenants.rates import parse_rate
