@@ -4,7 +4,9 @@
 and `coalesce` (what one connection may cost, one write per answer), `uvicorn_seam` (the
 only import of uvicorn's private protocol; refuses an untested uvicorn), `headers` (request
 headers, pure), `frontend.FrontEnd` (the one request front-end: identify, rate limit,
-bounded body, admission), `chat` and `body_checks` (the text inference path),
+errors, usage; it calls a path's `serve`), `call.ClientCall` (one request's record),
+`path_gate.PathGate` (what a path asks on its way: the model, token budgets, the
+admission scope `admitted.Admitted`), `chat` and `body_checks` (the text inference path),
 `control_plane` (FastAPI routes: health, capabilities, lifecycle, jobs, logs),
 `tenant_routes` (`/v1/tenants`, `/v1/usage`), `status_page` (`/ui`), `openapi/` (the
 OpenAPI document), `ui/` (the page's files), `traced` (the server span and the engine

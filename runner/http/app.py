@@ -28,8 +28,9 @@ from runner.audio.handler import AUDIO_PATHS, AudioPath
 from runner.errors import MethodNotAllowed, RouteNotFound
 from runner.floor.periodic import cancelled
 from runner.http.asgi import Receive, Scope, Send, send_error, send_whole
-from runner.http.chat import CHAT_PATHS, ChatPath
+from runner.http.chat import CHAT_PATHS
 from runner.http.control_plane import control_plane
+from runner.http.frontend import ASGIApp
 from runner.http.headers import new_request_id
 from runner.images.handler import IMAGES_PATH
 from runner.runtime.wiring import Runtime
@@ -103,7 +104,7 @@ class RunnerApp:
         await send_whole(send, 200, headers, exposition.render())
 
     async def _post_only(
-        self, handler: ChatPath | AudioPath, scope: Scope, receive: Receive, send: Send
+        self, handler: ASGIApp | AudioPath, scope: Scope, receive: Receive, send: Send
     ) -> None:
         """A bare request path: POST only, and only while the runner is ready."""
         if scope["method"] != "POST":

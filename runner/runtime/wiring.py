@@ -248,12 +248,12 @@ class Runtime:
         """The three request paths on the front-end, each reading the pool's ready engines
         of its own kind."""
         s, ready, records = self.settings, self.pool.ready, self.pool.records
-        self.chat = ChatPath(
-            self.front, ready.chat, self.metrics, s.max_body_bytes,
+        self.chat = self.front.path(ChatPath(  # the front-end calls the path, never back
+            self.front.gate, ready.chat, self.metrics, s.max_body_bytes,
             context_of=lambda m: r.context_length if (r := records.get(m)) else None,
             adapters=self.pool.adapters,
             fields_of=self.specs.request_fields,
-        )  # fmt: skip
+        ).serve)  # fmt: skip
         self.audio = AudioPath(
             self.front,
             ready.speech,
