@@ -10,10 +10,10 @@ admission scope `admitted.Admitted`), `chat` and `body_checks` (the text inferen
 `control_plane` (FastAPI routes: health, capabilities, lifecycle, jobs, logs),
 `tenant_routes` (`/v1/tenants`, `/v1/usage`), `status_page` (`/ui`), `openapi/` (the
 OpenAPI document), `ui/` (the page's files), `traced` (the server span and the engine
-call's span, tracing on).
+call's span, tracing on), `runner_view` (what the app reads of the runner, a protocol).
 
-May import every room below it (not the roof, `runtime/`, except the `Runtime` type the
-app, the control plane, the status page and the tenant routes are handed); its peers
-`audio/` and `images/` (the other request paths, to move in here) plug into the
-front-end and the ASGI types here.
+May import every room below it, never the roof (`runtime/`: the app and the control plane
+read the `Runtime` they are handed through `runner_view.RunnerView`); its peers `audio/` and
+`images/` (the other request paths, to move in here) plug into the front-end and the ASGI
+types here.
 """

@@ -32,8 +32,8 @@ from runner.http.chat import CHAT_PATHS
 from runner.http.control_plane import control_plane
 from runner.http.frontend import ASGIApp
 from runner.http.headers import new_request_id
+from runner.http.runner_view import RunnerView
 from runner.images.handler import IMAGES_PATH
-from runner.runtime.wiring import Runtime
 from runner.telemetry import tracing
 from runner.telemetry.exposition import OPENMETRICS, OPENMETRICS_TYPE, Exposition
 from runner.telemetry.health import Life
@@ -55,7 +55,7 @@ time for their 503s to be written before uvicorn cancels what is left."""
 class RunnerApp:
     """ASGI entry point: lifespan, inference fast path, control plane."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: RunnerView) -> None:
         self.rt = rt
         self.metric_paths = rt.api_metric_paths()
         self.control = control_plane(rt)

@@ -5,7 +5,6 @@ order), `scheduling` (the scheduler's configuration), `startup` (the preloads, a
 they are), `safety` (what start-up refuses, the identity it starts with), `cli`
 (`quorum serve` and the operator verbs), `logs` (the log format).
 
-May import every room; no room imports it, except the request paths' ASGI app and
-control plane (`runner.http.app`, `control_plane`, `status_page`, the tenant routes),
-which are handed the built `Runtime` and name its type.
+May import every room; no room imports it (the app and the control plane are handed the
+built `Runtime` and read it through a protocol of their own, `runner.http.runner_view`).
 """
