@@ -104,7 +104,7 @@ class EngineSpec:
 @dataclass(frozen=True, slots=True)
 class OtlpTraces:
     """Where an engine that exports OpenTelemetry spans sends them (the runner's own
-    collector, runner/runtime/otlp.py): the endpoint as its exporter is handed it, OTLP's
+    collector, runner/floor/otlp.py): the endpoint as its exporter is handed it, OTLP's
     protocol (`http/protobuf` or `grpc`), the service name its spans carry."""
 
     endpoint: str

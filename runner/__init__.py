@@ -1,17 +1,23 @@
 """Quorum runner: the HTTP service in front of the inference engines it runs or attaches.
 
-Rooms, one concern each (every folder's `__init__` says what lives there and what it may
-import; import-linter keeps the arrows, `pyproject.toml`):
+Rooms, one concern each, top to bottom (every folder's `__init__` says what lives there
+and what it may import; import-linter keeps the arrows pointing down, `pyproject.toml`;
+the picture: docs/architecture.md):
 
+- `runtime/` (the roof): the wiring of the whole, the app built from it, start-up, the CLI;
 - `http/`: the ASGI app, the server, connection limits, headers, the request front-end,
-  the chat path, the control plane, the status page, the OpenAPI document;
-- `lifecycle/`: governed loads, unloads and flushes, the catalog, downloads;
-- `engines/`: the model pool (engines started, watched, stopped), launch, probes;
+  the chat path, the control plane, the tenant routes, the status page, the OpenAPI
+  document; beside it, its peers `audio/` and `images/` (the other request paths);
+- `lifecycle/`: governed loads, unloads and flushes, the catalog, downloads; `jobs/`:
+  async jobs, their stores and webhooks;
 - `telemetry/`: metrics, health, capabilities, the resource snapshot, the status view;
-- `runtime/`: settings, the models file, the wiring of the whole, start-up, the CLI;
-- `tenancy/`: tenants as the runner applies them (live policy, budgets, shared in-flight
-  caps, usage, the tenant routes);
-- `scheduler/`, `memory/`, `jobs/`, `tasks/`, `audio/`, `images/` as named;
+- `engines/`: the engine kinds, the model pool (engines started, watched, stopped),
+  launch, probes; `tenancy/`: tenants as the runner applies them (live policy, budgets,
+  shared in-flight caps, usage);
+- `scheduler/`, `memory/`, `tasks/`: the pure scheduler and its asyncio adapter, GPU
+  memory, load tasks;
+- `floor/`: settings, the models file, timers, pending writes (read by every room,
+  importing none);
 - `errors.py`: the runner's error rows and the one mapping of any error to HTTP.
 """
 

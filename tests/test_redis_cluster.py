@@ -23,7 +23,7 @@ from faults.redis_clients import (
 from governance.errors import NonceNotReplicated
 from governance.nonces import RedisNonceStore
 from runner.errors import ConfigError
-from runner.runtime.settings import load_settings
+from runner.floor.settings import load_settings
 from tenants.permit_store import RedisPermitStore
 from tenants.policy_store import RedisPolicyStore
 from tests.support.engines import GOVERNED

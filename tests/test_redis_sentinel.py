@@ -16,7 +16,7 @@ from faults.redis_clients import SentinelTarget, parse_sentinel_url, redis_clien
 from governance.errors import NonceStoreUnavailable
 from governance.nonces import RedisNonceStore
 from runner.errors import ConfigError
-from runner.runtime.settings import load_settings
+from runner.floor.settings import load_settings
 from tenants.storage import close_storage, storage_from_url
 from tests.fixtures.launch import start_fake
 from tests.support.fleet import wait_for

@@ -13,7 +13,8 @@ Same environment variables as `python -m runner`, plus:
   they are never walked again. (The runner itself freezes once it is ready since 346c24f;
   this flag stays for measuring commits before that.)
 - `OVERLOAD_TIMING_OUT=<file>`: time every inference request inside the runner, from the
-  moment uvicorn calls the data path (`runner.http.chat.ChatPath.__call__`) to the moment it
+  moment uvicorn calls the chat path (`runner.http.frontend.FrontEnd.__call__` on a
+  `CHAT_PATHS` path) to the moment it
   returns (the last byte handed to uvicorn), and write `[[wall start, status, seconds],
   ...]` to the file when the process exits (after SIGTERM). Costs a closure and two clock
   reads per request. It separates the runner's own code from what uvicorn, the kernel and
@@ -35,16 +36,23 @@ import runner.http.chat
 import runner.http.server
 import tenants.config
 from runner.http.asgi import Message, Receive, Scope, Send
-from runner.http.chat import ChatPath
+from runner.http.call import Serve
+from runner.http.chat import CHAT_PATHS
+from runner.http.frontend import FrontEnd
 from runner.runtime.cli import main
 
 _records: list[tuple[float, int, float]] = []
 
 
 def _install_timing(out: str) -> None:
-    original = ChatPath.__call__
+    original = FrontEnd.__call__
 
-    async def timed(self: ChatPath, scope: Scope, receive: Receive, send: Send) -> None:
+    async def timed(
+        self: FrontEnd, scope: Scope, receive: Receive, send: Send, serve: Serve, **kw: Any
+    ) -> None:
+        if scope["path"] not in CHAT_PATHS:
+            await original(self, scope, receive, send, serve, **kw)
+            return
         status = [0]
 
         async def send_and_note(message: Message) -> None:
@@ -53,14 +61,14 @@ def _install_timing(out: str) -> None:
             await send(message)
 
         wall, t0 = time.time(), time.perf_counter()
-        await original(self, scope, receive, send_and_note)
+        await original(self, scope, receive, send_and_note, serve, **kw)
         _records.append((wall, status[0], time.perf_counter() - t0))
 
     def dump() -> None:
         with open(out, "w") as f:
             json.dump(_records, f)
 
-    setattr(ChatPath, "__call__", timed)  # noqa: B010 - an experiment, not the runner
+    setattr(FrontEnd, "__call__", timed)  # noqa: B010 - an experiment, not the runner
     atexit.register(dump)
 
 

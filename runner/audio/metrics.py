@@ -13,14 +13,13 @@ The first four methods are the data path's, the last two the speech ones, export
 `status` is the outcome: `ok`, `cancelled`, `invalid_audio`, `engine_crashed`,
 `engine_timeout` (the worker was silent, and killed), `error`.
 The real-time factor (completed transcriptions only) is engine wall time / audio duration
-(below 1: faster than real time); `RTF_BUCKETS` are its histogram buckets.
+(below 1: faster than real time); its histogram's buckets are `RTF_BUCKETS`
+(runner/telemetry/metrics.py).
 """
 
 from __future__ import annotations
 
 from typing import Protocol
-
-RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
 
 
 class SpeechMetrics(Protocol):

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from adapters.base import AdapterHost
 from adapters.lora import LoraAdapter, file_digest, read_rank, size_mb
-from runner.runtime.models_file import ModelSpec
+from runner.floor.models_file import ModelSpec
 from runner.scheduler.errors import ModelFailed, ModelUnloading
 
 log = logging.getLogger("quorum.adapters")

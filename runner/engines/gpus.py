@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 from adapters.kind import Devices, EngineFamilies
 from faults import QuorumError
+from runner.floor.models_file import ModelSpec
 from runner.memory.accounting import account, free_gpus
 from runner.memory.leases import Lease, LeaseStore
 from runner.memory.placement import GpuPlacement, NoFit, cuda_visible_devices, place, tensor_split
 from runner.memory.telemetry import Telemetry
-from runner.runtime.models_file import ModelSpec
 from runner.scheduler.errors import ModelDoesNotFit
 
 log = logging.getLogger("quorum.pool")

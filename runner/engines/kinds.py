@@ -27,9 +27,9 @@ from adapters.openai.kind import OpenAIKind
 from adapters.vllm.kind import VllmKind
 from adapters.whisper.kind import WhisperKind
 from runner.errors import ConfigError
-from runner.runtime.models_file import PACKAGE_SCHEME, ModelSpec
-from runner.runtime.otlp import engine_traces
-from runner.runtime.settings import Settings
+from runner.floor.models_file import PACKAGE_SCHEME, ModelSpec
+from runner.floor.otlp import engine_traces
+from runner.floor.settings import Settings
 
 BUILTIN: tuple[KindFactory, ...] = (LlamaServerKind, VllmKind, OpenAIKind, ComfyUIKind, WhisperKind)
 

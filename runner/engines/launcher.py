@@ -15,7 +15,7 @@ from runner.engines.gpus import EngineHost, GpuAccounting
 from runner.engines.kinds import EngineKinds, LoadParams
 from runner.engines.record import EngineRecord
 from runner.engines.sizing import estimate_for
-from runner.runtime.models_file import ModelSpec
+from runner.floor.models_file import ModelSpec
 
 
 class Launcher:

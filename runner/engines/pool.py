@@ -34,7 +34,7 @@ from runner.engines.reports import ModelReports, NoReports
 from runner.engines.sizing import model_size_mb
 from runner.engines.specs import ModelSpecs
 from runner.errors import ModelNotFound
-from runner.runtime.models_file import ModelSpec
+from runner.floor.models_file import ModelSpec
 from runner.scheduler.config import ModelPolicy
 from runner.tasks.eta import EtaEstimator
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from adapters.launched import Launched
 from adapters.supervisor import EngineProcess
 from runner.engines.kinds import LoadParams
-from runner.runtime.models_file import ModelSpec
+from runner.floor.models_file import ModelSpec
 
 
 @dataclass

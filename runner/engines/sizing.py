@@ -5,9 +5,9 @@ each reads the model's files on disk (`model_files`: which exist, their sizes)."
 from __future__ import annotations
 
 from runner.engines.kinds import EngineKinds
+from runner.floor.models_file import ModelSpec
 from runner.memory.estimate import estimate_mb
 from runner.memory.files import model_files
-from runner.runtime.models_file import ModelSpec
 from runner.scheduler.config import ModelPolicy
 
 

@@ -14,7 +14,7 @@ from adapters.fields import RequestFields
 from adapters.kind import EngineKind
 from runner.engines.kinds import EngineKinds, LoadParams
 from runner.engines.sizing import policy_for
-from runner.runtime.models_file import ModelSpec
+from runner.floor.models_file import ModelSpec
 from runner.scheduler.config import ModelPolicy
 
 GpuTotal = Callable[[Sequence[int] | None], int | None]

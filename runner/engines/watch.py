@@ -46,7 +46,7 @@ from runner.engines.kinds import EngineKinds
 from runner.engines.probes import HttpProber, MissedProbes, Prober
 from runner.engines.record import EngineRecord
 from runner.engines.specs import ModelSpecs
-from runner.runtime.periodic import Periodic
+from runner.floor.periodic import Periodic
 from runner.scheduler.config import ModelPolicy
 from runner.scheduler.models import ModelState, ModelView
 

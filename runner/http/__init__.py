@@ -4,11 +4,16 @@
 and `coalesce` (what one connection may cost, one write per answer), `uvicorn_seam` (the
 only import of uvicorn's private protocol; refuses an untested uvicorn), `headers` (request
 headers, pure), `frontend.FrontEnd` (the one request front-end: identify, rate limit,
-bounded body, admission), `chat` and `body_checks` (the text inference path),
+errors, usage; it calls a path's `serve`), `call.ClientCall` (one request's record),
+`path_gate.PathGate` (what a path asks on its way: the model, token budgets, the
+admission scope `admitted.Admitted`), `chat` and `body_checks` (the text inference path),
 `control_plane` (FastAPI routes: health, capabilities, lifecycle, jobs, logs),
-`status_page` (`/ui`), `openapi/` (the OpenAPI document), `ui/` (the page's files),
-`traced` (the server span and the engine call's span, tracing on).
+`tenant_routes` (`/v1/tenants`, `/v1/usage`), `status_page` (`/ui`), `openapi/` (the
+OpenAPI document), `ui/` (the page's files), `traced` (the server span and the engine
+call's span, tracing on), `runner_view` (what the app reads of the runner, a protocol).
 
-May import every other room of the runner; nothing below imports `runner.http`, except
-that `audio/` and `images/` plug their paths into the front-end and ASGI types here.
+May import every room below it, never the roof (`runtime/`: the app and the control plane
+read the `Runtime` they are handed through `runner_view.RunnerView`); its peers `audio/` and
+`images/` (the other request paths, to move in here) plug into the front-end and the ASGI
+types here.
 """

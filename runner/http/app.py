@@ -24,23 +24,19 @@ import logging
 import math
 
 from adapters.comfyui import FILES_PATH
-from governance.verifier import Verifier
 from runner.audio.handler import AUDIO_PATHS, AudioPath
-from runner.engines.kinds import EngineKinds
 from runner.errors import MethodNotAllowed, RouteNotFound
+from runner.floor.periodic import cancelled
 from runner.http.asgi import Receive, Scope, Send, send_error, send_whole
-from runner.http.chat import CHAT_PATHS, ChatPath
+from runner.http.chat import CHAT_PATHS
 from runner.http.control_plane import control_plane
+from runner.http.frontend import ASGIApp
 from runner.http.headers import new_request_id
+from runner.http.runner_view import RunnerView
 from runner.images.handler import IMAGES_PATH
-from runner.runtime.models_file import ModelsFile
-from runner.runtime.periodic import cancelled
-from runner.runtime.settings import Settings
-from runner.runtime.wiring import Runtime
 from runner.telemetry import tracing
 from runner.telemetry.exposition import OPENMETRICS, OPENMETRICS_TYPE, Exposition
 from runner.telemetry.health import Life
-from tenants.config import TenantsConfig
 
 log = logging.getLogger("quorum.app")
 
@@ -59,7 +55,7 @@ time for their 503s to be written before uvicorn cancels what is left."""
 class RunnerApp:
     """ASGI entry point: lifespan, inference fast path, control plane."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: RunnerView) -> None:
         self.rt = rt
         self.metric_paths = rt.api_metric_paths()
         self.control = control_plane(rt)
@@ -108,7 +104,7 @@ class RunnerApp:
         await send_whole(send, 200, headers, exposition.render())
 
     async def _post_only(
-        self, handler: ChatPath | AudioPath, scope: Scope, receive: Receive, send: Send
+        self, handler: ASGIApp | AudioPath, scope: Scope, receive: Receive, send: Send
     ) -> None:
         """A bare request path: POST only, and only while the runner is ready."""
         if scope["method"] != "POST":
@@ -197,15 +193,3 @@ class RunnerApp:
         """Stop everything, in the reverse order it started (`Runtime.start`)."""
         self.rt.life = Life.STOPPING
         await self._stack.aclose()
-
-
-def build_app(
-    settings: Settings,
-    models: ModelsFile,
-    tenants: TenantsConfig | None = None,
-    verifier: Verifier | None = None,
-    kinds: EngineKinds | None = None,
-) -> RunnerApp:
-    """The runner for `settings` and `models`; `kinds` the engine kinds the models file
-    was checked against (default: those the settings name)."""
-    return RunnerApp(Runtime(settings, models, tenants, verifier, kinds))

@@ -3,7 +3,8 @@
 `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings`. This is the hot path,
 written as a bare ASGI handler (no framework routing, no request objects): every request
 pays for it, so it does only what the features need. Through the one front-end
-(runner/http/frontend.py):
+(runner/http/frontend.py), which calls `ChatPath.serve`; the path asks only the gate it was
+handed (runner/http/path_gate.py), never the front-end back:
 
     1. identify the tenant, rate limit                     (front-end)  -> 400/401/403/429
     2. read the body, bounded                                            -> 413
@@ -52,12 +53,13 @@ from runner.engines.adapters import (
 )
 from runner.errors import BadRequest, error_body
 from runner.http.admitted import Admitted
-from runner.http.asgi import JSON, Receive, Scope, Send, send_whole
+from runner.http.asgi import JSON, read_body, send_whole
 from runner.http.body_checks import check_generation
+from runner.http.call import ClientCall
 from runner.http.canonical import canonical
 from runner.http.chat_reports import response_headers, sniff_report, took
-from runner.http.frontend import ClientCall, FrontEnd
 from runner.http.json_body import OFFLOAD_BYTES, dump_json, load_json
+from runner.http.path_gate import PathGate
 from runner.http.traced import engine_call
 from runner.scheduler.grants import Usage
 from runner.telemetry import tracing
@@ -73,16 +75,18 @@ _SSE = b"text/event-stream"
 
 
 class ChatPath:
-    """`engines` holds the ready engines (the model pool keeps it current);
-    `context_of(model)` its context length where known (the body checks read it);
-    `adapters` the runner's LoRA adapters, served on their base models' engines;
-    `fields_of(model)` the request fields its kind takes beyond OpenAI's (None: OpenAI's
-    only); `counters` the ready engines that count prompts (adapters/prompt_tokens.py),
-    asked by the token budgets only for a request whose byte bound does not fit."""
+    """`serve` is the path's work on a call the front-end identified (`FrontEnd.path`);
+    `gate` what it asks on the way (the model, token budgets, admission); `engines` holds
+    the ready engines (the model pool keeps it current); `context_of(model)` its context
+    length where known (the body checks read it); `adapters` the runner's LoRA adapters,
+    served on their base models' engines; `fields_of(model)` the request fields its kind
+    takes beyond OpenAI's (None: OpenAI's only); `counters` the ready engines that count
+    prompts (adapters/prompt_tokens.py), asked by the token budgets only for a request
+    whose byte bound does not fit."""
 
     def __init__(
         self,
-        front: FrontEnd,
+        gate: PathGate,
         engines: Mapping[str, ChatEngine],
         metrics: Metrics,
         max_body_bytes: int,
@@ -91,7 +95,7 @@ class ChatPath:
         fields_of: Callable[[str], RequestFields | None] = lambda _model: None,
         counters: Mapping[str, PromptCounter] | None = None,
     ) -> None:
-        self.front = front
+        self.gate = gate
         self.counters: Mapping[str, PromptCounter] = counters if counters is not None else {}
         self.engines = engines
         self.context_of = context_of
@@ -100,11 +104,8 @@ class ChatPath:
         self.adapters = adapters if adapters is not None else AdapterBook((), {})
         self.fields_of = fields_of
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.front(scope, receive, send, self._serve)
-
-    async def _serve(self, call: ClientCall) -> int:
-        body = await self.front.read_body(call, self.max_body)  # 2
+    async def serve(self, call: ClientCall) -> int:
+        body = await read_body(call.receive, call.meta.content_length, self.max_body)  # 2
         if len(body) >= OFFLOAD_BYTES:  # 3: off the event loop (runner/http/json_body.py)
             obj, model = await _parse_large(body)
         else:
@@ -112,7 +113,7 @@ class ChatPath:
         adapter = self._adapter(call, model)
         if adapter is not None:
             model = adapter.adapter.base
-        self.front.check_model(call, model, "chat", adapter.adapter.id if adapter else None)
+        self.gate.check_model(call, model, "chat", adapter.adapter.id if adapter else None)
         context = self.context_of(model)
         path = call.scope["path"]
         embeddings = path == "/v1/embeddings"
@@ -132,7 +133,7 @@ class ChatPath:
         if call.policy.token_budgets:
             counter = None if embeddings else self.counters.get(model)
             recount = functools.partial(counter.count_prompt, path, obj) if counter else None
-            await self.front.reserve_tokens(call, model, recount)
+            await self.gate.reserve_tokens(call, model, recount)
             if cap is not None and call.held is not None:  # the bound must hold
                 obj["max_tokens"] = cap
                 changed = True
@@ -144,7 +145,7 @@ class ChatPath:
             body = orjson.dumps(obj) if size < OFFLOAD_BYTES else await dump_json(obj, size)
         request = call.admission_request(_estimate_input_tokens(body), _estimate_output(obj))
         with Counted(adapter) as count:
-            async with self.front.admitted(call, request) as admitted:  # 5
+            async with self.gate.admitted(call, request) as admitted:  # 5
                 count.running()
                 engine, body = self._current(call, model, engine, obj, body, adapter)
                 try:
@@ -169,7 +170,7 @@ class ChatPath:
         the model was (re)started while the request waited or was placed on the old one."""
         current = self.engines.get(model)
         if current is None:  # it stopped or crashed between the grant and now
-            raise self.front.engine_gone(model)
+            raise self.gate.engine_gone(model)
         if current is not engine and current.rewrite(obj, call.meta.cache_mode, call.tenant):
             body = orjson.dumps(obj)
         if adapter is not None:

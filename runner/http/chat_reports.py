@@ -8,7 +8,7 @@ import orjson
 
 from adapters.base import CacheReport, ChatEngine
 from runner.http.asgi import FALSE_REPORT_HEADERS
-from runner.http.frontend import ClientCall
+from runner.http.call import ClientCall
 
 
 def response_headers(

@@ -31,16 +31,16 @@ from runner.errors import (
 from runner.http.asgi import read_body
 from runner.http.headers import parse_request_headers
 from runner.http.openapi import OPENAPI_PATH, openapi_json
+from runner.http.runner_view import RunnerView
 from runner.http.status_page import mount_status_page
+from runner.http.tenant_routes import mount_tenant_routes
 from runner.http.traced import FRAMEWORK_TELEMETRY_OFF
 from runner.jobs.http import JOBS_PATH, delete_job, get_job
 from runner.lifecycle.adapter_ops import adapter_entry
 from runner.lifecycle.governed import APPROVED, GovernedOps
-from runner.runtime.wiring import Runtime
 from runner.scheduler import ModelState
 from runner.telemetry.capabilities import capabilities
 from runner.telemetry.health import Life
-from runner.tenancy.routes import mount_tenant_routes
 from tenants.identity import Identity
 from tenants.policy import EVERY_MODEL
 from tenants.rates import parse_rate
@@ -119,7 +119,7 @@ def _source(request: Request) -> str:
     return client[0] if client else ""
 
 
-def control_plane(rt: Runtime) -> FastAPI:
+def control_plane(rt: RunnerView) -> FastAPI:
     app = FastAPI(
         title="Quorum runner",
         docs_url=None,
@@ -319,7 +319,7 @@ def control_plane(rt: Runtime) -> FastAPI:
     return app
 
 
-def starting_headers(rt: Runtime) -> dict[str, str]:
+def starting_headers(rt: RunnerView) -> dict[str, str]:
     """While the runner starts: `Retry-After`, the preloads' time left
     (runner/runtime/startup.py)."""
     if rt.life is not Life.STARTING:
@@ -336,7 +336,7 @@ def allowed_methods(app: FastAPI, request: Request) -> str:
     return ", ".join(sorted(methods))
 
 
-def asking_tenant(rt: Runtime, request: Request) -> str | None:
+def asking_tenant(rt: RunnerView, request: Request) -> str | None:
     """The tenant a request says it is (X-Tenant-ID, the fairness id or an API key),
     identified as for inference; None when it names nobody."""
     meta = parse_request_headers(list(request.scope["headers"]))
@@ -345,7 +345,7 @@ def asking_tenant(rt: Runtime, request: Request) -> str | None:
     return rt.identify(request.scope)
 
 
-def admin_only(rt: Runtime, request: Request) -> None:
+def admin_only(rt: RunnerView, request: Request) -> None:
     """Engine logs are for the tenants ADMIN_TENANTS names (identified as for inference)."""
     if rt.identify(request.scope) not in rt.settings.admins:
         raise Forbidden("engine logs are readable by ADMIN_TENANTS only")

@@ -9,148 +9,56 @@ Every inference request goes the same way, whatever its path:
        the tenant's policy as it is now (the request keeps it to the end) and the
        priority it is served at (its default, capped at its max: X-Effective-Priority)
     2. rate limit (tenants/)                       -> 429 + Retry-After, RateLimit-*
-    3. the path's own work (`serve(call)`): a bounded body (`read_body`: 413), its
-       fields, the model (`check_model`: 403 for a model the tenant may not use, 400
-       for one another path serves, and what the scheduler would refuse it with:
-       404/503); token budgets (`reserve_tokens`: 429 + Retry-After, x-ratelimit-*)
-    4. admission, under a disconnect scope (`admitted`): the scheduler's queue (429 /
-       503 + Retry-After); a client that goes away while queued is withdrawn, while
-       served its handler is cancelled (the engine work stops)
+    3. the path's own work (`serve(call)`): a bounded body (`asgi.read_body`: 413), its
+       fields, then what it asks of the gate it was handed (runner/http/path_gate.py,
+       `PathGate`; never this front-end): the model (`check_model`: 403 for a model the
+       tenant may not use, 400 for one another path serves, and what the scheduler would
+       refuse it with: 404/503); token budgets (`reserve_tokens`: 429 + Retry-After,
+       x-ratelimit-*)
+    4. admission, under a disconnect scope (`PathGate.admitted`: the job scope plus a
+       disconnect watch, runner/http/admitted.py): the scheduler's queue (429 / 503 +
+       Retry-After); a client that goes away while queued is withdrawn, while served its
+       handler is cancelled (the engine work stops)
     5. any error before the answer started: the runner's envelope with the request id,
        the queue wait and RateLimit-* (`send_error`); every request counted once
        (`Metrics.count_request`); what it cost (`runner/tenancy/guard.Spent`) settles
        its token reservation and goes to the usage (`_account`).
 
-Per-request state travels in one record (`ClientCall`), not in arguments.
+Per-request state travels in one record (`ClientCall`, runner/http/call.py), not in
+arguments. Calls go one way: the app calls the front-end with a path's `serve`
+(`FrontEnd.path`), the front-end calls `serve`, the path calls its gate.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
+import functools
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Protocol
+from dataclasses import replace
 
-from runner.errors import (
-    HTTP_ERRORS,
-    ModelNotFound,
-    QuorumError,
-    ServiceUnavailable,
-    UnsupportedMediaType,
-    WrongEndpoint,
-    error_status,
-)
+from runner.errors import HTTP_ERRORS, UnsupportedMediaType, error_status
 from runner.http.admitted import Admitted
-from runner.http.asgi import (
-    ClientGone,
-    DisconnectWatch,
-    Receive,
-    Scope,
-    Send,
-    read_body,
-    send_error,
-)
-from runner.http.headers import (
-    DEFAULT_OBJECTIVES,
-    RequestMeta,
-    new_request_id,
-    parse_request_headers,
-)
-from runner.scheduler.grants import Admission, AdmissionRequest, Grant
+from runner.http.asgi import ClientGone, Receive, Scope, Send, read_body, send_error
+from runner.http.call import NO_MODEL, ClientCall, Headers, Serve
+from runner.http.headers import DEFAULT_OBJECTIVES, new_request_id, parse_request_headers
+from runner.http.path_gate import CheckedAdmission, PathGate, RequestMetrics
+from runner.scheduler.grants import AdmissionRequest
 from runner.telemetry.traced_requests import TracedBudgets
-from runner.tenancy.guard import Spent, request_headers
-from runner.tenancy.token_budgets import Budgets, Held
+from runner.tenancy.guard import request_headers
+from runner.tenancy.token_budgets import Budgets
 from runner.tenancy.usage import UsageRecorder
-from tenants.config import TenantPolicy, TenantsConfig
-from tenants.errors import ModelNotAllowed
+from tenants.config import TenantsConfig
 from tenants.identity import Identity
 from tenants.policy import effective_priority
 from tenants.ratelimit import RateLimiter
 
-Headers = list[tuple[bytes, bytes]]
+__all__ = ["ClientCall", "FrontEnd", "Headers", "Serve"]
 
-UNKNOWN_MODEL = "_unknown"
-"""The model label of a request naming no model of this runner (no client-chosen labels)."""
-NO_MODEL = ""
-"""The `model` label of a request refused before its model was read (a bad header, the
-rate limit, a body too large or not JSON): empty, which Prometheus reads as no label."""
-
-NO_POLICY = TenantPolicy()  # a call's policy until `_police` reads its tenant's (frozen)
-
-PATHS = {
-    "chat": "POST /v1/chat/completions, /v1/completions or /v1/embeddings",
-    "audio": "POST /v1/audio/transcriptions or /v1/audio/translations",
-    "images": "POST /v1/images/generations",
-}
-"""Where to send a model of each request path (its kind's `Traits.request_path`)."""
-_KINDS = {"chat": "a text model", "audio": "a speech model", "images": "an image model"}
-
-
-class RequestMetrics(Protocol):
-    def count_request(self, model: str, tenant: str, status: int) -> None: ...
-
-    def count_rejection(self, reason: str, tenant: str) -> None: ...
-
-    def begin_request(self, model: str) -> None: ...
-
-    def end_request(self, model: str, seconds: float) -> None: ...
-
-
-class CheckedAdmission(Admission, Protocol):
-    """The scheduler's admission (`SchedulerAdmission`): grants and releases slots, and
-    says what a request for a model would be refused with now."""
-
-    def check(self, model: str) -> None:
-        """Raise what a request for `model` would be refused with now."""
-        ...
-
-
-@dataclass(slots=True)
-class ClientCall:
-    """One request through the front-end: who sent it, and how far it got."""
-
-    scope: Scope
-    receive: Receive
-    send: Send
-    meta: RequestMeta
-    tenant: str
-    limits: Headers = field(default_factory=list)  # RateLimit-*, x-ratelimit-*, priority
-    model: str = NO_MODEL
-    grant: Grant | None = None
-    policy: TenantPolicy = NO_POLICY  # as the request came in (`_police`)
-    held: Held | None = None  # its token reservation, until settled
-    watch: DisconnectWatch | None = None  # started if it waited for its token budget
-    spent: Spent = field(default_factory=Spent)  # what it cost (guard.Spent.used)
-    engine_ms: int = 0
-
-    @property
-    def request_id(self) -> str:
-        return self.meta.request_id
-
-    @property
-    def queue_wait_ms(self) -> int:
-        return self.grant.queue_wait_ms if self.grant is not None else 0
-
-    def header(self, name: bytes) -> str | None:
-        """A request header (lower-case name), repeated values joined with `, `."""
-        values = [v for k, v in self.scope["headers"] if k == name]
-        return ", ".join(v.decode("latin-1") for v in values) if values else None
-
-    def admission_request(self, cost_in: int, cost_out: int) -> AdmissionRequest:
-        meta = self.meta
-        return AdmissionRequest(
-            meta.request_id, self.model, self.tenant, meta.priority, cost_in, cost_out,
-            meta.deadline_ms,
-        )  # fmt: skip
-
-
-Serve = Callable[[ClientCall], Awaitable[int]]
-"""A path's work on an identified, rate-limited request; returns the status it answered."""
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class FrontEnd:
-    """Steps 1, 2, 4 and 5 of the module docstring, for every request path."""
+    """Steps 1, 2 and 5 of the module docstring, for every request path; its gate (`gate`,
+    steps 3 and 4) is handed down to the paths."""
 
     def __init__(
         self,
@@ -176,12 +84,20 @@ class FrontEnd:
         self.tenants = tenants
         self.metrics = metrics
         self.multi_tenant = multi_tenant
-        self.path_of = path_of
         self.objectives = objectives
         self.budgets = budgets
         self.usage = usage
         self.identity = identity or Identity(tenants, multi_tenant=multi_tenant)
         self.identify = self.identity.identify
+        self.gate = PathGate(admission, metrics, path_of, budgets)
+        # the audio and image paths still reach the gate through here (next: handed it)
+        self.check_model = self.gate.check_model
+        self.engine_gone = self.gate.engine_gone
+
+    def path(self, serve: Serve, *, json: bool = True) -> ASGIApp:
+        """A request path as an ASGI app: every request through this front-end, then
+        `serve` (`json`: as in `__call__`)."""
+        return functools.partial(self, serve=serve, json=json)
 
     async def __call__(
         self, scope: Scope, receive: Receive, send: Send, serve: Serve, *, json: bool = True
@@ -239,62 +155,6 @@ class FrontEnd:
             raise error
         return self.limiter.headers(decision) + headers
 
-    async def reserve_tokens(
-        self,
-        call: ClientCall,
-        model: str,
-        count: Callable[[], Awaitable[int | None]] | None = None,
-    ) -> None:
-        """Reserve the request's bounds (`call.spent`) against its tenant's token budgets
-        (429, 400 or 503 when refused), waiting in line, under a disconnect watch, while
-        only reservations in flight stand in the way (at most `Budgets.wait_s`, or its
-        deadline: what is left of that goes on to the scheduler); the headers join the
-        call's. A client gone while it waits: `ClientGone`, nothing reserved. `count`:
-        the engine's count of the prompt, asked only where the bound does not fit
-        (`Budgets.reserve`); the prompt's bound is then the count."""
-        if self.budgets is None or not call.policy.token_budgets:
-            return
-        spent, meta = call.spent, call.meta
-        wait_s = self.budgets.wait_s
-        if meta.deadline_ms is not None:
-            wait_s = min(wait_s, meta.deadline_ms / 1000)
-        started = time.perf_counter()
-        try:
-            call.held, headers = await self.budgets.reserve(
-                call.tenant, call.policy, model, spent.input_bound, spent.output_bound,
-                priority=meta.priority, wait_s=wait_s, on_wait=lambda: self._watch(call),
-                count=count,
-            )  # fmt: skip
-        except QuorumError as exc:
-            if exc.status == 429:
-                self.metrics.count_rejection("token_budget", call.tenant)
-            raise
-        except asyncio.CancelledError:
-            if call.watch is None or not call.watch.gone:
-                raise
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
-            raise ClientGone from None
-        finally:
-            if call.watch is not None:
-                call.watch.disarm()
-        call.limits += headers
-        if call.held is not None:
-            spent.input_bound = call.held.input_bound  # the count, where counted
-        if call.watch is not None and meta.deadline_ms is not None:  # it waited
-            waited_ms = round((time.perf_counter() - started) * 1000)
-            call.meta = replace(meta, deadline_ms=max(1, meta.deadline_ms - waited_ms))
-
-    @staticmethod
-    def _watch(call: ClientCall) -> None:
-        """Watch the client while its request waits for its token budget (the watch goes
-        on to its admission)."""
-        task = asyncio.current_task()
-        assert task is not None
-        call.watch = DisconnectWatch(task)
-        call.watch.start(call.scope, call.receive)
-
     def _account(self, call: ClientCall, status: int) -> None:
         """Step 5: what the request is charged (`guard.Spent.used`) replaces its token
         reservation and goes to the usage, with its outcome and times; a request taken as
@@ -310,56 +170,14 @@ class FrontEnd:
                 queue_ms=call.queue_wait_ms,
             )  # fmt: skip
 
-    def check_model(
-        self, call: ClientCall, model: str, kind: str, named: str | None = None
-    ) -> None:
-        """`model` is the call's: refused now if the tenant may not use it (403
-        `model_not_allowed`, before any queueing), if another path serves it (400
-        `unsupported_model` naming where to send it) or with what the scheduler would
-        refuse it (404/503, naming only the models the tenant may use); admission
-        decides again. `named`: the id the client sent when it is not `model` (a LoRA
-        adapter served by base model `model`): the entitlement is checked on it."""
-        entitled = call.policy.models
-        if not entitled.allows(named or model):
-            call.model = UNKNOWN_MODEL  # never a label a client chose
-            allowed = ", ".join(entitled.patterns or ()) or "none"
-            raise ModelNotAllowed(tenant=call.tenant, model=named or model, allowed=allowed)
-        call.model = model
-        path = self.path_of(model)
-        if path is not None and path != kind:
-            raise WrongEndpoint(model=model, kind=_KINDS[path], where=PATHS[path])
-        try:
-            self.admission.check(model)
-        except ModelNotFound as exc:
-            call.model = UNKNOWN_MODEL  # never a label a client chose
-            if entitled.patterns is None:
-                raise
-            known = str(exc.fields.get("models", "")).split(", ")
-            mine = ", ".join(entitled.filter(known)) or "none"
-            raise ModelNotFound(model=model, models=mine) from None
-
-    def engine_gone(self, model: str) -> QuorumError:
-        """What a request granted a slot gets when its model's engine is gone before the
-        request reached it (it died, and the scheduler hears of it a moment later): the
-        scheduler's answer for the model now (503 `model_unavailable` with the reason and
-        `Retry-After`), else 503 with `Retry-After: 1` (a restart is on its way). Never a
-        502: nothing was sent to the engine."""
-        try:
-            self.admission.check(model)
-        except QuorumError as exc:
-            return exc
-        error = ServiceUnavailable(f"model {model!r} is restarting; retry shortly")
-        error.headers["Retry-After"] = "1"
-        return error
-
     async def read_body(self, call: ClientCall, limit: int) -> bytes:
         """The whole body, refused with 413 the moment it passes `limit` (`asgi.read_body`);
         a client gone meanwhile raises `ClientGone`."""
         return await read_body(call.receive, call.meta.content_length, limit)
 
     def admitted(self, call: ClientCall, request: AdmissionRequest) -> Admitted:
-        """Step 4: `async with front.admitted(call, request) as grant:` (see `Admitted`)."""
-        return Admitted(self, call, request)
+        """Step 4 for the audio and image paths: `PathGate.admitted`."""
+        return self.gate.admitted(call, request)
 
 
 _PRIORITY_BYTES = {p: p.encode() for p in ("low", "normal", "high")}

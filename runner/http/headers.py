@@ -40,8 +40,8 @@ from itertools import count
 
 from faults.record import record
 from runner.errors import InvalidHeader
+from runner.floor.setting_texts import DEFAULT_OBJECTIVE_PRIORITIES, parse_objective_priorities
 from runner.http.asgi import Scope
-from runner.runtime.setting_texts import DEFAULT_OBJECTIVE_PRIORITIES, parse_objective_priorities
 from tenants.identity import Identity
 
 _TENANT = re.compile(rb"[A-Za-z0-9._-]{1,64}")

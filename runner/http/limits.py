@@ -4,7 +4,7 @@ A runner in a fleet faces the open network behind a gateway; without limits a 70
 or 2,000 headers are parsed and kept, and a client that sends half its headers holds a
 connection (and its memory) for ever. `GuardedHttpToolsProtocol` is uvicorn's httptools
 protocol with coalesced writes (runner/http/coalesce.py) plus these limits (`ClientLimits`,
-settings in runner/runtime/settings.py, documented in docs/configuration.md):
+settings in runner/floor/settings.py, documented in docs/configuration.md):
 
 | limit                | setting            | default | past it                             |
 |----------------------|--------------------|---------|-------------------------------------|

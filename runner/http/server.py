@@ -24,6 +24,7 @@ import prometheus_client
 import uvicorn
 
 from runner.audio.handler import AUDIO_PATHS
+from runner.floor.settings import Settings
 from runner.http.app import RunnerApp
 from runner.http.chat import CHAT_PATHS
 from runner.http.hosts import allowed_hosts
@@ -31,7 +32,6 @@ from runner.http.limits import ClientLimits, protocol_with
 from runner.http.reserve import Prove
 from runner.http.traced import TracedApp
 from runner.images.handler import IMAGES_PATH
-from runner.runtime.settings import Settings
 from runner.telemetry import tracing
 from tenants.identity import parse_peers
 

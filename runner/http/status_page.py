@@ -47,7 +47,7 @@ from fastapi.responses import Response
 from governance.audit import FileAuditSink, MemoryAuditSink
 from runner.errors import Forbidden, LoginRequired, RouteNotFound
 from runner.http.headers import parse_request_headers
-from runner.runtime.wiring import Runtime
+from runner.http.runner_view import RunnerView
 from runner.telemetry.status_view import (
     MAX_AUDIT,
     BudgetRow,
@@ -79,7 +79,7 @@ SECURITY_HEADERS = {
 }
 
 
-def mount_status_page(app: FastAPI, rt: Runtime) -> None:
+def mount_status_page(app: FastAPI, rt: RunnerView) -> None:
     """Add the page's routes to the control plane."""
 
     @app.get("/ui")
@@ -105,7 +105,7 @@ def _file(name: str, media_type: str) -> Response:
     return Response((UI_DIR / name).read_bytes(), 200, SECURITY_HEADERS, media_type)
 
 
-def page_admin(rt: Runtime, request: Request) -> str:
+def page_admin(rt: RunnerView, request: Request) -> str:
     """The admin tenant asking, or an error (401 challenge, 403).
 
     1. Keys mode, HTTP Basic credentials: the user is the tenant id (it must be
@@ -151,7 +151,7 @@ def _basic(authorization: bytes | None) -> tuple[str, str] | None:
     return user, password
 
 
-async def gather(rt: Runtime) -> PageInputs:
+async def gather(rt: RunnerView) -> PageInputs:
     """Everything the page shows, read from the Runtime now (see the module docstring)."""
     snapshot = rt.refresher.current
     measured = {m.model: m for m in snapshot.models}
@@ -201,7 +201,7 @@ async def gather(rt: Runtime) -> PageInputs:
     )
 
 
-async def _tenants(rt: Runtime, waiting: set[str]) -> list[TenantRow]:
+async def _tenants(rt: RunnerView, waiting: set[str]) -> list[TenantRow]:
     """The declared tenants and any other with requests in flight or waiting: policy,
     in flight (here, and across replicas for a shared cap), each budget's window now."""
     config, now = rt.tenants, time.time()
@@ -237,7 +237,7 @@ async def _tenants(rt: Runtime, waiting: set[str]) -> list[TenantRow]:
     return rows
 
 
-async def _audit(rt: Runtime) -> tuple[list[Mapping[str, Any]], str]:
+async def _audit(rt: RunnerView) -> tuple[list[Mapping[str, Any]], str]:
     """The latest audit records: from memory, or from the tail of the JSON Lines file."""
     if rt.verifier is None:
         return [], "governance off"

@@ -30,7 +30,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from adapters.base import ChatEngine
 from runner.http.asgi import Message, Receive, Scope, Send
-from runner.http.frontend import ClientCall
+from runner.http.call import ClientCall
 from runner.telemetry import tracing
 
 _OPERATIONS = {

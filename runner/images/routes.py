@@ -25,10 +25,10 @@ from adapters.comfyui.template_checks import load_template
 from adapters.comfyui.workflows import WorkflowTemplate
 from runner.engines.pool import ModelPool
 from runner.errors import ConfigError
+from runner.floor.settings import Settings
 from runner.http.frontend import FrontEnd
 from runner.images.handler import ImageFiles, ImagesPath
 from runner.jobs.http import JobSubmitter
-from runner.runtime.settings import Settings
 
 log = logging.getLogger("quorum.images")
 

@@ -13,12 +13,12 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from runner.floor.settings import Settings
 from runner.jobs.manager import JobManager
 from runner.jobs.outbound import AllowList, Endpoints, OutboundPolicy
 from runner.jobs.sqlite_store import SqliteJobStore
 from runner.jobs.store import JobStore, MemoryJobStore, RedisJobStore
 from runner.jobs.webhooks import WebhookSender
-from runner.runtime.settings import Settings
 from tenants.config import TenantsConfig
 
 

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from runner.errors import HTTP_ERRORS
+from runner.floor.pending_writes import RETRY_S, PendingWrites
 from runner.jobs import record
 from runner.jobs.errors import (
     InvalidWebhook,
@@ -41,7 +42,6 @@ from runner.jobs.progress import ProgressReporter, Throttle, should_write
 from runner.jobs.record import JOB_ID_RE, Failure, Job, JobStatus, Progress
 from runner.jobs.store import JobStore
 from runner.jobs.webhooks import WebhookSender, event_body, message_id
-from runner.runtime.pending_writes import RETRY_S, PendingWrites
 from runner.telemetry import tracing
 
 log = logging.getLogger("quorum.jobs")

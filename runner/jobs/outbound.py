@@ -31,8 +31,8 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from runner.floor.setting_texts import Network, parse_allow_hosts
 from runner.jobs.errors import InvalidWebhook
-from runner.runtime.setting_texts import Network, parse_allow_hosts
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -122,7 +122,7 @@ class AllowList:
 
     @classmethod
     def parse(cls, text: str) -> AllowList:
-        """Comma-separated entries (`runner/runtime/setting_texts.parse_allow_hosts`, which
+        """Comma-separated entries (`runner/floor/setting_texts.parse_allow_hosts`, which
         checks the setting at start-up); ValueError names a bad one."""
         networks, names, suffixes = parse_allow_hosts(text)
         return cls(tuple(networks), frozenset(names), tuple(suffixes))

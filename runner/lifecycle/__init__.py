@@ -7,6 +7,6 @@ and unloads), `gate` (the verifier built from settings),
 `catalog` (which models can be loaded and where their files are), `downloads`
 (Hugging Face downloads with progress).
 
-May import `engines/`, `scheduler/`, `tasks/`, `telemetry/`, `runtime.settings` and the
-models file; never `http/` (a contract in pyproject.toml).
+May import `engines/`, `scheduler/`, `tasks/`, `telemetry/`, and the floor
+(`floor.settings`, the models file); never `http/` (a contract in pyproject.toml).
 """

@@ -47,9 +47,9 @@ from adapters.lora import LoraAdapter, file_digest, read_rank, size_mb
 from runner.engines.adapters import AdapterBook, AdapterRecord, AdapterState
 from runner.engines.pool import ModelPool
 from runner.errors import AdapterRefused, BadRequest, ModelNotFound, QuorumError
+from runner.floor.models_file import ModelSpec
 from runner.lifecycle.catalog import Roots, inside
 from runner.lifecycle.governed import GovernedOps, GovernedRequest, governed_request, parse_body
-from runner.runtime.models_file import ModelSpec
 from runner.scheduler import ModelState, SchedulerAdmission
 
 log = logging.getLogger("quorum.adapters")

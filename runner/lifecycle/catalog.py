@@ -22,7 +22,7 @@ from pathlib import Path
 from adapters.kind import EngineKind
 from runner.engines.kinds import EngineKinds
 from runner.errors import BadRequest, ModelNotFound
-from runner.runtime.models_file import ModelSpec
+from runner.floor.models_file import ModelSpec
 
 _HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 

@@ -7,7 +7,7 @@ import logging
 from governance.errors import ConfigInvalid
 from governance.factory import build_verifier
 from governance.verifier import Verifier
-from runner.runtime.settings import Settings
+from runner.floor.settings import Settings
 
 log = logging.getLogger("quorum.governance")
 

@@ -40,13 +40,13 @@ from runner.engines.record import UnloadResult
 from runner.engines.sizing import model_size_mb
 from runner.engines.specs import ModelSpecs
 from runner.errors import BadRequest, ModelDownloadFailed
+from runner.floor.models_file import ModelSpec
+from runner.floor.pending_writes import RETRY_S, PendingWrites
 from runner.lifecycle.catalog import Roots, resolve
 from runner.lifecycle.downloads import ByteMeter, fetch_reporting
 from runner.lifecycle.governed import GovernedOps, governed_request, parse_body
 from runner.lifecycle.load_requests import UNLOAD_FIELDS, LoadRequest, parse_load
 from runner.lifecycle.traced_tasks import stage, traced
-from runner.runtime.models_file import ModelSpec
-from runner.runtime.pending_writes import RETRY_S, PendingWrites
 from runner.scheduler import ModelNotice, ModelState, SchedulerAdmission
 from runner.tasks import (
     EtaEstimator,

@@ -14,8 +14,8 @@ from client.cli import add_commands as add_operator_commands
 from governance.cli import add_commands
 
 if TYPE_CHECKING:
+    from runner.floor.settings import Settings
     from runner.http.app import RunnerApp
-    from runner.runtime.settings import Settings
 
 
 def app_from_environment(
@@ -28,13 +28,13 @@ def app_from_environment(
     from governance.errors import ConfigInvalid
     from runner.engines.kinds import EngineKinds
     from runner.errors import ConfigError
-    from runner.http.app import build_app
+    from runner.floor.models_file import default_models_path, load_models_file
+    from runner.floor.settings import load_settings
     from runner.jobs.webhooks import load_secret
     from runner.lifecycle.gate import governance_from
+    from runner.runtime.build import build_app
     from runner.runtime.logs import configure
-    from runner.runtime.models_file import default_models_path, load_models_file
     from runner.runtime.safety import check_configuration
-    from runner.runtime.settings import load_settings
     from runner.telemetry import tracing
     from tenants.config import build_config
     from tenants.errors import InvalidTenantConfig

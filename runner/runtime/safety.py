@@ -10,8 +10,8 @@ import logging
 import time
 
 from runner.errors import ConfigError
+from runner.floor.settings import Settings
 from runner.jobs.webhooks import load_secret
-from runner.runtime.settings import Settings
 from tenants.config import TenantsConfig
 from tenants.identity import (
     AuthLimits,

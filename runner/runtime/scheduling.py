@@ -4,7 +4,7 @@ policies: what the scheduler is built with (runner/runtime/wiring.py)."""
 from __future__ import annotations
 
 from runner.engines.specs import ModelSpecs
-from runner.runtime.settings import Settings
+from runner.floor.settings import Settings
 from runner.scheduler import SchedulerConfig
 from runner.scheduler.config import RESTART_BACKOFF_S
 from tenants.config import TenantsConfig

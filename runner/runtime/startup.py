@@ -19,7 +19,7 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from runner.runtime.models_file import ModelSpec
+from runner.floor.models_file import ModelSpec
 from runner.scheduler import ModelNotice, ModelState
 from runner.tasks import LoadTask
 from runner.tasks.eta import eta_remaining

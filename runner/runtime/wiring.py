@@ -34,6 +34,9 @@ from runner.engines.sizing import model_size_mb
 from runner.engines.specs import ModelSpecs
 from runner.engines.watch import EngineWatch
 from runner.errors import QuorumError, ServiceUnavailable
+from runner.floor.models_file import ModelsFile, ModelSpec
+from runner.floor.periodic import cancelled
+from runner.floor.settings import Settings
 from runner.http.asgi import Scope
 from runner.http.chat import ChatPath
 from runner.http.frontend import FrontEnd
@@ -48,11 +51,8 @@ from runner.lifecycle.loads import LoadManager
 from runner.memory.factory import telemetry_from_settings
 from runner.memory.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore
 from runner.memory.proc import tree_resident_mb
-from runner.runtime.models_file import ModelsFile, ModelSpec
-from runner.runtime.periodic import cancelled
 from runner.runtime.safety import identity_from
 from runner.runtime.scheduling import scheduler_config
-from runner.runtime.settings import Settings
 from runner.runtime.startup import Preloads
 from runner.scheduler import ModelState, SchedulerAdmission
 from runner.tasks import (
@@ -248,12 +248,12 @@ class Runtime:
         """The three request paths on the front-end, each reading the pool's ready engines
         of its own kind."""
         s, ready, records = self.settings, self.pool.ready, self.pool.records
-        self.chat = ChatPath(
-            self.front, ready.chat, self.metrics, s.max_body_bytes,
+        self.chat = self.front.path(ChatPath(  # the front-end calls the path, never back
+            self.front.gate, ready.chat, self.metrics, s.max_body_bytes,
             context_of=lambda m: r.context_length if (r := records.get(m)) else None,
             adapters=self.pool.adapters,
             fields_of=self.specs.request_fields, counters=ready.tokens,
-        )  # fmt: skip
+        ).serve)  # fmt: skip
         self.audio = AudioPath(
             self.front,
             ready.speech,

@@ -141,7 +141,8 @@ class Served(Protocol):
 
 class Hold:
     """`async with Hold(admission, request) as held:` acquire, then release with
-    `held.usage`, however the block ends (async jobs: no client to watch)."""
+    `held.usage`, however the block ends: the one admission scope (an async job's as it
+    is; a request path's with a disconnect watch around it, `runner.http.admitted`)."""
 
     __slots__ = ("_admission", "_let_go", "_metrics", "_request", "_started", "grant", "usage")
 
@@ -184,5 +185,5 @@ class Hold:
 
 
 Admit = Callable[[AdmissionRequest], AbstractAsyncContextManager[Holding]]
-"""An admission scope for one request: the request path's (`runner.http.admitted.Admitted`,
-which also watches the client) or a job's (`Hold`)."""
+"""An admission scope for one request: a job's (`Hold`) or the request path's
+(`runner.http.admitted.Admitted`: `Hold` plus a disconnect watch)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from runner.runtime.settings import Settings
+from runner.floor.settings import Settings
 from runner.tasks.redis_store import RedisTaskStore
 from runner.tasks.sqlite_store import SqliteTaskStore
 from runner.tasks.store import MemoryTaskStore, TaskStore

@@ -10,6 +10,6 @@ the status page shows, pure), `tracing` (OpenTelemetry traces from OTEL_*: off u
 asked), `traced_requests` (admission, token budgets and the request's tenant and model
 on its spans).
 
-Reads the engines, the scheduler, memory, the settings (and the speech histogram's buckets,
-`audio.metrics`); never imports `http/` or `lifecycle/` (a contract in pyproject.toml).
+Reads the engines, the scheduler, memory, tenancy and the floor; never imports a request
+path (`http/`, `audio/`, `images/`), `lifecycle/` or `jobs/` (contracts in pyproject.toml).
 """

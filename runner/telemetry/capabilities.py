@@ -38,7 +38,7 @@ from adapters.features import Features, combined
 from adapters.launched import EngineLoad
 from runner import __version__
 from runner.engines.record import EngineRecord
-from runner.runtime.models_file import ModelSpec
+from runner.floor.models_file import ModelSpec
 from runner.scheduler.models import ModelState, ModelView
 from runner.tasks import LoadTask
 from runner.telemetry.snapshot import ResourceSnapshot

@@ -29,8 +29,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from adapters.vllm.metrics import VllmMetricsCollector
-from runner.audio.metrics import RTF_BUCKETS
-from runner.runtime.settings import PICKER_PATH
+from runner.floor.settings import PICKER_PATH
 from runner.telemetry.exposition import Exposition
 from runner.telemetry.metrics_port import serve_paths
 from runner.telemetry.series import LabelledCounter, LabelledGauge, LabelledHistogram
@@ -38,6 +37,8 @@ from runner.telemetry.series import LabelledCounter, LabelledGauge, LabelledHist
 METRICS_PATH = "/metrics"
 OTHER_TENANT = "_other"
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
+"""The speech real-time factor's buckets (runner/audio/metrics.py)."""
 
 
 class Metrics:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter
 
 from runner.engines.kinds import EngineKinds
-from runner.runtime.models_file import ModelSpec
+from runner.floor.models_file import ModelSpec
 from runner.telemetry.metrics import Metrics
 
 

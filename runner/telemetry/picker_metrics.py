@@ -54,7 +54,7 @@ from adapters.vllm.metrics import VllmMetricsCollector
 from runner.engines.adapters import AdapterBook, AdapterState
 from runner.engines.specs import ModelSpecs
 from runner.engines.watch import EngineWatch
-from runner.runtime.models_file import ModelSpec
+from runner.floor.models_file import ModelSpec
 from runner.scheduler import SchedulerAdmission
 from runner.scheduler.models import ModelView
 from runner.telemetry.snapshot import ResourceSnapshot

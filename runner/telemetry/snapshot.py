@@ -24,8 +24,8 @@ from prometheus_client.registry import Collector
 from faults import QuorumError
 from runner.engines.pool import ModelPool
 from runner.engines.sizing import model_size_mb
+from runner.floor.periodic import Periodic
 from runner.memory.telemetry import GpuInfo, Telemetry
-from runner.runtime.periodic import Periodic
 
 log = logging.getLogger("quorum.snapshot")
 

@@ -29,7 +29,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from faults import ConfigError
-from runner.runtime import otlp
+from runner.floor import otlp
 
 SERVICE_NAME = "quorum-runner"
 """The service name when neither OTEL_SERVICE_NAME nor OTEL_RESOURCE_ATTRIBUTES names one."""

@@ -13,7 +13,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runner.runtime.settings import Settings
+from runner.floor.settings import Settings
 from runner.tenancy.live import LivePolicies
 from runner.tenancy.permits import SharedPermits
 from runner.tenancy.token_budgets import Budgets

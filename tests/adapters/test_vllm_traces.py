@@ -13,7 +13,7 @@ from adapters.vllm.launch import (
     engine_env,
     launch_options,
 )
-from runner.runtime.otlp import engine_traces
+from runner.floor.otlp import engine_traces
 
 HTTP = OtlpTraces("http://collector:4318/v1/traces", "http/protobuf", "vllm")
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from compose_spec import PyCompose
 
-from runner.runtime.settings import Settings, load_settings
+from runner.floor.settings import Settings, load_settings
 from tests.deploy.tools import ROOT, promtool
 
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
 
-from runner.runtime.settings import Settings
+from runner.floor.settings import Settings
 from tests.deploy.tools import ROOT
 
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from adapters.llama_server.protocol import LaunchOptions, command_line
-from runner.runtime.settings import Settings, load_settings
+from runner.floor.settings import Settings, load_settings
 from tests.deploy.tools import (
     K8S,
     crd_validator,

@@ -11,7 +11,7 @@ from adapters.launched import EngineLoad
 from adapters.llama_server.engine import LLAMA_SERVER_VERSION
 from runner.engines.kinds import EngineKinds
 from runner.engines.record import EngineRecord
-from runner.runtime.models_file import ModelSpec
+from runner.floor.models_file import ModelSpec
 from runner.scheduler.models import ModelState, ModelView
 from runner.telemetry.capabilities import capabilities, kv_utilization, runner_type
 

@@ -8,8 +8,8 @@ import pytest
 
 from runner.engines.kinds import EngineKinds
 from runner.errors import BadRequest, ModelNotFound
+from runner.floor.models_file import ModelSpec
 from runner.lifecycle.catalog import Roots, available, resolve, scan_hf_cache
-from runner.runtime.models_file import ModelSpec
 
 KINDS = EngineKinds()
 

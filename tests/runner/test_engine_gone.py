@@ -33,7 +33,7 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     await admission.start()
     tenants, metrics = TenantsConfig(), Metrics()
     front = FrontEnd(admission, RateLimiter(tenants), tenants, metrics)
-    chat = ChatPath(front, {}, metrics, 1 << 20)
+    chat = front.path(ChatPath(front.gate, {}, metrics, 1 << 20).serve)
     audio = AudioPath(front, {}, metrics, FormLimits(temp_dir=str(tmp_path)))
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:

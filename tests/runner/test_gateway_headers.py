@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from runner.errors import ConfigError, InvalidHeader
+from runner.floor.setting_texts import parse_objective_priorities
+from runner.floor.settings import load_settings
 from runner.http.headers import DEFAULT_OBJECTIVES, parse_request_headers
-from runner.runtime.setting_texts import parse_objective_priorities
-from runner.runtime.settings import load_settings
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -15,10 +15,10 @@ import pytest
 from faults import QuorumError
 from runner.engines.kinds import EngineKinds
 from runner.engines.specs import ModelSpecs
+from runner.floor.models_file import ModelSpec
 from runner.lifecycle.catalog import Roots
 from runner.lifecycle.governed import GovernedRequest
 from runner.lifecycle.loads import LoadManager
-from runner.runtime.models_file import ModelSpec
 from runner.scheduler import ModelPolicy, SchedulerAdmission, SchedulerConfig
 from runner.tasks import LoadTask, MemoryTaskStore, TaskStatus, TaskStoreUnavailable
 from runner.tasks.eta import EtaEstimator, LoadSpeed

@@ -1,4 +1,4 @@
-"""The models file (runner/runtime/models_file.py)."""
+"""The models file (runner/floor/models_file.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from runner.engines.kinds import EngineKinds
 from runner.errors import ConfigError
-from runner.runtime.models_file import ModelSpec, default_models_path, load_models_file
+from runner.floor.models_file import ModelSpec, default_models_path, load_models_file
 from tests.support.runner_proc import REPO_ROOT
 
 KINDS = EngineKinds()

@@ -29,13 +29,13 @@ from starlette.routing import Route
 from adapters.comfyui import FILES_PATH
 from faults import QuorumError
 from runner.audio.handler import AUDIO_PATHS
-from runner.http.app import build_app
+from runner.floor.models_file import ModelsFile
+from runner.floor.settings import Settings
 from runner.http.chat import CHAT_PATHS
 from runner.http.openapi import openapi_document
 from runner.http.openapi.components import ERROR_STATUSES, error_codes, error_rows
 from runner.images.handler import IMAGES_PATH
-from runner.runtime.models_file import ModelsFile
-from runner.runtime.settings import Settings
+from runner.runtime.build import build_app
 from tests.fixtures.launch import start_fake
 from tests.support.engines import CHECKPOINT, GOVERNED, comfyui_root, load_and_wait
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner

@@ -1,5 +1,5 @@
 """PendingWrites: writes a down store refused are written once it is back, the latest per
-record, never after a later write (`runner/runtime/pending_writes.py`)."""
+record, never after a later write (`runner/floor/pending_writes.py`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from runner.runtime.pending_writes import PendingWrites
+from runner.floor.pending_writes import PendingWrites
 
 pytestmark = pytest.mark.timeout(10)
 

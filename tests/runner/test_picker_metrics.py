@@ -19,8 +19,8 @@ from prometheus_client.samples import Sample
 from adapters.launched import EngineLoad
 from adapters.vllm.metrics import parse_families
 from runner.engines.kinds import EngineKinds
-from runner.runtime.models_file import ModelSpec
-from runner.runtime.settings import PICKER_PATH
+from runner.floor.models_file import ModelSpec
+from runner.floor.settings import PICKER_PATH
 from runner.scheduler import ModelState
 from runner.scheduler.models import ModelView
 from runner.telemetry.metrics import METRICS_PATH, Metrics

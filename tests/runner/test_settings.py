@@ -1,11 +1,11 @@
-"""Configuration from the environment (runner/runtime/settings.py)."""
+"""Configuration from the environment (runner/floor/settings.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from runner.errors import ConfigError
-from runner.runtime.settings import load_settings
+from runner.floor.settings import load_settings
 from tests.support import forkserver
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from faults import ConfigError
-from runner.runtime.otlp import wanted
+from runner.floor.otlp import wanted
 from runner.telemetry.tracing import exporter_names
 
 

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import orjson
 
 from runner import __version__
+from runner.floor.settings import PICKER_PATH
 from runner.http.openapi.components import (
     ANY_PATH_STATUSES,
     DATA_PATH_HEADERS,
@@ -37,7 +38,6 @@ from runner.http.openapi.components import (
 from runner.http.openapi.control import lifecycle, runner_state, status_page
 from runner.http.openapi.paths import data_path, jobs
 from runner.http.openapi.tenants import tenants
-from runner.runtime.settings import PICKER_PATH
 
 OPENAPI_PATH = "/openapi.json"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runner.floor.settings import PICKER_PATH
 from runner.http.openapi.components import IDENTITY_PARAMETERS, OP_TOKEN, Schema, header_refs
 from runner.http.openapi.paths import (
     JSON,
@@ -20,7 +21,6 @@ from runner.http.openapi.paths import (
 )
 from runner.lifecycle.governed import FLUSH_SCOPES
 from runner.lifecycle.load_requests import QUANTIZATIONS
-from runner.runtime.settings import PICKER_PATH
 from runner.telemetry.metrics import METRICS_PATH
 
 

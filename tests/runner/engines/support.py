@@ -13,10 +13,10 @@ from runner.engines.gpus import EngineHost, GpuAccounting
 from runner.engines.kinds import EngineKinds, engine_settings
 from runner.engines.pool import ModelPool, PoolObserver
 from runner.engines.specs import ModelSpecs
+from runner.floor.models_file import ModelSpec
+from runner.floor.settings import Settings
 from runner.memory.leases import LeaseStore, MemoryLeaseStore
 from runner.memory.telemetry import Telemetry
-from runner.runtime.models_file import ModelSpec
-from runner.runtime.settings import Settings
 from runner.tasks.eta import EtaEstimator
 
 

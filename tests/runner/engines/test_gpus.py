@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from runner.engines.pool import ModelPool
+from runner.floor.models_file import ModelSpec
+from runner.floor.settings import load_settings
 from runner.memory.leases import MemoryLeaseStore
-from runner.runtime.models_file import ModelSpec
-from runner.runtime.settings import load_settings
 from tests.runner.engines.support import load, make_pool
 from tests.runner.memory.fake_telemetry import FakeTelemetry
 from tests.support.runner_proc import fixture_bin

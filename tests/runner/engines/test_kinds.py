@@ -13,7 +13,7 @@ import pytest
 from adapters.kind import EngineSettings
 from runner.engines.kinds import EngineKinds, registered
 from runner.errors import ConfigError
-from runner.runtime.models_file import ModelSpec
+from runner.floor.models_file import ModelSpec
 from tests.fixtures.parrot_kind import ParrotKind
 from tests.support.engines import (
     GOVERNED,

@@ -6,7 +6,7 @@ import pytest
 
 from runner.engines.kinds import EngineKinds
 from runner.engines.sizing import policy_for
-from runner.runtime.models_file import ModelSpec
+from runner.floor.models_file import ModelSpec
 
 KINDS = EngineKinds()
 

@@ -25,7 +25,7 @@ from runner.engines.kinds import EngineKinds
 from runner.engines.record import EngineRecord
 from runner.engines.specs import ModelSpecs
 from runner.engines.watch import EngineWatch, Running, hang_reason, probe_targets
-from runner.runtime.models_file import ModelSpec
+from runner.floor.models_file import ModelSpec
 from runner.scheduler.config import ModelPolicy
 from runner.scheduler.models import ModelState, ModelView
 

@@ -24,7 +24,7 @@ from adapters.vllm.launch import DEFAULT_BIN as DEFAULT_VLLM_BIN
 from faults.redis_clients import CLUSTER_SCHEMES, SENTINEL_SCHEMES, cluster_url, sentinel_url
 from faults.state_db import MEMORY
 from runner.errors import ConfigError
-from runner.runtime.setting_texts import (
+from runner.floor.setting_texts import (
     DEFAULT_OBJECTIVE_PRIORITIES,
     HOST_ENTRY,
     parse_allow_hosts,

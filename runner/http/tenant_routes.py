@@ -33,8 +33,8 @@ from fastapi.responses import Response
 from governance.encoding import policy_sha256
 from governance.verifier import Approval
 from runner.errors import BadRequest, Forbidden, MissingOpToken, NotFound, ServiceUnavailable
+from runner.http.runner_view import RunnerView
 from runner.lifecycle.governed import GovernedRequest
-from runner.runtime.wiring import Runtime
 from tenants.config import parse_policy_document
 from tenants.errors import InvalidTenantConfig
 from tenants.policy_store import PolicyNotReplicated, PolicyRecord, PolicyStoreUnavailable
@@ -76,7 +76,7 @@ async def _body(request: Request) -> dict[str, Any]:
     return doc
 
 
-def _admin(rt: Runtime, request: Request, what: str) -> str:
+def _admin(rt: RunnerView, request: Request, what: str) -> str:
     tenant = rt.identify(request.scope)
     if tenant not in rt.settings.admins:
         raise Forbidden(f"{what} is readable by ADMIN_TENANTS only")
@@ -107,7 +107,7 @@ def _time(value: str | None, name: str, default: int) -> int:
         raise BadRequest(f"{name} must be Unix seconds or an RFC 3339 time") from None
 
 
-def mount_tenant_routes(app: FastAPI, rt: Runtime, door: Door) -> None:
+def mount_tenant_routes(app: FastAPI, rt: RunnerView, door: Door) -> None:
     """`door.admit(request)`: the lifecycle calls' per-source rate (429 before anything is
     read); `door.attempt`: refusals before approval audited and counted."""
     live = rt.tenancy.policies
@@ -186,7 +186,7 @@ async def _syntax(request: Request, tenant: str, fields: set[str]) -> dict[str, 
     return doc
 
 
-def _check(rt: Runtime, tenant: str, policy: dict[str, Any]) -> None:
+def _check(rt: RunnerView, tenant: str, policy: dict[str, Any]) -> None:
     """Step 3: the policy's schema, and the configuration it would make."""
     try:
         parse_policy_document(tenant, policy)
@@ -196,7 +196,7 @@ def _check(rt: Runtime, tenant: str, policy: dict[str, Any]) -> None:
 
 
 async def _approve(
-    rt: Runtime,
+    rt: RunnerView,
     tenant: str,
     request: Request,
     policy: dict[str, Any] | None,
@@ -217,7 +217,7 @@ async def _approve(
 
 
 async def _store(
-    rt: Runtime, tenant: str, policy: dict[str, Any] | None, principals: tuple[str, ...]
+    rt: RunnerView, tenant: str, policy: dict[str, Any] | None, principals: tuple[str, ...]
 ) -> Response:
     """Step 4."""
     sha = policy_sha256(policy)

@@ -261,5 +261,5 @@ def load_models_file(path: str | None, kinds: KindChecks) -> ModelsFile:
 
 def default_models_path() -> str | None:
     """`models.yaml` at the repository root, used when MODELS_CONFIG is unset."""
-    candidate = Path(__file__).resolve().parents[2] / "models.yaml"  # runner/runtime/..
+    candidate = Path(__file__).resolve().parents[2] / "models.yaml"  # runner/floor/..
     return str(candidate) if candidate.is_file() else None
