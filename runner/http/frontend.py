@@ -140,9 +140,14 @@ class ClientCall:
     def admission_request(self, cost_in: int, cost_out: int) -> AdmissionRequest:
         meta = self.meta
         return AdmissionRequest(
-            meta.request_id, self.model, self.tenant, meta.priority, cost_in, cost_out,
+            meta.request_id,
+            self.model,
+            self.tenant,
+            meta.priority,
+            cost_in,
+            cost_out,
             meta.deadline_ms,
-        )  # fmt: skip
+        )
 
 
 Serve = Callable[[ClientCall], Awaitable[int]]
@@ -254,9 +259,15 @@ class FrontEnd:
         started = time.perf_counter()
         try:
             call.held, headers = await self.budgets.reserve(
-                call.tenant, call.policy, model, spent.input_bound, spent.output_bound,
-                priority=meta.priority, wait_s=wait_s, on_wait=lambda: self._watch(call),
-            )  # fmt: skip
+                call.tenant,
+                call.policy,
+                model,
+                spent.input_bound,
+                spent.output_bound,
+                priority=meta.priority,
+                wait_s=wait_s,
+                on_wait=lambda: self._watch(call),
+            )
         except QuorumError as exc:
             if exc.status == 429:
                 self.metrics.count_rejection("token_budget", call.tenant)
@@ -295,10 +306,15 @@ class FrontEnd:
             self.budgets.settle(call.held, used_in, used_out)
         if self.usage is not None and call.model is not NO_MODEL and status != 202:
             self.usage.request(
-                call.tenant, call.model, status, prompt=used_in, completion=used_out,
-                cached=call.spent.cached, engine_ms=call.engine_ms,
+                call.tenant,
+                call.model,
+                status,
+                prompt=used_in,
+                completion=used_out,
+                cached=call.spent.cached,
+                engine_ms=call.engine_ms,
                 queue_ms=call.queue_wait_ms,
-            )  # fmt: skip
+            )
 
     def check_model(
         self, call: ClientCall, model: str, kind: str, named: str | None = None

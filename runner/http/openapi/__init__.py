@@ -158,8 +158,12 @@ def _error_responses() -> dict[str, Schema]:
         described = {"description": _ERROR_WHEN[status], "content": content}
         out[f"E{status}"] = {**described, "headers": header_refs(own, required)}
         data = (*DATA_PATH_HEADERS, "X-GPU-Time-Ms", *own)
-        limits = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset",
-                  "X-Effective-Priority")  # fmt: skip
+        limits = (
+            "RateLimit-Limit",
+            "RateLimit-Remaining",
+            "RateLimit-Reset",
+            "X-Effective-Priority",
+        )
         data += tuple(h for h in limits if h not in data)
         out[f"D{status}"] = {
             **described,
