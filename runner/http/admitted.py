@@ -28,8 +28,15 @@ class Admitted:
     """
 
     __slots__ = (
-        "_call", "_front", "_let_go", "_request", "_started", "_watch", "grant", "usage",
-    )  # fmt: skip
+        "_call",
+        "_front",
+        "_let_go",
+        "_request",
+        "_started",
+        "_watch",
+        "grant",
+        "usage",
+    )
 
     def __init__(self, front: FrontEnd, call: ClientCall, request: AdmissionRequest) -> None:
         self._front = front
