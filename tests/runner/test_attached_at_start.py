@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from tests.runner.test_attached_kinds import KINDS, attached_engine
-from tests.support.engines import CHECKPOINT, caps, eventually
+from tests.support.engines import CHECKPOINT, caps
+from tests.support.poll import eventually
 from tests.support.redis_server import free_port
 from tests.support.runner_proc import start_runner, wait_started
 

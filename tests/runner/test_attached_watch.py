@@ -7,7 +7,8 @@ import httpx
 import pytest
 
 from tests.fixtures.launch import start_fake
-from tests.support.engines import caps, eventually
+from tests.support.engines import caps
+from tests.support.poll import eventually
 from tests.support.runner_proc import start_runner
 
 pytestmark = pytest.mark.timeout(60)

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.fixtures.launch import start_fake
-from tests.support.fleet import wait_for
+from tests.support.poll import eventually
 from tests.support.redis_server import RedisServer
 from tests.support.runner_proc import start_runner
 
@@ -150,7 +150,7 @@ def test_budget_burst_client_gone_while_waiting_reserves_nothing(tmp_path: Path)
         url, head = r.url + "/v1/chat/completions", {"X-Tenant-ID": "gone"}
         with ThreadPoolExecutor(2) as pool:
             slow = [pool.submit(http.post, url, json=BODY, headers=head) for _ in range(2)]
-            wait_for(lambda: httpx.get(engine.url + "/_fake/stats").json()["in_flight"] == 2)
+            eventually(lambda: httpx.get(engine.url + "/_fake/stats").json()["in_flight"] == 2)
             late = {**head, "X-Request-Deadline-Ms": "300"}
             refused = http.post(url, json=BODY, headers=late)
             assert refused.status_code == 429, refused.text
@@ -159,7 +159,7 @@ def test_budget_burst_client_gone_while_waiting_reserves_nothing(tmp_path: Path)
             with pytest.raises(httpx.ReadTimeout):
                 httpx.post(url, json=BODY, headers=head, timeout=0.3)
             used = [f.result().json()["usage"]["total_tokens"] for f in slow]
-        wait_for(lambda: 'status="499",tenant="gone"' in _requests_metric(r.url))
+        eventually(lambda: 'status="499",tenant="gone"' in _requests_metric(r.url))
         after = http.post(url, json=BODY, headers=head)
         assert after.status_code == 200, after.text
         remaining = int(after.headers["x-ratelimit-remaining-tokens"])

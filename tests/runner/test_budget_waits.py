@@ -8,7 +8,7 @@ on the store."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 
 import pytest
 
@@ -23,6 +23,7 @@ from tenants.budgets import Charge, ReserveAttempt, Settlement, window
 from tenants.config import TenantPolicy
 from tenants.errors import TokenBudgetExceeded, TokenBudgetUnavailable
 from tenants.policy import TokenBudget
+from tests.support.poll import eventually_async
 from tests.support.redis_server import RedisServer, free_port
 
 pytestmark = pytest.mark.timeout(60)
@@ -42,13 +43,6 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[BudgetStore]:
     redis_store = RedisBudgetStore.from_url(server.url, timeout_s=5.0)
     yield redis_store
     await redis_store.aclose()
-
-
-async def until(check: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    """Wait (bounded) for `check()` to hold, a loop pass at a time."""
-    async with asyncio.timeout(timeout_s):
-        while not check():
-            await asyncio.sleep(0.005)
 
 
 async def reserve(
@@ -136,10 +130,10 @@ async def test_budget_waits_in_priority_then_arrival_order(store: BudgetStore) -
         [("low", "low"), ("normal-1", "normal"), ("high", "high"), ("normal-2", "normal")]
     ):
         tasks.append(asyncio.create_task(waiter(name, priority)))
-        await until(lambda n=n: len(budgets.line) == n + 1)  # type: ignore[misc]
+        await eventually_async(lambda n=n: len(budgets.line) == n + 1)  # type: ignore[misc]
     for k in range(4):
         budgets.settle(holds[k], 0, 0)  # used nothing: room for one more
-        await until(lambda k=k: len(order) == k + 1)  # type: ignore[misc]
+        await eventually_async(lambda k=k: len(order) == k + 1)  # type: ignore[misc]
     await asyncio.gather(*tasks)
     assert order == ["high", "normal-1", "normal-2", "low"]
 
@@ -150,11 +144,11 @@ async def test_budget_waits_cancelled_leaves_nothing(store: BudgetStore) -> None
     budgets = Budgets(store, clock=lambda: NOW)
     holds = [await reserve(budgets, "gone") for _ in range(10)]
     first = asyncio.create_task(reserve(budgets, "gone"))
-    await until(lambda: len(budgets.line) == 1)
+    await eventually_async(lambda: len(budgets.line) == 1)
     second = asyncio.create_task(reserve(budgets, "gone"))
-    await until(lambda: len(budgets.line) == 2)
+    await eventually_async(lambda: len(budgets.line) == 2)
     first.cancel()
-    await until(lambda: len(budgets.line) == 1)
+    await eventually_async(lambda: len(budgets.line) == 1)
     key = holds[0].reservation.charges[0].key
     assert await store.used([key], NOW) == [1000] and await store.held([key], NOW) == [1000]
     budgets.settle(holds[0], 0, 0)  # used nothing: room for one
@@ -171,7 +165,7 @@ async def test_budget_waits_a_new_window_admits(store: BudgetStore) -> None:
     for _ in range(10):
         await reserve(budgets, "roll")
     waiter: Awaitable[Held] = asyncio.create_task(reserve(budgets, "roll"))
-    await until(lambda: budgets.line.waiting)
+    await eventually_async(lambda: budgets.line.waiting)
     now[0] = NOW + 31  # the next minute
     async with asyncio.timeout(20):
         held = await waiter
@@ -231,7 +225,7 @@ async def test_budget_waits_a_lost_settlement_releases_what_it_held() -> None:
     holds = [await reserve(budgets, "lost") for _ in range(10)]
     key = holds[0].reservation.charges[0].key
     waiter = asyncio.create_task(reserve(budgets, "lost", wait_s=3600))
-    await until(lambda: budgets.line.waiting)
+    await eventually_async(lambda: budgets.line.waiting)
     budgets.settle(holds[0], *USED)  # lost: 100 stays charged, its 100 released later
     await budgets.idle()
     assert await store.used([key], NOW) == [1000] and await store.held([key], NOW) == [900]

@@ -18,7 +18,7 @@ import pytest
 
 from adapters.supervisor import free_port
 from tests.fixtures.fake_vllm import BIN
-from tests.support.fleet import wait_for
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(90)
@@ -56,7 +56,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunnerPro
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: _healthy(url), timeout=30)
+        eventually(lambda: _healthy(url), timeout=30)
         models = f"models:\n  - {{id: a, backend: vllm, url: '{url}'}}\n"
         env = {"TENANTS_FILE": str(folder / "tenants.yaml")}
         with start_runner(models_file=models, env=env) as runner:

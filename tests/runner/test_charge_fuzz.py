@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from adapters.supervisor import free_port
 from tests.fixtures.fake_vllm import BIN
 from tests.fixtures.launch import start_fake
-from tests.support.fleet import wait_for
 from tests.support.fuzz_bodies import Target, bodies, check_body
+from tests.support.poll import eventually
 from tests.support.runner_proc import start_runner
 
 pytestmark = pytest.mark.timeout(240)
@@ -68,7 +68,7 @@ def target(
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: _healthy(url), timeout=30)
+        eventually(lambda: _healthy(url), timeout=30)
         models = f"models:\n  - {{id: a, backend: vllm, url: '{url}'}}\n"
         with start_runner(models_file=models, env=env) as runner:
             yield Target(runner.url, "vllm", "a", lambda: _fake_count(url))

@@ -23,8 +23,8 @@ from runner.tenancy.guard import CUT_ALLOWANCE_TOKENS
 from tests.runner.test_llama_real import MODEL, _models
 from tests.support.charge_run import Req, Tally, batches, run_batch, send
 from tests.support.engine_counters import EngineCounters, llama_counters
-from tests.support.fleet import wait_for
 from tests.support.fuzz_bodies import Target, bodies, check_body
+from tests.support.poll import eventually
 from tests.support.real_engines import LlamaServer
 from tests.support.runner_proc import RunnerProcess, start_runner
 from tests.support.tokens import FAIRNESS, gateway_env
@@ -132,7 +132,7 @@ def test_charge_real_llama_fuzzed_bodies_are_refused_or_charged_what_ran(
     engine = served.engine
 
     def generated() -> int:
-        wait_for(engine.idle, timeout=120)
+        eventually(engine.idle, timeout=120)
         return engine.generated()
 
     target = Target(served.runner.url, "llama-server", MODEL, generated)

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from runner.tenancy.guard import CUT_ALLOWANCE_TOKENS
 from tests.support.charge_run import Req, Tally, batches, run_batch
 from tests.support.engine_counters import EngineCounters, vllm_counters
-from tests.support.fleet import wait_for
 from tests.support.fuzz_bodies import Target, bodies, check_body
+from tests.support.poll import eventually
 from tests.support.real_vllm import DEFAULT_ID, START_TIMEOUT_S, default_entry, models_file
 from tests.support.runner_proc import RunnerProcess, start_runner
 from tests.support.tokens import FAIRNESS, gateway_env
@@ -58,7 +58,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, real_vllm: None) -> Iterato
     }
     models = models_file(default_entry(preload=True, parallel=2, load_timeout_s=READY_S))
     with start_runner(models_file=models, env=env, ready_timeout=READY_S) as r:
-        wait_for(lambda: _vllm_up(r), timeout=READY_S)
+        eventually(lambda: _vllm_up(r), timeout=READY_S)
         engine = vllm_counters(r.proc.pid)
         yield Served(r, engine)
         engine.close()
@@ -101,7 +101,7 @@ def test_charge_vllm_fuzzed_bodies_are_refused_or_charged_what_ran(served: Serve
     engine = served.engine
 
     def generated() -> int:
-        wait_for(engine.idle, timeout=120)
+        eventually(engine.idle, timeout=120)
         return engine.generated()
 
     target = Target(served.runner.url, "vllm", DEFAULT_ID, generated)

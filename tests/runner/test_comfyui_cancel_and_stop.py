@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from tests.fixtures.launch import FakeEngine, start_fake
-from tests.support.engines import caps, comfyui_root, eventually
+from tests.support.engines import caps, comfyui_root
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(120)

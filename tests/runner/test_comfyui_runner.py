@@ -23,12 +23,12 @@ from tests.support.engines import (
     GOVERNED,
     caps,
     comfyui_root,
-    eventually,
     load_and_wait,
     loaded,
     processes_with,
     unload,
 )
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(120)

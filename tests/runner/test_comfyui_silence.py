@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from tests.runner.audio.runner_kit import metric
-from tests.support.engines import CHECKPOINT, comfyui_root, eventually, processes_with
+from tests.support.engines import CHECKPOINT, comfyui_root, processes_with
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(120)

@@ -14,14 +14,8 @@ import httpx
 import pytest
 
 from tests.fixtures.launch import start_fake
-from tests.support.engines import (
-    CHECKPOINT,
-    GOVERNED,
-    caps,
-    comfyui_root,
-    eventually,
-    processes_with,
-)
+from tests.support.engines import CHECKPOINT, GOVERNED, caps, comfyui_root, processes_with
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(120)

@@ -27,11 +27,11 @@ from tests.support.engines import (
     GOVERNED,
     caps,
     comfyui_root,
-    eventually,
     load_and_wait,
     loaded,
     unload,
 )
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
 
 pytestmark = pytest.mark.timeout(120)

@@ -19,7 +19,8 @@ import pytest
 
 from tests.runner.test_crash_contract import LLAMA, WHISPER
 from tests.support.crash_contract import CrashKind, metric
-from tests.support.engines import caps, eventually
+from tests.support.engines import caps
+from tests.support.poll import eventually
 from tests.support.runner_proc import start_runner, wait_started
 
 pytestmark = pytest.mark.timeout(240)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
 from tests.fixtures.launch import FakeEngine, start_fake
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(60)
@@ -24,14 +25,6 @@ def one_second_streams() -> Iterator[FakeEngine]:
         "fake_openai", "--latency-ms", "0", "--chunks", "10", "--chunk-delay-ms", "100"
     ) as engine:
         yield engine
-
-
-def _wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    limit = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > limit:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
 
 
 def _stream(runner: RunnerProcess, content: str) -> int:
@@ -66,7 +59,7 @@ def test_unreachable_deadline_is_refused_at_once_with_forecast(
     ):
         assert _stream(r, "warm-up") == 200  # measures the service time
         blocker = pool.submit(_stream, r, "blocker")
-        _wait_for(lambda: _seen(one_second_streams) == ["warm-up", "blocker"])
+        eventually(lambda: _seen(one_second_streams) == ["warm-up", "blocker"])
         started = time.monotonic()
         refused = _post(r, "hurried", {"X-Request-Deadline-Ms": "100"})
         took = time.monotonic() - started
@@ -90,7 +83,7 @@ def test_queued_request_whose_deadline_passes_never_reaches_the_engine(
         ThreadPoolExecutor(1) as pool,
     ):
         blocker = pool.submit(_stream, r, "blocker")
-        _wait_for(lambda: _seen(one_second_streams) == ["blocker"])
+        eventually(lambda: _seen(one_second_streams) == ["blocker"])
         started = time.monotonic()
         late = _post(r, "doomed", {"x-llm-d-slo-ttft-ms": "300"})
         took = time.monotonic() - started
@@ -111,7 +104,7 @@ def test_forecast_published_in_capabilities_and_gauges(one_second_streams: FakeE
     ):
         assert _stream(r, "warm-up") == 200
         blocker = pool.submit(_stream, r, "blocker")
-        _wait_for(lambda: _seen(one_second_streams) == ["warm-up", "blocker"])
+        eventually(lambda: _seen(one_second_streams) == ["warm-up", "blocker"])
         queue = httpx.get(r.url + "/v1/capabilities").json()["queue"]
         metrics = httpx.get(r.url + "/metrics").text
         assert blocker.result() == 200

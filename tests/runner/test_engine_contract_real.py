@@ -31,15 +31,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import real_engines
-from tests.support.engines import (
-    eventually,
-    flush,
-    load,
-    process_group,
-    processes_with,
-    unload,
-    wait_task,
-)
+from tests.support.engines import flush, load, process_group, processes_with, unload, wait_task
+from tests.support.poll import eventually
 from tests.support.real_vllm import (
     DEFAULT_ID,
     START_TIMEOUT_S,

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tests.support.adapters import governed
-from tests.support.engines import eventually
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
 from tests.support.tokens import DEV_AUDIT_KEY, DEV_REGISTRY
 

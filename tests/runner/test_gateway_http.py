@@ -3,8 +3,7 @@ the priority (real runner and fake engine subprocesses)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,20 +14,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fixtures.launch import start_fake
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner
 from tests.support.tokens import FAIRNESS, gateway_env
 
 pytestmark = pytest.mark.timeout(90)
 
 CHAT = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
-
-
-def _wait_for(check: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.02)
 
 
 def _post(runner: RunnerProcess, headers: dict[str, str], content: str = "hi") -> httpx.Response:
@@ -118,7 +110,7 @@ def test_gateway_fairness_id_and_objective_queue_as_tenant_and_priority(tmp_path
                 {"x-llm-d-inference-fairness-id": "t1", "x-gateway-inference-objective": "low"},
                 "t1-low",
             )
-            _wait_for(lambda: _waiting_by_tenant(r) != [])
+            eventually(lambda: _waiting_by_tenant(r) != [])
             assert _waiting_by_tenant(r) == [{"tenant": "t1", "high": 0, "normal": 0, "low": 1}]
             high = pool.submit(
                 _post,
@@ -126,7 +118,7 @@ def test_gateway_fairness_id_and_objective_queue_as_tenant_and_priority(tmp_path
                 {"x-llm-d-inference-fairness-id": "t2", "x-llm-d-inference-objective": "critical"},
                 "t2-critical",
             )
-            _wait_for(lambda: len(_waiting_by_tenant(r)) == 2)
+            eventually(lambda: len(_waiting_by_tenant(r)) == 2)
             assert _waiting_by_tenant(r)[1] == {"tenant": "t2", "high": 1, "normal": 0, "low": 0}
         assert low.result().status_code == 200 and high.result().status_code == 200
         order = [body["messages"][0]["content"] for body in engine.bodies("/v1/chat/completions")]

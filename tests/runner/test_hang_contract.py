@@ -24,7 +24,8 @@ import pytest
 
 from tests.runner.test_crash_contract import COMFYUI, LLAMA, VLLM, VLLM_REAL
 from tests.support.crash_contract import HANG, CrashKind, metric, outcome, run_crash_contract
-from tests.support.engines import caps, eventually, processes_with
+from tests.support.engines import caps, processes_with
+from tests.support.poll import eventually
 from tests.support.runner_proc import start_runner, wait_started
 
 pytestmark = pytest.mark.timeout(240)

@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from tests.fixtures.launch import start_fake
-from tests.support.engines import CHECKPOINT, GOVERNED, comfyui_root, eventually
+from tests.support.engines import CHECKPOINT, GOVERNED, comfyui_root
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(120)

@@ -5,7 +5,7 @@ moves; progress while loading is computed when read, not written."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from runner.scheduler import ModelPolicy, SchedulerAdmission, SchedulerConfig
 from runner.tasks import LoadTask, MemoryTaskStore, TaskStatus, TaskStoreUnavailable
 from runner.tasks.eta import EtaEstimator, LoadSpeed
 from tests.runner.scheduler.fakes import state
+from tests.support.poll import eventually_async
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -182,19 +183,13 @@ async def test_loads_cancel_calls_the_load_off(setup: Setup) -> None:
     assert state(setup.admission.core, "g") == "stopping"
 
 
-async def _until(check: Callable[[], bool]) -> None:
-    """Let the loop run (the store checks and retries every 0.01 s) until `check` holds."""
-    while not check():
-        await asyncio.sleep(0.01)
-
-
 async def test_loads_cancel_on_another_replica_stops_the_load(setup: Setup) -> None:
     """A cancel another replica writes in the store is seen by the owner while its engine
     starts (it reads its task every `cancel_check_s`): the load is called off here."""
     task = await setup.loads.submit(_body(), None)
     await _settled()
     await setup.store.put(task.cancel(now=setup.clock[0]))  # as replica r2 does
-    await _until(lambda: state(setup.admission.core, "g") == "stopping")
+    await eventually_async(lambda: state(setup.admission.core, "g") == "stopping")
     assert (await setup.loads.get(task.task_id)).status is TaskStatus.CANCELLED
 
 
@@ -205,7 +200,7 @@ async def test_loads_cancel_on_another_replica_after_ready_unloads(setup: Setup)
     await _settled()
     await setup.store.put(task.cancel(now=setup.clock[0]))
     setup.admission.model_ready("g", 1, 123)  # before the owner's next read of its task
-    await _until(lambda: state(setup.admission.core, "g") != "ready")
+    await eventually_async(lambda: state(setup.admission.core, "g") != "ready")
     assert state(setup.admission.core, "g") in ("draining", "stopping")
     assert (await setup.loads.get(task.task_id)).status is TaskStatus.CANCELLED
 
@@ -220,6 +215,6 @@ async def test_loads_outcome_written_once_the_store_is_back(setup: Setup) -> Non
     await _settled()
     assert [t.status for t in setup.store.writes] == [TaskStatus.LOADING]
     setup.store.down = False
-    await _until(lambda: len(setup.store.writes) == 2)
+    await eventually_async(lambda: len(setup.store.writes) == 2)
     done = await setup.loads.get(task.task_id)
     assert done.status is TaskStatus.COMPLETED and done.gpu_memory_used_mb == 123

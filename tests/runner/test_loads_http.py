@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.engines import processes_with
+from tests.support.engines import processes_with, wait_task
+from tests.support.poll import eventually
 from tests.support.real_engines import LlamaServer
 from tests.support.redis_server import RedisServer
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
@@ -71,13 +72,6 @@ def _caps(url: str) -> dict[str, Any]:
     return doc
 
 
-def _until(check: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "the state never came"
-        time.sleep(0.05)
-
-
 def _ids(models: dict[str, Any], kind: str) -> list[str]:
     return [m["id"] for m in models[kind]]
 
@@ -86,16 +80,6 @@ def _chat_code(url: str, model: str) -> tuple[int, str]:
     body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
     r = httpx.post(url + "/v1/chat/completions", json=body, timeout=30)
     return r.status_code, r.json()["error"]["code"]
-
-
-def _wait_task(url: str, task_id: str, timeout: float = 90) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        doc: dict[str, Any] = httpx.get(f"{url}/v1/models/load/{task_id}").json()
-        if doc["status"] in ("completed", "failed", "cancelled"):
-            return doc
-        time.sleep(0.1)
-    raise AssertionError(f"task {task_id} did not finish")
 
 
 @pytest.fixture
@@ -156,7 +140,7 @@ def test_load_of_model_already_loading_joins_its_task(slow_runner: RunnerProcess
     a = _load(slow_runner.url, "slow").json()
     b = _load(slow_runner.url, "slow").json()
     assert a["taskId"] == b["taskId"]
-    assert _wait_task(slow_runner.url, a["taskId"])["status"] == "completed"
+    assert wait_task(slow_runner.url, a["taskId"])["status"] == "completed"
 
 
 def test_not_loaded_model_is_404_model_not_loaded(slow_runner: RunnerProcess) -> None:
@@ -176,11 +160,11 @@ def test_cancel_load_stops_it(slow_runner: RunnerProcess) -> None:
         headers={"X-Op-Token": json.dumps(token)},
     )
     assert r.status_code == 200, r.text
-    assert _wait_task(slow_runner.url, task)["status"] == "cancelled"
-    _until(lambda: "slow" not in _ids(_caps(slow_runner.url)["models"], "loading"))
+    assert wait_task(slow_runner.url, task)["status"] == "cancelled"
+    eventually(lambda: "slow" not in _ids(_caps(slow_runner.url)["models"], "loading"))
     assert "slow" not in _ids(_caps(slow_runner.url)["models"], "loaded")
     # an engine the cancel caught starting answers 503 model_unloading while it stops
-    _until(lambda: _chat_code(slow_runner.url, "slow") == (404, "model_not_loaded"))
+    eventually(lambda: _chat_code(slow_runner.url, "slow") == (404, "model_not_loaded"))
 
 
 def test_autoload_model_loads_on_first_request() -> None:
@@ -235,7 +219,7 @@ def test_load_that_does_not_fit_evicts_idle_model(gemma_pair: RunnerProcess) -> 
     url = gemma_pair.url
     assert "g1" in [m["id"] for m in _caps(url)["models"]["loaded"]]
     task = _load(url, "g2").json()["taskId"]
-    done = _wait_task(url, task)
+    done = wait_task(url, task)
     assert done["status"] == "completed", done
     loaded = [m["id"] for m in _caps(url)["models"]["loaded"]]
     assert loaded == ["g2"]
@@ -265,9 +249,9 @@ def test_evict_model_and_unload_during_stream(gemma_pair: RunnerProcess) -> None
     doc = result.json()
     assert doc["modelId"] == "g1" and doc["gpuMemoryFreedMB"] > 0 and doc["kvCacheFlushed"]
     task = _load(url, "g1").json()["taskId"]
-    assert _wait_task(url, task)["status"] == "completed"
+    assert wait_task(url, task)["status"] == "completed"
     task = _load(url, "g2", evictModel="g1").json()["taskId"]
-    assert _wait_task(url, task)["status"] == "completed"
+    assert wait_task(url, task)["status"] == "completed"
     assert [m["id"] for m in _caps(url)["models"]["loaded"]] == ["g2"]
 
 
@@ -279,7 +263,7 @@ def test_pinned_model_never_evicted_load_fails_with_reason(real_llama_server: Ll
     with start_runner(
         models_file=models, env={**ENV, "RUNNER_MEMORY_MB": "560"}, ready_timeout=120
     ) as r:
-        done = _wait_task(r.url, _load(r.url, "g2").json()["taskId"])
+        done = wait_task(r.url, _load(r.url, "g2").json()["taskId"])
         assert done["status"] == "failed"
         assert "does not fit" in done["error"] and "pinned" in done["error"]
         assert [m["id"] for m in _caps(r.url)["models"]["loaded"]] == ["g1"]
@@ -290,11 +274,11 @@ def test_runner_sigterm_mid_load_stops_engine() -> None:
     models = "models:\n" + _entry("slow", "llama-server-slow")
     with start_runner(models_file=models, env=ENV) as r:
         _load(r.url, "slow")
-        _until(lambda: bool(processes_with("--load-ms", parent=r.proc.pid)))
+        eventually(lambda: bool(processes_with("--load-ms", parent=r.proc.pid)))
         [(pid, _)] = processes_with("--load-ms", parent=r.proc.pid)
         r.proc.send_signal(signal.SIGTERM)
         assert r.proc.wait(30) == 0
-    _until(lambda: not _alive(pid), timeout=5)
+    eventually(lambda: not _alive(pid), timeout=5)
 
 
 def _alive(pid: int) -> bool:
@@ -314,6 +298,6 @@ def test_load_of_repo_not_on_disk_offline_fails_with_reason(tmp_path: Path) -> N
     with start_runner(models_file=models, env=env) as r:
         accepted = _load(r.url, "someorg/some-model-GGUF")
         assert accepted.status_code == 202
-        done = _wait_task(r.url, accepted.json()["taskId"])
+        done = wait_task(r.url, accepted.json()["taskId"])
         assert done["status"] == "failed"
         assert "someorg/some-model-GGUF" in done["error"] and "download failed" in done["error"]

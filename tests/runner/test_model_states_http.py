@@ -13,8 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
 from tests.support.tokens import DEV_REGISTRY, dev_token
 
@@ -48,13 +48,6 @@ def _governed(url: str, op: str, model: str, **fields: Any) -> httpx.Response:
 def _chat(url: str, model: str, stream: bool = False) -> httpx.Response:
     body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": stream}
     return httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
-
-
-def _until(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "the state never came"
-        time.sleep(0.05)
 
 
 def _state(url: str, model: str) -> str:
@@ -160,7 +153,7 @@ def test_model_states_unknown_and_not_loaded_are_404(runner: RunnerProcess) -> N
 def test_model_states_failed_is_503_with_the_reason(runner: RunnerProcess) -> None:
     """A model whose engine failed: 503 model_unavailable with the reason and Retry-After."""
     assert _governed(runner.url, "model-load", "broken").status_code == 202
-    _until(lambda: _state(runner.url, "broken") == "failed")
+    eventually(lambda: _state(runner.url, "broken") == "failed")
     r = _chat(runner.url, "broken")
     assert _error(r) == (503, "model_unavailable")
     assert "exited while starting" in r.json()["error"]["reason"]
@@ -182,14 +175,14 @@ def test_model_states_draining_for_unload_is_503_unloading(runner: RunnerProcess
     """While a model drains for a governed unload, new requests get 503 model_unloading;
     the one in flight finishes; then it is not loaded (404)."""
     assert _governed(runner.url, "model-load", "p").status_code == 202
-    _until(lambda: _state(runner.url, "p") == "loaded")
+    eventually(lambda: _state(runner.url, "p") == "loaded")
     stream = Streaming(runner.url, "p")
     unload: list[httpx.Response] = []
     worker = threading.Thread(
         target=lambda: unload.append(_governed(runner.url, "model-unload", "p"))
     )
     worker.start()
-    _until(lambda: _error(_chat(runner.url, "p")) == (503, "model_unloading"))
+    eventually(lambda: _error(_chat(runner.url, "p")) == (503, "model_unloading"))
     assert stream.finish().rstrip().endswith(b"data: [DONE]")
     worker.join(60)
     assert unload and unload[0].status_code == 200
@@ -200,12 +193,12 @@ def test_model_states_evicted_model_is_503_unloading(runner: RunnerProcess) -> N
     """A model evicted for another (`evictModel`) drains: new requests for it get 503
     model_unloading (it does not come back by itself); the model it made room for loads."""
     assert _governed(runner.url, "model-load", "e1").status_code == 202
-    _until(lambda: _state(runner.url, "e1") == "loaded")
+    eventually(lambda: _state(runner.url, "e1") == "loaded")
     stream = Streaming(runner.url, "e1")
     assert _governed(runner.url, "model-load", "e2", evictModel="e1").status_code == 202
-    _until(lambda: _error(_chat(runner.url, "e1")) == (503, "model_unloading"))
+    eventually(lambda: _error(_chat(runner.url, "e1")) == (503, "model_unloading"))
     assert stream.finish().rstrip().endswith(b"data: [DONE]")
-    _until(lambda: _state(runner.url, "e2") == "loaded")
+    eventually(lambda: _state(runner.url, "e2") == "loaded")
     assert _error(_chat(runner.url, "e1")) == (404, "model_not_loaded")
 
 
@@ -213,14 +206,14 @@ def test_model_states_evicted_autoload_model_waits_and_comes_back(runner: Runner
     """An `autoload` model evicted for another drains: a request for it waits, and is
     served once it is loaded again after the other."""
     assert _governed(runner.url, "model-load", "a1").status_code == 202
-    _until(lambda: _state(runner.url, "a1") == "loaded")
+    eventually(lambda: _state(runner.url, "a1") == "loaded")
     stream = Streaming(runner.url, "a1")
     assert _governed(runner.url, "model-load", "a2", evictModel="a1").status_code == 202
-    _until(lambda: "evict a1" in runner.log(), timeout_s=60)
+    eventually(lambda: "evict a1" in runner.log(), timeout=60)
     waiting = _chat(runner.url, "a1")  # waits through the drain, the stop and the reload
     assert waiting.status_code == 200 and int(waiting.headers["X-Queue-Wait-Ms"]) > 0
     assert stream.finish().rstrip().endswith(b"data: [DONE]")
-    _until(lambda: _state(runner.url, "a2") == "loaded")
+    eventually(lambda: _state(runner.url, "a2") == "loaded")
     assert _state(runner.url, "a1") == "loaded"
 
 
@@ -254,26 +247,26 @@ def test_model_states_one_model_walks_every_state(runner: RunnerProcess) -> None
     stream = Streaming(url, model)
     unload = ThreadPoolExecutor(1)
     unloaded = unload.submit(_governed, url, "model-unload", model)
-    _until(lambda: _error(_chat(url, model)) == (503, "model_unloading"))
+    eventually(lambda: _error(_chat(url, model)) == (503, "model_unloading"))
     assert stream.finish().rstrip().endswith(b"data: [DONE]")
     assert unloaded.result(60).status_code == 200
     unload.shutdown()
     assert _error(_chat(url, model)) == (404, "model_not_loaded")
     # loaded again, then evicted for another model, then not loaded
     assert _governed(url, "model-load", model).status_code == 202
-    _until(lambda: _state(url, model) == "loaded")
+    eventually(lambda: _state(url, model) == "loaded")
     stream = Streaming(url, model)
     assert _governed(url, "model-load", "walk-other", evictModel=model).status_code == 202
-    _until(lambda: _error(_chat(url, model)) == (503, "model_unloading"))
+    eventually(lambda: _error(_chat(url, model)) == (503, "model_unloading"))
     assert stream.finish().rstrip().endswith(b"data: [DONE]")
-    _until(lambda: _state(url, "walk-other") == "loaded")
+    eventually(lambda: _state(url, "walk-other") == "loaded")
     assert _error(_chat(url, model)) == (404, "model_not_loaded")
     # loaded again, then its engine crashes (no restart): failed
     assert _governed(url, "model-load", model).status_code == 202
-    _until(lambda: _state(url, model) == "loaded")
+    eventually(lambda: _state(url, model) == "loaded")
     stream = Streaming(url, model)  # holds the one slot
     queued = Waiting(url, model)
-    _until(lambda: _queue_depth(url) >= 1)
+    eventually(lambda: _queue_depth(url) >= 1)
     os.kill(_engine_pid(runner, model), signal.SIGKILL)
     assert "SIGKILL" in _unavailable(queued.answer())
     assert b"engine_crashed" in stream.finish()
@@ -287,12 +280,12 @@ def test_model_states_crashed_with_restart_due_waits(runner: RunnerProcess) -> N
     both (docs/api.md: failed, a restart due, waits)."""
     url, model = runner.url, "phoenix"
     assert _governed(url, "model-load", model).status_code == 202
-    _until(lambda: _state(url, model) == "loaded")
+    eventually(lambda: _state(url, model) == "loaded")
     stream = Streaming(url, model)  # holds the one slot
     queued = Waiting(url, model)
-    _until(lambda: _queue_depth(url) >= 1)
+    eventually(lambda: _queue_depth(url) >= 1)
     os.kill(_engine_pid(runner, model), signal.SIGKILL)
-    _until(lambda: f"restart {model} in" in runner.log())
+    eventually(lambda: f"restart {model} in" in runner.log())
     later = _chat(url, model)
     assert later.status_code == 200 and int(later.headers["X-Queue-Wait-Ms"]) > 0
     answer = queued.answer()

@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from tests.fixtures.fake_leaks_logs import LEAK_MARKER
-from tests.support.engines import GOVERNED, caps, eventually, load, wait_task
+from tests.support.engines import GOVERNED, caps, load, wait_task
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner, wait_started
 from tests.support.tokens import FAIRNESS, gateway_env
 

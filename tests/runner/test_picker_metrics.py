@@ -38,7 +38,8 @@ from runner.telemetry.picker_metrics import (
 from runner.telemetry.snapshot import ModelMemory, ResourceSnapshot
 from tests.fixtures.fake_vllm import BIN as VLLM_BIN
 from tests.fixtures.fake_vllm import process_env as vllm_env
-from tests.support.fleet import caps, wait_for
+from tests.support.fleet import caps
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
 
 pytestmark = pytest.mark.timeout(120)
@@ -215,7 +216,7 @@ def _value(r: RunnerProcess, name: str) -> float:
 def two_slots() -> Iterator[RunnerProcess]:
     """`m` (two slots) loaded, `spare` loading on a request; the busy test, last, kills it."""
     with start_runner(models_file=TWO_SLOTS, env={"MAX_QUEUE_DEPTH": "16"}) as r:
-        wait_for(lambda: [m["id"] for m in caps(r)["models"]["loaded"]] == ["m"], timeout=30)
+        eventually(lambda: [m["id"] for m in caps(r)["models"]["loaded"]] == ["m"], timeout=30)
         yield r
 
 
@@ -256,7 +257,7 @@ def test_metrics_picker_gauges_with_two_slots_busy_and_six_queued(
             next(held[-1])
         for _ in range(6):
             pool.submit(httpx.post, r.url + "/v1/chat/completions", json=chat, timeout=60)
-        wait_for(lambda: _value(r, "vllm:num_requests_waiting") == 6)
+        eventually(lambda: _value(r, "vllm:num_requests_waiting") == 6)
         found = gauges(r)
         assert [s.value for s in found["vllm:num_requests_running"]] == [2]
         assert [s.value for s in found["vllm:num_requests_waiting"]] == [6]
@@ -275,7 +276,7 @@ def test_picker_metrics_path_setting_puts_the_family_back_into_metrics() -> None
     """PICKER_METRICS_PATH=/metrics (a stock picker that reads /metrics): /metrics carries
     the picker's typed gauges beside the runner's own series; /metrics/picker is no path."""
     with start_runner(models_file=TWO_SLOTS, env={"PICKER_METRICS_PATH": "/metrics"}) as r:
-        wait_for(lambda: [m["id"] for m in caps(r)["models"]["loaded"]] == ["m"], timeout=30)
+        eventually(lambda: [m["id"] for m in caps(r)["models"]["loaded"]] == ["m"], timeout=30)
         text = httpx.get(r.url + "/metrics", timeout=5).text
         found = {f.name: f for f in text_string_to_metric_families(text)}
         assert [found[name].type for name in NAMES] == ["gauge"] * len(NAMES)
@@ -306,8 +307,8 @@ def test_metrics_vllm_series_replaced_by_the_runners_aggregate() -> None:
             text = httpx.get(r.url + PICKER_PATH, timeout=5).text
             return "vllm:prefix_cache_queries_total" in text
 
-        wait_for(scraped, timeout=30)
-        wait_for(lambda: len(gauges(r)["vllm:cache_config_info"]) == 1)
+        eventually(scraped, timeout=30)
+        eventually(lambda: len(gauges(r)["vllm:cache_config_info"]) == 1)
         assert "vllm:" not in httpx.get(r.url + "/metrics", timeout=5).text
         text = httpx.get(r.url + PICKER_PATH, timeout=5).text
         found = {f.name: f for f in text_string_to_metric_families(text)}

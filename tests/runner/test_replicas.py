@@ -21,8 +21,9 @@ import redis
 
 from runner.memory.leases import DEFAULT_PREFIX as LEASE_PREFIX
 from tests.fixtures.launch import start_fake
-from tests.support.engines import CHECKPOINT, GOVERNED, comfyui_root, eventually
-from tests.support.fleet import entry, loaded, loading, wait_for
+from tests.support.engines import CHECKPOINT, GOVERNED, comfyui_root
+from tests.support.fleet import entry, loaded, loading
+from tests.support.poll import eventually
 from tests.support.redis_server import RedisServer
 from tests.support.runner_proc import RunnerProcess, start_runner, wait_started
 from tests.support.tokens import dev_token
@@ -101,7 +102,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             )
         for r in replicas.values():
             wait_started(r, timeout=60)
-            wait_for(lambda r=r: "m" in loaded(r), timeout=60)  # type: ignore[misc]
+            eventually(lambda r=r: "m" in loaded(r), timeout=60)  # type: ignore[misc]
         yield Fleet(server, replicas)
 
 
@@ -239,7 +240,7 @@ def test_replicas_load_task_read_and_cancelled_from_any_replica(
     for runner_id in IDS:
         assert _task(fleet.url(runner_id), task_id).json()["status"] == "cancelled"
     runner_a = fleet.replicas["replica-a"]
-    wait_for(lambda: "slow" not in loading(runner_a), timeout=30)
+    eventually(lambda: "slow" not in loading(runner_a), timeout=30)
     assert "slow" not in loaded(runner_a)
     assert _task(a, task_id).json()["status"] == "cancelled"
 
@@ -297,7 +298,7 @@ def test_replicas_leases_shared_and_keys_name_their_runner(fleet: Fleet) -> None
     record any replica reads by id, in the record) unless it is one of the fleet's
     shared keys (nonces, rate windows, the active-task set, a job's cancel request, and
     the tenants' policies, budgets, in-flight permits and usage, which are one per fleet)."""
-    wait_for(lambda: {f"{runner_id}/m" for runner_id in IDS} <= _lease_holders(fleet))
+    eventually(lambda: {f"{runner_id}/m" for runner_id in IDS} <= _lease_holders(fleet))
     a, c = fleet.url("replica-a"), fleet.url("replica-c")
     task_id = _load(a, "replica-a", "slow").json()["taskId"]
     job = _image_job(c, "[fake:slow] a kite for the keys", tenant="keys")
@@ -385,8 +386,8 @@ def test_replicas_redis_restart_keeps_and_completes_records(fleet: Fleet) -> Non
     fleet.redis.stop(keep_data=True)
     try:
         assert [_chat(url, "steady") for url in (a, b, c)] == [200] * 3  # not counted
-        wait_for(lambda: "slow" in loaded(fleet.replicas["replica-a"]), timeout=30)
-        wait_for(lambda: _jobs_succeeded(b) > jobs_done, timeout=30)
+        eventually(lambda: "slow" in loaded(fleet.replicas["replica-a"]), timeout=30)
+        eventually(lambda: _jobs_succeeded(b) > jobs_done, timeout=30)
     finally:
         fleet.redis.start()
     for url in (fleet.url(runner_id) for runner_id in IDS):
@@ -402,4 +403,4 @@ def test_replicas_redis_restart_keeps_and_completes_records(fleet: Fleet) -> Non
     for url in (a, b, c):
         assert _ended_task(url, slow_load)["status"] == "completed"
         assert _ended_job(url, slow_job, "painter")["status"] == "succeeded"
-    wait_for(lambda: {f"{r}/m" for r in IDS} <= _lease_holders(fleet), timeout=20)
+    eventually(lambda: {f"{r}/m" for r in IDS} <= _lease_holders(fleet), timeout=20)

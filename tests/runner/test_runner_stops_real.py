@@ -17,7 +17,8 @@ import pytest
 
 from tests.runner.test_crash_contract import LLAMA, VLLM_REAL
 from tests.support.crash_contract import CrashKind, metric
-from tests.support.engines import caps, eventually, process_group
+from tests.support.engines import caps, process_group
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner, wait_started
 
 pytestmark = pytest.mark.timeout(240)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,18 +13,11 @@ import httpx
 import pytest
 
 from tests.fixtures.launch import FakeEngine, start_fake
+from tests.support.poll import eventually
 from tests.support.redis_server import RedisServer
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 CHAT = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
-
-
-def _wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
 
 
 def _queue_depth(runner: RunnerProcess) -> int:
@@ -79,9 +72,9 @@ def test_high_priority_overtakes_ten_low_when_model_is_full(
     ):
         with blocking_stream(r, slow_engine):
             futures = [pool.submit(_post, r, {"X-Priority": "low"}, f"low{i}") for i in range(10)]
-            _wait_for(lambda: _queue_depth(r) == 10)
+            eventually(lambda: _queue_depth(r) == 10)
             futures.append(pool.submit(_post, r, {"X-Priority": "high"}, "high"))
-            _wait_for(lambda: _queue_depth(r) == 11)
+            eventually(lambda: _queue_depth(r) == 11)
         assert all(f.result().status_code == 200 for f in futures)
         order = _prompts(slow_engine)
         assert order[:2] == ["blocker", "high"]
@@ -101,7 +94,7 @@ def test_queue_full_is_503_with_seed_body_and_retry_after(slow_engine: FakeEngin
     ):
         with blocking_stream(r, slow_engine):
             waiting = [pool.submit(_post, r, {}) for _ in range(2)]
-            _wait_for(lambda: _queue_depth(r) == 2)
+            eventually(lambda: _queue_depth(r) == 2)
             assert httpx.get(r.url + "/health").json()["status"] == "saturated"
             refused = _post(r, {"X-Tenant-ID": "late"})
         assert refused.status_code == 503
@@ -179,7 +172,7 @@ def test_client_disconnect_while_queued_never_reaches_engine(slow_engine: FakeEn
                 pytest.raises(httpx.ReadTimeout),
             ):
                 client.post(r.url + "/v1/chat/completions", json=body)
-            _wait_for(lambda: _queue_depth(r) == 0)
+            eventually(lambda: _queue_depth(r) == 0)
         assert _post(r, {}, "after").status_code == 200
         seen = _prompts(slow_engine)
         assert seen == ["blocker", "after"]
@@ -193,8 +186,8 @@ def test_client_gone_midstream_frees_the_slot_before_the_engine_ends(
     engine's 10 s stream would have ended, and the next request is served."""
     with start_runner({"echo": slow_engine.url}, parallel=1) as r:
         with blocking_stream(r, slow_engine):
-            _wait_for(lambda: _running(r) == 1)
-        _wait_for(lambda: _running(r) == 0, timeout=5.0)
+            eventually(lambda: _running(r) == 1)
+        eventually(lambda: _running(r) == 0, timeout=5.0)
         assert _post(r, {}, "after").status_code == 200
 
 

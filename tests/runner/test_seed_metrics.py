@@ -16,7 +16,8 @@ from runner.telemetry.metrics import Metrics
 from runner.telemetry.seed_metrics import export_seed_names, requests_family, status_class
 from runner.telemetry.snapshot import ResourceSnapshot
 from tests.deploy.tools import promtool
-from tests.support.fleet import Model, runner, wait_for
+from tests.support.fleet import Model, runner
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess
 
 pytestmark = pytest.mark.timeout(120)
@@ -114,7 +115,7 @@ def _scrape(r: RunnerProcess) -> str:
 def test_metrics_default_serves_the_seeds_five_series(served: RunnerProcess) -> None:
     """By default /metrics carries the seed's five series by the seed's names, types and
     labels, with this request counted, beside the quorum_* names."""
-    wait_for(lambda: 'vllm_gpu_memory_used{gpu="' in _scrape(served))
+    eventually(lambda: 'vllm_gpu_memory_used{gpu="' in _scrape(served))
     text = _scrape(served)
     found = {f.name: f for f in text_string_to_metric_families(text)}
     for name, (kind, labels) in SEED.items():

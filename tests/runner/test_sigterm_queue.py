@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.fixtures.launch import start_fake
-from tests.support.engines import eventually
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(60)

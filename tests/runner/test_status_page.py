@@ -24,7 +24,8 @@ from runner.memory.proc import child_pids
 from tests.fixtures.launch import start_fake
 from tests.support.artefacts import artefact
 from tests.support.chromium import Page, open_browser
-from tests.support.fleet import Model, full_queue, load_token, runner, wait_for
+from tests.support.fleet import Model, full_queue, load_token, runner
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner
 from tests.support.tokens import ADMIN_KEY, DEV_AUDIT_KEY, FAIRNESS, admin_env, gateway_env
 
@@ -108,7 +109,7 @@ def test_status_page_in_chromium_follows_a_governed_load(r: RunnerProcess) -> No
             r.url + "/v1/models/load", json={"modelId": "slower", "verifiedOpToken": token}
         )
         assert accepted.status_code == 202
-        wait_for(lambda: row_state(page, "slower") == "loading")
+        eventually(lambda: row_state(page, "slower") == "loading")
         page.wait_for("!!document.querySelector('#loads tr[data-model=\"slower\"] progress')")
         page.wait_for(
             "[...document.querySelectorAll('#audit tbody tr')].some(tr => "
@@ -125,8 +126,8 @@ def test_status_page_in_chromium_follows_a_governed_load(r: RunnerProcess) -> No
             " === '1'",
             timeout=30,
         )
-        wait_for(lambda: row_state(page, "slower") == "ready", timeout=30)
-        wait_for(lambda: row_state(page, "ok") == "ready", timeout=30)
+        eventually(lambda: row_state(page, "slower") == "ready", timeout=30)
+        eventually(lambda: row_state(page, "ok") == "ready", timeout=30)
         shot = page.screenshot(artefact("status-page.png"))
         html = page.evaluate("document.documentElement.outerHTML")
         state = httpx.get(r.url + "/ui/state.json", headers=basic("ops", ADMIN_KEY)).text

@@ -19,7 +19,7 @@ import pytest
 
 from governance.encoding import policy_sha256
 from tests.fixtures.launch import start_fake
-from tests.support.fleet import wait_for
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner
 from tests.support.tokens import DEV_REGISTRY, dev_token
 
@@ -224,7 +224,7 @@ def test_tenant_policy_sighup_rereads_the_file(tmp_path: Path) -> None:
         path.write_text("tenants:\n  acme:\n    models: [echo, other]\n")
         r.proc.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 10
-        wait_for(lambda: httpx.post(url, json=chat("other"), headers=head).status_code == 200)
+        eventually(lambda: httpx.post(url, json=chat("other"), headers=head).status_code == 200)
         assert time.monotonic() < deadline
 
 
@@ -257,7 +257,7 @@ def test_tenant_policy_cut_short_and_failed_requests_pay_what_they_used(
             seen += '"content":"' in line
             if seen == 3:
                 break  # the client goes away after 3 tokens
-    wait_for(lambda: _acme_rows(r).get("echo-slow", {}).get("requests") == 1)
+    eventually(lambda: _acme_rows(r).get("echo-slow", {}).get("requests") == 1)
     row = _acme_rows(r)["echo-slow"]
     assert row["requestsByOutcome"]["cancelled"] == 1
     assert row["promptTokens"] == slow_bound  # the fake gives no prompt length: its bound
@@ -270,7 +270,7 @@ def test_tenant_policy_cut_short_and_failed_requests_pay_what_they_used(
     whole = chat("echo-dies", max_tokens=5)
     raw, whole_bound = _raw(r, whole)
     assert httpx.post(url, content=raw, headers=head, timeout=30).status_code == 502
-    wait_for(lambda: _acme_rows(r).get("echo-dies", {}).get("requests") == 2)
+    eventually(lambda: _acme_rows(r).get("echo-dies", {}).get("requests") == 2)
     dies = _acme_rows(r)["echo-dies"]
     assert dies["requestsByOutcome"]["failed"] == 2
     assert dies["promptTokens"] == broken_bound + whole_bound

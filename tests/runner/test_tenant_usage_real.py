@@ -18,7 +18,7 @@ import pytest
 from runner.memory.proc import child_pids
 from runner.tenancy.guard import CUT_ALLOWANCE_TOKENS
 from tests.runner.test_llama_real import MODEL, _models
-from tests.support.fleet import wait_for
+from tests.support.poll import eventually
 from tests.support.real_engines import LlamaServer
 from tests.support.runner_proc import RunnerProcess, start_runner
 from tests.support.tokens import FAIRNESS, gateway_env
@@ -129,7 +129,7 @@ def test_tenant_usage_matches_the_real_engines_figures(runner: RunnerProcess) ->
     the tokens it generated, at most the documented allowance more each; in all, prompt
     tokens equal the engine's counters and completion tokens are within the allowance."""
     url, key = _engine(runner)
-    wait_for(lambda: _counters(url, key).get("llamacpp:requests_processing") == 0)
+    eventually(lambda: _counters(url, key).get("llamacpp:requests_processing") == 0)
     before = _counters(url, key)
     jobs = [
         ("alpha", lambda: _whole(runner, "alpha", "Name a colour.")),
@@ -147,9 +147,9 @@ def test_tenant_usage_matches_the_real_engines_figures(runner: RunnerProcess) ->
         if tenant in engine and isinstance(figures, tuple):
             engine[tenant][0] += figures[0]
             engine[tenant][1] += figures[1]
-    wait_for(lambda: sum(row["requests"] for row in _rows(runner).values()) == len(jobs))
+    eventually(lambda: sum(row["requests"] for row in _rows(runner).values()) == len(jobs))
     # the engine counts a task (a cancelled one too) as it releases its slot
-    wait_for(lambda: _counters(url, key).get("llamacpp:requests_processing") == 0)
+    eventually(lambda: _counters(url, key).get("llamacpp:requests_processing") == 0)
     after = _counters(url, key)
     rows = _rows(runner)
 

@@ -25,8 +25,9 @@ from prometheus_client.openmetrics.parser import (
 
 from tests.deploy.tools import promtool
 from tests.fixtures.launch import FakeEngine, start_fake
-from tests.support.engines import CHECKPOINT, GOVERNED, comfyui_root, eventually
+from tests.support.engines import CHECKPOINT, GOVERNED, comfyui_root
 from tests.support.otlp_receiver import OtlpReceiver, Received, otlp_receiver
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
 from tests.support.tokens import dev_token
 

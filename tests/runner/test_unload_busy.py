@@ -16,7 +16,8 @@ import pytest
 from tests.fixtures.fake_vllm import process_env as vllm_env
 from tests.runner.test_crash_contract import COMFYUI, LLAMA, VLLM, WHISPER
 from tests.support.crash_contract import CrashKind, outcome
-from tests.support.engines import GOVERNED, caps, eventually, unload
+from tests.support.engines import GOVERNED, caps, unload
+from tests.support.poll import eventually
 from tests.support.runner_proc import start_runner, wait_started
 
 pytestmark = pytest.mark.timeout(240)

@@ -22,7 +22,6 @@ from tests.support.engines import (
     GOVERNED,
     alive,
     caps,
-    eventually,
     flush,
     load_and_wait,
     loaded,
@@ -32,6 +31,7 @@ from tests.support.engines import (
 from tests.support.engines import (
     process_env as env_of,
 )
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(120)
