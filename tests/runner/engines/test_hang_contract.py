@@ -7,7 +7,7 @@ answers, kills the engine's process group, and the crash contract follows
 request in flight; the queued served after the restart, or 503 `model_unavailable` with
 `Retry-After`, the model failed with the hang reason and `/health` 503, without it.
 
-The kinds are the crash contract's (tests/runner/test_crash_contract.py): llama-server and
+The kinds are the crash contract's (tests/runner/engines/test_crash_contract.py): llama-server and
 vLLM real, ComfyUI and vLLM as fakes. A speech worker has no HTTP to probe (its own
 channel): not here. And a busy engine is not a hung one: a real llama-server with its one
 slot busy answers its probe all along.
@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.runner.test_crash_contract import COMFYUI, LLAMA, VLLM, VLLM_REAL
+from tests.runner.engines.test_crash_contract import COMFYUI, LLAMA, VLLM, VLLM_REAL
 from tests.support.crash_contract import HANG, CrashKind, metric, outcome, run_crash_contract
 from tests.support.engines import caps, processes_with
 from tests.support.poll import eventually

@@ -1,7 +1,7 @@
 """Many engine swaps under concurrent traffic on a busy machine, on the stand-in
 llama-server: no request answered anything but 200 (the same on the real llama-server:
-tests/runner/test_adapters_llama_real.py). The deterministic reproduction of the race these
-guard against: tests/runner/test_engine_swap.py."""
+tests/runner/lifecycle/test_adapter_ops_llama_real.py). The deterministic reproduction of
+the race these guard against: tests/runner/engines/test_pool_swap.py."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import pytest
 
 from runner.memory.proc import child_pids
 from runner.tenancy.guard import CUT_ALLOWANCE_TOKENS
-from tests.runner.test_llama_real import MODEL, _models
+from tests.runner.engines.test_llama_real import MODEL, _models
 from tests.support.poll import eventually
 from tests.support.real_engines import LlamaServer
 from tests.support.runner_proc import RunnerProcess, start_runner

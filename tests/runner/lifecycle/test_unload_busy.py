@@ -1,7 +1,7 @@
 """A governed unload while a request runs, on every engine kind the runner starts
 (docs/reliability.md, section 7): the request in flight finishes, new ones get 503
 `model_unloading` while the model drains, then 404 `model_not_loaded`. The kinds are the
-crash contract's (tests/runner/test_crash_contract.py): llama-server and faster-whisper
+crash contract's (tests/runner/engines/test_crash_contract.py): llama-server and faster-whisper
 real, ComfyUI and vLLM the fakes."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.fixtures.fake_vllm import process_env as vllm_env
-from tests.runner.test_crash_contract import COMFYUI, LLAMA, VLLM, WHISPER
+from tests.runner.engines.test_crash_contract import COMFYUI, LLAMA, VLLM, WHISPER
 from tests.support.crash_contract import CrashKind, outcome
 from tests.support.engines import GOVERNED, caps, unload
 from tests.support.poll import eventually

@@ -2,7 +2,8 @@
 llama-server and the fake vLLM (attached by URL; each fake counts every sequence it would
 run in `tokens_predicted_total`): a body is refused 400 or served 200, and a served one
 made the engine generate no more than it reserved and exactly what it was charged. The
-quick tier's short run; tests/runner/test_charge_fuzz_real.py runs it on the real engines."""
+quick tier's short run; test_guard_charge_real.py and test_guard_charge_vllm_real.py run it on
+the real engines."""
 
 from __future__ import annotations
 

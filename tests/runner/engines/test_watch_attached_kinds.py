@@ -1,6 +1,6 @@
 """The attached-engine watch on every backend that can be attached (docs/reliability.md,
 section 6): each is probed on its own path (its kind's `Traits.probe_path`: llama-server and
-vLLM `/health`, ComfyUI `/system_stats`; `openai` is tests/runner/test_attached_watch.py).
+vLLM `/health`, ComfyUI `/system_stats`; `openai` is tests/runner/engines/test_watch_attached.py).
 Killed, the model reads failed and refuses with 503 and Retry-After; started again on its
 port, the model serves again by itself. The engines are the fakes, run by hand."""
 

@@ -241,7 +241,7 @@ def test_engine_swap_stress_twenty_real_restarts_under_six_clients_on_a_busy_mac
     """20 restarts of the real llama-server (10 governed loads and 10 unloads of
     `charlie`) while 6 clients (the base, alpha and bravo, streamed and not) send requests
     and two CPU spinners run beside them: every request is answered 200, with its slots
-    saved and restored across the engines (the stand-in's run: test_engine_swap_stress.py)."""
+    saved and restored across the engines (the stand-in's run: test_pool_swap_stress.py)."""
     charlie = adapters()["charlie"]
     clients = [("gemma", "team-c"), (ALPHA, "team-a"), (BRAVO, "team-b")] * 2
     before = runner.log().count("engine started again")

@@ -1,6 +1,6 @@
 """Governed adapter loads and unloads, refused through HTTP before a token is spent, and the
 adapter entitlement, on a runner whose models need no real engine (the real ones:
-tests/runner/test_adapters_llama_real.py, tests/runner/test_adapters_vllm_real.py)."""
+tests/runner/lifecycle/test_adapter_ops_llama_real.py and test_adapter_ops_vllm_real.py)."""
 
 from __future__ import annotations
 

@@ -59,7 +59,7 @@ def fleet() -> Iterator[Fleet]:
             start_runner(
                 {name: e.url for name, e in engines.items()},
                 # ENGINE_STATS_INTERVAL_S: the attached watch would soon turn "down" and
-                # "hangs" failed (test_attached_watch.py); here the engine client is tested.
+                # "hangs" failed (test_watch_attached.py); here the engine client is tested.
                 # `metered` is declared (an env limit): tenant labels are the declared
                 # tenants', any other id reads `_other` (docs/tenants.md).
                 env={

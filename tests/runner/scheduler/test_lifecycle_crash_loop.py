@@ -3,7 +3,7 @@ model whose engine is killed (SIGKILL) each time it comes back stays failed afte
 crash in a row (`runner/scheduler/lifecycle.py` `_crashed`: more than `max_restarts`, 5,
 each within 300 s of coming back).
 
-The engines are the crash contract's real ones (tests/runner/test_crash_contract.py):
+The engines are the crash contract's real ones (tests/runner/engines/test_crash_contract.py):
 llama-server and the faster-whisper worker. ENGINE_RESTART_BACKOFF_S shortens the backoff
 (1, 2, 4, 8, 16 times it) so the five restarts take seconds, not 31 s.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.runner.test_crash_contract import LLAMA, WHISPER
+from tests.runner.engines.test_crash_contract import LLAMA, WHISPER
 from tests.support.crash_contract import CrashKind, metric
 from tests.support.engines import caps
 from tests.support.poll import eventually

@@ -7,7 +7,7 @@ The window is made wide on purpose: the stand-in llama-server holds a slot erase
 and a SIGTERM while it holds one ends it at once. Before adapters/in_flight.py a request
 still preparing its slot did not count as in flight, so the swap stopped the old engine
 under it: 502 (the CI failure of test_governed_adapter_load_and_unload_under_traffic).
-The stress test under traffic: tests/runner/test_engine_swap_stress.py.
+The stress test under traffic: tests/runner/engines/test_pool_swap_stress.py.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.runner.test_attached_kinds import KINDS, attached_engine
+from tests.runner.engines.test_watch_attached_kinds import KINDS, attached_engine
 from tests.support.engines import CHECKPOINT, caps
 from tests.support.poll import eventually
 from tests.support.redis_server import free_port

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runner.tenancy.guard import CUT_ALLOWANCE_TOKENS
-from tests.runner.test_llama_real import MODEL, _models
+from tests.runner.engines.test_llama_real import MODEL, _models
 from tests.support.charge_run import Req, Tally, batches, run_batch, send
 from tests.support.engine_counters import EngineCounters, llama_counters
 from tests.support.fuzz_bodies import Target, bodies, check_body

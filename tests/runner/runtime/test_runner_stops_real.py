@@ -1,7 +1,7 @@
 """The runner stopped while a real engine serves a stream (docs/reliability.md, sections 8
 and 9): SIGKILL leaves no engine process behind, SIGTERM lets the stream finish and then
 stops the engine. The engines are the crash contract's real ones
-(tests/runner/test_crash_contract.py): llama-server, and vLLM's CPU build, whose API
+(tests/runner/engines/test_crash_contract.py): llama-server, and vLLM's CPU build, whose API
 server forks EngineCore and Worker into its process group (the parent-death signal alone
 would leave those running: docs/architecture.md)."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.runner.test_crash_contract import LLAMA, VLLM_REAL
+from tests.runner.engines.test_crash_contract import LLAMA, VLLM_REAL
 from tests.support.crash_contract import CrashKind, metric
 from tests.support.engines import caps, process_group
 from tests.support.poll import eventually

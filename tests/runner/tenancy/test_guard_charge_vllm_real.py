@@ -1,9 +1,10 @@
 """Charged what the engine did, on the real vLLM (PyPI's CPU build, Gemma 3 270M,
-scripts/install-vllm): the Hypothesis-drawn mixed run of tests/runner/test_charge_real.py
-(whole answers, streams with and without usage, streams the client leaves, two tenants,
-chat and completions, varied `max_tokens` and stop sequences) is charged, in
-`GET /v1/usage`, never less than the engine's `vllm:generation_tokens_total` delta; fuzzed
-bodies are refused 400 or served within their reservation and charged what vLLM counted."""
+scripts/install-vllm): the Hypothesis-drawn mixed run of
+tests/runner/tenancy/test_guard_charge_real.py (whole answers, streams with and without
+usage, streams the client leaves, two tenants, chat and completions, varied `max_tokens`
+and stop sequences) is charged, in `GET /v1/usage`, never less than the engine's
+`vllm:generation_tokens_total` delta; fuzzed bodies are refused 400 or served within their
+reservation and charged what vLLM counted."""
 
 from __future__ import annotations
 
