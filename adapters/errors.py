@@ -95,10 +95,12 @@ UnsupportedRequest = BadRequest.row("UnsupportedRequest", "unsupported_parameter
 EngineRejected = BadRequest.row("EngineRejected", "invalid_request")
 ContextLengthExceeded = BadRequest.row("ContextLengthExceeded", "context_length_exceeded")
 EngineBusy = ServiceUnavailable.row(
-    "EngineBusy", "engine_busy", 503,
+    "EngineBusy",
+    "engine_busy",
+    503,
     "the engine of model {model!r} is busy or loading ({said}); retry in {retry_after} s",
     retry_after=True,
-)  # fmt: skip
+)
 AdapterConfigInvalid = ConfigError.row("AdapterConfigInvalid", "invalid_configuration")
 
 

@@ -6,7 +6,7 @@ one to be drained before stopping it. A request counts as placed from the first 
 the engine's `place`, before anything in it awaits: llama-server's `place` erases, saves
 or restores a slot over HTTP first, and a request counted only after that looked idle
 to the drain while it still had to be sent, so the old engine was stopped under it
-(a 502 in CI on a busy machine; `tests/runner/test_engine_swap.py`).
+(a 502 in CI on a busy machine; `tests/runner/engines/test_pool_swap.py`).
 """
 
 from __future__ import annotations

@@ -116,6 +116,8 @@ def _error_object(payload: bytes) -> dict[str, Any]:
         return {**doc, "message": inner}
     detail = doc.get("detail")
     if isinstance(detail, list):  # FastAPI's validation errors
-        return {**doc, "message": "; ".join(str(d.get("msg", d)) for d in detail[:3]
-                                            if isinstance(d, dict))}  # fmt: skip
+        return {
+            **doc,
+            "message": "; ".join(str(d.get("msg", d)) for d in detail[:3] if isinstance(d, dict)),
+        }
     return doc

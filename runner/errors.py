@@ -101,17 +101,26 @@ __all__ = [
 
 InvalidHeader = BadRequest.row("InvalidHeader", "invalid_header")
 InvalidField = BadRequest.row(
-    "InvalidField", "invalid_request", None, "{param} must be {rule}; got {value}",
+    "InvalidField",
+    "invalid_request",
+    None,
+    "{param} must be {rule}; got {value}",
     extra=("param",),
-)  # fmt: skip
+)
 UnsupportedParameter = BadRequest.row(
-    "UnsupportedParameter", "unsupported_parameter", None, "{param} {reason}",
+    "UnsupportedParameter",
+    "unsupported_parameter",
+    None,
+    "{param} {reason}",
     extra=("param",),
-)  # fmt: skip
+)
 WrongEndpoint = BadRequest.row(
-    "WrongEndpoint", "unsupported_model", None, "model {model!r} is {kind}: use {where}",
+    "WrongEndpoint",
+    "unsupported_model",
+    None,
+    "model {model!r} is {kind}: use {where}",
     extra=("model",),
-)  # fmt: skip
+)
 InvalidHost = BadRequest.row(
     "InvalidHost",
     "invalid_host",
@@ -119,48 +128,67 @@ InvalidHost = BadRequest.row(
     "this runner does not answer to that Host name; add it to ALLOWED_HOSTS",
 )
 ModelNotFound = NotFound.row(
-    "ModelNotFound", "model_not_found", None,
-    "Model {model!r} does not exist on this runner; models: {models}", extra=("model",),
-)  # fmt: skip
+    "ModelNotFound",
+    "model_not_found",
+    None,
+    "Model {model!r} does not exist on this runner; models: {models}",
+    extra=("model",),
+)
 RouteNotFound = NotFound.row("RouteNotFound", "not_found")
 AdapterRefused = QuorumError.row("AdapterRefused", "adapter_refused", 409)
 MethodNotAllowed = QuorumError.row(
-    "MethodNotAllowed", "method_not_allowed", 405, "{path} accepts {allow} only",
+    "MethodNotAllowed",
+    "method_not_allowed",
+    405,
+    "{path} accepts {allow} only",
     headers={"Allow": "{allow}"},
-)  # fmt: skip
+)
 HttpError = QuorumError.row("HttpError", "http_error", 400)
 LoginRequired = QuorumError.row(
-    "LoginRequired", "login_required", 401,
+    "LoginRequired",
+    "login_required",
+    401,
     "the status page is for ADMIN_TENANTS: sign in with the tenant id as user and its API "
     "key as password",
     headers={"WWW-Authenticate": 'Basic realm="quorum status", charset="UTF-8"'},
-)  # fmt: skip
+)
 MissingOpToken = QuorumError.row(
-    "MissingOpToken", "missing_op_token", 401,
+    "MissingOpToken",
+    "missing_op_token",
+    401,
     "a verifiedOpToken (body) or X-Op-Token (header) is required",
-)  # fmt: skip
+)
 ModelDownloadFailed = QuorumError.row("ModelDownloadFailed", "model_download_failed", 502)
 UnsupportedMediaType = QuorumError.row(
-    "UnsupportedMediaType", "unsupported_media_type", 415,
+    "UnsupportedMediaType",
+    "unsupported_media_type",
+    415,
     "send the body as JSON with 'Content-Type: application/json'",
-)  # fmt: skip
+)
 LifecycleRateLimited = QuorumError.row(
-    "LifecycleRateLimited", "lifecycle_rate_limited", 429,
+    "LifecycleRateLimited",
+    "lifecycle_rate_limited",
+    429,
     "too many lifecycle calls from this address ({rate}); retry in {retry_after} seconds",
-    error_type="rate_limit_error", retry_after=True,
-)  # fmt: skip
+    error_type="rate_limit_error",
+    retry_after=True,
+)
 RequestTimeout = QuorumError.row(
     "RequestTimeout", "request_timeout", 408, "the {phase} did not arrive within {timeout} s"
 )
 HeadersTooLarge = QuorumError.row(
-    "HeadersTooLarge", "request_header_fields_too_large", 431,
+    "HeadersTooLarge",
+    "request_header_fields_too_large",
+    431,
     "request headers are larger than {limit} bytes",
-)  # fmt: skip
+)
 TooManyConnections = ServiceUnavailable.row(
-    "TooManyConnections", "too_many_connections", 503,
+    "TooManyConnections",
+    "too_many_connections",
+    503,
     "{limit} connections are open; retry in {retry_after} s or on another runner",
     retry_after=True,
-)  # fmt: skip
+)
 
 TooManySourceConnections = QuorumError.row(
     "TooManySourceConnections",

@@ -290,8 +290,10 @@ def _parse_doc(doc: Mapping[str, Any], source: str) -> tuple[TenantsConfig, froz
                 raise InvalidTenantConfig(f"{where}.webhook_secret: must be whsec_<base64>")
             secrets[tenant] = secret
         shown = {k: v for k, v in entry.items() if k != "webhook_secret"}  # never shown
-        documents[tenant] = {**shown, **({"api_keys": [f"sha256:{d.hex()}" for d in digests]}
-                                         if "api_keys" in entry else {})}  # fmt: skip
+        documents[tenant] = {
+            **shown,
+            **({"api_keys": [f"sha256:{d.hex()}" for d in digests]} if "api_keys" in entry else {}),
+        }
     config = TenantsConfig(
         MappingProxyType(tenants),
         default,
@@ -312,8 +314,15 @@ def _check_keys(doc: object, allowed: set[str], where: str) -> None:
         )
 
 
-_POLICY_KEYS = {"rate_limit", "weight", "max_queued", "models", "priority", "max_in_flight",
-                "token_budgets"}  # fmt: skip
+_POLICY_KEYS = {
+    "rate_limit",
+    "weight",
+    "max_queued",
+    "models",
+    "priority",
+    "max_in_flight",
+    "token_budgets",
+}
 
 
 def _policy(entry: object, where: str, default: TenantPolicy, is_tenant: bool) -> TenantPolicy:

@@ -40,18 +40,26 @@ class TenantError(QuorumError):
 
 
 RateLimitExceeded = TenantError.row(
-    "RateLimitExceeded", "rate_limit_exceeded", 429, "Tenant {tenant} exceeded {rate}",
-    error_type="rate_limit_error", extra=("limit", "remaining", "resetAt"), retry_after=True,
+    "RateLimitExceeded",
+    "rate_limit_exceeded",
+    429,
+    "Tenant {tenant} exceeded {rate}",
+    error_type="rate_limit_error",
+    extra=("limit", "remaining", "resetAt"),
+    retry_after=True,
     headers={
         "RateLimit-Limit": "{limit}",
         "RateLimit-Remaining": "{remaining}",
         "RateLimit-Reset": "{reset_after}",
     },
-)  # fmt: skip
+)
 RateLimitUnavailable = TenantError.row(
-    "RateLimitUnavailable", "rate_limit_unavailable", 503,
-    "Rate limiting is unavailable (its store is unreachable); retry shortly", retry_after=True,
-)  # fmt: skip
+    "RateLimitUnavailable",
+    "rate_limit_unavailable",
+    503,
+    "Rate limiting is unavailable (its store is unreachable); retry shortly",
+    retry_after=True,
+)
 AuthenticationFailed = TenantError.row(
     "AuthenticationFailed", "invalid_api_key", 401, headers={"WWW-Authenticate": "Bearer"}
 )
@@ -59,39 +67,55 @@ MissingApiKey = AuthenticationFailed.row("MissingApiKey", "missing_api_key")
 UnknownApiKey = AuthenticationFailed.row("UnknownApiKey", "invalid_api_key")
 TenantMismatch = TenantError.row("TenantMismatch", "tenant_mismatch", 403)
 ModelNotAllowed = TenantError.row(
-    "ModelNotAllowed", "model_not_allowed", 403,
-    "Tenant {tenant} may not use model {model!r}; its models: {allowed}", extra=("model",),
-)  # fmt: skip
+    "ModelNotAllowed",
+    "model_not_allowed",
+    403,
+    "Tenant {tenant} may not use model {model!r}; its models: {allowed}",
+    extra=("model",),
+)
 TokenBudgetExceeded = TenantError.row(
-    "TokenBudgetExceeded", "token_budget_exceeded", 429,
-    "Tenant {tenant} has {remaining} of its {budget_text} left; this request may use "
-    "{requested}", error_type="rate_limit_error",
-    extra=("budget", "remaining", "requested", "resetAt"), retry_after=True,
+    "TokenBudgetExceeded",
+    "token_budget_exceeded",
+    429,
+    "Tenant {tenant} has {remaining} of its {budget_text} left; this request may use {requested}",
+    error_type="rate_limit_error",
+    extra=("budget", "remaining", "requested", "resetAt"),
+    retry_after=True,
     headers={
         "x-ratelimit-limit-tokens": "{limit}",
         "x-ratelimit-remaining-tokens": "{remaining}",
         "x-ratelimit-reset-tokens": "{reset}",
     },
-)  # fmt: skip
+)
 RequestExceedsBudget = TenantError.row(
-    "RequestExceedsBudget", "request_exceeds_budget", 400,
+    "RequestExceedsBudget",
+    "request_exceeds_budget",
+    400,
     "This request may use {requested} tokens, more than tenant {tenant}'s whole "
-    "{budget_text}; lower max_tokens (or send it) or the prompt", extra=("budget", "requested"),
-)  # fmt: skip
+    "{budget_text}; lower max_tokens (or send it) or the prompt",
+    extra=("budget", "requested"),
+)
 TokenBudgetUnavailable = TenantError.row(
-    "TokenBudgetUnavailable", "token_budget_unavailable", 503,
+    "TokenBudgetUnavailable",
+    "token_budget_unavailable",
+    503,
     "Token budgets are unavailable (their store is unreachable); retry shortly",
     retry_after=True,
-)  # fmt: skip
+)
 MissingGatewayIdentity = TenantError.row(
-    "MissingGatewayIdentity", "missing_gateway_identity", 401,
+    "MissingGatewayIdentity",
+    "missing_gateway_identity",
+    401,
     "This runner takes the tenant from its gateway (x-llm-d-inference-fairness-id), and the "
     "request carries none",
-)  # fmt: skip
+)
 UntrustedGateway = TenantError.row("UntrustedGateway", "untrusted_gateway", 403)
 TooManyAuthFailures = TenantError.row(
-    "TooManyAuthFailures", "too_many_auth_failures", 429,
+    "TooManyAuthFailures",
+    "too_many_auth_failures",
+    429,
     "Too many failed authentications; retry in {retry_after} seconds",
-    error_type="rate_limit_error", retry_after=True,
-)  # fmt: skip
+    error_type="rate_limit_error",
+    retry_after=True,
+)
 InvalidTenantConfig = ConfigError.row("InvalidTenantConfig", "invalid_tenant_config")

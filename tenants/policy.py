@@ -183,7 +183,8 @@ def parse_budgets(raw: object, where: str) -> tuple[TokenBudget, ...]:
             raise InvalidTenantConfig(f"{at}.model: {model!r} is not a model id or glob")
         budget = TokenBudget(tokens, per, model, count)
         if any(b.key == budget.key for b in budgets):
-            raise InvalidTenantConfig(f"{at}: a budget per {per} of {count} tokens of this model "
-                                      "is already listed")  # fmt: skip
+            raise InvalidTenantConfig(
+                f"{at}: a budget per {per} of {count} tokens of this model is already listed"
+            )
         budgets.append(budget)
     return tuple(budgets)

@@ -15,8 +15,17 @@ from datetime import UTC, datetime
 HOUR = 3600
 DAY = 86400
 OUTCOMES = ("ok", "cancelled", "refused", "failed")
-INT_FIELDS = ("requests", "ok", "cancelled", "refused", "failed", "prompt_tokens",
-              "completion_tokens", "cached_tokens", "images")  # fmt: skip
+INT_FIELDS = (
+    "requests",
+    "ok",
+    "cancelled",
+    "refused",
+    "failed",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "images",
+)
 FLOAT_FIELDS = ("engine_seconds", "queue_seconds", "audio_seconds")
 
 

@@ -64,9 +64,9 @@ def test_marks_come_from_fixtures_and_parameters() -> None:
     """A test asking for a real engine's fixture is marked (directly or through another
     fixture); a parametrized one is marked for its real kinds only; others are not."""
     real, quick = _collected(
-        "tests/runner/test_llama_real.py",  # through its module's `runner` fixture
-        "tests/runner/test_crash_contract.py",  # CrashKind(real_engine=True) parameters
-        "tests/runner/test_chat.py",  # fakes only
+        "tests/runner/engines/test_llama_real.py",  # through its module's `runner` fixture
+        "tests/runner/engines/test_crash_contract.py",  # CrashKind(real_engine=True) parameters
+        "tests/runner/http/test_chat.py",  # fakes only
     )
     assert real and quick and not real & quick
     assert {t for t in real | quick if "test_llama_real.py" in t} <= real

@@ -27,7 +27,8 @@ from runner.floor.settings import load_settings
 from tenants.permit_store import RedisPermitStore
 from tenants.policy_store import RedisPolicyStore
 from tests.support.engines import GOVERNED
-from tests.support.fleet import entry, loaded, wait_for
+from tests.support.fleet import entry, loaded
+from tests.support.poll import eventually
 from tests.support.redis_cluster import RedisClusterGroup
 from tests.support.runner_proc import start_runner, wait_started
 from tests.support.tokens import dev_token
@@ -153,7 +154,7 @@ def test_redis_cluster_two_runners_share_nonces_limits_and_tasks(
     ):
         for runner in (a, b):
             wait_started(runner, timeout=60)
-            wait_for(lambda r=runner: "m" in loaded(r), timeout=60)  # type: ignore[misc]
+            eventually(lambda r=runner: "m" in loaded(r), timeout=60)  # type: ignore[misc]
         codes = [_chat(url, "metered") for url in (a.url, b.url, a.url, b.url)]
         assert codes == [200, 200, 200, 429]
         token = dev_token("model-load", "quick", {}, aud="a")

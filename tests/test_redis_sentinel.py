@@ -19,7 +19,7 @@ from runner.errors import ConfigError
 from runner.floor.settings import load_settings
 from tenants.storage import close_storage, storage_from_url
 from tests.fixtures.launch import start_fake
-from tests.support.fleet import wait_for
+from tests.support.poll import eventually
 from tests.support.redis_sentinel import SERVICE, ask, running_sentinels, wait_until
 from tests.support.runner_proc import start_runner
 from tests.support.tokens import DEV_REGISTRY, dev_token
@@ -135,7 +135,7 @@ def replays_until_served(url: str, token: dict[str, Any], timeout: float = 30.0)
         codes.append(flush(url, token).status_code)
         return codes[-1] != 503
 
-    wait_for(served, timeout)
+    eventually(served, timeout)
     return codes
 
 

@@ -48,9 +48,11 @@ _RES = MAX_RESOLUTION
 _STRENGTH = _f(0.0, 10.0)
 _UNIT = _f(0.0, 1.0)
 _TILES = {
-    "tile_size": _i(64, 4096), "overlap": _i(0, 4096),
-    "temporal_size": _i(8, 4096), "temporal_overlap": _i(4, 4096),
-}  # fmt: skip
+    "tile_size": _i(64, 4096),
+    "overlap": _i(0, 4096),
+    "temporal_size": _i(8, 4096),
+    "temporal_overlap": _i(4, 4096),
+}
 _XY = {"x": _i(0, _RES), "y": _i(0, _RES)}
 
 NODE_LIMITS: Mapping[str, Mapping[str, Limit]] = {
@@ -58,36 +60,56 @@ NODE_LIMITS: Mapping[str, Mapping[str, Limit]] = {
     "CLIPSetLastLayer": {"stop_at_clip_layer": _i(-24, -1)},
     "ConditioningAverage": {"conditioning_to_strength": _UNIT},
     "ConditioningSetArea": {
-        "width": _i(64, _RES), "height": _i(64, _RES), **_XY, "strength": _STRENGTH,
+        "width": _i(64, _RES),
+        "height": _i(64, _RES),
+        **_XY,
+        "strength": _STRENGTH,
     },
     "ConditioningSetAreaPercentage": {
-        "width": _UNIT, "height": _UNIT, "x": _UNIT, "y": _UNIT, "strength": _STRENGTH,
+        "width": _UNIT,
+        "height": _UNIT,
+        "x": _UNIT,
+        "y": _UNIT,
+        "strength": _STRENGTH,
     },
     "ConditioningSetAreaStrength": {"strength": _STRENGTH},
     "ConditioningSetMask": {"strength": _STRENGTH},
     "ConditioningSetTimestepRange": {"start": _UNIT, "end": _UNIT},
     "ControlNetApply": {"strength": _STRENGTH},
     "ControlNetApplyAdvanced": {
-        "strength": _STRENGTH, "start_percent": _UNIT, "end_percent": _UNIT,
+        "strength": _STRENGTH,
+        "start_percent": _UNIT,
+        "end_percent": _UNIT,
     },
     "EmptyImage": {
-        "width": _i(1, _RES), "height": _i(1, _RES), "batch_size": _i(1, 4096),
+        "width": _i(1, _RES),
+        "height": _i(1, _RES),
+        "batch_size": _i(1, 4096),
         "color": _i(0, 0xFFFFFF),
     },
     "EmptyLatentImage": {"width": _i(16, _RES), "height": _i(16, _RES), "batch_size": _i(1, 4096)},
     "GLIGENTextBoxApply": {"width": _i(8, _RES), "height": _i(8, _RES), **_XY},
     "ImagePadForOutpaint": {
-        "left": _i(0, _RES), "top": _i(0, _RES), "right": _i(0, _RES), "bottom": _i(0, _RES),
+        "left": _i(0, _RES),
+        "top": _i(0, _RES),
+        "right": _i(0, _RES),
+        "bottom": _i(0, _RES),
         "feathering": _i(0, _RES),
     },
     "ImageScale": {"width": _i(0, _RES), "height": _i(0, _RES)},
     "ImageScaleBy": {"scale_by": _f(0.01, 8.0)},
     "KSampler": {
-        "seed": _i(0, MAX_SEED), "steps": _i(1, 10000), "cfg": _f(0.0, 100.0), "denoise": _UNIT,
+        "seed": _i(0, MAX_SEED),
+        "steps": _i(1, 10000),
+        "cfg": _f(0.0, 100.0),
+        "denoise": _UNIT,
     },
     "KSamplerAdvanced": {
-        "noise_seed": _i(0, MAX_SEED), "steps": _i(1, 10000), "cfg": _f(0.0, 100.0),
-        "start_at_step": _i(0, 10000), "end_at_step": _i(0, 10000),
+        "noise_seed": _i(0, MAX_SEED),
+        "steps": _i(1, 10000),
+        "cfg": _f(0.0, 100.0),
+        "start_at_step": _i(0, 10000),
+        "end_at_step": _i(0, 10000),
     },
     "LatentBlend": {"blend_factor": _UNIT},
     "LatentComposite": {**_XY, "feather": _i(0, _RES)},
@@ -109,7 +131,7 @@ NODE_LIMITS: Mapping[str, Mapping[str, Limit]] = {
     "ImageQuantize": {"colors": _i(1, 256)},
     "ImageScaleToTotalPixels": {"megapixels": _f(0.01, 16.0)},
     "ImageSharpen": {"sharpen_radius": _i(1, 31), "sigma": _f(0.1, 10.0), "alpha": _f(0.0, 5.0)},
-}  # fmt: skip
+}
 """Node class -> input -> its limit. Classes without a number limit (CLIPTextEncode,
 CheckpointLoaderSimple, VAEDecode, ImageInvert, SaveImage, ...) are in `NO_LIMITS`."""
 

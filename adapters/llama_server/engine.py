@@ -17,7 +17,7 @@ What the runner does with a running engine (facts: `docs/engines.md`, from llama
   to an engine that loaded adapters carries the runner's own `lora` list, naming the
   request's adapter or none of them.
 - Flush: `all`/`model` erase every slot and saved state; `tenant`/`tag` exactly the slots
-  and saved states holding them.
+  and saved states holding them (which ones: `flush_scope.py`).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from adapters.bodies import with_fields
 from adapters.errors import EngineUnavailable
 from adapters.http_client import EngineConnections
 from adapters.in_flight import InFlight
+from adapters.llama_server.flush_scope import held_in_scope, saved_in_scope
 from adapters.llama_server.prefix_store import PrefixStore
 from adapters.llama_server.protocol import (
     prompt_prefix,
@@ -44,7 +45,7 @@ from adapters.llama_server.protocol import (
     strip_progress,
 )
 from adapters.llama_server.slot_states import PublicText, SlotStates
-from adapters.llama_server.slots import SavedView, SlotView, choose_slot
+from adapters.llama_server.slots import SlotView, choose_slot
 from adapters.lora import LoraAdapter
 from adapters.reports import report_from_openai
 from adapters.supervisor import DEATH_GRACE_S, EngineProcess
@@ -80,9 +81,14 @@ class _Slot:
 
     def view(self) -> SlotView:
         return SlotView(
-            self.slot_id, self.busy, self.tenant, self.tag, self.prefix, self.last_used,
+            self.slot_id,
+            self.busy,
+            self.tenant,
+            self.tag,
+            self.prefix,
+            self.last_used,
             self.adapter,
-        )  # fmt: skip
+        )
 
     def forget(self) -> None:
         self.tenant = self.tag = None
@@ -335,7 +341,7 @@ class LlamaServerEngine:
            saved states removed, the engine's `n_erased` tokens summed into the memory
            estimate).
         """
-        targets = [s for s in self._slots if _in_scope(s, scope)]  # 1
+        targets = [s for s in self._slots if held_in_scope(s.tenant, s.tag, scope)]  # 1
         removed = tokens = 0
         if self.store is not None:  # saved states in scope go too (public ones: all/model)
             removed += self.store.remove_where(lambda v: saved_in_scope(v, scope))
@@ -372,25 +378,3 @@ class LlamaServerEngine:
             self.n_ctx_total = total
         held = sum(s.tokens for s in self._slots)
         return round(min(1.0, held / total), 3) if total else 0.0
-
-
-def saved_in_scope(view: SavedView, scope: FlushScope) -> bool:
-    """A saved state a flush removes: everything for `all`/`model`; a tenant's or tag's
-    own states otherwise (a public prefix belongs to no tenant)."""
-    if scope.scope in ("all", "model"):
-        return True
-    if view.public:
-        return False
-    return _in_scope(_Slot(-1, tenant=view.tenant, tag=view.tag), scope)
-
-
-def _in_scope(slot: _Slot, scope: FlushScope) -> bool:
-    if scope.scope in ("all", "model"):
-        return True
-    if scope.scope == "tenant":
-        return slot.tenant is not None and slot.tenant == scope.tenant_id
-    if scope.scope == "tag":
-        if scope.tenant_id is not None and slot.tenant != scope.tenant_id:
-            return False
-        return slot.tag is not None and slot.tag == scope.tag
-    return False

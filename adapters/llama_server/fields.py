@@ -15,7 +15,7 @@ the ones refused and why.
   `grammar_triggers`, `grammar_lazy`, `reasoning_*` controls, `backend_sampling`,
   `verbose`, `sse_ping_interval`; `reasoning_format` (a value it does not know, even
   `""`, is its 500, which the runner could only pass on as a 502: found by the fuzz of
-  tests/runner/test_charge_real.py).
+  tests/runner/tenancy/test_guard_charge_real.py).
 """
 
 from __future__ import annotations

@@ -47,13 +47,9 @@ from adapters.kind import (
     Traits,
 )
 from adapters.launched import Launched
-from adapters.llama_server.engine import (
-    LLAMA_SERVER_VERSION,
-    LlamaServerEngine,
-    LoraSlot,
-    saved_in_scope,
-)
+from adapters.llama_server.engine import LLAMA_SERVER_VERSION, LlamaServerEngine, LoraSlot
 from adapters.llama_server.fields import LLAMA_SERVER_FIELDS
+from adapters.llama_server.flush_scope import saved_in_scope
 from adapters.llama_server.prefix_store import Bounds, PrefixCache
 from adapters.llama_server.prompt_tokens import LlamaPromptCounter
 from adapters.llama_server.protocol import (
@@ -200,9 +196,12 @@ class LlamaServerKind(KindDefaults):
             if isolated and s.llama_slot_cache_entries > 0:
                 resolved = Path(shutil.which(binary) or binary)
                 store = await asyncio.to_thread(
-                    self.prefixes.store_for, spec.path, resolved, kv_flags(command_line(opts)),
+                    self.prefixes.store_for,
+                    spec.path,
+                    resolved,
+                    kv_flags(command_line(opts)),
                     Path(scratch),
-                )  # fmt: skip
+                )
                 opts = replace(opts, slot_save_path=str(store.folder))
             url = f"http://127.0.0.1:{port}"
             # verify=False: plain http to 127.0.0.1, and it spares building an SSL context

@@ -267,8 +267,10 @@ class PrefixCache:
             except OSError as exc:  # serve without warm prefixes rather than not at all
                 log.error(
                     "PREFIX_CACHE_DIR %s is not usable (%s): this engine's saved prefixes "
-                    "go with it", self.root, exc.strerror or exc,
-                )  # fmt: skip
+                    "go with it",
+                    self.root,
+                    exc.strerror or exc,
+                )
         store = PrefixStore(scratch / "slots", self.bounds, persistent=False, clock=self.clock)
         store.open()
         return store

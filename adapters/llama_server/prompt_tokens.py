@@ -7,7 +7,7 @@ generation prompt) answers `{"prompt": <the templated text>}`; then `POST /token
 [...]}`: the tokens its chat endpoint runs (it tokenizes the templated prompt the same
 way: BOS where the model adds one, special tokens parsed). A completion: `/tokenize` of
 its `prompt` the same way. Checked against the usage of the real engine's answers
-(tests/runner/test_prompt_count.py). Both endpoints answer on llama-server's HTTP
+(tests/runner/tenancy/test_prompt_count.py). Both endpoints answer on llama-server's HTTP
 threads, not in a slot: a count never waits for a running request.
 """
 

@@ -98,8 +98,11 @@ class SlotStates:
         try:
             prompt = await self.public_prompt(public)
             body: dict[str, object] = {
-                "prompt": prompt, "n_predict": 0, "id_slot": slot_id, "cache_prompt": True,
-            }  # fmt: skip
+                "prompt": prompt,
+                "n_predict": 0,
+                "id_slot": slot_id,
+                "cache_prompt": True,
+            }
             if lora is not None:
                 body["lora"] = lora
             r = await self.control.post("/completion", json=body, timeout=BUILD_TIMEOUT_S)

@@ -9,7 +9,7 @@ request; it answers `{"count", "max_model_len", "tokens", "token_strs"}`: the to
 chat or completions endpoint runs for the same request. A chat with `documents` (rendered
 by the template, unknown to `/tokenize`) is not counted. `/tokenize` is not under `/v1`,
 so vLLM's API key does not guard it (the runner's own vLLM listens on its private Unix
-socket). Checked against the real engine's answers (tests/runner/test_prompt_count_vllm.py).
+socket). Checked against the real engine's answers (tests/runner/tenancy/test_prompt_count_vllm.py).
 """
 
 from __future__ import annotations

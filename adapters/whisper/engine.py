@@ -113,13 +113,20 @@ class WhisperEngine:
         self.cut: QuorumError | None = None  # set when stopped under transcriptions: theirs
         self.ready: Ready | None = None
         self._argv = [
-            python, "-m", "adapters.whisper.worker",
-            "--model", model,
-            "--device", device,
-            "--compute-type", compute_type,
-            "--num-workers", str(parallel),
-            "--cpu-threads", str(cpu_threads),
-        ]  # fmt: skip
+            python,
+            "-m",
+            "adapters.whisper.worker",
+            "--model",
+            model,
+            "--device",
+            device,
+            "--compute-type",
+            compute_type,
+            "--num-workers",
+            str(parallel),
+            "--cpu-threads",
+            str(cpu_threads),
+        ]
         if download_root:
             self._argv += ["--download-root", download_root]
         if allow_download:

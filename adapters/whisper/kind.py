@@ -22,10 +22,26 @@ from faults import ConfigError
 NAME = "faster-whisper"
 
 WHISPER_SIZES: tuple[str, ...] = (
-    "tiny.en", "tiny", "base.en", "base", "small.en", "small", "medium.en", "medium",
-    "large-v1", "large-v2", "large-v3", "large", "distil-large-v2", "distil-medium.en",
-    "distil-small.en", "distil-large-v3", "distil-large-v3.5", "large-v3-turbo", "turbo",
-)  # fmt: skip
+    "tiny.en",
+    "tiny",
+    "base.en",
+    "base",
+    "small.en",
+    "small",
+    "medium.en",
+    "medium",
+    "large-v1",
+    "large-v2",
+    "large-v3",
+    "large",
+    "distil-large-v2",
+    "distil-medium.en",
+    "distil-small.en",
+    "distil-large-v3",
+    "distil-large-v3.5",
+    "large-v3-turbo",
+    "turbo",
+)
 """faster-whisper's size names (`faster_whisper.utils._MODELS`), found in the HF cache."""
 
 # Whisper model.bin sizes (float16 CTranslate2 conversions), for sizes not on disk yet.

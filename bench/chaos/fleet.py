@@ -140,9 +140,22 @@ class ChaosFleet:
         new = self.group.primary()
         folder = self.dir / f"redis-{old}-{time.monotonic_ns()}"
         folder.mkdir()
-        self.group._spawn(old, "--port", str(old), "--bind", "127.0.0.1", "--save", "",
-                          "--appendonly", "no", "--dir", str(folder),
-                          "--replicaof", "127.0.0.1", str(new))  # fmt: skip
+        self.group._spawn(
+            old,
+            "--port",
+            str(old),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(folder),
+            "--replicaof",
+            "127.0.0.1",
+            str(new),
+        )
         wait_until(
             lambda: b"master_link_status:up" in ask(old, "INFO", "replication"),
             "the old primary back as a replica",

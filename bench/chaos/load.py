@@ -34,8 +34,9 @@ class Answer:
     token: str = ""  # a flush: which token (t0, t1, ...)
 
 
-def send(slot: Slot, kind: str, tenant: str, path: str, body: dict[str, object],
-         token: str = "") -> Answer:  # fmt: skip
+def send(
+    slot: Slot, kind: str, tenant: str, path: str, body: dict[str, object], token: str = ""
+) -> Answer:
     """POST `body` to `slot`'s runner; the answer, or the transport error, recorded."""
     generation, started = slot.generation, time.monotonic()
     status, retry, code, error, tokens = 0, False, "", "", 0
@@ -52,15 +53,28 @@ def send(slot: Slot, kind: str, tenant: str, path: str, body: dict[str, object],
                 tokens = int(usage.get("completion_tokens") or 0)
     except (httpx.TransportError, ValueError) as exc:
         error = type(exc).__name__
-    return Answer(kind, tenant, slot.index, generation, started, time.monotonic(), status,
-                  retry, code, error, tokens, token)  # fmt: skip
+    return Answer(
+        kind,
+        tenant,
+        slot.index,
+        generation,
+        started,
+        time.monotonic(),
+        status,
+        retry,
+        code,
+        error,
+        tokens,
+        token,
+    )
 
 
 class Load:
     """`workers` threads, each one request at a time, at most one every `pace_s`."""
 
-    def __init__(self, fleet: ChaosFleet, tenants: list[str], workers: int, pace_s: float,
-                 real_share: float) -> None:  # fmt: skip
+    def __init__(
+        self, fleet: ChaosFleet, tenants: list[str], workers: int, pace_s: float, real_share: float
+    ) -> None:
         self.fleet = fleet
         self.tenants = tenants
         self.workers = workers
@@ -105,8 +119,11 @@ class Load:
                 real = rng.random() < self.real_share and not {0} & self._busy
                 model, kind = ("real", "real") if real else ("m", "chat")
                 target = self.fleet.slots[0] if real else slot
-                body = {"model": model, "max_tokens": MAX_TOKENS,
-                        "messages": [{"role": "user", "content": f"say hi {n}"}]}  # fmt: skip
+                body = {
+                    "model": model,
+                    "max_tokens": MAX_TOKENS,
+                    "messages": [{"role": "user", "content": f"say hi {n}"}],
+                }
                 self.keep(send(target, kind, tenant, "/v1/chat/completions", body))
             self.stop.wait(max(0.0, self.pace_s - (time.monotonic() - tick)))  # a schedule
 

@@ -152,9 +152,14 @@ class Replay:
         priority = arrival.kind.priority if variant.priorities else "normal"
         deadline = arrival.kind.deadline_ms if variant.deadlines else None
         request = AdmissionRequest(  # output estimated as the client's max_tokens
-            f"r{ticket_id}", MODEL, arrival.tenant, priority,
-            arrival.input_tokens, arrival.kind.tokens_out[1], deadline,
-        )  # fmt: skip
+            f"r{ticket_id}",
+            MODEL,
+            arrival.tenant,
+            priority,
+            arrival.input_tokens,
+            arrival.kind.tokens_out[1],
+            deadline,
+        )
         forecast = self.core.outlook.wait_s(MODEL, Band.parse(priority), arrival.tenant, self.now)
         cpu, started = time.thread_time_ns(), time.perf_counter_ns()
         self.core.handle(RequestArrived(ticket_id, request, self.now))

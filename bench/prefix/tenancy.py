@@ -52,11 +52,39 @@ from tests.support.adapters import engine_of
 KEYS = REPO_ROOT / "keys"
 RUNNER_ID = "bench-runner"
 WORDS = (
-    "account", "billing", "invoice", "refund", "order", "parcel", "delivery", "warranty",
-    "repair", "upgrade", "plan", "subscription", "discount", "voucher", "store", "branch",
-    "opening", "hours", "holiday", "policy", "return", "label", "courier", "tracking",
-    "number", "customer", "manager", "ticket", "priority", "escalation", "survey", "feedback",
-)  # fmt: skip
+    "account",
+    "billing",
+    "invoice",
+    "refund",
+    "order",
+    "parcel",
+    "delivery",
+    "warranty",
+    "repair",
+    "upgrade",
+    "plan",
+    "subscription",
+    "discount",
+    "voucher",
+    "store",
+    "branch",
+    "opening",
+    "hours",
+    "holiday",
+    "policy",
+    "return",
+    "label",
+    "courier",
+    "tracking",
+    "number",
+    "customer",
+    "manager",
+    "ticket",
+    "priority",
+    "escalation",
+    "survey",
+    "feedback",
+)
 
 
 def _log(msg: str) -> None:
@@ -75,9 +103,13 @@ SHARED = "You are the support desk of the platform. " + text(1300, 1)
 
 def _token(operation: str, model: str | None, params: dict[str, Any]) -> dict[str, Any]:
     proposal = propose(
-        operation=operation, model_id=model, params=params, aud=RUNNER_ID, iss="gov-dev",
+        operation=operation,
+        model_id=model,
+        params=params,
+        aud=RUNNER_ID,
+        iss="gov-dev",
         issued_at=int(time.time()),
-    )  # fmt: skip
+    )
     keys = [load_private_key((KEYS / f"{n}.key").read_bytes()) for n in ("admin1", "admin2")]
     return combine(sign(proposal, key) for key in keys)
 
@@ -119,9 +151,12 @@ def ask(url: str, model: str, tenant: str, system: str, user: str, **extra: Any)
     sent = time.monotonic()
     out: dict[str, Any] = {"tenant": tenant, "ttft_ms": None, "prompt": 0, "cached": 0}
     with httpx.stream(
-        "POST", url + "/v1/chat/completions", json=body, headers={"X-Tenant-ID": tenant},
+        "POST",
+        url + "/v1/chat/completions",
+        json=body,
+        headers={"X-Tenant-ID": tenant},
         timeout=600,
-    ) as r:  # fmt: skip
+    ) as r:
         r.raise_for_status()
         for line in r.iter_lines():
             if not line.startswith("data: {"):
@@ -210,7 +245,7 @@ def _swap_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "after_ms": statistics.median(r["after"]["ttft_ms"] for r in mine),
             "after_reused": statistics.median(r["after"]["cached"] for r in mine),
             "prompt_tokens": statistics.median(r["after"]["prompt"] for r in mine),
-        }  # fmt: skip
+        }
     return out
 
 

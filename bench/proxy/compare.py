@@ -95,9 +95,12 @@ def summarize_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_row(
-    targets: Callable[[], contextlib.AbstractContextManager[Targets]], fresh: bool,
-    kind: str, clients: int, args: argparse.Namespace,
-) -> dict[str, Any]:  # fmt: skip
+    targets: Callable[[], contextlib.AbstractContextManager[Targets]],
+    fresh: bool,
+    kind: str,
+    clients: int,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
     """`targets()` gives each round its runners: the same ones every round, or (`fresh`)
     new ones, warmed up again, so that no one process's luck is in every round."""
     body = json.dumps(BODIES[kind]).encode()

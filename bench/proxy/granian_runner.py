@@ -28,9 +28,12 @@ def main() -> int:
         return 2
     settings, app = built
     server = Server(
-        app, address=settings.host, port=settings.port, interface=Interfaces.ASGI,
+        app,
+        address=settings.host,
+        port=settings.port,
+        interface=Interfaces.ASGI,
         log_enabled=False,
-    )  # fmt: skip
+    )
     uvloop.run(server.serve())
     return 0
 

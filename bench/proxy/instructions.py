@@ -55,13 +55,21 @@ def _no_watch(_fire: object) -> None:
 async def _one(app: Any, body: bytes, statuses: list[int]) -> None:
     """One request through the app, as uvicorn's scope and channels would carry it."""
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-        "server": ("127.0.0.1", 1), "client": ("127.0.0.1", 2), "scheme": "http",
-        "method": "POST", "root_path": "", "path": PATH, "raw_path": PATH.encode(),
-        "query_string": b"", "headers": [*_HEADERS, (b"content-length", b"%d" % len(body))],
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "server": ("127.0.0.1", 1),
+        "client": ("127.0.0.1", 2),
+        "scheme": "http",
+        "method": "POST",
+        "root_path": "",
+        "path": PATH,
+        "raw_path": PATH.encode(),
+        "query_string": b"",
+        "headers": [*_HEADERS, (b"content-length", b"%d" % len(body))],
         "quorum.on_gone": _no_watch,  # `runner.http.asgi.GONE_HOOK`, as the runner's own
         # protocol gives it (no task per request); a string, so that any --ref can read it
-    }  # fmt: skip
+    }
     sent = False
 
     async def receive() -> dict[str, Any]:
@@ -88,10 +96,15 @@ async def _drive(engine_url: str, per_caller: int) -> None:
     for name in ("REDIS_URL", "QUEUE_TIMEOUT_MS"):
         os.environ.pop(name, None)
     os.environ.update(
-        HOST="127.0.0.1", PORT="1", LOG_LEVEL="warning", LOG_FORMAT="json",
-        ENABLE_METRICS="true", ENABLE_MULTI_TENANT="true", MODELS_CONFIG=str(tmp / "models.yaml"),
+        HOST="127.0.0.1",
+        PORT="1",
+        LOG_LEVEL="warning",
+        LOG_FORMAT="json",
+        ENABLE_METRICS="true",
+        ENABLE_MULTI_TENANT="true",
+        MODELS_CONFIG=str(tmp / "models.yaml"),
         **FEATURES_ON,
-    )  # fmt: skip
+    )
     from runner.runtime.cli import app_from_environment
     from runner.telemetry.health import Life
 
@@ -127,10 +140,16 @@ def _count(code: Path, engine_url: str, per_caller: int) -> int:
         out = Path(tmp) / "callgrind.out"
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))  # bench/, tests/ (code: cwd first)
         cmd = [
-            "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-            sys.executable, "-m", "bench.proxy.instructions",
-            "--child", engine_url, str(per_caller),
-        ]  # fmt: skip
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            "-m",
+            "bench.proxy.instructions",
+            "--child",
+            engine_url,
+            str(per_caller),
+        ]
         subprocess.run(cmd, cwd=code, env=env, check=True, capture_output=True)
         return callgrind_total(out)
 

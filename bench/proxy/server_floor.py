@@ -63,9 +63,17 @@ def _serve(port: int, protocol: str) -> None:
 
         http = protocol_with(ClientLimits())
     uvicorn.run(
-        app, host="127.0.0.1", port=port, loop="uvloop", http=http, access_log=False,
-        proxy_headers=False, server_header=False, log_config=None, lifespan="on",
-    )  # fmt: skip
+        app,
+        host="127.0.0.1",
+        port=port,
+        loop="uvloop",
+        http=http,
+        access_log=False,
+        proxy_headers=False,
+        server_header=False,
+        log_config=None,
+        lifespan="on",
+    )
 
 
 def _count(code: Path, protocol: str, seconds: int) -> tuple[int, int]:
@@ -74,9 +82,16 @@ def _count(code: Path, protocol: str, seconds: int) -> tuple[int, int]:
         out, port = Path(tmp) / "callgrind.out", free_port()
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))  # bench/ (code: cwd first)
         cmd = [
-            "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-            sys.executable, "-m", "bench.proxy.server_floor", "--serve", str(port), protocol,
-        ]  # fmt: skip
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            "-m",
+            "bench.proxy.server_floor",
+            "--serve",
+            str(port),
+            protocol,
+        ]
         url = f"http://127.0.0.1:{port}{PATH}"
         with subprocess.Popen(cmd, cwd=code, env=env, stderr=subprocess.DEVNULL) as server:
             deadline = time.monotonic() + 300

@@ -128,8 +128,10 @@ def through_http(calls: int, folder: Path) -> dict[str, dict[str, float]]:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    rows = ["| measurement | store | n | p50 µs | p90 µs | p99 µs | mean µs |",
-            "|---|---|---|---|---|---|---|"]  # fmt: skip
+    rows = [
+        "| measurement | store | n | p50 µs | p90 µs | p99 µs | mean µs |",
+        "|---|---|---|---|---|---|---|",
+    ]
     added = []
     for what, label in (("in_process", "Verifier.authorize"), ("http", "POST /v1/cache/flush")):
         figures = result[what]

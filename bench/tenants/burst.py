@@ -78,16 +78,18 @@ async def burst(urls: list[str], tenant: str, clients: int, requests: int) -> li
             sent = time.time()
             answer = await http.post(url, json=BODY, headers={"X-Tenant-ID": tenant})
             body = answer.json()
-            records.append({
-                "sent": sent,
-                "done": time.time(),
-                "status": answer.status_code,
-                "usage": body["usage"] if answer.status_code == 200 else None,
-                "waited_ms": int(answer.headers.get("x-budget-wait-ms", 0)),
-                "retry_after": answer.headers.get("retry-after"),
-                "requested": body.get("error", {}).get("requested"),
-                "code": body.get("error", {}).get("code"),
-            })  # fmt: skip
+            records.append(
+                {
+                    "sent": sent,
+                    "done": time.time(),
+                    "status": answer.status_code,
+                    "usage": body["usage"] if answer.status_code == 200 else None,
+                    "waited_ms": int(answer.headers.get("x-budget-wait-ms", 0)),
+                    "retry_after": answer.headers.get("retry-after"),
+                    "requested": body.get("error", {}).get("requested"),
+                    "code": body.get("error", {}).get("code"),
+                }
+            )
 
     limits = httpx.Limits(max_connections=clients)
     async with httpx.AsyncClient(timeout=300, limits=limits) as http:
@@ -178,8 +180,14 @@ def markdown(result: dict[str, Any]) -> str:
         "tokens and 100, 0.93 for 4000 total with the byte bound). A ref before the count "
         "(eb3eddb and older) reserves the byte bound whatever the kind.",
     ]
-    codes = sorted({x["code"] for row in result["rows"] for x in row["records"]
-                    if x["status"] not in (200, 429) and x.get("code")})  # fmt: skip
+    codes = sorted(
+        {
+            x["code"]
+            for row in result["rows"]
+            for x in row["records"]
+            if x["status"] not in (200, 429) and x.get("code")
+        }
+    )
     if codes:
         lines[-1] += f" Other answers: {', '.join(codes)}."
     return "\n".join(lines)
@@ -217,8 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     budgets = [(int(b), c) for b, c in (spec.split(":") for spec in args.budgets.split(","))]
     tenants = {
         (i, s, r): f"burst-{i}-{s}-{k}"
-        for i in range(len(budgets)) for s in range(len(SETUPS)) for k, r in enumerate(refs)
-    }  # fmt: skip
+        for i in range(len(budgets))
+        for s in range(len(SETUPS))
+        for k, r in enumerate(refs)
+    }
     yaml = "tenants:\n" + "".join(
         f"  {name}:\n    token_budgets: [{{tokens: {budgets[i][0]}, per: minute, "
         f"count: {budgets[i][1]}}}]\n"
@@ -244,8 +254,11 @@ def main(argv: list[str] | None = None) -> int:
         engine = stack.enter_context(
             start_fake("fake_openai", "--latency-ms", str(args.latency_ms))
         )
-        env = {**FEATURES_ON, "TENANTS_FILE": str(tmp / "tenants.yaml"),
-               "QUEUE_TIMEOUT_MS": "120000"}  # fmt: skip
+        env = {
+            **FEATURES_ON,
+            "TENANTS_FILE": str(tmp / "tenants.yaml"),
+            "QUEUE_TIMEOUT_MS": "120000",
+        }
         urls: dict[str, tuple[list[str], list[str]]] = {}
         for ref in refs:
             code = stack.enter_context(code_snapshot(ref, ("faults",)))

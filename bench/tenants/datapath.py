@@ -111,9 +111,12 @@ def check_sides(urls: dict[str, str]) -> None:
 
 
 def run_row(
-    urls: dict[str, str], watch: dict[str, dict[str, int]], kind: str, clients: int,
+    urls: dict[str, str],
+    watch: dict[str, dict[str, int]],
+    kind: str,
+    clients: int,
     args: argparse.Namespace,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     body = json.dumps(BODIES[kind]).encode()
     for side in SIDES:
         run_wrk(urls[side], body, clients, args.warmup)
@@ -184,9 +187,12 @@ def _runners(engine_url: str, ref: str, redis: bool) -> Iterator[dict[str, Runne
             base["REDIS_URL"] = server.url
         envs = {
             "off": {**base, "USAGE_DB": str(tmp / "usage-off.sqlite3")},
-            "on": {**base, "USAGE_DB": str(tmp / "usage-on.sqlite3"),
-                   "TENANTS_FILE": str(tmp / "tenants.yaml")},
-        }  # fmt: skip
+            "on": {
+                **base,
+                "USAGE_DB": str(tmp / "usage-on.sqlite3"),
+                "TENANTS_FILE": str(tmp / "tenants.yaml"),
+            },
+        }
         yield {
             side: stack.enter_context(start_runner(engine_url, 64, code, env=env))
             for side, env in envs.items()

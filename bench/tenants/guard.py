@@ -108,8 +108,13 @@ def _measure(code: str, n: int) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{REPO_ROOT}"}
     out = subprocess.run(
         [sys.executable, "-m", "bench.tenants.guard", "--child", str(n)],
-        cwd=code, env=env, capture_output=True, text=True, check=True, timeout=600,
-    )  # fmt: skip
+        cwd=code,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
     value: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     return value
 

@@ -80,15 +80,17 @@ def analyse(
     for start in windows:
         inside = [x for x in log_ if start <= x["sent"] and x["done"] < start + 60]
         lower = sum(x["used"] for x in inside)
-        rows.append({
-            "window": datetime.fromtimestamp(start, UTC).strftime("%H:%M"),
-            "served": served.get(start, 0),
-            "client_lower_bound": lower,
-            "admitted": sum(1 for x in inside if x["status"] == 200),
-            "refused": sum(1 for x in inside if x["status"] == 429),
-            "overshoot": max(0, served.get(start, 0) - budget),
-            "usable_share": round(served.get(start, 0) / budget, 4),
-        })  # fmt: skip
+        rows.append(
+            {
+                "window": datetime.fromtimestamp(start, UTC).strftime("%H:%M"),
+                "served": served.get(start, 0),
+                "client_lower_bound": lower,
+                "admitted": sum(1 for x in inside if x["status"] == 200),
+                "refused": sum(1 for x in inside if x["status"] == 429),
+                "overshoot": max(0, served.get(start, 0) - budget),
+                "usable_share": round(served.get(start, 0) / budget, 4),
+            }
+        )
     return {
         "statuses": statuses,
         "windows": rows,

@@ -86,12 +86,24 @@ def engine(slots: int) -> Iterator[str]:
     (scratch / "cache").mkdir()
     (scratch / "tmp").mkdir()
     argv = [
-        str(Path(entry["bin"]).expanduser()), "serve", str(Path(entry["path"]).expanduser()),
-        "--host", "127.0.0.1", "--port", str(port), "--served-model-name", MODEL,
-        "--max-model-len", str(entry["context_length"]), "--max-num-seqs", str(slots),
-        "--enable-prefix-caching", "--enable-prompt-tokens-details",
-        "--enable-per-request-metrics", *entry["args"],
-    ]  # fmt: skip
+        str(Path(entry["bin"]).expanduser()),
+        "serve",
+        str(Path(entry["path"]).expanduser()),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--served-model-name",
+        MODEL,
+        "--max-model-len",
+        str(entry["context_length"]),
+        "--max-num-seqs",
+        str(slots),
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+        "--enable-per-request-metrics",
+        *entry["args"],
+    ]
     env = {
         **os.environ,
         "VLLM_SERVER_DEV_MODE": "1",

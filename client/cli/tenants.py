@@ -32,9 +32,18 @@ from client.errors import RunnerRefused, RunnerUnreachable
 from client.tokens import OpToken, read_token
 
 USAGE_COLUMNS = (
-    "start", "tenant", "model", "requests", "promptTokens", "completionTokens",
-    "cachedTokens", "engineSeconds", "queueSeconds", "images", "audioSeconds",
-)  # fmt: skip
+    "start",
+    "tenant",
+    "model",
+    "requests",
+    "promptTokens",
+    "completionTokens",
+    "cachedTokens",
+    "engineSeconds",
+    "queueSeconds",
+    "images",
+    "audioSeconds",
+)
 
 
 def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -78,8 +87,9 @@ def _sha(policy: object) -> str:
 def _request(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
     headers = identity_headers(args.tenant, args.api_key)
     try:
-        answer = httpx.request(method, args.url.rstrip("/") + path, headers=headers,
-                               timeout=30, **kwargs)  # fmt: skip
+        answer = httpx.request(
+            method, args.url.rstrip("/") + path, headers=headers, timeout=30, **kwargs
+        )
     except httpx.TransportError as exc:
         raise RunnerUnreachable(args.url, str(exc) or type(exc).__name__) from None
     try:
@@ -89,9 +99,12 @@ def _request(args: argparse.Namespace, method: str, path: str, **kwargs: Any) ->
     if answer.status_code >= 400:
         error = doc.get("error", {}) if isinstance(doc, dict) else {}
         raise RunnerRefused(
-            args.url, answer.status_code, str(error.get("code", "error")),
-            str(error.get("message", answer.text[:200])), body=doc,
-        )  # fmt: skip
+            args.url,
+            answer.status_code,
+            str(error.get("code", "error")),
+            str(error.get("message", answer.text[:200])),
+            body=doc,
+        )
     return doc
 
 
@@ -119,8 +132,12 @@ def set_policy(args: argparse.Namespace) -> int:
     def run() -> int:
         policy = _read_policy(args.policy)
         token = _token(args.token, args.id, policy)
-        doc = _request(args, "PUT", f"/v1/tenants/{args.id}",
-                       json={"policy": policy, "verifiedOpToken": token.raw})  # fmt: skip
+        doc = _request(
+            args,
+            "PUT",
+            f"/v1/tenants/{args.id}",
+            json={"policy": policy, "verifiedOpToken": token.raw},
+        )
         return _done(args, doc)
 
     return guarded(args, run)
@@ -129,8 +146,9 @@ def set_policy(args: argparse.Namespace) -> int:
 def delete_policy(args: argparse.Namespace) -> int:
     def run() -> int:
         token = _token(args.token, args.id, None)
-        doc = _request(args, "DELETE", f"/v1/tenants/{args.id}",
-                       json={"verifiedOpToken": token.raw})  # fmt: skip
+        doc = _request(
+            args, "DELETE", f"/v1/tenants/{args.id}", json={"verifiedOpToken": token.raw}
+        )
         return _done(args, doc)
 
     return guarded(args, run)
@@ -142,8 +160,10 @@ def _done(args: argparse.Namespace, doc: dict[str, Any]) -> int:
     else:
         what = "deleted" if doc.get("deleted") else "set"
         approved = ", ".join(doc.get("approvedBy", []))
-        out().print(f"tenant {doc['tenantId']} {what}: version {doc['version']} "
-                    f"(approved by {approved})", markup=False)  # fmt: skip
+        out().print(
+            f"tenant {doc['tenantId']} {what}: version {doc['version']} (approved by {approved})",
+            markup=False,
+        )
     return OK
 
 
@@ -162,8 +182,13 @@ def show(args: argparse.Namespace) -> int:
             table.add_column(column)
         for t in tenants:
             policy = json.dumps(t["policy"], sort_keys=True) if t["policy"] is not None else "-"
-            table.add_row(escape(t["tenantId"]), t["source"], str(t["version"]),
-                          escape(", ".join(t["approvedBy"])), escape(policy))  # fmt: skip
+            table.add_row(
+                escape(t["tenantId"]),
+                t["source"],
+                str(t["version"]),
+                escape(", ".join(t["approvedBy"])),
+                escape(policy),
+            )
         out().print(table)
         return OK
 
@@ -172,8 +197,17 @@ def show(args: argparse.Namespace) -> int:
 
 def usage(args: argparse.Namespace) -> int:
     def run() -> int:
-        params = {k: v for k, v in {"from": args.start, "to": args.end, "tenant": args.who,
-                  "model": args.model, "group_by": args.group_by}.items() if v}  # fmt: skip
+        params = {
+            k: v
+            for k, v in {
+                "from": args.start,
+                "to": args.end,
+                "tenant": args.who,
+                "model": args.model,
+                "group_by": args.group_by,
+            }.items()
+            if v
+        }
         doc = _request(args, "GET", "/v1/usage", params=params)
         rows = doc["data"]
         if args.json:
@@ -198,10 +232,17 @@ def usage(args: argparse.Namespace) -> int:
             for row in rows:
                 start = str(row["start"]).replace("T", " ")[: 10 if by == "day" else 16]
                 outcomes = "/".join(str(row["requestsByOutcome"][o]) for o in _OUTCOMES)
-                figures = [f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c])
-                           for c in fields]  # fmt: skip
-                table.add_row(start, escape(row["tenant"]), escape(row["model"]),
-                              str(row["requests"]), outcomes, *figures)  # fmt: skip
+                figures = [
+                    f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]) for c in fields
+                ]
+                table.add_row(
+                    start,
+                    escape(row["tenant"]),
+                    escape(row["model"]),
+                    str(row["requests"]),
+                    outcomes,
+                    *figures,
+                )
             out().print(table)
         return OK
 
@@ -210,6 +251,16 @@ def usage(args: argparse.Namespace) -> int:
 
 _OUTCOMES = ("ok", "cancelled", "refused", "failed")
 _TABLE = (
-    "start", "tenant", "model", "requests", "outcomes", "prompt", "output", "cached",
-    "engine s", "queue s", "images", "audio s",
-)  # fmt: skip
+    "start",
+    "tenant",
+    "model",
+    "requests",
+    "outcomes",
+    "prompt",
+    "output",
+    "cached",
+    "engine s",
+    "queue s",
+    "images",
+    "audio s",
+)

@@ -24,7 +24,10 @@ AudioTooShort = BadRequest.row(
     "AudioTooShort", "audio_too_short", extra=("param",), defaults={"param": "file"}
 )
 AudioTooLarge = PayloadTooLarge.row(
-    "AudioTooLarge", "payload_too_large", None,
+    "AudioTooLarge",
+    "payload_too_large",
+    None,
     "Maximum content size limit ({limit} bytes) exceeded",
-    extra=("param",), defaults={"param": "file"},
-)  # fmt: skip
+    extra=("param",),
+    defaults={"param": "file"},
+)

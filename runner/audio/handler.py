@@ -86,9 +86,11 @@ class AudioPath:
             raise AudioTooLarge(limit=self.limits.max_file_bytes)  # 2
         ctype = call.header(b"content-type")
         upload: AudioUpload | None = await read_form(  # 4
-            call.receive, ctype.encode("latin-1") if ctype else None, meta.content_length,
+            call.receive,
+            ctype.encode("latin-1") if ctype else None,
+            meta.content_length,
             self.limits,
-        )  # fmt: skip
+        )
         assert upload is not None  # read_form returns the upload or raises
         try:
             request = parse_request(upload, TASKS[call.scope["path"]])  # 5

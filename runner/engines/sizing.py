@@ -68,9 +68,12 @@ def policy_for(
     refusal = kind.sleep_refusal(engine, on_gpu)  # 3
     if spec.attached:  # 1
         return ModelPolicy(
-            mem_mb=0, concurrency=engine.slots, pinned=True, sleep_refusal=refusal,
+            mem_mb=0,
+            concurrency=engine.slots,
+            pinned=True,
+            sleep_refusal=refusal,
             slot_group=group,
-        )  # fmt: skip
+        )
     share = kind.memory_share(engine)  # 2
     if share is not None and budget_mb is None and gpu_total_mb is not None:
         budget_mb = round(gpu_total_mb * share)

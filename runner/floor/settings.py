@@ -180,9 +180,17 @@ class Settings(BaseSettings):
     audio_max_bytes: int = Field(default=26_214_400, ge=1024)  # OpenAI's 25 MiB
     whisper_device: Literal["cpu", "cuda", "auto"] = "cpu"
     whisper_compute_type: Literal[
-        "default", "auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16",
-        "int16", "float16", "bfloat16", "float32",
-    ] = "int8"  # fmt: skip
+        "default",
+        "auto",
+        "int8",
+        "int8_float32",
+        "int8_float16",
+        "int8_bfloat16",
+        "int16",
+        "float16",
+        "bfloat16",
+        "float32",
+    ] = "int8"
     whisper_cpu_threads: int = Field(default=0, ge=0, le=1024)  # 0: CTranslate2 decides
     whisper_load_timeout_s: float = Field(default=120.0, gt=0)
     whisper_allow_download: bool = False  # size names may be fetched from the Hub

@@ -165,10 +165,15 @@ class FrontEnd:
             self.budgets.settle(call.held, used_in, used_out)
         if self.usage is not None and call.model is not NO_MODEL and status != 202:
             self.usage.request(
-                call.tenant, call.model, status, prompt=used_in, completion=used_out,
-                cached=call.spent.cached, engine_ms=call.engine_ms,
+                call.tenant,
+                call.model,
+                status,
+                prompt=used_in,
+                completion=used_out,
+                cached=call.spent.cached,
+                engine_ms=call.engine_ms,
                 queue_ms=call.queue_wait_ms,
-            )  # fmt: skip
+            )
 
     async def read_body(self, call: ClientCall, limit: int) -> bytes:
         """The whole body, refused with 413 the moment it passes `limit` (`asgi.read_body`);

@@ -177,9 +177,19 @@ def parse_request_headers(
         or ctype.partition(b";")[0].strip().lower() == b"application/json"
     )
     return RequestMeta(
-        tenant, priority_s, mode_s, tag_s, rid_s, auth, length_i, fairness, deadline_ms, asked,
-        json_body, secret,
-    )  # fmt: skip
+        tenant,
+        priority_s,
+        mode_s,
+        tag_s,
+        rid_s,
+        auth,
+        length_i,
+        fairness,
+        deadline_ms,
+        asked,
+        json_body,
+        secret,
+    )
 
 
 def _once(seen: bytes | None, name: str) -> None:

@@ -113,9 +113,11 @@ class ClientLimits:
     def sweep_s(self) -> float:
         """How often deadlines are checked: a quarter of the shortest timeout, 50 ms-1 s."""
         shortest = min(
-            self.header_timeout_s, self.body_timeout_s, self.write_stall_timeout_s,
+            self.header_timeout_s,
+            self.body_timeout_s,
+            self.write_stall_timeout_s,
             self.keep_alive_s,
-        )  # fmt: skip
+        )
         return min(1.0, max(0.05, shortest / 4))
 
 

@@ -10,7 +10,7 @@ The runner's connections are served by subclasses of uvicorn's `HttpToolsProtoco
 `handle_websocket_upgrade`, `send_400_response` and `_start_asgi_task`, and write refusals
 with its `STATUS_LINE`. Any uvicorn release may change those, and the data path with them.
 
-So the private names are imported here only (tests/runner/test_uvicorn_seam.py checks that
+So the private names are imported here only (tests/runner/http/test_uvicorn_seam.py checks that
 no other module imports `uvicorn.protocols`), and `quorum serve` refuses to start, exit 2,
 on a uvicorn this seam was not tested with (`check_uvicorn`, from runner/runtime/cli.py),
 naming the version found and the ones tested. The lock (requirements/) installs a tested

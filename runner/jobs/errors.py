@@ -37,18 +37,23 @@ JobNotFound = JobError.row(
 )
 InvalidWebhook = JobError.row("InvalidWebhook", "invalid_webhook", 400)
 TooManyJobs = JobError.row(
-    "TooManyJobs", "too_many_jobs", 429,
+    "TooManyJobs",
+    "too_many_jobs",
+    429,
     "Tenant {tenant} has {limit} unfinished jobs here; retry when one has ended",
-    error_type="rate_limit_error", retry_after=True,
-)  # fmt: skip
+    error_type="rate_limit_error",
+    retry_after=True,
+)
 JobStoreUnavailable = JobError.row(
     "JobStoreUnavailable", "job_store_unavailable", 503, headers={"Retry-After": "1"}
 )
 JobsStopped = JobError.row(
-    "JobsStopped", "shutting_down", 503,
+    "JobsStopped",
+    "shutting_down",
+    503,
     "The runner is shutting down; submit the job to another replica",
     headers={"Retry-After": "1"},
-)  # fmt: skip
+)
 IllegalJobTransition = JobError.row("IllegalJobTransition", "illegal_job_transition")
 
 

@@ -66,8 +66,9 @@ class SqliteJobStore:
             ) from exc
 
     def _purge(self, db: sqlite3.Connection, now: float) -> None:
-        db.execute("DELETE FROM job_cancels WHERE id IN (SELECT id FROM jobs WHERE expires <= ?)",
-                   (now,))  # fmt: skip
+        db.execute(
+            "DELETE FROM job_cancels WHERE id IN (SELECT id FROM jobs WHERE expires <= ?)", (now,)
+        )
         db.execute("DELETE FROM jobs WHERE expires <= ?", (now,))
 
     def _write(self, db: sqlite3.Connection, job: Job, now: float) -> None:

@@ -146,11 +146,13 @@ class Scheduler:
             self._grant(ticket, now)
             return
         refusal = wait_refusal(  # 3, 4, 5
-            ticket, self.config, self._waiting,
+            ticket,
+            self.config,
+            self._waiting,
             forecast_s=lambda: self.outlook.wait_s(model, ticket.band, ticket.tenant, now),
             avg_wait_ms=lambda: self._waits.avg_ms(now),
             retry_after=lambda: self._retry_after(now),
-        )  # fmt: skip
+        )
         if refusal is not None:
             self._effects.reject(ticket, refusal)
             return

@@ -39,55 +39,83 @@ class SchedulerError(ServiceUnavailable):
 
 
 QueueFull = SchedulerError.row(
-    "QueueFull", "queue_full", None,
+    "QueueFull",
+    "queue_full",
+    None,
     "Queue depth {queueDepth}/{maxDepth}, retry in {retry_after} seconds",
     extra=("queueDepth", "avgWaitMs"),
-)  # fmt: skip
+)
 TenantQueueFull = SchedulerError.row(
-    "TenantQueueFull", "tenant_queue_full", None,
+    "TenantQueueFull",
+    "tenant_queue_full",
+    None,
     "Tenant {tenant!r} has {tenantQueueDepth}/{tenantMaxDepth} requests queued, "
     "retry in {retry_after} seconds",
     extra=("tenant", "tenantQueueDepth", "tenantMaxDepth"),
-)  # fmt: skip
+)
 QueueTimeout = SchedulerError.row(
-    "QueueTimeout", "queue_timeout", None,
+    "QueueTimeout",
+    "queue_timeout",
+    None,
     "Waited {queueWaitMs} ms in the queue (limit {queueTimeoutMs} ms), "
     "retry in {retry_after} seconds",
     extra=("queueWaitMs", "queueTimeoutMs"),
-)  # fmt: skip
+)
 DeadlineUnreachable = SchedulerError.row(
-    "DeadlineUnreachable", "deadline_unreachable", None,
+    "DeadlineUnreachable",
+    "deadline_unreachable",
+    None,
     "The forecast wait of {forecastWaitMs} ms exceeds the deadline of {deadlineMs} ms, "
     "retry in {retry_after} seconds or on another replica",
     extra=("forecastWaitMs", "deadlineMs"),
-)  # fmt: skip
+)
 DeadlinePassed = SchedulerError.row(
-    "DeadlinePassed", "deadline_exceeded", 504,
+    "DeadlinePassed",
+    "deadline_exceeded",
+    504,
     "The deadline of {deadlineMs} ms passed after {queueWaitMs} ms in the queue",
-    extra=("queueWaitMs", "deadlineMs"), retry_after=False,
-)  # fmt: skip
+    extra=("queueWaitMs", "deadlineMs"),
+    retry_after=False,
+)
 SchedulerStopped = SchedulerError.row(
-    "SchedulerStopped", "shutting_down", None,
+    "SchedulerStopped",
+    "shutting_down",
+    None,
     "The runner is shutting down; retry on another replica",
-)  # fmt: skip
+)
 ModelNotLoaded = SchedulerError.row(
-    "ModelNotLoaded", "model_not_loaded", 404,
+    "ModelNotLoaded",
+    "model_not_loaded",
+    404,
     "Model {model!r} is not loaded; load it with POST /v1/models/load (governed)",
-    extra=("model",), retry_after=False,
-)  # fmt: skip
+    extra=("model",),
+    retry_after=False,
+)
 ModelLoadFailed = SchedulerError.row(
-    "ModelLoadFailed", "model_load_failed", None,
-    "Model {model!r} failed to load: {reason}", extra=("model", "reason"),
-)  # fmt: skip
+    "ModelLoadFailed",
+    "model_load_failed",
+    None,
+    "Model {model!r} failed to load: {reason}",
+    extra=("model", "reason"),
+)
 ModelDoesNotFit = SchedulerError.row(
-    "ModelDoesNotFit", "model_does_not_fit", None,
-    "Model {model!r} does not fit: {reason}", extra=("model", "reason"),
-)  # fmt: skip
+    "ModelDoesNotFit",
+    "model_does_not_fit",
+    None,
+    "Model {model!r} does not fit: {reason}",
+    extra=("model", "reason"),
+)
 ModelUnloading = SchedulerError.row(
-    "ModelUnloading", "model_unloading", None,
-    "Model {model!r} is not taking requests: {reason}", extra=("model",),
-)  # fmt: skip
+    "ModelUnloading",
+    "model_unloading",
+    None,
+    "Model {model!r} is not taking requests: {reason}",
+    extra=("model",),
+)
 ModelFailed = SchedulerError.row(
-    "ModelFailed", "model_unavailable", None,
-    "Model {model!r} is unavailable: {reason}", extra=("model", "reason"),
-)  # fmt: skip
+    "ModelFailed",
+    "model_unavailable",
+    None,
+    "Model {model!r} is unavailable: {reason}",
+    extra=("model", "reason"),
+)

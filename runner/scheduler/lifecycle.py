@@ -299,9 +299,10 @@ class ModelLifecycle:
 
     def _failed_error(self, model: str, record: ModelRecord) -> SchedulerError:
         return ModelFailed(
-            model=model, reason=record.reason or "its engine failed",
+            model=model,
+            reason=record.reason or "its engine failed",
             retry_after=self._retry_after(),
-        )  # fmt: skip
+        )
 
     def _retry_after(self) -> int:
         return self.config.failed_retry_after_s

@@ -61,9 +61,14 @@ class ModelState(StrEnum):
 
 
 _HOLDING = frozenset(
-    {ModelState.LOADING, ModelState.READY, ModelState.DRAINING, ModelState.STOPPING,
-     ModelState.SLEEPING}
-)  # fmt: skip
+    {
+        ModelState.LOADING,
+        ModelState.READY,
+        ModelState.DRAINING,
+        ModelState.STOPPING,
+        ModelState.SLEEPING,
+    }
+)
 LEAVING = (ModelState.DRAINING, ModelState.STOPPING)
 
 ALLOWED: dict[ModelState, frozenset[ModelState]] = {
@@ -238,9 +243,10 @@ def admission(
         if autoload:
             return Gate.AUTOLOAD
         return ModelFailed(
-            model=model, reason=record.reason or "its engine failed",
+            model=model,
+            reason=record.reason or "its engine failed",
             retry_after=failed_retry_after_s,
-        )  # fmt: skip
+        )
     if state in LEAVING:  # 6
         if record.unloading or not autoload:
             return ModelUnloading(model=model, reason="it is being unloaded")

@@ -40,15 +40,19 @@ def wait_refusal(
     mine = waiting.tenant_depth(ticket.tenant)
     if cap is not None and mine >= cap:
         return TenantQueueFull(
-            tenant=ticket.tenant, tenantQueueDepth=mine, tenantMaxDepth=cap,
+            tenant=ticket.tenant,
+            tenantQueueDepth=mine,
+            tenantMaxDepth=cap,
             retry_after=retry_after(),
-        )  # fmt: skip
+        )
     depth = len(waiting)  # 4
     if depth >= config.max_queue_depth:
         return QueueFull(
-            queueDepth=depth, maxDepth=config.max_queue_depth, avgWaitMs=avg_wait_ms(),
+            queueDepth=depth,
+            maxDepth=config.max_queue_depth,
+            avgWaitMs=avg_wait_ms(),
             retry_after=retry_after(),
-        )  # fmt: skip
+        )
     deadline_ms = ticket.request.deadline_ms  # 5
     if deadline_ms is None:
         return None

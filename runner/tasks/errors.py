@@ -24,16 +24,23 @@ TaskNotFound = TaskError.row(
     "TaskNotFound", "task_not_found", 404, "No load task {taskId!r}", extra=("taskId",)
 )
 IllegalTaskTransition = TaskError.row(
-    "IllegalTaskTransition", "illegal_task_transition", None,
+    "IllegalTaskTransition",
+    "illegal_task_transition",
+    None,
     "Load task {taskId!r} cannot go from {current!r} to {target!r}",
-)  # fmt: skip
+)
 TaskNotCancellable = IllegalTaskTransition.row(
-    "TaskNotCancellable", "task_not_cancellable", 409,
+    "TaskNotCancellable",
+    "task_not_cancellable",
+    409,
     "Load task {taskId!r} is already {status}; there is nothing to cancel",
     extra=("taskId", "status"),
-)  # fmt: skip
+)
 TaskStoreUnavailable = TaskError.row(
-    "TaskStoreUnavailable", "task_store_unavailable", 503,
+    "TaskStoreUnavailable",
+    "task_store_unavailable",
+    503,
     "Load task store unreachable ({detail}); retry shortly",
-    retry_after=True, defaults={"retry_after": 1},
-)  # fmt: skip
+    retry_after=True,
+    defaults={"retry_after": 1},
+)

@@ -4,7 +4,7 @@ endpoint picker's 20 scrapes a second.
 It writes what prometheus_client's `generate_latest` writes, byte for byte, but keeps the
 text of each family's `# HELP`/`# TYPE` lines and of each series' name and labels between
 scrapes, so a scrape costs the collectors' work and one float formatting per sample
-(tests/runner/test_exposition.py compares the two). `twins` writes a family again under
+(tests/runner/telemetry/test_exposition.py compares the two). `twins` writes a family again under
 another name right after it (the seed's `vllm_inference_duration_seconds` beside
 `quorum_inference_duration_seconds`) without collecting it twice; `hidden` families are
 left out. One exposition may write several sources, one after the other (`/metrics` with

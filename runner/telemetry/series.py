@@ -7,7 +7,8 @@ collect (~80 µs a child), and the endpoint picker scrapes `/metrics` 20 times a
 Here a child is plain numbers, updated on the event-loop thread: a counter's or gauge's
 `value` (`child.value += n`, no call), a histogram's bucket counts and sum (one bisect).
 `collect` writes the samples prometheus_client's `Counter`, `Gauge` and `Histogram` would
-(less `_created`; tests/runner/test_exposition.py and test_metrics_updates.py compare them).
+(less `_created`; tests/runner/telemetry/test_exposition.py and test_metrics_updates.py
+compare them).
 A scrape on METRICS_PORT's thread may read a child while it is updated: the figures of
 one scrape can then be one update apart, never corrupt.
 """

@@ -59,9 +59,12 @@ class Tenancy:
             )
             replica = f"{s.runner_id}:{socket.gethostname()}:{os.getpid()}"
             permits: SharedPermits | None = SharedPermits(
-                RedisPermitStore.from_url(s.redis_url), s.redis_url, replica, cap_of,
+                RedisPermitStore.from_url(s.redis_url),
+                s.redis_url,
+                replica,
+                cap_of,
                 ttl_s=s.tenant_permit_ttl_s,
-            )  # fmt: skip
+            )
         else:
             budget_store = MemoryBudgetStore()
             usage_store = SqliteUsageStore(s.usage_db)

@@ -211,11 +211,16 @@ class Budgets:
             return decision.until
         wait = decision.retry_after_s
         raise TokenBudgetExceeded(
-            tenant=tenant, budget_text=charge.budget.text, budget=charge.budget.to_json(),
-            remaining=max(0, charge.limit - counter), requested=charge.amount,
-            resetAt=charge.window_end, retry_after=wait, limit=charge.limit,
+            tenant=tenant,
+            budget_text=charge.budget.text,
+            budget=charge.budget.to_json(),
+            remaining=max(0, charge.limit - counter),
+            requested=charge.amount,
+            resetAt=charge.window_end,
+            retry_after=wait,
+            limit=charge.limit,
             reset=duration(charge.window_end - now),
-        )  # fmt: skip
+        )
 
     async def _attempt(
         self, tenant: str, charges: list[Charge], now: float, *, shielded: bool = False
@@ -287,8 +292,12 @@ class Budgets:
         if used_in > held.input_bound or used_out > held.output_bound:
             log.warning(
                 "tenant %s used %d/%d tokens above its reserved bound %d/%d",
-                held.reservation.tenant, used_in, used_out, held.input_bound, held.output_bound,
-            )  # fmt: skip
+                held.reservation.tenant,
+                used_in,
+                used_out,
+                held.input_bound,
+                held.output_bound,
+            )
         settlements = settle(held.reservation, used_in, used_out)
         if not settlements:
             return

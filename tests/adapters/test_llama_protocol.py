@@ -1,5 +1,6 @@
 """adapters.llama_server.protocol: the llama-server command line, the request rewrite and the
-first-chunk cache report, as pure functions (the real engine: tests/runner/test_llama_real.py)."""
+first-chunk cache report, as pure functions (the real engine:
+tests/runner/engines/test_llama_real.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """adapters.lora: an adapter's tenants, digest, rank and size, read from its files (a real
-GGUF adapter: tests/runner/test_adapters_llama_real.py)."""
+GGUF adapter: tests/runner/lifecycle/test_adapter_ops_llama_real.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """adapters.llama_server.prefix_store: saved prompt states on disk, their index, bounds,
 permissions and sweeps (files written here stand in for llama-server's; the real engine:
-tests/runner/test_prefixes_real.py)."""
+tests/runner/engines/test_prefixes_real.py)."""
 
 from __future__ import annotations
 

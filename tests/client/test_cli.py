@@ -15,7 +15,8 @@ from typing import Any
 import pexpect
 import pytest
 
-from tests.support.fleet import Model, caps, runner, wait_for
+from tests.support.fleet import Model, caps, runner
+from tests.support.poll import eventually
 from tests.support.runner_proc import REPO_ROOT, RunnerProcess
 from tests.support.tokens import ADMIN_KEY, admin_env, dev_token
 
@@ -214,7 +215,7 @@ def test_unload_flush_cancel_and_tasks(r: RunnerProcess, tmp_path: Path) -> None
         text=True,
         cwd=REPO_ROOT,
     )
-    wait_for(lambda: bool(caps(r)["models"]["loading"]))
+    eventually(lambda: bool(caps(r)["models"]["loading"]))
     code, doc = run_json("tasks", "--url", r.url)
     assert code == 0 and [t["modelId"] for t in doc["tasks"]] == ["slow"]
     assert doc["tasks"][0]["status"] == "loading"

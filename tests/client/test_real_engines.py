@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from client import AsyncRunnerPool, RunnerPool
-from tests.support.fleet import loaded, wait_for
+from tests.support.fleet import loaded
+from tests.support.poll import eventually
 from tests.support.real_engines import LlamaServer
 from tests.support.runner_proc import start_runner
 
@@ -39,7 +40,7 @@ def test_helpers_on_real_llama_server_and_whisper(
         start_runner(models_file=models, env=env, ready_timeout=120) as r,
         RunnerPool([r.url], tenant="acme") as pool,
     ):
-        wait_for(lambda: {"gemma", "whisper"} <= set(loaded(r)), timeout=90)
+        eventually(lambda: {"gemma", "whisper"} <= set(loaded(r)), timeout=90)
         chat = pool.chat("gemma", [{"role": "user", "content": "Name a colour."}], max_tokens=8)
         assert chat.json()["choices"][0]["message"]["content"]
         assert chat.headers["x-cache-hit"] in ("true", "false") and "x-gpu-time-ms" in chat.headers

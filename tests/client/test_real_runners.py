@@ -16,7 +16,8 @@ from client import (
     RunnerPool,
     parse_token,
 )
-from tests.support.fleet import full_queue, load_token, loaded, loading, runner, wait_for
+from tests.support.fleet import full_queue, load_token, loaded, loading, runner
+from tests.support.poll import eventually
 from tests.support.tokens import dev_token
 
 pytestmark = pytest.mark.timeout(180)
@@ -48,7 +49,7 @@ def test_pick_among_three_runners_and_fall_over_when_one_is_killed() -> None:
         rb = Runner(b.url)
         token = parse_token(load_token("runner-b"))
         loading_b = background.submit(rb.load, token, progress=seen.append, interval_s=0.2)
-        wait_for(lambda: "m" in loading(b))
+        eventually(lambda: "m" in loading(b))
         clock = Clock()
         with RunnerPool([c.url, b.url, a.url], tenant="acme", clock=clock) as pool:
             choice = pool.pick("m")
@@ -153,7 +154,7 @@ def test_cancel_load_with_a_token_for_its_task() -> None:
             following = background.submit(
                 rb.load, parse_token(load_token("runner-b")), progress=first.append, interval_s=0.2
             )
-            wait_for(lambda: bool(first))
+            eventually(lambda: bool(first))
             task = first[0].task_id
             cancel = parse_token(dev_token("task-cancel", "m", {"taskId": task}, aud="runner-b"))
             with Runner(b.url) as other:

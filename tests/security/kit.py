@@ -11,7 +11,6 @@ import base64
 import os
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +22,7 @@ import yaml
 from runner.memory.proc import process_tree
 from tests.support import forkserver
 from tests.support.fleet import entry
+from tests.support.poll import eventually
 from tests.support.runner_proc import REPO_ROOT, RunnerProcess, start_runner
 from tests.support.tokens import DEV_AUDIT_KEY, DEV_REGISTRY
 
@@ -94,13 +94,12 @@ def keyed_runner(
 
 def wait_loaded(r: RunnerProcess, timeout: float = 30.0) -> None:
     """Until every preloaded model of the runner is loaded."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def settled() -> bool:
         doc = httpx.get(r.url + "/v1/capabilities", timeout=5).json()
-        if not doc["models"]["loading"]:
-            return
-        time.sleep(0.05)
-    raise AssertionError("models still loading")
+        return not doc["models"]["loading"]
+
+    eventually(settled, timeout, "every preloaded model loaded")
 
 
 def chat(url: str, headers: dict[str, str] | None = None, **body: Any) -> httpx.Response:

@@ -32,7 +32,8 @@ from tests.security.kit import (
     wait_loaded,
 )
 from tests.support.engines import process_env
-from tests.support.fleet import entry, wait_for
+from tests.support.fleet import entry
+from tests.support.poll import eventually
 from tests.support.redis_server import free_port
 from tests.support.runner_proc import RunnerProcess, start_runner
 
@@ -228,7 +229,7 @@ def test_one_address_holding_sockets_does_not_starve_the_others() -> None:
                 held.enter_context(sock)  # held open; a refused one is let go
             else:
                 sock.close()
-        wait_for(lambda: _status(r.url + "/health/live") == 200, timeout=10)
+        eventually(lambda: _status(r.url + "/health/live") == 200, timeout=10)
         assert statuses == [b"200"] * 4 + [b"429"] * 2, statuses
 
 

@@ -23,7 +23,8 @@ from tests.security.kit import (
     stalled_stream,
     stand_in_models,
 )
-from tests.support.engines import comfyui_root, eventually
+from tests.support.engines import comfyui_root
+from tests.support.poll import eventually
 from tests.support.redis_server import RedisServer, running_redis
 from tests.support.runner_proc import RunnerProcess, start_runner
 

@@ -23,7 +23,8 @@ from adapters.whisper.errors import InvalidAudio
 from tests.fixtures.launch import FakeEngine, start_fake
 from tests.runner.audio.runner_kit import webhook_receiver
 from tests.security.kit import SECRETS, SHARED_SECRET, bearer, comfy_models, keyed_runner
-from tests.support.engines import comfyui_root, eventually
+from tests.support.engines import comfyui_root
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(120)

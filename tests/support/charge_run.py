@@ -17,7 +17,7 @@ import httpx
 from hypothesis import strategies as st
 
 from tests.support.engine_counters import EngineCounters
-from tests.support.fleet import wait_for
+from tests.support.poll import eventually
 from tests.support.tokens import FAIRNESS
 
 TENANTS = ("alpha", "beta")
@@ -119,15 +119,15 @@ def run_batch(
 ) -> tuple[int, int]:
     """Run `batch` concurrently; once the engine is idle and the usage holds every request,
     the output tokens the engine generated for it and those the runner charged."""
-    wait_for(engine.idle, timeout=120)
+    eventually(engine.idle, timeout=120)
     requests_before, charged_before = charged(url, model)
     generated_before = engine.generated()
     with ThreadPoolExecutor(3) as pool:
         statuses = list(pool.map(lambda r: send(url, model, r), batch))
     assert all(s == "200" for s in statuses), statuses
-    wait_for(engine.idle, timeout=120)
+    eventually(engine.idle, timeout=120)
     want = requests_before + len(batch)
-    wait_for(lambda: charged(url, model)[0] >= want, timeout=60)
+    eventually(lambda: charged(url, model)[0] >= want, timeout=60)
     generated = engine.generated() - generated_before
     spent = charged(url, model)[1] - charged_before
     tally.generated += generated

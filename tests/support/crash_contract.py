@@ -33,7 +33,8 @@ from typing import Any
 import httpx
 import orjson
 
-from tests.support.engines import caps, eventually
+from tests.support.engines import caps
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner, wait_started
 
 

@@ -4,12 +4,12 @@ whose `main.py` runs the fake, and the command lines of running engine processes
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from tests.support.poll import eventually
 from tests.support.runner_proc import REPO_ROOT
 from tests.support.tokens import DEV_REGISTRY, dev_token
 
@@ -61,13 +61,12 @@ def flush(url: str, scope: str, **fields: Any) -> httpx.Response:
 
 def wait_task(url: str, task_id: str, timeout: float = 60) -> dict[str, Any]:
     """The load task once it ended (completed, failed or cancelled)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def ended() -> dict[str, Any] | None:
         doc: dict[str, Any] = httpx.get(f"{url}/v1/models/load/{task_id}").json()
-        if doc["status"] in ("completed", "failed", "cancelled"):
-            return doc
-        time.sleep(0.05)
-    raise AssertionError(f"load task {task_id} did not end within {timeout} s")
+        return doc if doc["status"] in ("completed", "failed", "cancelled") else None
+
+    return eventually(ended, timeout, f"the end of load task {task_id}")
 
 
 def load_and_wait(url: str, model: str, **fields: Any) -> dict[str, Any]:
@@ -83,17 +82,6 @@ def caps(url: str) -> dict[str, Any]:
 
 def loaded(url: str) -> list[str]:
     return [m["id"] for m in caps(url)["models"]["loaded"]]
-
-
-def eventually(check: Any, timeout: float = 10.0, what: str = "condition") -> Any:
-    """Poll `check()` (a subprocess's state) until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not reached within {timeout} s")
 
 
 def processes_with(*parts: str, parent: int | None = None) -> list[tuple[int, list[str]]]:

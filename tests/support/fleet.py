@@ -7,8 +7,7 @@ by the runner itself, so loads, queues and refusals are the runner's own.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, fixture_bin, start_runner
 from tests.support.tokens import DEV_REGISTRY, dev_token
 
@@ -62,7 +62,7 @@ def runner(
     with start_runner(models_file=text, env=full_env) as r:
         for model, spec in models.items():
             if spec.preload:
-                wait_for(lambda m=model: m in loaded(r), timeout=30)
+                eventually(lambda m=model: m in loaded(r), timeout=30)
         yield r
 
 
@@ -79,13 +79,7 @@ def loading(r: RunnerProcess) -> list[str]:
     return [m["id"] for m in caps(r)["models"]["loading"]]
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 20.0) -> None:
-    """Poll `check` until it holds (AssertionError after `timeout`)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
+wait_for = eventually  # its older name here (tests/support/poll.py)
 
 
 def load_token(runner_id: str, model: str = "m", **params: object) -> dict[str, Any]:
@@ -127,5 +121,5 @@ def full_queue(
             )
             for _ in range(waiting)
         ]
-        wait_for(lambda: caps(r)["queue"]["depth"] == waiting)
+        eventually(lambda: caps(r)["queue"]["depth"] == waiting)
         yield queued

@@ -22,7 +22,7 @@ from adapters.fields import CHAT, COMPLETIONS
 from adapters.llama_server.fields import LLAMA_SERVER_FIELDS
 from adapters.vllm.fields import VLLM_FIELDS
 from runner.http.canonical import OPENAI_FIELDS
-from tests.support.fleet import wait_for
+from tests.support.poll import eventually
 
 LLAMA_OWN = (
     "n_predict", "n_cmpl", "n_keep", "n_discard", "n_probs", "n_indent", "id_slot",
@@ -131,7 +131,7 @@ def check_body(
     before = t.generated()
     status, remaining, code = exchange(url, headers, chat, body)
     assert status in (200, 400), (status, code, body)
-    wait_for(lambda: charged(url, headers)[0] > requests, timeout=30)
+    eventually(lambda: charged(url, headers)[0] > requests, timeout=30)
     generated = t.generated() - before
     if status == 400:
         assert code in ("unsupported_parameter", "invalid_request", "invalid_value"), (code, body)

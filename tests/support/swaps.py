@@ -2,9 +2,9 @@
 purpose, and governed adapter loads and unloads that each start the engine again
 (llama-server loads adapters only at start: `ModelPool.restart_engine`).
 
-Used by the swap stress tests on the stand-in (tests/runner/test_engine_swap_stress.py)
-and on the real llama-server (tests/runner/test_adapters_llama_real.py); their figures are
-in docs/reliability.md ("An engine swapped under traffic").
+Used by the swap stress tests on the stand-in (tests/runner/engines/test_pool_swap_stress.py)
+and on the real llama-server (tests/runner/lifecycle/test_adapter_ops_llama_real.py); their
+figures are in docs/reliability.md ("An engine swapped under traffic").
 """
 
 from __future__ import annotations

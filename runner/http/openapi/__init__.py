@@ -6,7 +6,7 @@ generator would describe neither truthfully. What can be read from the code is r
 it: the error codes per status from every package's error table (`components.error_codes`),
 the enumerations (quantizations, flush scopes, response formats) from the modules that
 check them, and the models in the examples from this runner's models file.
-`tests/runner/test_openapi.py` runs schemathesis over the served document against a real
+`tests/runner/http/test_openapi.py` runs schemathesis over the served document against a real
 runner: no 5xx, every status and body as documented.
 
     paths.py        the data path (chat, audio, images) and jobs, and shared helpers
@@ -158,8 +158,12 @@ def _error_responses() -> dict[str, Schema]:
         described = {"description": _ERROR_WHEN[status], "content": content}
         out[f"E{status}"] = {**described, "headers": header_refs(own, required)}
         data = (*DATA_PATH_HEADERS, "X-GPU-Time-Ms", *own)
-        limits = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset",
-                  "X-Effective-Priority")  # fmt: skip
+        limits = (
+            "RateLimit-Limit",
+            "RateLimit-Remaining",
+            "RateLimit-Reset",
+            "X-Effective-Priority",
+        )
         data += tuple(h for h in limits if h not in data)
         out[f"D{status}"] = {
             **described,

@@ -34,7 +34,7 @@ ERROR_MODULES = (
 ERROR_STATUSES = (400, 401, 403, 404, 405, 408, 409, 413, 415, 429, 431, 502, 503, 504)
 """The statuses the runner answers in its envelope (500 is never documented: a bug; 499 is
 the metrics' label for a client gone, never sent). Every row's status must be one of these
-(tests/runner/test_openapi.py)."""
+(tests/runner/http/test_openapi.py)."""
 
 ANY_PATH_STATUSES = (408, 431)
 """What any request may meet before it reaches a path: headers or body too slow (408),

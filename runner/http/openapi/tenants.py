@@ -61,9 +61,18 @@ USAGE: Schema = {
             "items": {
                 "type": "object",
                 "required": [
-                    "tenant", "model", "start", "requests", "requestsByOutcome", "promptTokens",
-                    "completionTokens", "cachedTokens", "engineSeconds", "queueSeconds",
-                    "images", "audioSeconds",
+                    "tenant",
+                    "model",
+                    "start",
+                    "requests",
+                    "requestsByOutcome",
+                    "promptTokens",
+                    "completionTokens",
+                    "cachedTokens",
+                    "engineSeconds",
+                    "queueSeconds",
+                    "images",
+                    "audioSeconds",
                 ],
                 "properties": {
                     "tenant": {"type": "string"},
@@ -86,7 +95,7 @@ USAGE: Schema = {
             },
         },
     },
-}  # fmt: skip
+}
 TENANT_LIST: Schema = {
     "type": "object",
     "required": ["version", "tenants"],
@@ -96,8 +105,14 @@ TENANT_LIST: Schema = {
             "type": "array",
             "items": {
                 "type": "object",
-                "required": ["tenantId", "source", "version", "policySha256", "approvedBy",
-                             "policy"],
+                "required": [
+                    "tenantId",
+                    "source",
+                    "version",
+                    "policySha256",
+                    "approvedBy",
+                    "policy",
+                ],
                 "properties": {
                     "tenantId": {"type": "string"},
                     "source": {"enum": ["file", "api"]},
@@ -105,13 +120,15 @@ TENANT_LIST: Schema = {
                     "policySha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
                     "approvedBy": {"type": "array", "items": {"type": "string"}},
                     "updatedAt": {"type": ["number", "null"]},
-                    "policy": {"type": ["object", "null"],
-                               "description": "null: deleted by a governed DELETE"},
+                    "policy": {
+                        "type": ["object", "null"],
+                        "description": "null: deleted by a governed DELETE",
+                    },
                 },
             },
         },
     },
-}  # fmt: skip
+}
 
 
 def tenants() -> dict[str, Schema]:
@@ -123,9 +140,13 @@ def tenants() -> dict[str, Schema]:
         {"name": n, "in": "query", "required": False, "schema": {"type": "string"}}
         for n in ("from", "to", "tenant", "model")
     ] + [
-        {"name": "group_by", "in": "query", "required": False,
-         "schema": {"type": "string", "enum": ["hour", "day"]}},
-    ]  # fmt: skip
+        {
+            "name": "group_by",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "string", "enum": ["hour", "day"]},
+        },
+    ]
     return {
         "/v1/tenants": get_operation(
             "Every tenant policy, its source, version and approvers (ADMIN_TENANTS)",

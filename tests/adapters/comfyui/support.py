@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import struct
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +70,3 @@ def model_free(prefix: str, **values: Any) -> dict[str, Any]:
 async def fake_state(http: httpx.AsyncClient) -> dict[str, Any]:
     state: dict[str, Any] = (await http.get("/_fake/comfy")).json()
     return state
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    """Wait until `check()` is true (a subprocess's state), failing after `timeout`."""
-    async with asyncio.timeout(timeout):
-        while not await check():
-            await asyncio.sleep(0.02)

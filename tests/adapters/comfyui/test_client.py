@@ -18,12 +18,12 @@ from adapters.errors import EngineBadResponse, EngineUnavailable
 from tests.adapters.comfyui.support import (
     CHECKPOINT,
     FAST,
-    eventually,
     fake_state,
     model_free,
     png_size,
     txt2img,
 )
+from tests.support.poll import eventually_async
 
 SLOW = "[fake:slow]"  # sampler steps of 100 ms
 
@@ -133,7 +133,7 @@ async def test_client_200_with_node_errors_fails_and_removes_the_prompt(
         queue = await client.queue()
         return prompt_id not in queue.pending and prompt_id not in queue.running
 
-    await eventually(gone)
+    await eventually_async(gone)
 
 
 async def test_client_retries_a_duplicate_prompt_id_with_a_fresh_one(
@@ -219,7 +219,7 @@ async def test_cancelling_a_run_interrupts_it_at_comfyui(client: ComfyUIClient) 
         entry = await client.history(prompt_id)
         return entry is not None and entry["status"]["messages"][-1][0] == "execution_interrupted"
 
-    await eventually(interrupted)
+    await eventually_async(interrupted)
 
 
 async def test_queue_shows_running_and_pending_and_cancel_removes_a_pending_prompt(
@@ -252,7 +252,7 @@ async def test_free_unloads_models_as_system_stats_shows(client: ComfyUIClient) 
         d = (await client.system_stats()).primary
         return d is not None and d.vram_free == d.vram_total
 
-    await eventually(freed)
+    await eventually_async(freed)
 
 
 async def test_models_lists_checkpoints(client: ComfyUIClient) -> None:

@@ -17,14 +17,9 @@ from adapters.comfyui.follow import run
 from adapters.comfyui.server import ComfyUIServer, command_line
 from adapters.comfyui.workflows import MODEL_FREE_TEST, TXT2IMG
 from adapters.errors import EngineStartFailed, IllegalEngineTransition, UnsupportedRequest
-from tests.adapters.comfyui.support import (
-    CHECKPOINT,
-    FAST,
-    eventually,
-    stub_comfyui,
-    txt2img,
-)
+from tests.adapters.comfyui.support import CHECKPOINT, FAST, stub_comfyui, txt2img
 from tests.fixtures.launch import FakeEngine
+from tests.support.poll import eventually_async
 
 
 def state(engine: ComfyUIEngine) -> ComfyModelState:
@@ -137,7 +132,7 @@ async def test_engine_status_shows_queue_depth_and_the_running_prompt(
             async def busy() -> bool:
                 return bool((await server.client.queue()).running)
 
-            await eventually(busy)
+            await eventually_async(busy)
             status = (await engine.status()).to_json()
             assert status["queueDepth"] == 1 and status["queueRunning"] == 1
             assert status["runningPromptId"] == (await server.client.queue()).running[0]

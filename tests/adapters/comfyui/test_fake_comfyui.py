@@ -12,10 +12,11 @@ import orjson
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.adapters.comfyui.support import CHECKPOINT, comfy_base, eventually, model_free, txt2img
+from tests.adapters.comfyui.support import CHECKPOINT, comfy_base, model_free, txt2img
 from tests.fixtures._comfy_worker import blur_ms
 from tests.fixtures.fake_comfyui import parser
 from tests.fixtures.launch import FakeEngine, start_fake
+from tests.support.poll import eventually_async
 
 
 async def _events_of_one_prompt(comfy: FakeEngine, http: httpx.AsyncClient) -> list[dict[str, Any]]:
@@ -142,7 +143,7 @@ async def test_fake_serves_an_identical_graph_from_its_cache(
         async def done(pid: str = prompt_id) -> bool:
             return bool((await http.get(f"/history/{pid}")).json())
 
-        await eventually(done)
+        await eventually_async(done)
         entry = (await http.get(f"/history/{prompt_id}")).json()[prompt_id]
         names.append(entry["outputs"]["3"]["images"][0]["filename"])
     second_cached = next(m for m in entry["status"]["messages"] if m[0] == "execution_cached")
@@ -177,7 +178,7 @@ async def test_fake_applies_free_after_the_running_prompt(
     async def loaded() -> bool:
         return CHECKPOINT in (await http.get("/_fake/comfy")).json()["loaded"]
 
-    await eventually(loaded)
+    await eventually_async(loaded)
     assert (await http.post("/free", json={"unload_models": True})).status_code == 200
     assert await loaded()  # still running with it
     assert (await http.get("/queue")).json()["queue_running"][0][1] == prompt_id
@@ -185,7 +186,7 @@ async def test_fake_applies_free_after_the_running_prompt(
     async def unloaded() -> bool:
         return not await loaded()
 
-    await eventually(unloaded)
+    await eventually_async(unloaded)
     assert (await http.get(f"/history/{prompt_id}")).json()[prompt_id]["status"][
         "status_str"
     ] == "success"
@@ -213,7 +214,7 @@ async def test_fake_interrupt_acts_only_when_the_running_node_ends(
         async def blurring() -> bool:
             return bool((await http.get("/_fake/comfy")).json()["blurring"])
 
-        await eventually(blurring)
+        await eventually_async(blurring)
         await http.post("/interrupt", json={"prompt_id": prompt_id})
         assert (await http.get("/_fake/comfy")).json()["blurring"]
         assert (await http.get("/queue")).json()["queue_running"][0][1] == prompt_id
@@ -224,7 +225,7 @@ async def test_fake_interrupt_acts_only_when_the_running_node_ends(
     async def ended() -> bool:
         return bool((await http.get(f"/history/{prompt_id}")).json())
 
-    await eventually(ended)
+    await eventually_async(ended)
     assert (await http.get("/queue")).json()["queue_running"] == []
     status = (await http.get(f"/history/{prompt_id}")).json()[prompt_id]["status"]
     event, data = status["messages"][-1]

@@ -18,8 +18,9 @@ from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.store import ImageStore
 from adapters.comfyui.workflows import TXT2IMG
-from tests.adapters.comfyui.support import CHECKPOINT, FAST, eventually, png_size
+from tests.adapters.comfyui.support import CHECKPOINT, FAST, png_size
 from tests.fixtures.launch import FakeEngine
+from tests.support.poll import eventually_async
 
 
 class Reports:
@@ -127,7 +128,7 @@ async def test_generate_cancelled_interrupts_the_prompt(model: ComfyUIEngine) ->
     async def sampling() -> bool:
         return any(done > 0 for done, _ in reports.reports[2:])
 
-    await eventually(sampling)
+    await eventually_async(sampling)
     (prompt_id,) = (await model.client.queue()).running
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
@@ -137,7 +138,7 @@ async def test_generate_cancelled_interrupts_the_prompt(model: ComfyUIEngine) ->
         entry = await model.client.history(prompt_id)
         return entry is not None and entry["status"]["messages"][-1][0] == "execution_interrupted"
 
-    await eventually(interrupted)
+    await eventually_async(interrupted)
 
 
 async def test_generate_before_load_is_not_ready(comfy: FakeEngine) -> None:

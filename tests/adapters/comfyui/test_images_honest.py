@@ -22,10 +22,11 @@ from adapters.comfyui.server import ComfyUIServer, job_folders, output_folder
 from adapters.comfyui.store import ImageStore
 from adapters.comfyui.workflows import TXT2IMG, WorkflowTemplate, template_from_json
 from adapters.errors import EngineCrashed
-from tests.adapters.comfyui.support import CHECKPOINT, FAST, eventually, stub_comfyui
+from tests.adapters.comfyui.support import CHECKPOINT, FAST, stub_comfyui
 from tests.fixtures._comfy_nodes import png
 from tests.fixtures._comfy_probe import png_chunks, png_text
 from tests.fixtures.launch import FakeEngine
+from tests.support.poll import eventually_async
 
 
 @pytest.fixture
@@ -84,7 +85,7 @@ async def test_generate_url_copy_is_removed_after_its_ttl(
     async def gone() -> bool:
         return list(store.directory.glob("*.png")) == []
 
-    await eventually(gone, 5)
+    await eventually_async(gone, 5)
 
 
 async def test_generate_failed_after_saving_still_removes_the_files(
@@ -103,7 +104,7 @@ async def test_generate_failed_after_saving_still_removes_the_files(
         async def removed() -> bool:
             return _pngs(comfy_dir) == []
 
-        await eventually(removed, 5)
+        await eventually_async(removed, 5)
     finally:
         await server.stop()
 
@@ -137,7 +138,7 @@ async def test_generate_cancelled_removes_the_files_once_comfyui_stops_the_promp
     async def running() -> bool:
         return bool((await model.client.queue()).running)
 
-    await eventually(running)
+    await eventually_async(running)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -146,7 +147,7 @@ async def test_generate_cancelled_removes_the_files_once_comfyui_stops_the_promp
         idle = (await model.client.queue()).depth == 0
         return idle and not generator._cleanups and _pngs(comfy_dir) == []
 
-    await eventually(settled)
+    await eventually_async(settled)
 
 
 async def test_generate_crash_mid_prompt_is_the_engines_crash(tmp_path: Path) -> None:
@@ -165,7 +166,7 @@ async def test_generate_crash_mid_prompt_is_the_engines_crash(tmp_path: Path) ->
             queue = await engine.client.queue()
             return len(queue.running) == 1 and len(queue.pending) == 1
 
-        await eventually(both_at_comfyui)
+        await eventually_async(both_at_comfyui)
         assert server.process is not None and server.process.pid is not None
         os.killpg(server.process.pid, signal.SIGKILL)
         for task in (running, queued):

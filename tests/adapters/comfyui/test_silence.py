@@ -19,8 +19,9 @@ from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.workflows import WorkflowTemplate, template_from_json
 from adapters.errors import EngineSilent
-from tests.adapters.comfyui.support import FAST, comfy_base, eventually, txt2img
+from tests.adapters.comfyui.support import FAST, comfy_base, txt2img
 from tests.fixtures.launch import FakeEngine, start_fake
+from tests.support.poll import eventually_async
 
 HANG = "[fake:hang]"
 SLOW = "[fake:slow]"  # sampler steps of 100 ms (conftest)
@@ -76,7 +77,7 @@ async def test_silence_running_prompt_is_504_and_interrupted(client: ComfyUIClie
     async def interrupted() -> bool:
         return await _history_verdict(client, prompt_id) == "execution_interrupted"
 
-    await eventually(interrupted)
+    await eventually_async(interrupted)
     assert (await client.queue()).depth == 0
 
 
@@ -92,7 +93,7 @@ async def test_silence_pending_prompt_is_removed_from_comfyuis_queue(
     async def other_runs() -> bool:
         return (await client.queue()).running == (other.prompt_id,)
 
-    await eventually(other_runs)
+    await eventually_async(other_runs)
     with pytest.raises(EngineSilent) as caught:
         await run(client, txt2img("ours", "quorum/ours"), timing=_timing(0.5))
     assert "queue: removed" in str(caught.value)
@@ -103,7 +104,7 @@ async def test_silence_pending_prompt_is_removed_from_comfyuis_queue(
     async def other_interrupted() -> bool:
         return await _history_verdict(client, other.prompt_id) == "execution_interrupted"
 
-    await eventually(other_interrupted)
+    await eventually_async(other_interrupted)
 
 
 @pytest.mark.timeout(30)
@@ -179,7 +180,7 @@ async def test_silence_504_waits_until_comfyui_lets_go_of_the_prompt(
     async def cleaned_up() -> bool:
         return not generator._cleanups
 
-    await eventually(cleaned_up)
+    await eventually_async(cleaned_up)
 
 
 @pytest.mark.timeout(30)
@@ -195,4 +196,4 @@ async def test_silence_waits_for_comfyui_at_most_release_s(blurs: ComfyUIEngine)
     async def cleaned_up() -> bool:  # the prompt ended at ComfyUI; its files are removed
         return (await blurs.client.queue()).depth == 0 and not generator._cleanups
 
-    await eventually(cleaned_up)
+    await eventually_async(cleaned_up)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import re
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import Any
 import httpx
 
 from runner.memory.proc import process_tree
+from tests.support.poll import eventually
 
 TRANSCRIPTIONS = "/v1/audio/transcriptions"
 SECRET = "whsec_" + base64.b64encode(bytes(range(7, 39))).decode()
@@ -77,15 +77,7 @@ def metric(url: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-def wait_for(condition: Any, timeout: float = 30.0, every: float = 0.05) -> Any:
-    """Poll `condition()` until it returns something truthy; that value."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"condition not met within {timeout} s")
+wait_for = eventually  # its older name here (tests/support/poll.py)
 
 
 def loaded(url: str, model: str = "whisper") -> bool:

@@ -16,7 +16,8 @@ import pytest
 
 from tests.adapters.whisper.speech import SpeechFiles
 from tests.runner.audio.conftest import SpeechRunner
-from tests.runner.audio.runner_kit import transcribe, wait_for
+from tests.runner.audio.runner_kit import transcribe
+from tests.support.poll import eventually
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -74,7 +75,7 @@ def test_speech_charged_by_the_measured_seconds_sync_and_job(
         job: dict[str, Any] = httpx.get(job_url, headers=headers, timeout=10).json()
         return job if job["status"] in ("succeeded", "failed", "cancelled") else None
 
-    job = wait_for(ended, timeout=120)
+    job = eventually(ended, timeout=120)
     assert job["status"] == "succeeded", job
     assert job["progress"]["total"] == pytest.approx(real, abs=0.1)
     charged = _usage(url, "claims-sync")

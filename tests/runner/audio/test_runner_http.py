@@ -19,14 +19,8 @@ import pytest
 
 from tests.adapters.whisper.speech import SpeechFiles, has_words
 from tests.runner.audio.conftest import SpeechRunner
-from tests.runner.audio.runner_kit import (
-    TRANSCRIPTIONS,
-    loaded,
-    metric,
-    transcribe,
-    wait_for,
-    worker_pids,
-)
+from tests.runner.audio.runner_kit import TRANSCRIPTIONS, loaded, metric, transcribe, worker_pids
+from tests.support.poll import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -162,7 +156,7 @@ def test_runner_speech_30_mib_is_413_before_the_body_is_read(
     assert status == 413, raw
     assert answered or sent < 30 * MIB
     assert largest <= LIMIT + 64 * 1024
-    assert wait_for(lambda: _spooled_bytes(speech_runner.tmp) == 0, timeout=5)
+    assert eventually(lambda: _spooled_bytes(speech_runner.tmp) == 0, timeout=5)
 
 
 def test_runner_speech_unknown_model_404_wrong_endpoint_400_get_405(
@@ -190,14 +184,14 @@ def test_runner_speech_killed_worker_fails_that_request_and_the_restart_serves(
     (worker,) = worker_pids(pid)
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(transcribe, url, speech.long)
-        wait_for(lambda: metric(url, "quorum_requests_in_flight", model="whisper") >= 1)
+        eventually(lambda: metric(url, "quorum_requests_in_flight", model="whisper") >= 1)
         os.kill(worker, signal.SIGKILL)
         r = pending.result()
     assert r.status_code == 502, r.text
     error = r.json()["error"]
     assert error["code"] == "engine_crashed" and "SIGKILL" in error["message"], error
     assert httpx.get(url + "/health").status_code in (200, 503)  # serving; model may be down
-    wait_for(lambda: loaded(url), timeout=60, every=0.1)
+    eventually(lambda: loaded(url), timeout=60, every=0.1)
     (new_worker,) = worker_pids(pid)
     assert new_worker != worker
     after = transcribe(url, speech.hello)

@@ -11,7 +11,8 @@ from standardwebhooks import Webhook
 
 from tests.adapters.whisper.speech import SpeechFiles, has_words
 from tests.runner.audio.conftest import SpeechRunner
-from tests.runner.audio.runner_kit import SECRET, transcribe, wait_for, webhook_receiver
+from tests.runner.audio.runner_kit import SECRET, transcribe, webhook_receiver
+from tests.support.poll import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -44,8 +45,8 @@ def test_runner_job_shows_progress_then_the_result_and_signs_its_webhook(
             seen.append(doc)
             return doc["status"] in ("succeeded", "failed", "cancelled")
 
-        wait_for(finished, timeout=60, every=0.05)
-        hooks = wait_for(lambda: receiver.received, timeout=30)
+        eventually(finished, timeout=60, every=0.05)
+        hooks = eventually(lambda: receiver.received, timeout=30)
     done = seen[-1]
     assert done["status"] == "succeeded", done
     assert has_words(done["result"]["text"], STORY_WORDS), done["result"]
@@ -56,7 +57,7 @@ def test_runner_job_shows_progress_then_the_result_and_signs_its_webhook(
     payload = Webhook(SECRET).verify(hooks[0].body, hooks[0].headers)
     assert payload["type"] == "job.succeeded" and payload["data"]["id"] == job_id
     assert hooks[0].headers["webhook-id"] and hooks[0].headers["webhook-signature"]
-    deliveries = wait_for(lambda: _job(url, job_id).json()["webhook"]["deliveries"], timeout=10)
+    deliveries = eventually(lambda: _job(url, job_id).json()["webhook"]["deliveries"], timeout=10)
     assert deliveries[0]["status_code"] == 204
 
 
@@ -72,7 +73,7 @@ def test_runner_job_is_invisible_to_another_tenant(
     assert other.status_code == 404 and other.json()["error"]["code"] == "job_not_found"
     delete = httpx.delete(f"{url}/v1/jobs/{job_id}", headers={"X-Tenant-ID": "globex"})
     assert delete.status_code == 404
-    done = wait_for(
+    done = eventually(
         lambda: (d := _job(url, job_id).json())["status"] == "succeeded" and d, timeout=60
     )
     assert done["result"]["format"] == "srt" and has_words(done["result"]["content"])
@@ -85,7 +86,7 @@ def test_runner_job_delete_cancels_a_running_transcription(
     url = speech_runner.url
     r = transcribe(url, speech.long, headers=ASYNC)
     job_id = r.json()["id"]
-    wait_for(lambda: _job(url, job_id).json()["status"] == "running", timeout=30)
+    eventually(lambda: _job(url, job_id).json()["status"] == "running", timeout=30)
     cancel = httpx.delete(f"{url}/v1/jobs/{job_id}", headers={"X-Tenant-ID": "acme"})
     assert cancel.status_code == 200 and cancel.json()["status"] == "cancelled"
     assert _job(url, job_id).json()["status"] == "cancelled"

@@ -9,12 +9,8 @@ import httpx
 import pytest
 
 from tests.adapters.whisper.speech import SpeechFiles, has_words, tree_rss_bytes
-from tests.runner.audio.runner_kit import (
-    transcribe,
-    wait_for,
-    whisper_models_file,
-    worker_pids,
-)
+from tests.runner.audio.runner_kit import transcribe, whisper_models_file, worker_pids
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner
 from tests.support.tokens import DEV_REGISTRY, dev_token
 
@@ -41,7 +37,7 @@ def _load(url: str) -> dict[str, Any]:
         doc: dict[str, Any] = httpx.get(f"{url}/v1/models/load/{task_id}").json()
         return doc if doc["status"] in ("completed", "failed", "cancelled") else None
 
-    done: dict[str, Any] = wait_for(finished, timeout=60, every=0.1)
+    done: dict[str, Any] = eventually(finished, timeout=60, every=0.1)
     return done
 
 

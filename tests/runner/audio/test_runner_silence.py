@@ -22,11 +22,11 @@ from tests.runner.audio.runner_kit import (
     loaded,
     metric,
     transcribe,
-    wait_for,
     whisper_models_file,
     worker_pids,
 )
 from tests.support.engines import alive
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(120)
@@ -45,7 +45,7 @@ def runner(whisper_model: str) -> Iterator[RunnerProcess]:
 def _stop_worker_when_busy(url: str, runner_pid: int) -> int:
     """SIGSTOP the worker once a transcription is on it; its pid."""
     (worker,) = worker_pids(runner_pid)
-    wait_for(lambda: metric(url, "quorum_requests_in_flight", model="whisper") >= 1)
+    eventually(lambda: metric(url, "quorum_requests_in_flight", model="whisper") >= 1)
     os.kill(worker, signal.SIGSTOP)
     return worker
 
@@ -61,7 +61,7 @@ def test_runner_speech_silent_worker_is_504_and_the_restarted_one_serves_the_que
         stuck = pool.submit(transcribe, url, speech.long)
         worker = _stop_worker_when_busy(url, runner.proc.pid)
         queued = pool.submit(transcribe, url, speech.hello)
-        wait_for(lambda: httpx.get(url + "/health", timeout=10).json()["queueDepth"] >= 1)
+        eventually(lambda: httpx.get(url + "/health", timeout=10).json()["queueDepth"] >= 1)
         answer, after = stuck.result(), queued.result()
     assert answer.status_code == 504, answer.text
     error = answer.json()["error"]
@@ -82,7 +82,7 @@ def test_runner_speech_silent_worker_mid_stream_ends_with_an_engine_timeout_even
     """stream=true, the worker stopped after the answer began: the stream ends with one
     `error` event whose code is `engine_timeout`; the model then serves again."""
     url = runner.url
-    wait_for(lambda: loaded(url), timeout=60, every=0.1)
+    eventually(lambda: loaded(url), timeout=60, every=0.1)
     (worker,) = worker_pids(runner.proc.pid)
     stopped = False
     events = []
@@ -101,7 +101,7 @@ def test_runner_speech_silent_worker_mid_stream_ends_with_an_engine_timeout_even
                 stopped = True
     assert stopped and "error" in events[-1], events[-3:]
     assert events[-1]["error"]["code"] == "engine_timeout", events[-1]
-    wait_for(lambda: loaded(url), timeout=60, every=0.1)
+    eventually(lambda: loaded(url), timeout=60, every=0.1)
     assert transcribe(url, speech.hello).status_code == 200
 
 
@@ -111,7 +111,7 @@ def test_runner_speech_silent_worker_fails_the_async_job_with_engine_timeout(
     """A transcription job whose worker is stopped mid-way ends `failed` with
     `engine_timeout`; the model then serves again."""
     url = runner.url
-    wait_for(lambda: loaded(url), timeout=60, every=0.1)
+    eventually(lambda: loaded(url), timeout=60, every=0.1)
     headers = {"X-Tenant-ID": "jobs", "Prefer": "respond-async"}
     r = transcribe(url, speech.long, headers=headers)
     assert r.status_code == 202, r.text
@@ -121,9 +121,9 @@ def test_runner_speech_silent_worker_fails_the_async_job_with_engine_timeout(
         doc: dict[str, Any] = httpx.get(job_url, headers=headers, timeout=10).json()
         return doc
 
-    wait_for(lambda: job()["status"] == "running")
+    eventually(lambda: job()["status"] == "running")
     _stop_worker_when_busy(url, runner.proc.pid)
-    ended = wait_for(lambda: (d := job())["status"] in ("succeeded", "failed") and d)
+    ended = eventually(lambda: (d := job())["status"] in ("succeeded", "failed") and d)
     assert ended["status"] == "failed" and ended["error"]["code"] == "engine_timeout", ended
-    wait_for(lambda: loaded(url), timeout=60, every=0.1)
+    eventually(lambda: loaded(url), timeout=60, every=0.1)
     assert transcribe(url, speech.hello).status_code == 200

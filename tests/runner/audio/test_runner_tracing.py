@@ -10,8 +10,8 @@ import pytest
 
 from tests.adapters.whisper.speech import SpeechFiles
 from tests.runner.audio.runner_kit import transcribe, whisper_models_file
-from tests.support.engines import eventually
 from tests.support.otlp_receiver import OtlpReceiver, Received, otlp_receiver
+from tests.support.poll import eventually
 from tests.support.runner_proc import start_runner
 from tests.support.tokens import FAIRNESS, gateway_env
 

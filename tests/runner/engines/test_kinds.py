@@ -15,15 +15,8 @@ from runner.engines.kinds import EngineKinds, registered
 from runner.errors import ConfigError
 from runner.floor.models_file import ModelSpec
 from tests.fixtures.parrot_kind import ParrotKind
-from tests.support.engines import (
-    GOVERNED,
-    caps,
-    eventually,
-    flush,
-    load_and_wait,
-    processes_with,
-    unload,
-)
+from tests.support.engines import GOVERNED, caps, flush, load_and_wait, processes_with, unload
+from tests.support.poll import eventually
 from tests.support.runner_proc import start_runner
 
 PARROT = "tests.fixtures.parrot_kind:ParrotKind"

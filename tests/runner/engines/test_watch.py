@@ -1,8 +1,8 @@
 """The one engine watch (runner/engines/watch.py): which engines are probed (pure), what
 three unanswered probes do, and the engines' own figures and versions, driven against
 fakes and httpx mock transports without sleeps. The real engines frozen with SIGSTOP:
-tests/runner/test_hang_contract.py; attached engines lost and back:
-tests/runner/test_attached_watch.py."""
+tests/runner/engines/test_hang_contract.py; attached engines lost and back:
+tests/runner/engines/test_watch_attached.py."""
 
 from __future__ import annotations
 

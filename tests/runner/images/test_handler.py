@@ -45,8 +45,9 @@ from runner.scheduler import SchedulerAdmission, SchedulerConfig
 from runner.telemetry.metrics import Metrics
 from tenants.config import TenantsConfig
 from tenants.ratelimit import RateLimiter
-from tests.adapters.comfyui.support import CHECKPOINT, FAST, eventually, png_size
+from tests.adapters.comfyui.support import CHECKPOINT, FAST, png_size
 from tests.fixtures.launch import FakeEngine
+from tests.support.poll import eventually_async
 
 SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
 HOOK = "https://hooks.example.test/images"
@@ -268,7 +269,7 @@ async def test_images_async_job_cancel_interrupts_the_prompt(runner: Runner) -> 
         job = await runner.manager.get(job_id, "acme")
         return job.progress is not None and job.progress.done > 3
 
-    await eventually(sampling)
+    await eventually_async(sampling)
     (prompt_id,) = (await runner.engine.client.queue()).running
     job = await runner.manager.cancel(job_id, "acme")
     assert job.status is JobStatus.CANCELLED
@@ -277,7 +278,7 @@ async def test_images_async_job_cancel_interrupts_the_prompt(runner: Runner) -> 
         entry = await runner.engine.client.history(prompt_id)
         return entry is not None and entry["status"]["messages"][-1][0] == "execution_interrupted"
 
-    await eventually(interrupted)
+    await eventually_async(interrupted)
 
 
 async def test_client_disconnect_interrupts_the_prompt(runner: Runner) -> None:
@@ -309,7 +310,7 @@ async def test_client_disconnect_interrupts_the_prompt(runner: Runner) -> None:
     async def running() -> bool:
         return bool((await runner.engine.client.queue()).running)
 
-    await eventually(running)
+    await eventually_async(running)
     (prompt_id,) = (await runner.engine.client.queue()).running
     gone.set()
     await asyncio.wait_for(task, 10)
@@ -319,6 +320,6 @@ async def test_client_disconnect_interrupts_the_prompt(runner: Runner) -> None:
         entry = await runner.engine.client.history(prompt_id)
         return entry is not None and entry["status"]["messages"][-1][0] == "execution_interrupted"
 
-    await eventually(interrupted)
+    await eventually_async(interrupted)
     with contextlib.suppress(Exception):
         task.result()

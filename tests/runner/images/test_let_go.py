@@ -33,8 +33,9 @@ from runner.scheduler import SchedulerAdmission, SchedulerConfig
 from runner.telemetry.metrics import Metrics
 from tenants.config import TenantsConfig
 from tenants.ratelimit import RateLimiter
-from tests.adapters.comfyui.support import FAST, eventually
+from tests.adapters.comfyui.support import FAST
 from tests.fixtures.launch import FakeEngine
+from tests.support.poll import eventually_async
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -117,7 +118,7 @@ async def _blurring(runner: Runner) -> str:
     async def inside() -> bool:
         return bool((await runner.state())["blurring"])
 
-    await eventually(inside)
+    await eventually_async(inside)
     (prompt_id,) = (await runner.engine.client.queue()).running
     return prompt_id
 
@@ -130,13 +131,13 @@ async def _next_waits_in_the_runner(runner: Runner, first: str, interrupts: int)
     async def interrupted() -> bool:
         return bool((await runner.state())["interrupts"] > interrupts)
 
-    await eventually(interrupted)
+    await eventually_async(interrupted)
     second = asyncio.create_task(runner.post("64x48"))
 
     async def queued() -> bool:
         return runner.admission.queue_depth() == 1
 
-    await eventually(queued)
+    await eventually_async(queued)
     queue = await runner.engine.client.queue()
     assert queue.running == (first,) and queue.pending == ()
     assert runner.admission.stats().capabilities()["running"] == 1
