@@ -178,8 +178,12 @@ class TracedBudgets:
                 tracing.failed(span, code)
                 raise
             span.set_attribute("quorum.budget.outcome", "none" if held is None else "reserved")
-            if held is not None:
+            if held is not None:  # the prompt's bound is the engine's count, where counted
                 span.set_attribute("quorum.budget.budgets", len(held.reservation.charges))
+                span.set_attribute("quorum.budget.input_bound", held.input_bound)
+                span.set_attribute(
+                    "quorum.budget.tokens_reserved", held.input_bound + held.output_bound
+                )
             for name, value in headers:
                 if name == _REMAINING:
                     span.set_attribute("quorum.budget.remaining", int(value))
