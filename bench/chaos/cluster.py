@@ -10,7 +10,6 @@ import subprocess
 import time
 from pathlib import Path
 
-from faults.redis_clients import cluster_url
 from tests.support.redis_cluster import _binary, _node_port
 from tests.support.redis_sentinel import ask, wait_until
 
@@ -24,11 +23,13 @@ class ChaosCluster:
 
     @property
     def url(self) -> str:
-        return cluster_url(f"redis://127.0.0.1:{self.ports[0]}")
+        """REDIS_URL with REDIS_MODE=cluster: one node (the runner makes it the cluster's)."""
+        return f"redis://127.0.0.1:{self.ports[0]}"
 
     @property
     def nodes(self) -> str:
-        return ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        """REDIS_CLUSTER_NODES: the other nodes to start from."""
+        return ",".join(f"127.0.0.1:{p}" for p in self.ports[1:])
 
     def _spawn(self, port: int) -> None:
         folder = self.dir / str(port)
@@ -41,6 +42,9 @@ class ChaosCluster:
         )
         wait_until(lambda: ask(port, "PING").startswith(b"+PONG"), f"node {port} up")
 
+    def _addresses(self) -> list[str]:
+        return [f"127.0.0.1:{p}" for p in self.ports]
+
     def _all_ok(self) -> bool:
         return all(b"cluster_state:ok" in ask(p, "CLUSTER", "INFO") for p in self.ports)
 
@@ -49,7 +53,7 @@ class ChaosCluster:
         for port in self.ports:
             self._spawn(port)
         subprocess.run(
-            [_binary("redis-cli"), "--cluster", "create", *self.nodes.split(","), "--cluster-yes"],
+            [_binary("redis-cli"), "--cluster", "create", *self._addresses(), "--cluster-yes"],
             check=True, capture_output=True, timeout=60,
         )  # fmt: skip
         wait_until(self._all_ok, "every node sees every slot served", 60)
