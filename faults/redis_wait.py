@@ -22,19 +22,26 @@ unacknowledged); a new primary is judged afresh (a promoted replica alone: 0, un
 replica attaches to it). A WAIT that counts fewer replicas than asked does not undo the
 write: the caller decides (`governance/nonces.py` releases the nonce and refuses the
 operation).
+
+`acknowledging_client` and `write_or_refuse` are what the stores use: a client whose socket
+timeout outlasts the WAIT, and the write with the store's own errors for an outage and for
+too few replicas (`governance/nonces.py`, `tenants/policy_store.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT
+
+from faults.redis_clients import redis_client
 
 AUTO: Literal["auto"] = "auto"
 ReplicasSetting = int | Literal["auto"]  # NONCE_REPLICAS
@@ -123,6 +130,40 @@ async def write_acknowledged(
         pipe.execute_command(*wait)
         reply, acked = await pipe.execute()
     return Acknowledged(reply, int(acked), replicas)
+
+
+def acknowledging_client(url: str, timeout_s: float, timeout_ms: int) -> aioredis.Redis:
+    """A client for writes followed by `WAIT ... timeout_ms`: its socket timeout outlasts the
+    WAIT by a second, so a WAIT that runs out answers its count instead of timing the
+    connection out."""
+    return redis_client(url, max(timeout_s, timeout_ms / 1000 + 1.0))
+
+
+async def write_or_refuse(
+    client: aioredis.Redis,
+    key: str,
+    command: Sequence[EncodableT],
+    replicas: int | AutoReplicas,
+    timeout_ms: int,
+    *,
+    unavailable: Callable[[Exception], Exception],
+    short: Callable[[Acknowledged], Awaitable[Exception]],
+) -> Acknowledged:
+    """`write_acknowledged`, with the store's own errors.
+
+    1. Redis unreachable or failing -> `unavailable(exc)`, raised from it.
+    2. A write that wrote (a truthy reply) acknowledged by fewer replicas than asked ->
+       the error `short(done)` returns, once it undid what it undoes, raised.
+    3. Otherwise the reply and its count (a falsy reply, a SET NX on a key already there,
+       wrote nothing that a failover could lose).
+    """
+    try:  # 1
+        done = await write_acknowledged(client, key, command, replicas, timeout_ms)
+    except (RedisError, OSError) as exc:
+        raise unavailable(exc) from exc
+    if done.reply and not done.enough:  # 2
+        raise await short(done)
+    return done  # 3
 
 
 async def _replication(client: aioredis.Redis, key: str) -> Mapping[str, Any]:

@@ -31,8 +31,13 @@ from typing import Protocol
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from faults.redis_clients import redis_client
-from faults.redis_wait import ReplicasSetting, replicas_of, write_acknowledged
+from faults.redis_wait import (
+    Acknowledged,
+    ReplicasSetting,
+    acknowledging_client,
+    replicas_of,
+    write_or_refuse,
+)
 from faults.state_db import StateDb
 from governance.errors import NonceNotReplicated, NonceStoreUnavailable
 
@@ -127,6 +132,13 @@ return 0
 """
 
 
+def _unavailable(exc: Exception) -> Exception:
+    return NonceStoreUnavailable(
+        f"nonce store unreachable ({type(exc).__name__}); lifecycle operations are "
+        "refused until it is back"
+    )
+
+
 class RedisNonceStore:
     """Nonces shared by every replica: `SET <prefix><nonce> <spend> NX EX ttl` in Redis,
     then, with `replicas` > 0, `WAIT replicas timeout_ms` on the same connection."""
@@ -153,9 +165,8 @@ class RedisNonceStore:
         replicas: ReplicasSetting = 0,
         timeout_ms: int = 500,
     ) -> RedisNonceStore:
-        """The client's socket timeout outlasts the WAIT by a second, so a WAIT that runs
-        out answers its count instead of timing the connection out."""
-        client = redis_client(url, max(timeout_s, timeout_ms / 1000 + 1.0))
+        """The client's socket timeout outlasts the WAIT (`acknowledging_client`)."""
+        client = acknowledging_client(url, timeout_s, timeout_ms)
         return cls(client, replicas=replicas, timeout_ms=timeout_ms)
 
     def key(self, nonce: str) -> str:
@@ -169,33 +180,26 @@ class RedisNonceStore:
         if ttl_s < 1:
             raise ValueError("ttl_s must be at least 1 second")
         key, spend = self.key(nonce), secrets.token_hex(8)
-        try:
-            # 1. the spend, acknowledged or not
-            done = await write_acknowledged(
-                self._client,
-                key,
-                ("SET", key, spend, "NX", "EX", ttl_s),
-                self._replicas,
-                self._timeout_ms,
-            )
-        except (RedisError, OSError) as exc:
-            raise NonceStoreUnavailable(
-                f"nonce store unreachable ({type(exc).__name__}); lifecycle operations are "
-                "refused until it is back"
-            ) from exc
-        # 2. a replay
-        if not done.reply:
-            return False
-        # 3. not on enough replicas: a failover could forget it
-        if not done.enough:
+
+        async def short(done: Acknowledged) -> Exception:  # 3
             released = await self._release(key, spend)
-            raise NonceNotReplicated(
+            return NonceNotReplicated(
                 replicasAcked=done.replicas,
                 replicasAsked=done.asked,
                 timeoutMs=self._timeout_ms,
                 released=_RELEASED if released else _KEPT,
             )
-        return True
+
+        done = await write_or_refuse(  # 1
+            self._client,
+            key,
+            ("SET", key, spend, "NX", "EX", ttl_s),
+            self._replicas,
+            self._timeout_ms,
+            unavailable=_unavailable,
+            short=short,
+        )
+        return bool(done.reply)  # 2: False, a replay
 
     async def _release(self, key: str, spend: str) -> bool:
         """Delete the nonce if it still holds `spend`; False when that could not be done."""

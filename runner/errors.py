@@ -40,6 +40,9 @@ Exception tree (the runner's rows; the generic ones come from `faults`)::
     │                                     MAX_CONNECTIONS_PER_SOURCE (+ Retry-After)
     ├── RequestTimeout               408  request_timeout: headers or body too slow
     │                                     (runner/http/limits.py)
+    ├── DeadlineAtEngine             504  deadline_exceeded: X-Request-Deadline-Ms passed
+    │                                     after the grant, before the first byte of the
+    │                                     answer (runner/http/deadline.py)
     ├── HeadersTooLarge              431  request_header_fields_too_large: MAX_HEADER_BYTES,
     │                                     MAX_HEADERS (runner/http/limits.py)
     ├── ServiceUnavailable (faults)  503  service_unavailable: starting, stopping
@@ -175,6 +178,14 @@ LifecycleRateLimited = QuorumError.row(
 )
 RequestTimeout = QuorumError.row(
     "RequestTimeout", "request_timeout", 408, "the {phase} did not arrive within {timeout} s"
+)
+DeadlineAtEngine = QuorumError.row(
+    "DeadlineAtEngine",
+    "deadline_exceeded",
+    504,
+    "The deadline of {deadlineMs} ms passed after {queueWaitMs} ms in the queue, "
+    "before the engine's answer began",
+    extra=("queueWaitMs", "deadlineMs"),
 )
 HeadersTooLarge = QuorumError.row(
     "HeadersTooLarge",

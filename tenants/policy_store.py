@@ -36,7 +36,13 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from faults.redis_clients import one_slot, ready, redis_client
-from faults.redis_wait import ReplicasSetting, replicas_of, write_acknowledged
+from faults.redis_wait import (
+    Acknowledged,
+    ReplicasSetting,
+    acknowledging_client,
+    replicas_of,
+    write_or_refuse,
+)
 from faults.state_db import StateDb
 
 log = logging.getLogger("quorum.tenants.policies")
@@ -198,6 +204,12 @@ return version
 """
 
 
+async def _short(done: Acknowledged) -> Exception:
+    return PolicyNotReplicated(
+        f"version {done.reply} acknowledged by {done.replicas} of {done.asked} replicas"
+    )
+
+
 class RedisPolicyStore:
     def __init__(
         self,
@@ -224,7 +236,7 @@ class RedisPolicyStore:
         replicas: ReplicasSetting = 0,
         timeout_ms: int = 500,
     ) -> RedisPolicyStore:
-        client = redis_client(url, max(timeout_s, timeout_ms / 1000 + 1.0))
+        client = acknowledging_client(url, timeout_s, timeout_ms)
         return cls(client, url, replicas=replicas, timeout_ms=timeout_ms)
 
     async def put(
@@ -237,16 +249,15 @@ class RedisPolicyStore:
     ) -> PolicyRecord:
         draft = PolicyRecord(tenant, policy, -1, sha256, approved_by, now).to_json()
         script = ("EVAL", _PUT, 2, self._hash, self._version, tenant, draft, CHANNEL)
-        try:
-            done = await write_acknowledged(
-                self._client, self._hash, script, self._replicas, self._timeout_ms
-            )
-        except (RedisError, OSError) as exc:
-            raise PolicyStoreUnavailable(str(exc)) from exc
-        if not done.enough:
-            raise PolicyNotReplicated(
-                f"version {done.reply} acknowledged by {done.replicas} of {done.asked} replicas"
-            )
+        done = await write_or_refuse(
+            self._client,
+            self._hash,
+            script,
+            self._replicas,
+            self._timeout_ms,
+            unavailable=lambda exc: PolicyStoreUnavailable(str(exc)),
+            short=_short,
+        )
         return PolicyRecord(tenant, policy, int(done.reply), sha256, approved_by, now)
 
     async def snapshot(self) -> tuple[int, dict[str, PolicyRecord]]:

@@ -19,9 +19,15 @@ def main() -> int:
     parser.add_argument("--period-s", type=float, default=30.0, help="between kills")
     parser.add_argument("--no-real", action="store_true", help="no real llama-server")
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument(
+        "--redis",
+        choices=("sentinel", "cluster"),
+        default="sentinel",
+        help="a primary, a replica and three sentinels; or a three-node cluster",
+    )
     args = parser.parse_args()
     real = None if args.no_real else RealLlama(default_binary(), SMOLLM2_GGUF)
-    figures = check(run(Soak(args.minutes, period_s=args.period_s), real))
+    figures = check(run(Soak(args.minutes, period_s=args.period_s, redis=args.redis), real))
     print("| figure | value |\n|---|---|\n" + table(figures))
     if args.json:
         with open(args.json, "w") as out:

@@ -1,8 +1,11 @@
-"""The soak's processes: the Sentinel group, three runners and their engines, and the
-three kills (each waits on observable state: the sentinels' answer, /health, a pid)."""
+"""The soak's processes: the Redis (a Sentinel group, or a three-node Cluster), three
+runners, their engines and a fake ComfyUI each (async jobs; `--ledger`: every prompt it
+runs), and the three kills (each waits on observable state: the sentinels' or the
+cluster's answer, /health, a pid)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -16,13 +19,43 @@ from pathlib import Path
 
 import httpx
 
+from bench.chaos.cluster import ChaosCluster
+from tests.fixtures.launch import start_fake
+from tests.support.engines import comfyui_root
 from tests.support.fleet import entry
 from tests.support.redis_sentinel import SERVICE, SentinelGroup, ask, wait_until
 from tests.support.runner_proc import RunnerProcess, start_runner, wait_started
 from tests.support.tokens import DEV_REGISTRY
 
-FLEET_ID = "chaos-fleet"  # one RUNNER_ID: a token (aud) is good on every runner
 MAX_TOKENS = 16  # each chat request's output bound (what a budget reserves)
+JOB_MODEL = "img"  # each runner's fake ComfyUI: the async jobs' model
+WORKFLOW = {  # the job's x_seed is the empty image's colour: each run is told apart
+    "name": "chaos",
+    "params": {
+        "seed": {"type": "int", "default": 0, "min": 0, "max": 0xFFFFFF},
+        "filename_prefix": {"type": "str"},
+    },
+    "graph": {
+        "1": {
+            "class_type": "EmptyImage",
+            "inputs": {"width": 64, "height": 64, "batch_size": 1, "color": "{{seed}}"},
+        },
+        "2": {
+            "class_type": "ImageBlur",
+            "inputs": {"image": ["1", 0], "blur_radius": 1, "sigma": 1},
+        },
+        "3": {
+            "class_type": "SaveImage",
+            "inputs": {"filename_prefix": "{{filename_prefix}}", "images": ["2", 0]},
+        },
+    },
+}
+
+
+def runner_id(index: int) -> str:
+    """Each runner its own RUNNER_ID (the pod's name, operations.md): a token's `aud`, and
+    the owner of the jobs it runs, kept through its restarts."""
+    return f"chaos-{index}"
 
 
 @dataclass(frozen=True)
@@ -59,8 +92,13 @@ def tenants_file(tenants: dict[str, int], in_flight: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def models_file(real: RealLlama | None) -> str:
+def models_file(real: RealLlama | None, comfy_url: str = "", workflow: str = "") -> str:
     text = "models:\n" + entry("m", "llama-server-ok", preload=True, restart=True)
+    if comfy_url:
+        text += (
+            f"  - {{id: {JOB_MODEL}, backend: comfyui, url: '{comfy_url}',"
+            f" workflow: '{workflow}'}}\n"
+        )
     if real is not None:
         text += (
             "  - id: real\n    backend: llama-server\n"
@@ -73,18 +111,42 @@ def models_file(real: RealLlama | None) -> str:
 class ChaosFleet:
     """Start with `with ChaosFleet(...) as fleet`; everything stops at the end."""
 
-    def __init__(self, tenants: dict[str, int], in_flight: int, real: RealLlama | None) -> None:
+    def __init__(
+        self,
+        tenants: dict[str, int],
+        in_flight: int,
+        real: RealLlama | None,
+        redis: str = "sentinel",
+    ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="quorum-chaos-"))
         (self.dir / "tenants.yaml").write_text(tenants_file(tenants, in_flight))
+        (self.dir / "workflow.json").write_text(json.dumps(WORKFLOW))
         self.real = real
+        self.redis = redis
         self.group = SentinelGroup()
+        self.cluster = ChaosCluster(self.dir / "cluster")
+        self.comfy: list[str] = []  # each runner's fake ComfyUI
         self.slots: list[Slot] = []
         self._stack = ExitStack()
 
+    def ledgers(self) -> list[Path]:
+        """Every prompt each fake ComfyUI ran (one JSON line each)."""
+        return [self.dir / f"comfy-{i}.ledger" for i in range(3)]
+
     def __enter__(self) -> ChaosFleet:
         self._stack.callback(shutil.rmtree, self.dir, True)
-        self._stack.callback(self.group.stop)
-        self.group.start()
+        if self.redis == "cluster":
+            self._stack.callback(self.cluster.stop)
+            self.cluster.start()
+        else:
+            self._stack.callback(self.group.stop)
+            self.group.start()
+        for i, ledger in enumerate(self.ledgers()):
+            root = comfyui_root(self.dir / f"ComfyUI-{i}")
+            fake = start_fake(
+                "fake_comfyui", "--base-directory", str(root), "--ledger", str(ledger)
+            )
+            self.comfy.append(self._stack.enter_context(fake).url)
         runners = [self._start_runner(i, wait=False) for i in range(3)]
         for runner in runners:
             wait_started(runner, timeout=120)
@@ -100,12 +162,22 @@ class ChaosFleet:
         self._stack.close()
 
     def _env(self, index: int) -> dict[str, str]:
+        if self.redis == "cluster":
+            redis = {
+                "REDIS_MODE": "cluster",
+                "REDIS_URL": self.cluster.url,
+                "REDIS_CLUSTER_NODES": self.cluster.nodes,
+            }
+        else:
+            redis = {
+                "REDIS_MODE": "sentinel",
+                "REDIS_SENTINELS": self.group.sentinels,
+                "REDIS_SENTINEL_SERVICE": SERVICE,
+            }
         return {
-            "REDIS_MODE": "sentinel",
-            "REDIS_SENTINELS": self.group.sentinels,
-            "REDIS_SENTINEL_SERVICE": SERVICE,
+            **redis,
             "GOVERNANCE_REGISTRY": str(DEV_REGISTRY),
-            "RUNNER_ID": FLEET_ID,
+            "RUNNER_ID": runner_id(index),
             "TENANTS_FILE": str(self.dir / "tenants.yaml"),
             "NONCE_REPLICAS_TIMEOUT_MS": "500",
             "ENGINE_RESTART_BACKOFF_S": "0.5",
@@ -116,7 +188,8 @@ class ChaosFleet:
 
     def _start_runner(self, index: int, wait: bool = True) -> RunnerProcess:
         real = self.real if index == 0 else None  # one real llama-server, on runner 0
-        cm = start_runner(models_file=models_file(real), env=self._env(index), wait_ready=False)
+        models = models_file(real, self.comfy[index], str(self.dir / "workflow.json"))
+        cm = start_runner(models_file=models, env=self._env(index), wait_ready=False)
         runner = self._stack.enter_context(cm)
         if wait:
             wait_started(runner, timeout=120)
@@ -132,7 +205,10 @@ class ChaosFleet:
 
     def kill_redis_primary(self) -> float:
         """SIGKILL the primary; once the sentinels named the replica, start the old one
-        again as its replica (attached). Returns the kill's time."""
+        again as its replica (attached). Returns the kill's time. On a cluster: SIGKILL
+        one node and start it again on its own files (ChaosCluster)."""
+        if self.redis == "cluster":
+            return self.cluster.kill_and_restart_one()
         old = self.group.primary()
         killed = time.monotonic()
         self.group.kill(old)

@@ -3,17 +3,19 @@ engine; the next one only once service is back) and its invariants, checked at t
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 from bench.chaos.fleet import MAX_TOKENS, ChaosFleet, RealLlama
-from bench.chaos.load import Answer, Load, first_ok
+from bench.chaos.load import Answer, Job, Load, first_ok
 
 KINDS = ("redis-primary", "runner", "engine")
-CONTRACT = {200, 409, 429, 502, 503, 504}  # docs/reliability.md, runner/errors.py
+CONTRACT = {200, 202, 409, 429, 502, 503, 504}  # docs/reliability.md, runner/errors.py
 NEEDS_RETRY_AFTER = {429, 503}
 RECOVERY_LIMIT_S = 90.0  # the stated time: service back through every runner within it
 
@@ -38,6 +40,7 @@ class Soak:
         default_factory=lambda: {"small": 600, "medium": 6000, "large": 10_000_000}
     )
     in_flight: int = 4
+    redis: str = "sentinel"  # or "cluster": three primaries, a node killed in turn
 
 
 @dataclass
@@ -48,12 +51,28 @@ class Result:
     budgets: dict[str, int]
     workers_per_tenant: int
     seconds: float
+    jobs: list[Job] = field(default_factory=list)
+    runs: Counter[int] = field(default_factory=Counter)  # seed -> prompts run with it
+
+
+def read_runs(ledgers: list[Path]) -> Counter[int]:
+    """How often each job's seed ran in the fake ComfyUIs (their warm-ups left out)."""
+    runs: Counter[int] = Counter()
+    for ledger in ledgers:
+        if not ledger.exists():
+            continue
+        for line in ledger.read_text().splitlines():
+            graph = json.loads(line)["prompt"]
+            if "/warmup" in str(graph["3"]["inputs"]["filename_prefix"]):
+                continue
+            runs[int(graph["1"]["inputs"]["color"])] += 1
+    return runs
 
 
 def run(soak: Soak, real: RealLlama | None) -> Result:
     """Start the fleet, load it, kill on the schedule (at least one of each kind), stop."""
     tenants = list(soak.budgets)
-    with ChaosFleet(soak.budgets, soak.in_flight, real) as fleet:
+    with ChaosFleet(soak.budgets, soak.in_flight, real, soak.redis) as fleet:
         load = Load(fleet, tenants, soak.workers, soak.pace_s, soak.real_share)
         start = time.monotonic()
         load.start()
@@ -69,8 +88,12 @@ def run(soak: Soak, real: RealLlama | None) -> Result:
         finally:
             load.join()
         seconds = time.monotonic() - start
+        load.settle_jobs()
+        runs = read_runs(fleet.ledgers())
     per_tenant = max(1, soak.workers // len(tenants))
-    return Result(load.answers, kills, len(load.tokens), soak.budgets, per_tenant, seconds)
+    return Result(
+        load.answers, kills, len(load.tokens), soak.budgets, per_tenant, seconds, load.jobs, runs
+    )
 
 
 def _kill(fleet: ChaosFleet, load: Load, kind: str, n: int) -> Kill:
@@ -143,6 +166,10 @@ def check(result: Result) -> dict[str, object]:
                 never.append(f"{kill.kind}@{index}")
             else:
                 recovery[kill.kind].append(seconds)
+    jobs = result.jobs
+    lost = [j.id for j in jobs if j.status in ("lost", "unfinished")]
+    ran_twice = sorted(j.id for j in jobs if result.runs[j.seed] > 1)
+    never_ran = sorted(j.id for j in jobs if j.status == "succeeded" and not result.runs[j.seed])
     return {
         "seconds": round(result.seconds),
         "requests": len(answers),
@@ -166,7 +193,12 @@ def check(result: Result) -> dict[str, object]:
             for k, v in recovery.items()
         },
         "not_recovered": never,
-        "held": not twice and not off_contract and not over and not never,
+        "jobs_accepted": len(jobs),
+        "jobs_ended": dict(Counter(f"{j.status} {j.code}".strip() for j in jobs)),
+        "jobs_lost": lost,
+        "jobs_run_twice": ran_twice,
+        "jobs_succeeded_without_a_run": never_ran,
+        "held": not (twice or off_contract or over or never or lost or ran_twice or never_ran),
     }
 
 

@@ -5,6 +5,7 @@ state travels in it, not in arguments."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -43,6 +44,7 @@ class ClientCall:
     watch: DisconnectWatch | None = None  # started if it waited for its token budget
     spent: Spent = field(default_factory=Spent)  # what it cost (guard.Spent.used)
     engine_ms: int = 0
+    first_byte: asyncio.Timeout | None = None  # its deadline's cut (runner/http/deadline.py)
 
     @property
     def request_id(self) -> str:
@@ -51,6 +53,11 @@ class ClientCall:
     @property
     def queue_wait_ms(self) -> int:
         return self.grant.queue_wait_ms if self.grant is not None else 0
+
+    def answering(self) -> None:
+        """The answer's first byte leaves now: its deadline no longer cuts it."""
+        if self.first_byte is not None:
+            self.first_byte.reschedule(None)
 
     def header(self, name: bytes) -> str | None:
         """A request header (lower-case name), repeated values joined with `, `."""

@@ -19,7 +19,9 @@ handed (runner/http/path_gate.py), never the front-end back:
     4. let the adapter adjust; re-serialize only if changed
     5. admission (the scheduler's queue), under the disconnect scope     -> 503 + Retry-After
     6. forward; stream chunk by chunk, or read the JSON answer and its cache report;
-       a failure talking to the engine is translated once (`_engine_error`)
+       a failure talking to the engine is translated once (`_engine_error`); what is
+       left of the request's deadline bounds its placement and the engine until the
+       answer's first byte (`runner/http/deadline.py`)                     -> 504
     7. answer with the engine's body plus X-Cache-*, X-Queue-Wait-Ms, X-GPU-Time-Ms,
        X-Request-Id, RateLimit-*; an engine's refusal (any status but 200) is answered in
        the runner's envelope (`adapters/refusals.py`), its body as written logged only
@@ -58,6 +60,7 @@ from runner.http.body_checks import check_generation
 from runner.http.call import ClientCall
 from runner.http.canonical import canonical
 from runner.http.chat_reports import response_headers, sniff_report, took
+from runner.http.deadline import first_byte_within
 from runner.http.json_body import OFFLOAD_BYTES, dump_json, load_json
 from runner.http.path_gate import PathGate
 from runner.http.traced import engine_call
@@ -194,22 +197,26 @@ class ChatPath:
         """Step 6 on the granted engine, with the adapter the runner chose; usage kept."""
         meta, spent = call.meta, call.spent
         adapter_id = adapter.adapter.id if adapter is not None else None
-        try:
-            placement = await engine.place(body, obj, call.tenant, meta.cache_tag, adapter_id)
-        except QuorumError:
-            if engine.cut is not None:  # stopped under the placement: say why
-                raise engine.cut from None
-            raise
-        report = NO_REPORT
-        try:
-            forward = self._forward(call, admitted, engine, placement, obj)  # 6
-            status, report = await (engine_call(call, engine, forward) if tracing.ON else forward)
-        finally:
-            engine.done(placement, report)
-            call.engine_ms = report.gpu_time_ms
-            if spent.reported:
-                admitted.usage = Usage(spent.prompt, spent.completion)
-                self.metrics.count_tokens(call.tenant, call.model, spent.prompt, spent.completion)
+        async with first_byte_within(meta.deadline_ms, call.queue_wait_ms) as call.first_byte:
+            try:
+                placement = await engine.place(body, obj, call.tenant, meta.cache_tag, adapter_id)
+            except QuorumError:
+                if engine.cut is not None:  # stopped under the placement: say why
+                    raise engine.cut from None
+                raise
+            report = NO_REPORT
+            try:
+                forward = self._forward(call, admitted, engine, placement, obj)  # 6
+                run = engine_call(call, engine, forward) if tracing.ON else forward
+                status, report = await run
+            finally:
+                engine.done(placement, report)
+                call.engine_ms = report.gpu_time_ms
+                if spent.reported:
+                    admitted.usage = Usage(spent.prompt, spent.completion)
+                    self.metrics.count_tokens(
+                        call.tenant, call.model, spent.prompt, spent.completion
+                    )
         return status
 
     async def _forward(
@@ -259,6 +266,7 @@ class ChatPath:
         if isinstance(parsed, dict):
             report = took(call, engine.report(parsed), final=True)
         admitted.disarm()
+        call.answering()
         headers = response_headers(call, report, resp.header(b"content-type", JSON))
         await send_whole(call.send, 200, headers, payload)
         if report.cache_hit:
@@ -291,6 +299,7 @@ class ChatPath:
             report = engine.first_chunk_report(first) or NO_REPORT
             spent.prompt = report.input_tokens  # the prompt's length, if it says
         headers = response_headers(call, report, resp.header(b"content-type", _SSE))
+        call.answering()
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         if report.cache_hit:
             self.metrics.count_cache(call.model, report.tokens_reused)

@@ -69,6 +69,11 @@ values = ["app.js", "style.css"]
 "path.name" = {{ dictionary = "ui", probability = 0.5 }}
 "header.X-Tenant-ID" = {{ dictionary = "tenants", probability = 0.3 }}
 "header.x-llm-d-inference-fairness-id" = {{ dictionary = "tenants", probability = 0.7 }}
+# a deadline the engines meet: a shorter one is rightly 504 deadline_exceeded once the
+# engine's answer is later than it (docs/api.md, Deadlines;
+# tests/runner/http/test_engine_deadline.py)
+"header.X-Request-Deadline-Ms" = "600000"
+"header.x-llm-d-slo-ttft-ms" = "600000"
 """
 
 
