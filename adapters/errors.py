@@ -37,6 +37,10 @@ Exception tree::
     │                                   serve safely, or its 501 (BadRequest)
     ├── EngineRejected (400)            invalid_request: the engine refused the request
     │                                   (its 400 / 422; field `param`)
+    ├── InvalidAudio (400)              invalid_audio: undecodable or not audio (a speech
+    │                                   engine's refusal, or the runner's probe; `param`)
+    ├── UnsupportedLanguage (400)       unsupported_language: a language the speech model
+    │                                   does not know (`param`)
     ├── ContextLengthExceeded (400)     context_length_exceeded: prompt or max_tokens over
     │                                   the context (fields `promptTokens`, `contextLength`)
     └── AdapterConfigInvalid            invalid_configuration: a template or flag the
@@ -94,6 +98,12 @@ EngineOutOfMemory = EngineStartFailed.row("EngineOutOfMemory", "engine_out_of_me
 UnsupportedRequest = BadRequest.row("UnsupportedRequest", "unsupported_parameter")
 EngineRejected = BadRequest.row("EngineRejected", "invalid_request")
 ContextLengthExceeded = BadRequest.row("ContextLengthExceeded", "context_length_exceeded")
+InvalidAudio = BadRequest.row(
+    "InvalidAudio", "invalid_audio", extra=("param",), defaults={"param": "file"}
+)
+UnsupportedLanguage = BadRequest.row(
+    "UnsupportedLanguage", "unsupported_language", extra=("param",), defaults={"param": "language"}
+)
 EngineBusy = ServiceUnavailable.row(
     "EngineBusy", "engine_busy", 503,
     "the engine of model {model!r} is busy or loading ({said}); retry in {retry_after} s",

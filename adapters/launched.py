@@ -16,8 +16,8 @@ import httpx
 
 from adapters.base import AdapterHost, ChatEngine, Engine, FlushResult, FlushScope
 from adapters.comfyui.engine import ComfyUIEngine
+from adapters.speech import SpeechEngine
 from adapters.supervisor import EngineProcess
-from adapters.whisper.engine import WhisperEngine
 from faults import QuorumError
 
 
@@ -83,7 +83,7 @@ class Launched:
     memory_mb: int | None = None
     scratch: str | None = None  # a private directory removed with the engine (slot caches)
     chat: ChatEngine | None = None
-    speech: WhisperEngine | None = None
+    speech: SpeechEngine | None = None
     images: ComfyUIEngine | None = None
     flush: Callable[[FlushScope], Awaitable[FlushResult]] | None = None
     standby: Sleeper | None = None

@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 from adapters.base import AdapterHost, ChatEngine, FlushResult, FlushScope
 from adapters.comfyui.engine import ComfyUIEngine
 from adapters.launched import Launched
-from adapters.whisper.engine import WhisperEngine
+from adapters.speech import SpeechEngine
 
 E = TypeVar("E")
 Flush = Callable[[FlushScope], Awaitable[FlushResult]]
@@ -52,7 +52,7 @@ class ReadyEngines(Mapping[str, Launched]):
     def __init__(self) -> None:
         self._ready: dict[str, Launched] = {}
         self.chat: Facet[ChatEngine] = Facet(self._ready, lambda e: e.chat)
-        self.speech: Facet[WhisperEngine] = Facet(self._ready, lambda e: e.speech)
+        self.speech: Facet[SpeechEngine] = Facet(self._ready, lambda e: e.speech)
         self.images: Facet[ComfyUIEngine] = Facet(self._ready, lambda e: e.images)
         self.flushes: Facet[Flush] = Facet(self._ready, lambda e: e.flush)
         self.adapters: Facet[AdapterHost] = Facet(self._ready, lambda e: e.adapters)
