@@ -41,6 +41,10 @@ Exception tree::
     │                                   engine's refusal, or the runner's probe; `param`)
     ├── UnsupportedLanguage (400)       unsupported_language: a language the speech model
     │                                   does not know (`param`)
+    ├── InvalidImageRequest (400)       invalid_image_request: a field of the OpenAI image
+    │                                   request (size, n, response_format, ...) is wrong
+    ├── ImageNotFound (404)             image_not_found: no stored image for a URL token
+    │                                   (never was, or expired)
     ├── ContextLengthExceeded (400)     context_length_exceeded: prompt or max_tokens over
     │                                   the context (fields `promptTokens`, `contextLength`)
     └── AdapterConfigInvalid            invalid_configuration: a template or flag the
@@ -50,7 +54,7 @@ Exception tree::
 
 from __future__ import annotations
 
-from faults import BadRequest, ConfigError, QuorumError, ServiceUnavailable
+from faults import BadRequest, ConfigError, NotFound, QuorumError, ServiceUnavailable
 
 
 class EngineError(QuorumError):
@@ -104,6 +108,8 @@ InvalidAudio = BadRequest.row(
 UnsupportedLanguage = BadRequest.row(
     "UnsupportedLanguage", "unsupported_language", extra=("param",), defaults={"param": "language"}
 )
+InvalidImageRequest = BadRequest.row("InvalidImageRequest", "invalid_image_request")
+ImageNotFound = NotFound.row("ImageNotFound", "image_not_found")
 EngineBusy = ServiceUnavailable.row(
     "EngineBusy", "engine_busy", 503,
     "the engine of model {model!r} is busy or loading ({said}); retry in {retry_after} s",

@@ -15,7 +15,7 @@ from typing import Protocol
 import httpx
 
 from adapters.base import AdapterHost, ChatEngine, Engine, FlushResult, FlushScope
-from adapters.comfyui.engine import ComfyUIEngine
+from adapters.images import ImagesEngine
 from adapters.speech import SpeechEngine
 from adapters.supervisor import EngineProcess
 from faults import QuorumError
@@ -84,7 +84,7 @@ class Launched:
     scratch: str | None = None  # a private directory removed with the engine (slot caches)
     chat: ChatEngine | None = None
     speech: SpeechEngine | None = None
-    images: ComfyUIEngine | None = None
+    images: ImagesEngine | None = None
     flush: Callable[[FlushScope], Awaitable[FlushResult]] | None = None
     standby: Sleeper | None = None
     kv: Callable[[float], Awaitable[float]] | None = None

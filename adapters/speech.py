@@ -60,7 +60,7 @@ class Segment:
     words: tuple[Word, ...] | None = None
 
 
-class Finished(Protocol):
+class TranscriptionEnd(Protocol):
     """How a transcription ended, as far as the runner reads it: the engine's time on it."""
 
     @property
@@ -74,7 +74,7 @@ class TranscriptionStream(Protocol):
     engine's refusal, its crash, its silence)."""
 
     @property
-    def done(self) -> Finished | None:
+    def done(self) -> TranscriptionEnd | None:
         """How it ended (None: not ended, or ended by an error)."""
         ...
 

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
 from adapters.base import AdapterHost, ChatEngine, FlushResult, FlushScope
-from adapters.comfyui.engine import ComfyUIEngine
+from adapters.images import ImagesEngine
 from adapters.launched import Launched
 from adapters.speech import SpeechEngine
 
@@ -53,7 +53,7 @@ class ReadyEngines(Mapping[str, Launched]):
         self._ready: dict[str, Launched] = {}
         self.chat: Facet[ChatEngine] = Facet(self._ready, lambda e: e.chat)
         self.speech: Facet[SpeechEngine] = Facet(self._ready, lambda e: e.speech)
-        self.images: Facet[ComfyUIEngine] = Facet(self._ready, lambda e: e.images)
+        self.images: Facet[ImagesEngine] = Facet(self._ready, lambda e: e.images)
         self.flushes: Facet[Flush] = Facet(self._ready, lambda e: e.flush)
         self.adapters: Facet[AdapterHost] = Facet(self._ready, lambda e: e.adapters)
 
