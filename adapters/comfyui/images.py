@@ -1,11 +1,11 @@
 """`POST /v1/images/generations` in OpenAI's shape, served by a ComfyUI workflow.
 
-Request (OpenAI's fields, parsed in `image_request.py`): `prompt` (required), `model` (the
-runner's model id, whose checkpoint and workflow template the models file names), `n`
-(1-10, the template's `batch_size`), `size` (`"WxH"` or `"auto"`), `response_format`
-(`b64_json`, the default here as for gpt-image-1, or `url`). `quality`, `style`, `user`,
-`background`, `moderation` and `output_compression` are accepted and have no effect;
-`output_format` must be `png` when given. Runner extensions: `x_seed`,
+Request (OpenAI's fields, parsed in `adapters/image_request.py`): `prompt` (required),
+`model` (the runner's model id, whose checkpoint and workflow template the models file
+names), `n` (1-10, the template's `batch_size`), `size` (`"WxH"` or `"auto"`),
+`response_format` (`b64_json`, the default here as for gpt-image-1, or `url`). `quality`,
+`style`, `user`, `background`, `moderation` and `output_compression` are accepted and have
+no effect; `output_format` must be `png` when given. Runner extensions: `x_seed`,
 `x_negative_prompt`, `x_steps`, `x_cfg` (used when the model's template declares `seed`,
 `negative_prompt`, `steps`, `cfg`), and `webhook` (async jobs). Anything else is refused,
 as OpenAI does.
