@@ -37,6 +37,14 @@ Exception tree::
     │                                   serve safely, or its 501 (BadRequest)
     ├── EngineRejected (400)            invalid_request: the engine refused the request
     │                                   (its 400 / 422; field `param`)
+    ├── InvalidAudio (400)              invalid_audio: undecodable or not audio (a speech
+    │                                   engine's refusal, or the runner's probe; `param`)
+    ├── UnsupportedLanguage (400)       unsupported_language: a language the speech model
+    │                                   does not know (`param`)
+    ├── InvalidImageRequest (400)       invalid_image_request: a field of the OpenAI image
+    │                                   request (size, n, response_format, ...) is wrong
+    ├── ImageNotFound (404)             image_not_found: no stored image for a URL token
+    │                                   (never was, or expired)
     ├── ContextLengthExceeded (400)     context_length_exceeded: prompt or max_tokens over
     │                                   the context (fields `promptTokens`, `contextLength`)
     └── AdapterConfigInvalid            invalid_configuration: a template or flag the
@@ -46,7 +54,7 @@ Exception tree::
 
 from __future__ import annotations
 
-from faults import BadRequest, ConfigError, QuorumError, ServiceUnavailable
+from faults import BadRequest, ConfigError, NotFound, QuorumError, ServiceUnavailable
 
 
 class EngineError(QuorumError):
@@ -94,6 +102,14 @@ EngineOutOfMemory = EngineStartFailed.row("EngineOutOfMemory", "engine_out_of_me
 UnsupportedRequest = BadRequest.row("UnsupportedRequest", "unsupported_parameter")
 EngineRejected = BadRequest.row("EngineRejected", "invalid_request")
 ContextLengthExceeded = BadRequest.row("ContextLengthExceeded", "context_length_exceeded")
+InvalidAudio = BadRequest.row(
+    "InvalidAudio", "invalid_audio", extra=("param",), defaults={"param": "file"}
+)
+UnsupportedLanguage = BadRequest.row(
+    "UnsupportedLanguage", "unsupported_language", extra=("param",), defaults={"param": "language"}
+)
+InvalidImageRequest = BadRequest.row("InvalidImageRequest", "invalid_image_request")
+ImageNotFound = NotFound.row("ImageNotFound", "image_not_found")
 EngineBusy = ServiceUnavailable.row(
     "EngineBusy",
     "engine_busy",

@@ -5,10 +5,12 @@ A kind is one place (`adapters/<kind>/kind.py`): how its engines are started or 
 `slot_group`), what they report (`Launched.load`, `Launched.version`, `Traits.version`),
 what they can do (the facets of `Launched`, adapters/launched.py: sleep, flush, KV
 figures, LoRA adapters; `adapter_room`, `flush_at_rest`), which request
-path serves them (`Traits.request_path`), what they offer clients (`features`), which
-request fields beyond OpenAI's they take (`Traits.request_fields`), how a
-models-file entry of the kind is checked (`check`), which files a download fetches
-(`Traits.download_patterns`). The runner looks a model's kind up once, by its `backend`,
+path serves them (`Traits.request_path`) through which facet (`Launched.chat`;
+`speech`: adapters/speech.py; `images`: adapters/images.py, and `image_shape` before a
+load), what they offer clients (`features`), which request fields beyond OpenAI's they
+take (`Traits.request_fields`), how a models-file entry of the kind is checked (`check`),
+which files a download fetches (`Traits.download_patterns`), which error tables are its own
+(`Traits.error_tables`). The runner looks a model's kind up once, by its `backend`,
 in one table (`runner/engines/kinds.py`), and asks the kind; it never names one.
 
 The runner builds a kind once per runner from `EngineSettings` (`KindFactory`), hands it
@@ -29,6 +31,7 @@ from prometheus_client.metrics_core import Metric
 from adapters.base import FlushScope
 from adapters.features import NONE, Features
 from adapters.fields import OPENAI_ONLY, RequestFields
+from adapters.images import ImageShape
 from adapters.launched import Launched
 from adapters.lora import LoraAdapter
 from faults import ServiceUnavailable
@@ -121,7 +124,7 @@ class EngineSettings:
     read_timeout_s: float = 300.0
     load_timeout_s: float = 300.0
     hf_home: str | None = None
-    llama_server_bin: str = "llama-server"
+    llama_server_bin: str | None = None  # None: the build scripts/install made
     llama_slot_cache_entries: int = 64
     prefix_cache_dir: str | None = None  # None: saved prompt states die with their engine
     prefix_cache_persist: bool = True
@@ -176,11 +179,13 @@ class Traits:
     # OpenAI's on the chat path, and how each counts (adapters/fields.py)
     environment: tuple[str, ...] = ()  # the runner's environment names its engines get
     # beyond adapters/environment.py's COMMON (`NAME`, or `PREFIX*`); nothing else
+    error_tables: tuple[str, ...] = ()  # the modules of the kind's own error rows (its
+    # errors.py), documented in the runner's OpenAPI contract
 
 
 class EngineFamilies(Protocol):
     """Where engines hand the metric families they expose themselves (vLLM's `/metrics`),
-    re-exposed by the runner for the endpoint picker (adapters/vllm/metrics.py)."""
+    re-exposed by the runner for the endpoint picker (adapters/engine_families.py)."""
 
     def update(self, engine_id: str, families: list[Metric]) -> None: ...
 
@@ -273,6 +278,11 @@ class EngineKind(Protocol):
         cannot fetch it itself)."""
         ...
 
+    def image_shape(self, spec: EngineSpec) -> ImageShape | None:
+        """What requests for an image model `spec` are checked and weighed against before
+        it is loaded (adapters/images.py); None: not an image model, or nothing to check."""
+        ...
+
     async def start(self, spec: EngineSpec, devices: Devices, host: Host) -> Launched:
         """Start an engine for `spec`; ready to serve when this returns."""
         ...
@@ -339,6 +349,9 @@ class KindDefaults:
 
     def downloads_first(self, spec: EngineSpec) -> bool:
         return False
+
+    def image_shape(self, spec: EngineSpec) -> ImageShape | None:
+        return None
 
     async def start(self, spec: EngineSpec, devices: Devices, host: Host) -> Launched:
         raise ServiceUnavailable(f"backend {self.name!r} cannot be started by this runner")

@@ -15,10 +15,10 @@ from typing import Protocol
 import httpx
 
 from adapters.base import AdapterHost, ChatEngine, Engine, FlushResult, FlushScope
-from adapters.comfyui.engine import ComfyUIEngine
+from adapters.images import ImagesEngine
 from adapters.prompt_tokens import PromptCounter
+from adapters.speech import SpeechEngine
 from adapters.supervisor import EngineProcess
-from adapters.whisper.engine import WhisperEngine
 from faults import QuorumError
 
 
@@ -87,8 +87,8 @@ class Launched:
     scratch: str | None = None  # a private directory removed with the engine (slot caches)
     chat: ChatEngine | None = None
     tokens: PromptCounter | None = None  # counts a chat request's prompt as the engine will
-    speech: WhisperEngine | None = None
-    images: ComfyUIEngine | None = None
+    speech: SpeechEngine | None = None
+    images: ImagesEngine | None = None
     flush: Callable[[FlushScope], Awaitable[FlushResult]] | None = None
     standby: Sleeper | None = None
     kv: Callable[[float], Awaitable[float]] | None = None

@@ -3,8 +3,11 @@
 Modules: `client` (ComfyUI's HTTP API and websocket), `events` (its job events and history
 entries, read into values), `follow` (one prompt followed to its end), `workflows`
 (templates with typed parameters), `server` (spawn or attach), `engine` (one model:
-load, unload, flush, status), `images` (the generation itself), `store` (images kept for
-`response_format: url`), `errors`. The HTTP handlers are the runner's (runner/images/).
+load, unload, flush, status), `images` (the generation itself), `image_costs` (a request's
+cost and work), `facet` (the images facet the runner's path is typed by), `errors`. The
+request, the images kept for `response_format: url` and the facet's protocols are every
+image kind's (adapters/image_request.py, image_store.py, images.py); the HTTP handlers are
+the runner's (runner/images/).
 """
 
 from adapters.comfyui.client import ComfyUIClient
@@ -16,10 +19,8 @@ from adapters.comfyui.engine import (
     UnloadReport,
 )
 from adapters.comfyui.follow import FollowTiming
-from adapters.comfyui.image_request import ImageRequest, parse_image_request
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer, Memory, ServerStatus, command_line
-from adapters.comfyui.store import FILES_PATH, ImageStore
 from adapters.comfyui.template_checks import load_template, within_comfyui
 from adapters.comfyui.workflows import (
     BUILTIN,
@@ -31,7 +32,6 @@ from adapters.comfyui.workflows import (
 
 __all__ = [
     "BUILTIN",
-    "FILES_PATH",
     "MODEL_FREE_TEST",
     "NO_KV_CACHE",
     "TXT2IMG",
@@ -41,8 +41,6 @@ __all__ = [
     "ComfyUIServer",
     "FollowTiming",
     "ImageGenerator",
-    "ImageRequest",
-    "ImageStore",
     "LoadReport",
     "Memory",
     "Param",
@@ -51,6 +49,5 @@ __all__ = [
     "WorkflowTemplate",
     "command_line",
     "load_template",
-    "parse_image_request",
     "within_comfyui",
 ]

@@ -4,8 +4,8 @@ Exception tree::
 
     QuorumError (faults)
     ├── BadRequest                       400  invalid_request_error
-    │   ├── InvalidImageRequest          400  invalid_image_request: a field of the OpenAI
-    │   │                                      request (size, n, response_format, ...) is wrong
+    │   ├── InvalidImageRequest          400  invalid_image_request: the images facet's row
+    │   │                                      (adapters/errors.py), raised here too
     │   ├── InvalidWorkflowParameter     400  invalid_workflow_parameter: a template parameter
     │   │                                      is missing, mistyped or out of its bounds
     │   └── WorkflowRejected             400  comfyui_workflow_rejected: ComfyUI answered 400
@@ -27,9 +27,6 @@ Exception tree::
     │   ├── ExecutionInterrupted         502  comfyui_interrupted: interrupted by someone else
     │   └── PromptVanished               502  comfyui_prompt_vanished: neither queued, running
     │                                          nor in history (deleted by another client)
-    ├── NotFound (faults)                404
-    │   └── ImageNotFound                404  image_not_found: no stored image for a URL token
-    │                                          (never was, or expired)
     └── ComfyUINotReady (503 faults)     503  comfyui_not_ready: the model is not loaded here
     DuplicatePromptId                         internal: a 409 on submit (v0.38+), retried
 
@@ -44,14 +41,12 @@ from typing import Any
 import httpx
 
 from adapters.errors import EngineBadResponse, EngineError, EngineTimeout, EngineUnavailable
-from faults import BadRequest, NotFound, ServiceUnavailable
+from faults import BadRequest, ServiceUnavailable
 
-InvalidImageRequest = BadRequest.row("InvalidImageRequest", "invalid_image_request")
 InvalidWorkflowParameter = BadRequest.row("InvalidWorkflowParameter", "invalid_workflow_parameter")
 ExecutionFailed = EngineError.row("ExecutionFailed", "comfyui_execution_error")
 ExecutionInterrupted = EngineError.row("ExecutionInterrupted", "comfyui_interrupted")
 PromptVanished = EngineError.row("PromptVanished", "comfyui_prompt_vanished")
-ImageNotFound = NotFound.row("ImageNotFound", "image_not_found")
 ComfyUINotReady = ServiceUnavailable.row("ComfyUINotReady", "comfyui_not_ready")
 
 

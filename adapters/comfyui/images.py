@@ -1,11 +1,11 @@
 """`POST /v1/images/generations` in OpenAI's shape, served by a ComfyUI workflow.
 
-Request (OpenAI's fields, parsed in `image_request.py`): `prompt` (required), `model` (the
-runner's model id, whose checkpoint and workflow template the models file names), `n`
-(1-10, the template's `batch_size`), `size` (`"WxH"` or `"auto"`), `response_format`
-(`b64_json`, the default here as for gpt-image-1, or `url`). `quality`, `style`, `user`,
-`background`, `moderation` and `output_compression` are accepted and have no effect;
-`output_format` must be `png` when given. Runner extensions: `x_seed`,
+Request (OpenAI's fields, parsed in `adapters/image_request.py`): `prompt` (required),
+`model` (the runner's model id, whose checkpoint and workflow template the models file
+names), `n` (1-10, the template's `batch_size`), `size` (`"WxH"` or `"auto"`),
+`response_format` (`b64_json`, the default here as for gpt-image-1, or `url`). `quality`,
+`style`, `user`, `background`, `moderation` and `output_compression` are accepted and have
+no effect; `output_format` must be `png` when given. Runner extensions: `x_seed`,
 `x_negative_prompt`, `x_steps`, `x_cfg` (used when the model's template declares `seed`,
 `negative_prompt`, `steps`, `cfg`), and `webhook` (async jobs). Anything else is refused,
 as OpenAI does.
@@ -36,22 +36,18 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from adapters.comfyui.client import ComfyUIClient, new_prompt_id
 from adapters.comfyui.errors import (
     ExecutionFailed,
     ExecutionInterrupted,
-    InvalidImageRequest,
 )
 from adapters.comfyui.events import ImageRef, JobView
 from adapters.comfyui.follow import Finished, FollowTiming, run
-from adapters.comfyui.image_request import ImageRequest
 from adapters.comfyui.png_text import without_text_chunks
 from adapters.comfyui.server import JOBS_FOLDER, job_folders
-from adapters.comfyui.store import ImageStore, file_path
 from adapters.comfyui.template_checks import seed_range
 from adapters.comfyui.workflows import Value, WorkflowTemplate
 from adapters.errors import (
@@ -60,15 +56,13 @@ from adapters.errors import (
     EngineError,
     EngineSilent,
     EngineUnavailable,
+    InvalidImageRequest,
 )
+from adapters.image_request import ImageRequest
+from adapters.image_store import ImageStore, file_path
+from adapters.images import Generated, ReleaseWhen, Report
 
 log = logging.getLogger("quorum.comfyui")
-
-Report = Callable[[float, float | None], Awaitable[None]]
-"""`report(done, total)`: progress in workflow nodes (a job's progress reporter fits)."""
-ReleaseWhen = Callable[[Awaitable[object]], None]
-"""`release_when(let_go)`: keep the request's slot until `let_go` completes (the admission
-scope's `release_when`)."""
 
 
 class ModelShape(Protocol):
@@ -140,13 +134,6 @@ def workflow_values(
     return values
 
 
-@dataclass(frozen=True, slots=True)
-class Generated:
-    body: dict[str, Any]
-    prompt_id: str
-    engine_ms: int
-
-
 CRASH_GRACE_S = 2.0
 """How long a lost connection waits for ComfyUI's process to be seen exiting."""
 
@@ -192,10 +179,12 @@ class ImageGenerator:
         url_for: Callable[[str], str] = file_path,
         release_when: ReleaseWhen | None = None,
         sampling: Callable[[float], None] | None = None,
+        store: ImageStore | None = None,
     ) -> Generated:
         """Render, submit, follow, fetch; the OpenAI answer.
 
-        1. The model must be loaded; `url` needs an image store.
+        1. The model must be loaded; `url` needs an image store (`store`, else the
+           generator's).
         2. Render the template (400 on a bad parameter); the job saves into an output
            folder of its own (`quorum/<job>/`).
         3. Run it (`follow.run`); progress goes to `progress` as it comes, the sampler's
@@ -220,6 +209,9 @@ class ImageGenerator:
            held until then and the next request waits in the runner, not inside ComfyUI.
         """
         model.ensure_ready()  # 1
+        kept = store or self.store
+        if request.response_format == "url" and kept is None:
+            raise InvalidImageRequest("response_format 'url' is not enabled on this runner")
         seed = self.seed_for(model, request)
         token = secrets.token_hex(8)
         graph = self._render(model, request, seed, f"{JOBS_FOLDER}/{token}/img")  # 2
@@ -237,7 +229,7 @@ class ImageGenerator:
             finished = await run(model.client, graph, on_view, self.timing, prompt_id)  # 3
             ended, prompt_id = True, finished.prompt_id
             images = _verdict(model.model_id, finished)  # 4
-            data = [await self._answer(model, ref, request, url_for) for ref in images]  # 5
+            data = [await self._answer(model, ref, request, url_for, kept) for ref in images]  # 5
         except BaseException as exc:
             silent = isinstance(exc, EngineSilent)
             if silent:  # 8
@@ -257,8 +249,9 @@ class ImageGenerator:
         return Generated(body, prompt_id, finished.engine_ms)
 
     def check(self, model: ModelShape, request: ImageRequest) -> None:
-        """Everything `generate` would refuse with 400 before it reaches ComfyUI (pure): an
-        async request runs it before its 202, so it is refused as the synchronous one is."""
+        """Everything `generate` would refuse with 400 before it reaches ComfyUI (pure), but
+        a `url` answer without a store (the runner's path refuses that itself): an async
+        request runs it before its 202, so it is refused as the synchronous one is."""
         seeds = seed_range(model.template)
         seed = request.seed if request.seed is not None else seeds[0] if seeds else 0
         self._render(model, request, seed, f"{JOBS_FOLDER}/check/img")
@@ -275,12 +268,15 @@ class ImageGenerator:
         self, model: ModelShape, request: ImageRequest, seed: int, prefix: str
     ) -> dict[str, Any]:
         """The graph for `request` (400 on a parameter the model's workflow refuses)."""
-        if request.response_format == "url" and self.store is None:
-            raise InvalidImageRequest("response_format 'url' is not enabled on this runner")
         return model.template.render(workflow_values(model, request, seed, prefix))
 
     async def _answer(
-        self, model: ImageModel, ref: ImageRef, request: ImageRequest, url_for: Callable[[str], str]
+        self,
+        model: ImageModel,
+        ref: ImageRef,
+        request: ImageRequest,
+        url_for: Callable[[str], str],
+        store: ImageStore | None,
     ) -> dict[str, str]:
         content = await model.client.view(ref)
         if not content:
@@ -289,8 +285,8 @@ class ImageGenerator:
             content = without_text_chunks(content)
         if request.response_format == "b64_json":
             return {"b64_json": base64.b64encode(content).decode("ascii")}
-        assert self.store is not None
-        return {"url": url_for(await self.store.keep(content))}
+        assert store is not None
+        return {"url": url_for(await store.keep(content))}
 
     async def _clean_up(
         self, model: ImageModel, graph: Mapping[str, Any], token: str, prompt_id: str

@@ -172,7 +172,7 @@ class LlamaServerKind(KindDefaults):
                 link = os.path.join(scratch, f"lora-{i}.gguf")
                 os.symlink(os.path.abspath(os.path.expanduser(adapter.path)), link)
                 links.append(link)
-            binary = spec.executable(s.llama_server_bin)
+            binary = spec.executable(s.llama_server_bin or default_binary())
             opts = LaunchOptions(
                 binary=binary,
                 model_path=str(spec.path),

@@ -70,7 +70,6 @@ from adapters.vllm.launch import (
 )
 from adapters.vllm.metrics import (
     VllmLoad,
-    VllmMetricsCollector,
     load_from_families,
     parse_families,
     scrape_metrics,
@@ -88,7 +87,6 @@ __all__ = [
     "VllmEngine",
     "VllmLaunchOptions",
     "VllmLoad",
-    "VllmMetricsCollector",
     "command_line",
     "engine_env",
     "launch_options",

@@ -53,16 +53,15 @@ from adapters.errors import (
     EngineSilent,
     EngineUnavailable,
 )
+from adapters.speech import Info, Segment
 from adapters.supervisor import EngineProcess, EngineState
 from adapters.whisper.messages import (
     HEADER_SIZE,
     Cancel,
     Done,
-    Info,
     Message,
     ProtocolError,
     Ready,
-    Segment,
     Shutdown,
     Transcribe,
     decode,

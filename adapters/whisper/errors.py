@@ -5,7 +5,8 @@ Exception tree::
 
     QuorumError (faults)
     ├── BadRequest (faults)             400  the worker refused the input (`param` in the
-    │   │                                    envelope names the form field):
+    │   │                                    envelope names the form field), the speech
+    │   │                                    facet's rows (adapters/errors.py):
     │   ├── InvalidAudio                     invalid_audio: undecodable or not audio
     │   └── UnsupportedLanguage              unsupported_language: not a Whisper language
     ├── EngineError (adapters)          502
@@ -21,15 +22,9 @@ Exception tree::
 
 from __future__ import annotations
 
-from adapters.errors import EngineError
-from faults import BadRequest, QuorumError
+from adapters.errors import EngineError, InvalidAudio, UnsupportedLanguage
+from faults import QuorumError
 
-InvalidAudio = BadRequest.row(
-    "InvalidAudio", "invalid_audio", extra=("param",), defaults={"param": "file"}
-)
-UnsupportedLanguage = BadRequest.row(
-    "UnsupportedLanguage", "unsupported_language", extra=("param",), defaults={"param": "language"}
-)
 TranscriptionFailed = EngineError.row("TranscriptionFailed", "transcription_failed")
 TranscriptionCancelled = QuorumError.row(
     "TranscriptionCancelled", "cancelled", 499, "the transcription was cancelled"

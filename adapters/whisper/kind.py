@@ -98,6 +98,7 @@ class WhisperKind(KindDefaults):
         own_fields=frozenset({"whisper_model"}),
         flush=False,
         environment=WHISPER_ENVIRONMENT,
+        error_tables=("adapters.whisper.errors",),
     )
 
     def check(self, spec: EngineSpec) -> None:

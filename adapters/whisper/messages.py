@@ -4,6 +4,9 @@ Runner -> worker: `Transcribe`, `Cancel`, `Shutdown`.
 Worker -> runner: `Ready` (once, after the model loaded), then per request `Info`
 (once), `Segment` (zero or more, in order) and `Done` (exactly once, last).
 
+`Info` and `Segment` (with its `Word`s) are the speech facet's own data
+(adapters/speech.py), framed here as they are.
+
 A request the worker refuses (undecodable audio, unknown language) or fails on
 still ends with `Done`, its `error` set: failures are data, the worker lives on.
 
@@ -25,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from adapters.speech import Info, Segment, Word
 
 MAX_FRAME = 16 * 1024 * 1024
 _LENGTH = struct.Struct(">I")
@@ -79,41 +84,6 @@ class Ready:
 
     model: str
     load_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class Info:
-    """The audio was decoded: its `duration` in seconds and its (detected) language."""
-
-    request_id: str
-    duration: float
-    language: str
-
-
-@dataclass(frozen=True, slots=True)
-class Word:
-    word: str
-    start: float
-    end: float
-    probability: float
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """One decoded segment, as faster-whisper yields it (times in seconds)."""
-
-    request_id: str
-    id: int
-    seek: int
-    start: float
-    end: float
-    text: str
-    tokens: tuple[int, ...]
-    temperature: float
-    avg_logprob: float
-    compression_ratio: float
-    no_speech_prob: float
-    words: tuple[Word, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

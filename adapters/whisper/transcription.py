@@ -11,8 +11,9 @@ from types import TracebackType
 from typing import Protocol
 
 from adapters.errors import EngineBadResponse, EngineError
+from adapters.speech import Info, Segment
 from adapters.whisper.errors import worker_error
-from adapters.whisper.messages import Done, Info, Segment
+from adapters.whisper.messages import Done
 
 Item = Info | Segment | Done | BaseException
 

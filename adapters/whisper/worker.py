@@ -10,7 +10,7 @@
    the pool's queue). Segments are iterated lazily and each is sent as it is produced;
    a `Cancel` for the request stops the iteration at the next segment.
 4. The upload is decoded as the runner's probe opened it: the container its first bytes
-   name, forced, files only (adapters/whisper/containers.py), never FFmpeg's guess.
+   name, forced, files only (adapters/audio_files.py), never FFmpeg's guess.
    Every request ends with exactly one `Done`; a bad file is `Done(error=...)`, never
    the end of the worker.
 5. `Shutdown`, or the runner closing the socket, ends the process at once (`os._exit`:
@@ -33,19 +33,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from adapters.whisper.containers import decode_upload
-from adapters.whisper.errors import InvalidAudio
+from adapters.audio_files import decode_upload
+from adapters.errors import InvalidAudio
+from adapters.speech import Info, Segment, Word
 from adapters.whisper.messages import (
     Cancel,
     Done,
-    Info,
     Message,
     ProtocolError,
     Ready,
-    Segment,
     Shutdown,
     Transcribe,
-    Word,
     recv_blocking,
     send_blocking,
 )

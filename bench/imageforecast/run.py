@@ -40,6 +40,7 @@ from typing import Any
 import httpx
 
 from adapters.comfyui.engine import ComfyUIEngine
+from adapters.comfyui.facet import ComfyImages
 from adapters.comfyui.follow import FollowTiming
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer
@@ -127,7 +128,9 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         await admission.start()
         tenants = TenantsConfig()
         front = FrontEnd(admission, RateLimiter(tenants), tenants, Metrics())
-        images = ImagesPath(front, engines, ImageGenerator(None, timing=TIMING), 1 << 20)
+        generator = ImageGenerator(None, timing=TIMING)
+        facets = {name: ComfyImages(engine, generator) for name, engine in engines.items()}
+        images = ImagesPath(front, facets, None, 1 << 20)
         transport = httpx.ASGITransport(app=images)
         rows: list[dict[str, Any]] = []
         async with httpx.AsyncClient(

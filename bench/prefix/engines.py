@@ -21,8 +21,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from adapters.llama_server.kind import default_binary as default_llama_server_bin
 from bench.proxy.procs import REPO_ROOT, free_port
-from runner.floor.settings import default_llama_server_bin
 
 LLAMA_BIN = os.environ.get("LLAMA_SERVER_BIN") or default_llama_server_bin()
 MODEL_PATH = Path("~/.cache/quorum/models/gemma-3-270m-q4_k_m.gguf").expanduser()

@@ -1,5 +1,5 @@
-"""Errors of the audio API's request form (OpenAI's shapes); what the speech worker
-refuses (`InvalidAudio`, `UnsupportedLanguage`) is the adapter's: adapters/whisper/errors.py.
+"""Errors of the audio API's request form (OpenAI's shapes); what a speech engine
+refuses (`InvalidAudio`, `UnsupportedLanguage`) is the speech facet's: adapters/errors.py.
 
 Exception tree::
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from adapters.whisper.messages import Segment
+from adapters.speech import Segment
 from runner.audio.languages import language_name
 
 RESPONSE_FORMATS = frozenset({"json", "text", "srt", "verbose_json", "vtt"})

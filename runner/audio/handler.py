@@ -30,8 +30,7 @@ from collections.abc import Mapping
 
 import orjson
 
-from adapters.whisper.engine import WhisperEngine
-from adapters.whisper.messages import Info, Segment
+from adapters.speech import Info, Segment, SpeechEngine
 from runner.audio.errors import AudioTooLarge, InvalidForm
 from runner.audio.formats import (
     JSON,
@@ -64,7 +63,7 @@ class AudioPath:
     def __init__(
         self,
         front: FrontEnd,
-        engines: Mapping[str, WhisperEngine],
+        engines: Mapping[str, SpeechEngine],
         metrics: SpeechMetrics,
         limits: FormLimits | None = None,
         submit_job: JobSubmitter | None = None,

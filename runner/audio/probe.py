@@ -11,7 +11,7 @@ worker then transcribes whole).
 `probe_audio` blocks (it decodes); call it in a thread: `await asyncio.to_thread(...)`.
 
 An upload is opened as the container its first bytes say it is, forced, with FFmpeg
-reading files only, within OPEN_TIMEOUT_S (`adapters.whisper.containers.open_audio`, the
+reading files only, within OPEN_TIMEOUT_S (`adapters/audio_files.open_audio`, the
 very decision the speech worker decodes with): never guessed by FFmpeg from its name or by
 probing every demuxer. Anything else is `invalid_audio`.
 """
@@ -25,8 +25,8 @@ from fractions import Fraction
 import av
 import av.error
 
-from adapters.whisper.containers import ffmpeg_reason, open_audio
-from adapters.whisper.errors import InvalidAudio
+from adapters.audio_files import ffmpeg_reason, open_audio
+from adapters.errors import InvalidAudio
 from runner.audio.errors import AudioTooShort
 
 MIN_DURATION_S = 0.1

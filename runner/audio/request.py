@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from adapters.whisper.errors import UnsupportedLanguage
+from adapters.errors import UnsupportedLanguage
 from runner.audio.errors import InvalidForm
 from runner.audio.formats import RESPONSE_FORMATS
 from runner.audio.languages import LANGUAGES

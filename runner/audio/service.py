@@ -6,7 +6,8 @@
 
 A run is: wait for admission (the scheduler's queue, fair share, priorities: the request
 path's admission scope, `runner.http.admitted.Admitted`, or a plain `Hold` for a job), send
-the file to the model's worker, collect its segments (calling `on_segment` and
+the file to the model's speech engine (its facet, `adapters/speech.SpeechEngine`, whatever
+its kind: the "worker" below), collect its segments (calling `on_segment` and
 `progress(seconds_done, total)` for each), give the slot back with the audio done.
 
 **Cost.** The scheduler weighs requests in tokens; a transcription's cost is its audio
@@ -17,7 +18,7 @@ the usage reported at release is the audio actually transcribed (less when cance
 **Cancel.** Cancelling the task that awaits `transcribe` (client gone, job deleted)
 withdraws a queued request, or tells the worker to stop at its next segment. The worker
 holds its slot until then, so the run's slot does too: the admission scope gives it back
-once the worker answered the cancel (`Transcription.let_go`, handed to `release_when`),
+once the worker answered the cancel (`TranscriptionStream.let_go`, handed to `release_when`),
 and the next request waits in the runner's queue meanwhile, not inside the worker.
 """
 
@@ -29,11 +30,8 @@ import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from adapters.errors import EngineCrashed, EngineTimeout
-from adapters.whisper.engine import WhisperEngine
-from adapters.whisper.errors import InvalidAudio, UnsupportedLanguage
-from adapters.whisper.messages import Info, Segment
-from adapters.whisper.transcription import Transcription
+from adapters.errors import EngineCrashed, EngineTimeout, InvalidAudio, UnsupportedLanguage
+from adapters.speech import Info, Segment, SpeechEngine, TranscriptionStream
 from runner.audio.formats import Transcript
 from runner.audio.metrics import SpeechMetrics
 from runner.audio.probe import AudioInfo, probe_audio
@@ -77,7 +75,7 @@ class SpeechService:
 
     def __init__(
         self,
-        engines: Mapping[str, WhisperEngine],
+        engines: Mapping[str, SpeechEngine],
         admission: Admission,
         metrics: SpeechMetrics,
         *,
@@ -191,7 +189,7 @@ class SpeechRun:
                 req.model, self.caller.tenant, self.outcome, self.seconds_done, rtf
             )
 
-    async def _transcribe(self, engine: WhisperEngine) -> Transcript:
+    async def _transcribe(self, engine: SpeechEngine) -> Transcript:
         """Step 3; tracing on, inside a client span `{task} {model}` whose context the
         worker gets (`traceparent`, for its log): the audio's seconds, those transcribed,
         the worker's time; never the audio's words."""
@@ -215,7 +213,7 @@ class SpeechRun:
                 span.set_attribute("quorum.audio.seconds_done", self.seconds_done)
                 span.set_attribute("quorum.engine_ms", self.engine_ms)
 
-    async def _send(self, engine: WhisperEngine, traceparent: str | None) -> Transcript:
+    async def _send(self, engine: SpeechEngine, traceparent: str | None) -> Transcript:
         req = self.request
         transcription = engine.transcribe(
             req.audio_path,
@@ -233,7 +231,7 @@ class SpeechRun:
             if not transcription.settled and self.held is not None:
                 self.held.release_when(transcription.let_go())
 
-    async def _collect(self, transcription: Transcription) -> Transcript:
+    async def _collect(self, transcription: TranscriptionStream) -> Transcript:
         req = self.request
         async with transcription as t:
             try:

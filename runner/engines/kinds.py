@@ -4,9 +4,11 @@ The built-in kinds (`adapters/<kind>/kind.py`) and any that ENGINE_KINDS registe
 (`module:attr,...`, each attr a `KindFactory`: called with the engine settings, it
 returns an `EngineKind`) are built once per runner; a registered kind of a built-in's
 name replaces it. Everything the runner does per kind is asked of the kind found here,
-once, by the model's `backend`. Other modules of `runner/` still import concrete kinds:
-the speech and image paths their one engine (`WhisperEngine`, `ComfyUIEngine`), the
-settings llama-server's and vLLM's default binaries, the metrics vLLM's collector.
+once, by the model's `backend`. No other module of `runner/` imports a concrete kind (an
+import-linter contract in pyproject.toml): the request paths are typed by the kinds'
+facets (adapters/base.py `ChatEngine`, adapters/speech.py, adapters/images.py), and what
+crosses them is kind-neutral (adapters/image_request.py, image_store.py, audio_files.py,
+engine_families.py); each kind's error table is its `Traits.error_tables`.
 """
 
 from __future__ import annotations

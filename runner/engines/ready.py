@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
 from adapters.base import AdapterHost, ChatEngine, FlushResult, FlushScope
-from adapters.comfyui.engine import ComfyUIEngine
+from adapters.images import ImagesEngine
 from adapters.launched import Launched
 from adapters.prompt_tokens import PromptCounter
-from adapters.whisper.engine import WhisperEngine
+from adapters.speech import SpeechEngine
 
 E = TypeVar("E")
 Flush = Callable[[FlushScope], Awaitable[FlushResult]]
@@ -54,8 +54,8 @@ class ReadyEngines(Mapping[str, Launched]):
     def __init__(self) -> None:
         self._ready: dict[str, Launched] = {}
         self.chat: Facet[ChatEngine] = Facet(self._ready, lambda e: e.chat)
-        self.speech: Facet[WhisperEngine] = Facet(self._ready, lambda e: e.speech)
-        self.images: Facet[ComfyUIEngine] = Facet(self._ready, lambda e: e.images)
+        self.speech: Facet[SpeechEngine] = Facet(self._ready, lambda e: e.speech)
+        self.images: Facet[ImagesEngine] = Facet(self._ready, lambda e: e.images)
         self.tokens: Facet[PromptCounter] = Facet(self._ready, lambda e: e.tokens)
         self.flushes: Facet[Flush] = Facet(self._ready, lambda e: e.flush)
         self.adapters: Facet[AdapterHost] = Facet(self._ready, lambda e: e.adapters)

@@ -19,8 +19,6 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from adapters.llama_server.kind import default_binary as default_llama_server_bin
-from adapters.vllm.launch import DEFAULT_BIN as DEFAULT_VLLM_BIN
 from faults.redis_clients import CLUSTER_SCHEMES, SENTINEL_SCHEMES, cluster_url, sentinel_url
 from faults.state_db import MEMORY
 from runner.errors import ConfigError
@@ -148,7 +146,7 @@ class Settings(BaseSettings):
     # Engines the runner starts (docs/engines.md).
     engine_kinds: str = ""  # more engine kinds: module:attr,... (runner/engines/kinds.py)
     engine_traces: bool = True  # with tracing on, a started vLLM exports to its collector
-    llama_server_bin: str = Field(default_factory=lambda: default_llama_server_bin())
+    llama_server_bin: str | None = None  # None: the kind's own build (scripts/install)
     engine_load_timeout_s: float = Field(default=300.0, gt=0)
     llama_slot_cache_entries: int = Field(default=64, ge=0, le=100_000)
     # Saved prompt states (warm prefixes) that outlive the engine (docs/engines.md).
@@ -165,7 +163,7 @@ class Settings(BaseSettings):
     engine_probe_misses: int = Field(default=3, ge=1, le=1000)  # runner/engines/probes.py
     engine_probe_timeout_s: float = Field(default=5.0, gt=0)
     # vLLM backend (docs/engines.md).
-    vllm_bin: str = DEFAULT_VLLM_BIN
+    vllm_bin: str = "vllm"
     vllm_enable_sleep_mode: bool = False
     vllm_cache_salt_secret: str | None = Field(default=None, min_length=16)
     # ComfyUI backend (docs/engines.md).

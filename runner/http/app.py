@@ -23,7 +23,7 @@ import gc
 import logging
 import math
 
-from adapters.comfyui import FILES_PATH
+from adapters.image_store import FILES_PATH
 from runner.audio.handler import AUDIO_PATHS, AudioPath
 from runner.errors import MethodNotAllowed, RouteNotFound
 from runner.floor.periodic import cancelled

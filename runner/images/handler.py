@@ -4,20 +4,22 @@
 
     1. the runner's headers; the tenant; the rate limit   (front-end) -> 400/401/403/429
     2. the body, bounded                                               -> 413
-    3. parse it; the OpenAI fields; the model (`check_model`); the model's workflow
-       (`ImageGenerator.check`: size, batch size, `x_*` it declares)    -> 400 / 404 / 503
+    3. parse it; the OpenAI fields; the model (`check_model`); `url` needs the image
+       store; the model's own checks (its `ImageShape.check`, adapters/images.py: for
+       ComfyUI its workflow's size, batch size, `x_*` it declares)     -> 400 / 404 / 503
     4a. `Prefer: respond-async` and a job submitter: the work (admission, then
         generation) becomes a job, after the same checks as the synchronous request
                                                                        -> 202 + Location
-    4b. otherwise admission (the scheduler's fair queue: ComfyUI's own queue is FIFO, so
-        the runner hands it no more than the model's slots at a time)  -> 503
-    5. generate; answer 200 with X-Queue-Wait-Ms, X-GPU-Time-Ms (ComfyUI's time from
-       submit to end), X-Request-Id, X-Cache-Hit: false, RateLimit-*
+    4b. otherwise admission (the scheduler's fair queue: an engine's own queue, ComfyUI's,
+        is FIFO, so the runner hands it no more than the model's slots at a time) -> 503
+    5. generate (the model's images facet, `ImagesEngine.generate`, whatever its kind);
+       answer 200 with X-Queue-Wait-Ms, X-GPU-Time-Ms (the engine's time from submit to
+       end), X-Request-Id, X-Cache-Hit: false, RateLimit-*
 
-A client that goes away while queued is withdrawn; while its prompt runs, the prompt is
-interrupted (or removed from ComfyUI's queue): `follow.run` does that on cancellation. Its
-slot stays taken until ComfyUI let the prompt go (an interrupt acts when the running node
-ends): `generate` hands that moment to the admission scope (`release_when`), the
+A client that goes away while queued is withdrawn; while its generation runs, the engine
+is told to stop (ComfyUI's prompt interrupted or removed from its queue). Its slot stays
+taken until the engine let the generation go (an interrupt acts when ComfyUI's running
+node ends): `generate` hands that moment to the admission scope (`release_when`), the
 synchronous request's and the job's alike.
 """
 
@@ -30,16 +32,10 @@ from typing import Any
 
 import orjson
 
-from adapters.comfyui.engine import ComfyUIEngine
-from adapters.comfyui.errors import ImageNotFound, InvalidImageRequest
-from adapters.comfyui.image_request import (
-    ImageRequest,
-    image_cost,
-    image_work,
-    parse_image_request,
-)
-from adapters.comfyui.images import Generated, ImageGenerator, ModelShape
-from adapters.comfyui.store import FILES_PATH, TOKEN_RE, ImageStore, file_path
+from adapters.errors import ImageNotFound, InvalidImageRequest
+from adapters.image_request import ImageRequest, parse_image_request
+from adapters.image_store import FILES_PATH, TOKEN_RE, ImageStore, file_path
+from adapters.images import Generated, ImagesEngine, ImageShape
 from faults import BadRequest
 from runner.errors import MethodNotAllowed
 from runner.http.asgi import Receive, Scope, Send, send_error
@@ -56,36 +52,37 @@ JOB_KIND = "image_generation"
 
 
 class ImagesPath:
-    """`models` maps model ids to ComfyUI models (kept current by the model pool)."""
+    """`models` maps model ids to their images facet (kept current by the model pool)."""
 
     def __init__(
         self,
         front: FrontEnd,
-        models: Mapping[str, ComfyUIEngine],
-        generator: ImageGenerator,
+        models: Mapping[str, ImagesEngine],
+        store: ImageStore | None,
         max_body_bytes: int,
         *,
         submit_job: JobSubmitter | None = None,
         public_url: str | None = None,
         count_images: Callable[[str, str, int], None] = lambda _model, _tenant, _n: None,
-        shape_of: Callable[[str], ModelShape | None] | None = None,
+        shape_of: Callable[[str], ImageShape | None] | None = None,
         job_inline_max_bytes: int | None = None,
     ) -> None:
-        """`public_url` (e.g. `https://images.example.com`) prefixes the URLs of
+        """`store` keeps the images answered as URLs (None: `response_format: url` is
+        refused). `public_url` (e.g. `https://images.example.com`) prefixes the URLs of
         `response_format: url` answers; without it they use the request's Host header.
         `count_images(model, tenant, n)` counts the images answered (metrics).
-        `shape_of(model)`: its workflow and checkpoint, loaded or not (default: the
-        loaded model's), what requests are checked against before they are queued.
+        `shape_of(model)`: what its requests are checked and weighed against, loaded or
+        not (default: the loaded model's), before they are queued.
         `job_inline_max_bytes`: a job's `b64_json` answer above it is kept as image URLs
         (the job store holds the record, never the images; JOB_RESULT_INLINE_MAX_BYTES)."""
         self.front = front
         self.models = models
-        self.generator = generator
+        self.store = store
         self.max_body = max_body_bytes
         self.submit_job = submit_job
         self.public_url = public_url.rstrip("/") if public_url else None
         self.count_images = count_images
-        self.shape_of = shape_of or models.get
+        self.shape_of = shape_of or (lambda model: _loaded_shape(models, model))
         self.job_inline_max_bytes = job_inline_max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -100,9 +97,11 @@ class ImagesPath:
         body = await self.front.read_body(call, self.max_body)  # 2
         request = await _parse(body)  # 3
         self.front.check_model(call, request.model, "images")
+        if request.response_format == "url" and self.store is None:
+            raise InvalidImageRequest("response_format 'url' is not enabled on this runner")
         shape = self.shape_of(request.model)
-        if shape is not None:  # the workflow's own checks, before a 202 or the queue
-            self.generator.check(shape, request)
+        if shape is not None:  # the model's own checks, before a 202 or the queue
+            shape.check(request)
         url_for = self._url_for(call)
         if self.submit_job is not None and wants_async(call.header(b"prefer")):  # 4a
             work = self.job_work(request, call, url_for)
@@ -116,9 +115,9 @@ class ImagesPath:
             raise InvalidImageRequest("webhook needs 'Prefer: respond-async'")
         ticket = _ticket(call.request_id, call, request, shape)
         async with self.front.admitted(call, ticket) as admitted:  # 4b
-            generated = await self.generator.generate(
-                self._model(request.model),
+            generated = await self._model(request.model).generate(
                 request,
+                self.store,
                 url_for=url_for,
                 release_when=admitted.release_when,
                 sampling=admitted.progress,
@@ -129,7 +128,7 @@ class ImagesPath:
         self.count_images(request.model, call.tenant, _images_in(generated))
         return 200
 
-    def _model(self, model_id: str) -> ComfyUIEngine:
+    def _model(self, model_id: str) -> ImagesEngine:
         model = self.models.get(model_id)
         if model is None:  # it died between the grant and now
             raise self.front.engine_gone(model_id)
@@ -157,9 +156,9 @@ class ImagesPath:
         async def work(progress: ProgressReporter) -> object:
             async with Hold(admission, ticket, metrics=metrics) as held:
                 await progress.running()
-                generated: Generated = await self.generator.generate(
-                    self._model(request.model),
+                generated: Generated = await self._model(request.model).generate(
                     request,
+                    self.store,
                     progress.report,
                     url_for,
                     held.release_when,
@@ -176,7 +175,7 @@ class ImagesPath:
         """A job's answer as the job store keeps it: above `job_inline_max_bytes` (and with
         an image store), each `b64_json` image is kept in the store and answered as its
         URL, for IMAGES_URL_TTL_S, so a tenant's images never fill the shared Redis."""
-        store = self.generator.store
+        store = self.store
         limit = self.job_inline_max_bytes
         data = body.get("data")
         if store is None or limit is None or not isinstance(data, list):
@@ -190,6 +189,11 @@ class ImagesPath:
                 item = {"url": url_for(token)}
             kept.append(item)
         return {**body, "data": kept}
+
+
+def _loaded_shape(models: Mapping[str, ImagesEngine], model: str) -> ImageShape | None:
+    engine = models.get(model)
+    return engine.shape if engine is not None else None
 
 
 def _images_in(generated: Generated) -> int:
@@ -208,15 +212,16 @@ async def _parse(body: bytes) -> ImageRequest:
 
 
 def _ticket(
-    request_id: str, call: ClientCall, request: ImageRequest, shape: ModelShape | None
+    request_id: str, call: ClientCall, request: ImageRequest, shape: ImageShape | None
 ) -> AdmissionRequest:
-    """The admission ticket: the request's cost (fair share: `image_cost`, n x size x
-    steps at the template's defaults where the request leaves them) and, with the
-    model's template known, its work (`image_work`), which the wait forecast times it by."""
+    """The admission ticket: the request's cost (fair share: the model's `ImageShape.cost`,
+    for ComfyUI n x size x steps at the template's defaults where the request leaves them)
+    and, with the model's shape known, its work (`ImageShape.work`), which the wait
+    forecast times it by."""
     prompt_tokens = max(1, len(request.prompt) // 4)
     meta = call.meta
-    work = image_work(shape.template, request) if shape is not None else None
-    cost = image_cost(shape.template, request) if shape is not None else request.cost
+    work = shape.work(request) if shape is not None else None
+    cost = shape.cost(request) if shape is not None else request.cost
     return AdmissionRequest(
         request_id,
         request.model,

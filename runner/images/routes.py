@@ -2,29 +2,24 @@
 
 The handlers are in `runner/images/handler.py` (`ImagesPath`, `ImageFiles`); this builds
 them on the runner's front-end, pool and jobs. `ImagesPath` routes by `model` among
-the pool's ready engines with an image facet (`ReadyEngines.images`): a live view, kept
-current by the pool like the chat path's. What a request for a model that is not ready
-meets is the front-end's and the scheduler's answer (a model of another backend is 400,
-one that is not loaded 404, ...).
+the pool's ready engines with an image facet (`ReadyEngines.images`, adapters/images.py):
+a live view, kept current by the pool like the chat path's; a model not loaded yet is
+checked against what its kind says of it (`EngineKind.image_shape`). What a request for
+a model that is not ready meets is the front-end's and the scheduler's answer (a model of
+another backend is 400, one that is not loaded 404, ...).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from adapters.comfyui.follow import FollowTiming
-from adapters.comfyui.images import ImageGenerator
-from adapters.comfyui.kind import DEFAULT_WORKFLOW
-from adapters.comfyui.store import ImageStore
-from adapters.comfyui.template_checks import load_template
-from adapters.comfyui.workflows import WorkflowTemplate
+from adapters.image_store import ImageStore
+from adapters.images import ImageShape
 from runner.engines.pool import ModelPool
-from runner.errors import ConfigError
 from runner.floor.settings import Settings
 from runner.http.frontend import FrontEnd
 from runner.images.handler import ImageFiles, ImagesPath
@@ -49,7 +44,7 @@ def image_routes(
     keep_files: bool,
     count_images: Callable[[str, str, int], None] = lambda _model, _tenant, _n: None,
 ) -> ImageRoutes:
-    """The handlers; with `keep_files` (the runner has ComfyUI models) an image store in
+    """The handlers; with `keep_files` (the runner has image models) an image store in
     IMAGES_DIR (else a folder of its own under the temporary folder) for `response_format:
     url`, the runner's own (`ImageStore`: those left by a killed runner are removed)."""
     s = settings
@@ -64,45 +59,30 @@ def image_routes(
     images = ImagesPath(
         front,
         models,
-        ImageGenerator(
-            store,
-            FollowTiming(silence_s=s.engine_read_timeout_s),
-            keep_metadata=s.comfyui_image_metadata,
-        ),
+        store,
         s.max_body_bytes,
         submit_job=submit_job,
         public_url=s.images_public_url,
         count_images=count_images,
-        shape_of=lambda model: models.get(model) or _shape(pool, model),
+        shape_of=lambda model: _shape(pool, model),
         job_inline_max_bytes=s.job_result_inline_max_bytes,
     )
     return ImageRoutes(images, ImageFiles(store) if store is not None else None, store)
 
 
-@dataclass(frozen=True, slots=True)
-class _Shape:
-    """A ComfyUI model as its models-file entry describes it (`images.ModelShape`)."""
-
-    model_id: str
-    template: WorkflowTemplate
-    checkpoint: str | None
-
-
-@functools.lru_cache(maxsize=64)
-def _template(workflow: str) -> WorkflowTemplate | None:
-    try:
-        return load_template(workflow)
-    except ConfigError:  # its load fails and says why; nothing to check against here
-        return None
-
-
-def _shape(pool: ModelPool, model: str) -> _Shape | None:
-    """An image model not loaded yet, from its spec: what its requests are checked against."""
+def _shape(pool: ModelPool, model: str) -> ImageShape | None:
+    """What `model`'s requests are checked and weighed against: the loaded model's, else
+    its kind's from its spec (an image model not loaded yet)."""
+    engine = pool.ready.images.get(model)
+    if engine is not None:
+        return engine.shape
     spec = pool.specs.spec(model)
-    if spec is None or pool.kinds.of(spec).traits.request_path != "images":
+    if spec is None:
         return None
-    template = _template(spec.workflow or DEFAULT_WORKFLOW)
-    return None if template is None else _Shape(model, template, spec.checkpoint)
+    kind = pool.kinds.of(spec)
+    if kind.traits.request_path != "images":
+        return None
+    return kind.image_shape(pool.kinds.engine_spec(spec))
 
 
 async def sweep_forever(store: ImageStore, every_s: float = 300.0) -> None:

@@ -1,7 +1,7 @@
 """How long a request holds its slot, learned from what the engine actually took (pure).
 
 A request may say how much work it is (`AdmissionRequest.work`: for an image, megapixels
-x sampler steps x images, `adapters/comfyui/image_request.image_work`). The seconds a
+x sampler steps x images, `adapters/comfyui/image_costs.image_work`). The seconds a
 request of a model took from its grant to its `ServeDone` are then fitted, over the
 model's last completions, as `overhead + per_work x work` (least squares with an
 intercept): ComfyUI takes a fixed time per prompt (loading, encoding, decoding, saving)

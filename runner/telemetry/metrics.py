@@ -28,7 +28,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
-from adapters.vllm.metrics import VllmMetricsCollector
+from adapters.engine_families import EngineFamiliesCollector
 from runner.floor.settings import PICKER_PATH
 from runner.telemetry.exposition import Exposition
 from runner.telemetry.metrics_port import serve_paths
@@ -134,7 +134,7 @@ class Metrics:
         # The endpoint picker's `vllm:*` family: vLLM's own, as last scraped, and the
         # picker's gauges (registered by the runtime, runner/telemetry/picker_metrics.py).
         self.picker_registry = CollectorRegistry(auto_describe=True)
-        self.vllm = VllmMetricsCollector()
+        self.vllm = EngineFamiliesCollector()
         self.picker_registry.register(self.vllm)
         # Speech (runner/audio/metrics.py's SpeechMetrics protocol).
         self.audio_seconds = Counter(

@@ -31,7 +31,7 @@ is one unlabelled sample of the runner's own, typed `gauge`:
   adapter is a model id of its own, and a pool routes one base model.
 
 When an engine is vLLM its own series of these names are shadowed
-(`VllmMetricsCollector.shadow`): the runner's aggregate replaces them, never two values
+(`EngineFamiliesCollector.shadow`): the runner's aggregate replaces them, never two values
 for one name; vLLM's other series are served beside them, on the same path (the
 `vllm:*` names stay off `/metrics`: promtool flags a `:`, runner/telemetry/metrics.py). Everything
 is read at scrape time from what the runner already keeps in memory (the scheduler's
@@ -49,8 +49,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
+from adapters.engine_families import EngineFamiliesCollector
 from adapters.launched import EngineLoad
-from adapters.vllm.metrics import VllmMetricsCollector
 from runner.engines.adapters import AdapterBook, AdapterState
 from runner.engines.specs import ModelSpecs
 from runner.engines.watch import EngineWatch
@@ -240,7 +240,7 @@ def picker_collector(
     specs: ModelSpecs,
     snapshot: Callable[[], ResourceSnapshot],
     watch: EngineWatch,
-    vllm: VllmMetricsCollector,
+    vllm: EngineFamiliesCollector,
     book: AdapterBook,
 ) -> PickerCollector:
     """The runner's picker gauges, read from what it holds; vLLM's own series of the same

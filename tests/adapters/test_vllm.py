@@ -13,6 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from adapters.base import ChatEngine, FlushScope
+from adapters.engine_families import EngineFamiliesCollector
 from adapters.errors import (
     EngineControlFailed,
     EngineOutOfMemory,
@@ -26,7 +27,6 @@ from adapters.vllm.engine import (
     Standby,
     VllmEngine,
     VllmLaunchOptions,
-    VllmMetricsCollector,
     command_line,
     engine_env,
     launch_options,
@@ -310,7 +310,7 @@ async def _launch(slots: int = 4, binary: str = str(BIN), **fake: str) -> Runnin
         load_timeout_s=20,
         env={**process_env(**fake), "PATH": f"{BIN.parent}:{os.environ.get('PATH', '')}"},
         memory_probe=probe,
-        metrics_sink=VllmMetricsCollector(),
+        metrics_sink=EngineFamiliesCollector(),
     )
     engine_holder.append(engine)
     return Running(process, engine)

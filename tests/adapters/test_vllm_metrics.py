@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from adapters.vllm.metrics import VllmMetricsCollector, parse_families, scrape_metrics
+from adapters.engine_families import EngineFamiliesCollector
+from adapters.vllm.metrics import parse_families, scrape_metrics
 
 # As vLLM's prometheus_client registry writes it (names from vllm/v1/metrics/loggers.py).
 TEXT = """\
@@ -60,7 +61,7 @@ def test_scrape_metrics_refuses_garbage() -> None:
 def test_collector_reexposes_vllm_families_unchanged() -> None:
     """The runner's registry yields the last scrape's `vllm:*` samples, names and labels kept."""
     registry = CollectorRegistry()
-    collector = VllmMetricsCollector()
+    collector = EngineFamiliesCollector()
     registry.register(collector)
     collector.update("m", parse_families(TEXT))
     out = generate_latest(registry).decode()
@@ -72,7 +73,7 @@ def test_collector_reexposes_vllm_families_unchanged() -> None:
 def test_collector_merges_engines_and_forgets_unloaded_ones() -> None:
     """Two engines' samples share one family; an unloaded engine's samples disappear."""
     registry = CollectorRegistry()
-    collector = VllmMetricsCollector()
+    collector = EngineFamiliesCollector()
     registry.register(collector)
     collector.update("m", parse_families(TEXT))
     collector.update("n", parse_families(TEXT.replace('model_name="m"', 'model_name="n"')))

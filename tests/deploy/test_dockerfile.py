@@ -152,7 +152,7 @@ def test_dockerfile_runtime_has_every_path_the_default_models_file_names(
     ]
     models = yaml.safe_load((ROOT / "models.yaml").read_text())["models"]
     paths = [m["path"] for m in models if m["path"].startswith("~/")]
-    paths.append("~/.cache/quorum/llama-server/")  # settings.default_llama_server_bin
+    paths.append("~/.cache/quorum/llama-server/")  # adapters/llama_server/kind.default_binary
     for path in paths:
         absolute = home + path[1:]
         assert any(absolute.startswith(dest.rstrip("/") + "/") for dest in copied), path

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from adapters.whisper.errors import InvalidAudio
+from adapters.errors import InvalidAudio
 from tests.fixtures.launch import FakeEngine, start_fake
 from tests.runner.audio.runner_kit import webhook_receiver
 from tests.security.kit import SECRETS, SHARED_SECRET, bearer, comfy_models, keyed_runner

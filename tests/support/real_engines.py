@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.floor.settings import default_llama_server_bin
+from adapters.llama_server.kind import default_binary as default_llama_server_bin
 
 MARKER = "real_engine"
 FIXTURES = ("real_llama_server", "real_vllm", "whisper_model")

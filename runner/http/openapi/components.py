@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from faults import QuorumError
+from runner.engines.kinds import EngineKinds
 
 Schema = dict[str, Any]
 
@@ -24,12 +25,11 @@ ERROR_MODULES = (
     "runner.scheduler.errors",
     "runner.memory.errors",
     "adapters.errors",
-    "adapters.whisper.errors",
-    "adapters.comfyui.errors",
     "tenants.errors",
     "governance.errors",
 )
-"""Every package's error table (`errors.py`): the rows a client can be answered with."""
+"""Every package's error table (`errors.py`): the rows a client can be answered with; and
+each built-in engine kind's own (`Traits.error_tables`, `error_modules`)."""
 
 ERROR_STATUSES = (400, 401, 403, 404, 405, 408, 409, 413, 415, 429, 431, 502, 503, 504)
 """The statuses the runner answers in its envelope (500 is never documented: a bug; 499 is
@@ -47,13 +47,19 @@ def error_rows(cls: type[QuorumError]) -> Iterator[type[QuorumError]]:
         yield from error_rows(sub)
 
 
+def error_modules() -> tuple[str, ...]:
+    """The runner's packages' error tables, then the kinds' own (`Traits.error_tables`)."""
+    kinds = tuple(m for kind in EngineKinds() for m in kind.traits.error_tables)
+    return ERROR_MODULES + tuple(m for m in dict.fromkeys(kinds) if m not in ERROR_MODULES)
+
+
 def error_codes() -> dict[int, list[str]]:
     """The envelope's `code`s by HTTP status, read from every error table.
 
     `http_error` (a framework refusal kept with its own 4xx, `runner.errors.route_error`)
     may come with any 4xx status, so it is listed under each.
     """
-    for module in ERROR_MODULES:
+    for module in error_modules():
         importlib.import_module(module)
     codes: dict[int, set[str]] = {status: set() for status in ERROR_STATUSES}
     for row in error_rows(QuorumError):

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from adapters.comfyui.image_request import IGNORED_IMAGE_FIELDS, MAX_N
-from adapters.comfyui.node_limits import MAX_SEED
+from adapters.image_request import IGNORED_IMAGE_FIELDS, MAX_N, MAX_SEED
 from runner.audio.formats import RESPONSE_FORMATS
 from runner.http.openapi.components import (
     DATA_PATH_PARAMETERS,

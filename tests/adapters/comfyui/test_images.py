@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 
 from adapters.comfyui.engine import ComfyUIEngine
-from adapters.comfyui.errors import ComfyUINotReady, ExecutionFailed, InvalidImageRequest
-from adapters.comfyui.image_request import ImageRequest, image_work, parse_image_request
+from adapters.comfyui.errors import ComfyUINotReady, ExecutionFailed
+from adapters.comfyui.image_costs import image_work
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer
-from adapters.comfyui.store import ImageStore
 from adapters.comfyui.workflows import TXT2IMG
+from adapters.errors import InvalidImageRequest
+from adapters.image_request import ImageRequest, parse_image_request
+from adapters.image_store import ImageStore
 from tests.adapters.comfyui.support import CHECKPOINT, FAST, png_size
 from tests.fixtures.launch import FakeEngine
 from tests.support.poll import eventually_async

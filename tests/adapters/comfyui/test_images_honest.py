@@ -16,12 +16,12 @@ import pytest
 
 from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.errors import ExecutionFailed
-from adapters.comfyui.image_request import parse_image_request
 from adapters.comfyui.images import ImageGenerator, without_text_chunks
 from adapters.comfyui.server import ComfyUIServer, job_folders, output_folder
-from adapters.comfyui.store import ImageStore
 from adapters.comfyui.workflows import TXT2IMG, WorkflowTemplate, template_from_json
 from adapters.errors import EngineCrashed
+from adapters.image_request import parse_image_request
+from adapters.image_store import ImageStore
 from tests.adapters.comfyui.support import CHECKPOINT, FAST, stub_comfyui
 from tests.fixtures._comfy_nodes import png
 from tests.fixtures._comfy_probe import png_chunks, png_text

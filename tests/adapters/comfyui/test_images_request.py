@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from adapters.comfyui.client import ComfyUIClient
-from adapters.comfyui.errors import InvalidImageRequest
-from adapters.comfyui.image_request import ImageRequest, parse_image_request
 from adapters.comfyui.images import workflow_values
 from adapters.comfyui.workflows import MODEL_FREE_TEST, TXT2IMG, WorkflowTemplate
+from adapters.errors import InvalidImageRequest
+from adapters.image_request import ImageRequest, parse_image_request
 
 
 @dataclass

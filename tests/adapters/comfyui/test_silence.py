@@ -14,11 +14,11 @@ from adapters.comfyui.client import ComfyUIClient, new_client_id
 from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.events import Event, about
 from adapters.comfyui.follow import FollowTiming, run, silence, silent_past
-from adapters.comfyui.image_request import parse_image_request
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.workflows import WorkflowTemplate, template_from_json
 from adapters.errors import EngineSilent
+from adapters.image_request import parse_image_request
 from tests.adapters.comfyui.support import FAST, comfy_base, txt2img
 from tests.fixtures.launch import FakeEngine, start_fake
 from tests.support.poll import eventually_async

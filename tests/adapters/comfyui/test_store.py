@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.comfyui.store import MARKER, TOKEN_RE, ImageStore, file_path
+from adapters.image_store import MARKER, TOKEN_RE, ImageStore, file_path
 from faults import ConfigError
 from tests.fixtures.launch import REPO_ROOT
 
@@ -106,7 +106,7 @@ def test_store_refuses_a_folder_that_is_not_the_runners(tmp_path: Path) -> None:
 
 HOLDER = """
 import sys, time
-from adapters.comfyui.store import ImageStore
+from adapters.image_store import ImageStore
 store = ImageStore.temporary(parent=sys.argv[1]) if sys.argv[2] == "temp" else ImageStore(
     __import__("pathlib").Path(sys.argv[1]))
 store.put(b"an image answered by URL")

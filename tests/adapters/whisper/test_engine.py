@@ -10,11 +10,17 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from adapters.errors import EngineCrashed, EngineSilent, EngineStartFailed, EngineUnavailable
+from adapters.errors import (
+    EngineCrashed,
+    EngineSilent,
+    EngineStartFailed,
+    EngineUnavailable,
+    InvalidAudio,
+)
+from adapters.speech import Segment
 from adapters.supervisor import EngineState
 from adapters.whisper.engine import WhisperEngine
-from adapters.whisper.errors import InvalidAudio, TranscriptionCancelled
-from adapters.whisper.messages import Segment
+from adapters.whisper.errors import TranscriptionCancelled
 from tests.adapters.whisper.speech import SpeechFiles, has_words, tree_rss_bytes
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -8,7 +8,8 @@ import asyncio
 import pytest
 
 from adapters.errors import EngineError, EngineSilent
-from adapters.whisper.messages import Done, Info, Segment
+from adapters.speech import Info, Segment
+from adapters.whisper.messages import Done
 from adapters.whisper.transcription import Transcription
 
 

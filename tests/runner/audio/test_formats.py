@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from adapters.whisper.messages import Segment, Word
+from adapters.speech import Segment, Word
 from runner.audio import formats as f
 
 SEGMENTS = (

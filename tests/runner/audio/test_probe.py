@@ -11,7 +11,7 @@ import av
 import numpy as np
 import pytest
 
-from adapters.whisper.errors import InvalidAudio
+from adapters.errors import InvalidAudio
 from runner.audio.errors import AudioTooShort
 from runner.audio.probe import probe_audio
 from tests.adapters.whisper.speech import SpeechFiles

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.whisper.errors import UnsupportedLanguage
+from adapters.errors import UnsupportedLanguage
 from runner.audio.errors import InvalidForm
 from runner.audio.multipart import AudioUpload
 from runner.audio.request import parse_request

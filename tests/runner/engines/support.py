@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from adapters.vllm.metrics import VllmMetricsCollector
+from adapters.engine_families import EngineFamiliesCollector
 from runner.engines.gpus import EngineHost, GpuAccounting
 from runner.engines.kinds import EngineKinds, engine_settings
 from runner.engines.pool import ModelPool, PoolObserver
@@ -32,7 +32,7 @@ def make_pool(
 ) -> ModelPool:
     """A pool as the runtime builds it (runner/runtime/wiring.py), its parts given."""
     kinds = EngineKinds(engine_settings(settings))
-    host = EngineHost(telemetry, VllmMetricsCollector())
+    host = EngineHost(telemetry, EngineFamiliesCollector())
     return ModelPool(
         ModelSpecs(models, kinds, host.gpu_total_mb),
         GpuAccounting(

@@ -17,9 +17,10 @@ from adapters.comfyui.engine import ComfyUIEngine
 from adapters.comfyui.kind import launched as comfy_launched
 from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.workflows import MODEL_FREE_TEST
+from adapters.engine_families import EngineFamiliesCollector
 from adapters.http_client import EngineConnections
 from adapters.launched import EngineLoad, Launched
-from adapters.vllm.engine import VllmEngine, VllmMetricsCollector
+from adapters.vllm.engine import VllmEngine
 from adapters.vllm.kind import launched as vllm_launched
 from runner.engines.kinds import EngineKinds
 from runner.engines.record import EngineRecord
@@ -264,7 +265,7 @@ vllm:kv_cache_usage_perc{engine="0",model_name="v"} 0.25
 """
 
 
-def _vllm(handler: httpx.MockTransport, collector: VllmMetricsCollector) -> VllmEngine:
+def _vllm(handler: httpx.MockTransport, collector: EngineFamiliesCollector) -> VllmEngine:
     control = httpx.AsyncClient(base_url="http://vllm", transport=handler)
     engine = VllmEngine(
         "v", "http://127.0.0.1:1", 4, EngineConnections("http://127.0.0.1:1", 1, 1), control, None
@@ -283,7 +284,7 @@ def _vllm_answers(request: httpx.Request) -> httpx.Response:
 
 
 def _figures_watch(
-    ready: dict[str, Launched], models: list[ModelSpec], collector: VllmMetricsCollector
+    ready: dict[str, Launched], models: list[ModelSpec], collector: EngineFamiliesCollector
 ) -> EngineWatch:
     pool = FakePool(models, ready)
     return EngineWatch(pool, Views({}), 1.0, families=collector, running=list)
@@ -295,7 +296,7 @@ VLLM = ModelSpec(id="v", backend="vllm", url="http://127.0.0.1:1")
 async def test_watch_reads_vllm_metrics_and_version() -> None:
     """vLLM's /metrics become the model's figures, its families are re-exposed, its
     /version names the engine; an engine no longer served is forgotten everywhere."""
-    collector = VllmMetricsCollector()
+    collector = EngineFamiliesCollector()
     ready = {"v": vllm_launched(_vllm(httpx.MockTransport(_vllm_answers), collector))}
     watch = _figures_watch(ready, [VLLM], collector)
     await watch.poll()
@@ -317,7 +318,7 @@ async def test_watch_engine_that_fails_keeps_no_figures() -> None:
         calls["n"] += 1
         return _vllm_answers(request) if calls["n"] <= 2 else httpx.Response(500)
 
-    collector = VllmMetricsCollector()
+    collector = EngineFamiliesCollector()
     ready = {"v": vllm_launched(_vllm(httpx.MockTransport(flaky), collector))}
     watch = _figures_watch(ready, [VLLM], collector)
     await watch.poll()
@@ -343,7 +344,7 @@ async def test_watch_counts_a_comfyui_queue_once_per_server() -> None:
     server = ComfyUIServer(http)
     ready = {m: comfy_launched(ComfyUIEngine(m, server, MODEL_FREE_TEST)) for m in ("one", "two")}
     models = [ModelSpec(id=m, backend="comfyui", url="http://127.0.0.1:2") for m in ready]
-    watch = _figures_watch(ready, models, VllmMetricsCollector())
+    watch = _figures_watch(ready, models, EngineFamiliesCollector())
     await watch.poll()
     assert watch.loads == {"one": EngineLoad(waiting=2, running=1), "two": EngineLoad()}
     assert watch.versions["comfyui"] == "0.3.64"

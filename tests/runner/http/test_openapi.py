@@ -26,7 +26,7 @@ import httpx
 import pytest
 from starlette.routing import Route
 
-from adapters.comfyui import FILES_PATH
+from adapters.image_store import FILES_PATH
 from faults import QuorumError
 from runner.audio.handler import AUDIO_PATHS
 from runner.floor.models_file import ModelsFile

@@ -19,15 +19,16 @@ from standardwebhooks import Webhook
 
 from adapters.comfyui import within_comfyui
 from adapters.comfyui.engine import ComfyUIEngine
+from adapters.comfyui.facet import ComfyImages
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer
-from adapters.comfyui.store import FILES_PATH, ImageStore
 from adapters.comfyui.workflows import (
     MODEL_FREE_TEST,
     TXT2IMG,
     Param,
     WorkflowTemplate,
 )
+from adapters.image_store import FILES_PATH, ImageStore
 from runner.http.asgi import Message, Receive, Scope, Send
 from runner.http.frontend import FrontEnd
 from runner.images.handler import ImageFiles, ImagesPath
@@ -116,10 +117,12 @@ async def runner(comfy: FakeEngine, comfy_dir: Path, tmp_path: Path) -> AsyncIte
     store = ImageStore(tmp_path / "images")
     tenants = TenantsConfig()
     front = FrontEnd(admission, RateLimiter(tenants), tenants, Metrics())
+    generator = ImageGenerator(timing=FAST)
+    models = {"sd": engine, "loose": loose, "free": free, "wide": wide}
     images = ImagesPath(
         front,
-        {"sd": engine, "loose": loose, "free": free, "wide": wide},
-        ImageGenerator(store, timing=FAST),
+        {name: ComfyImages(model, generator) for name, model in models.items()},
+        store,
         1 << 20,
         submit_job=job_submitter(manager),
     )

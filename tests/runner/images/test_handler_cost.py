@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
-from adapters.comfyui.image_request import parse_image_request
+from adapters.comfyui.facet import ComfyShape
+from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.workflows import MODEL_FREE_TEST, TXT2IMG, WorkflowTemplate
+from adapters.image_request import parse_image_request
 from runner.images.handler import _ticket
 
 pytestmark = pytest.mark.timeout(30)
@@ -28,8 +30,8 @@ def _sdxl() -> WorkflowTemplate:
 def _cost(template: WorkflowTemplate, **fields: Any) -> int:
     request = parse_image_request({"model": "sd", "prompt": "a cat", **fields})
     call: Any = SimpleNamespace(tenant="t", meta=SimpleNamespace(priority="normal"))
-    shape = SimpleNamespace(model_id="sd", template=template)
-    return _ticket("r", call, request, shape).est_output_tokens  # type: ignore[arg-type]
+    shape = ComfyShape("sd", template, None, ImageGenerator())
+    return _ticket("r", call, request, shape).est_output_tokens
 
 
 def test_images_cost_counts_the_templates_default_size() -> None:

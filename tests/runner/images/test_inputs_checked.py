@@ -19,10 +19,11 @@ import pytest
 
 from adapters.comfyui import within_comfyui
 from adapters.comfyui.engine import ComfyUIEngine
-from adapters.comfyui.image_request import ImageRequest
+from adapters.comfyui.facet import ComfyImages
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.workflows import MODEL_FREE_TEST, Param, WorkflowTemplate
+from adapters.image_request import ImageRequest
 from faults import ConfigError
 from runner.http.frontend import FrontEnd
 from runner.images.handler import ImagesPath
@@ -143,7 +144,8 @@ async def runner(
     tenants = TenantsConfig()
     front = FrontEnd(admission, RateLimiter(tenants), tenants, Metrics())
     generator = ImageGenerator(None, timing=FAST)
-    images = ImagesPath(front, engines, generator, 1 << 20, submit_job=job_submitter(manager))
+    facets = {name: ComfyImages(engine, generator) for name, engine in engines.items()}
+    images = ImagesPath(front, facets, None, 1 << 20, submit_job=job_submitter(manager))
     transport = httpx.ASGITransport(app=images)
     async with httpx.AsyncClient(transport=transport, base_url="http://runner") as client:
         yield Runner(comfy_dir / "output", client, manager, jobs, http)

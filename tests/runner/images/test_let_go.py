@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from adapters.comfyui.engine import ComfyUIEngine
+from adapters.comfyui.facet import ComfyImages
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.workflows import Param, WorkflowTemplate
@@ -101,7 +102,11 @@ async def runner(
     front = FrontEnd(admission, RateLimiter(tenants), tenants, Metrics())
     generator = ImageGenerator(None, timing=FAST, settle_poll_s=0.05)
     images = ImagesPath(
-        front, {"blur": engine}, generator, 1 << 20, submit_job=job_submitter(manager)
+        front,
+        {"blur": ComfyImages(engine, generator)},
+        None,
+        1 << 20,
+        submit_job=job_submitter(manager),
     )
     transport = httpx.ASGITransport(app=images)
     async with httpx.AsyncClient(transport=transport, base_url="http://runner") as client:

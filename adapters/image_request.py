@@ -1,21 +1,23 @@
 """An image request's fields, as OpenAI's `POST /v1/images/generations` names them, checked
-(pure; `adapters/comfyui/images.py` says what each field does).
+(pure): the data every image kind is handed (adapters/images.py); what each field does is
+the kind's (ComfyUI's: `adapters/comfyui/images.py`).
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from adapters.comfyui.errors import InvalidImageRequest
-from adapters.comfyui.node_limits import MAX_SEED
-from adapters.comfyui.workflows import Value, WorkflowTemplate
+from adapters.errors import InvalidImageRequest
 
 ResponseFormat = Literal["b64_json", "url"]
+Value = str | int | float
+"""An extension field's value (`x_steps`, `x_cfg`, `x_negative_prompt`)."""
 MAX_N = 10
+MAX_SEED = 0xFFFF_FFFF_FFFF_FFFF
+"""`x_seed`'s bound: an unsigned 64-bit seed (ComfyUI's KSampler takes the same)."""
 _SIZE = re.compile(r"([1-9][0-9]{0,4})x([1-9][0-9]{0,4})")
 IGNORED_IMAGE_FIELDS = frozenset(
     {"quality", "style", "user", "background", "moderation", "output_compression"}
@@ -45,46 +47,10 @@ class ImageRequest:
 
     @property
     def cost(self) -> int:
-        """Scheduling cost in token-equivalents without a template (`image_cost`): one per
+        """Scheduling cost in token-equivalents without a model's shape: one per
         32x32 pixel patch of every image, 512x512 when no size is asked."""
         width, height = self.size or (512, 512)
         return max(1, self.n * (width * height) // 1024)
-
-
-def image_work(template: WorkflowTemplate, request: ImageRequest) -> float:
-    """The request's work in megapixel-steps (pure): images x width x height x sampler
-    steps / 10^6, each from the request or the template's default (512 px; 1 step for a
-    template without `steps`, such as the model-free one). ComfyUI's time for a prompt is
-    close to a line in it (`runner/scheduler/work_fit.py` fits that line per model)."""
-    width, height, steps, _ = _shape(template, request)
-    return request.n * width * height * steps / 1e6
-
-
-def image_cost(template: WorkflowTemplate, request: ImageRequest) -> int:
-    """The request's scheduling cost in token-equivalents (pure; the fair share charges
-    it): one per 32x32 pixel patch of every image at the size it runs at (asked, else the
-    template's default), times the steps asked over the template's default steps when
-    the template declares `steps` (a request at the defaults costs its patches)."""
-    width, height, steps, default_steps = _shape(template, request)
-    return max(1, math.ceil(request.n * width * height / 1024 * steps / default_steps))
-
-
-def _shape(template: WorkflowTemplate, request: ImageRequest) -> tuple[float, float, float, float]:
-    """(width, height, steps, the template's default steps) a request runs at: each from
-    the request or the template's default (512 px; 1 step without a `steps` parameter)."""
-    params = template.params
-
-    def default(name: str, fallback: float) -> float:
-        param = params.get(name)
-        value = param.default if param is not None else None
-        return float(value) if isinstance(value, int | float) and value > 0 else fallback
-
-    width, height = request.size or (default("width", 512), default("height", 512))
-    default_steps = default("steps", 1) if "steps" in params else 1.0
-    steps = request.extras.get("steps")
-    if not isinstance(steps, int | float) or "steps" not in params:
-        steps = default_steps
-    return float(width), float(height), float(steps), default_steps
 
 
 def parse_image_request(obj: Mapping[str, Any]) -> ImageRequest:

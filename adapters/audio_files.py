@@ -15,7 +15,7 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING
 
-from adapters.whisper.errors import InvalidAudio
+from adapters.errors import InvalidAudio
 
 if TYPE_CHECKING:
     import av.container
