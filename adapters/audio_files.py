@@ -1,5 +1,5 @@
 """How an uploaded audio file is opened: the one decision the runner's probe
-(runner/audio/probe.py) and the speech worker (adapters/whisper/worker.py) share.
+(runner/http/audio/probe.py) and the speech worker (adapters/whisper/worker.py) share.
 
 The container is the one its first bytes name (`detect_container`), forced, with the same
 options (`OPEN_OPTIONS`: files only, a bounded probe), never left to FFmpeg to guess: a

@@ -2,7 +2,7 @@
 
 OpenAI's image URLs expire (after an hour); these do too. A URL is a capability: whoever
 holds it can read the image, as with OpenAI's. The runner serves them at
-`GET /v1/images/files/{token}.png` (`runner/images/handler.ImageFiles`). Which token
+`GET /v1/images/files/{token}.png` (`runner/http/images/handler.ImageFiles`). Which token
 expires when is kept in memory, so a URL lives no longer than the runner that answered
 it; `keep` removes its file when the TTL has passed, and `sweep` (now and then) what is
 left over.

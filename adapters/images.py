@@ -1,4 +1,4 @@
-"""The images facet: what the image path (runner/images/) asks of an engine that generates
+"""The images facet: what the image path (runner/http/images/) asks of an engine that generates
 images, whatever its kind, and the data that crosses between them.
 
 An image kind (`Traits.request_path == "images"`) hands the pool a `Launched` whose

@@ -1,4 +1,4 @@
-"""The speech facet: what the audio path (runner/audio/) asks of an engine that transcribes,
+"""The speech facet: what the audio path (runner/http/audio/) asks of an engine that transcribes,
 whatever its kind, and the data that crosses between them.
 
 A speech kind (`Traits.request_path == "audio"`) hands the pool a `Launched` whose `speech`

@@ -6,8 +6,8 @@ the picture: docs/architecture.md):
 
 - `runtime/` (the roof): the wiring of the whole, the app built from it, start-up, the CLI;
 - `http/`: the ASGI app, the server, connection limits, headers, the request front-end,
-  the chat path, the control plane, the tenant routes, the status page, the OpenAPI
-  document; beside it, its peers `audio/` and `images/` (the other request paths);
+  the request paths as peers (the chat path, `audio/`, `images/`, the tenant routes), the
+  control plane, the status page, the OpenAPI document;
 - `lifecycle/`: governed loads, unloads and flushes, the catalog, downloads; `jobs/`:
   async jobs, their stores and webhooks;
 - `telemetry/`: metrics, health, capabilities, the resource snapshot, the status view;

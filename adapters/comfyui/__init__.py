@@ -7,7 +7,7 @@ load, unload, flush, status), `images` (the generation itself), `image_costs` (a
 cost and work), `facet` (the images facet the runner's path is typed by), `errors`. The
 request, the images kept for `response_format: url` and the facet's protocols are every
 image kind's (adapters/image_request.py, image_store.py, images.py); the HTTP handlers are
-the runner's (runner/images/).
+the runner's (runner/http/images/).
 """
 
 from adapters.comfyui.client import ComfyUIClient

@@ -46,7 +46,7 @@ from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.workflows import MODEL_FREE_TEST, TXT2IMG, Param, WorkflowTemplate
 from runner.http.frontend import FrontEnd
-from runner.images.handler import ImagesPath
+from runner.http.images.handler import ImagesPath
 from runner.scheduler import SchedulerAdmission, SchedulerConfig
 from runner.scheduler.config import ModelPolicy
 from runner.telemetry.metrics import Metrics

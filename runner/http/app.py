@@ -1,8 +1,8 @@
 """The runner as one ASGI application.
 
 Inference paths go straight to the bare chat path (runner/http/chat.py), the audio
-paths to the bare audio path (runner/audio/handler.py), the image paths to the
-image handler (runner/images/handler.py), all three through the one front-end
+paths to the bare audio path (runner/http/audio/handler.py), the image paths to the
+image handler (runner/http/images/handler.py), all three through the one front-end
 (runner/http/frontend.py); the control plane (runner/http/control_plane.py: health, metrics,
 capabilities, model list, lifecycle, jobs) is a FastAPI app, where a little framework
 cost does not matter. What the runner holds while it lives, the request paths included,
@@ -24,16 +24,16 @@ import logging
 import math
 
 from adapters.image_store import FILES_PATH
-from runner.audio.handler import AUDIO_PATHS, AudioPath
 from runner.errors import MethodNotAllowed, RouteNotFound
 from runner.floor.periodic import cancelled
 from runner.http.asgi import Receive, Scope, Send, send_error, send_whole
+from runner.http.audio.handler import AUDIO_PATHS, AudioPath
 from runner.http.chat import CHAT_PATHS
 from runner.http.control_plane import control_plane
 from runner.http.frontend import ASGIApp
 from runner.http.headers import new_request_id
+from runner.http.images.handler import IMAGES_PATH
 from runner.http.runner_view import RunnerView
-from runner.images.handler import IMAGES_PATH
 from runner.telemetry import tracing
 from runner.telemetry.exposition import OPENMETRICS, OPENMETRICS_TYPE, Exposition
 from runner.telemetry.health import Life
@@ -116,7 +116,7 @@ class RunnerApp:
             await send_error(send, self.rt.unavailable(), new_request_id())
 
     async def _images(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The image routes: bare ASGI like the data path (runner/images/handler.py)."""
+        """The image routes: bare ASGI like the data path (runner/http/images/handler.py)."""
         files = scope["path"].startswith(FILES_PATH)
         routes = self.rt.images
         handler = routes.files if files else routes.images

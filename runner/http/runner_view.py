@@ -10,7 +10,6 @@ from typing import Protocol
 
 from adapters.features import Features
 from governance.verifier import Verifier
-from runner.audio.handler import AudioPath
 from runner.engines.pool import ModelPool
 from runner.engines.specs import ModelSpecs
 from runner.engines.watch import EngineWatch
@@ -18,8 +17,9 @@ from runner.errors import QuorumError
 from runner.floor.models_file import ModelsFile, ModelSpec
 from runner.floor.settings import Settings
 from runner.http.asgi import Scope
+from runner.http.audio.handler import AudioPath
 from runner.http.frontend import ASGIApp
-from runner.images.routes import ImageRoutes
+from runner.http.images.routes import ImageRoutes
 from runner.jobs.manager import JobManager
 from runner.lifecycle.adapter_ops import AdapterOps
 from runner.lifecycle.governed import GovernedOps

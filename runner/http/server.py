@@ -23,15 +23,15 @@ from types import FrameType
 import prometheus_client
 import uvicorn
 
-from runner.audio.handler import AUDIO_PATHS
 from runner.floor.settings import Settings
 from runner.http.app import RunnerApp
+from runner.http.audio.handler import AUDIO_PATHS
 from runner.http.chat import CHAT_PATHS
 from runner.http.hosts import allowed_hosts
+from runner.http.images.handler import IMAGES_PATH
 from runner.http.limits import ClientLimits, protocol_with
 from runner.http.reserve import Prove
 from runner.http.traced import TracedApp
-from runner.images.handler import IMAGES_PATH
 from runner.telemetry import tracing
 from tenants.identity import parse_peers
 

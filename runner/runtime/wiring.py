@@ -25,8 +25,6 @@ from pathlib import Path
 
 from adapters.features import Features
 from governance.verifier import Verifier
-from runner.audio.handler import AudioPath
-from runner.audio.multipart import FormLimits
 from runner.engines.gpus import EngineHost, GpuAccounting
 from runner.engines.kinds import EngineKinds
 from runner.engines.pool import ModelPool
@@ -38,10 +36,12 @@ from runner.floor.models_file import ModelsFile, ModelSpec
 from runner.floor.periodic import cancelled
 from runner.floor.settings import Settings
 from runner.http.asgi import Scope
+from runner.http.audio.handler import AudioPath
+from runner.http.audio.multipart import FormLimits
 from runner.http.chat import ChatPath
 from runner.http.frontend import FrontEnd
 from runner.http.headers import tenant_of
-from runner.images.routes import ImageRoutes, close_images, image_routes, sweep_forever
+from runner.http.images.routes import ImageRoutes, close_images, image_routes, sweep_forever
 from runner.jobs.build import Jobs, endpoints_of
 from runner.jobs.http import job_submitter
 from runner.lifecycle.adapter_ops import AdapterOps

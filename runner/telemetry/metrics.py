@@ -38,7 +38,7 @@ METRICS_PATH = "/metrics"
 OTHER_TENANT = "_other"
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
-"""The speech real-time factor's buckets (runner/audio/metrics.py)."""
+"""The speech real-time factor's buckets (runner/http/audio/metrics.py)."""
 
 
 class Metrics:
@@ -136,7 +136,7 @@ class Metrics:
         self.picker_registry = CollectorRegistry(auto_describe=True)
         self.vllm = EngineFamiliesCollector()
         self.picker_registry.register(self.vllm)
-        # Speech (runner/audio/metrics.py's SpeechMetrics protocol).
+        # Speech (runner/http/audio/metrics.py's SpeechMetrics protocol).
         self.audio_seconds = Counter(
             "quorum_audio_seconds_total",
             "Seconds of audio transcribed or translated (segments done), by model and tenant",

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.runner.audio.runner_kit import transcribe
+from tests.runner.http.audio.runner_kit import transcribe
 from tests.security.kit import SHARED_SECRET, argv_of, engine_pids, tcp_listen_ports
 from tests.support.real_engines import LlamaServer
 from tests.support.real_vllm import DEFAULT_ID, START_TIMEOUT_S, default_entry

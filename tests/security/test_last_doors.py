@@ -19,7 +19,7 @@ import pytest
 
 from adapters.whisper.messages import Done, Shutdown, Transcribe, recv_blocking, send_blocking
 from adapters.whisper.worker import Worker
-from runner.audio.probe import probe_audio
+from runner.http.audio.probe import probe_audio
 from tests.security.kit import bearer, keyed_runner, stand_in_models
 from tests.support.runner_proc import start_runner
 

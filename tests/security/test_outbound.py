@@ -21,7 +21,7 @@ from standardwebhooks import Webhook, WebhookVerificationError
 
 from adapters.errors import InvalidAudio
 from tests.fixtures.launch import FakeEngine, start_fake
-from tests.runner.audio.runner_kit import webhook_receiver
+from tests.runner.http.audio.runner_kit import webhook_receiver
 from tests.security.kit import SECRETS, SHARED_SECRET, bearer, comfy_models, keyed_runner
 from tests.support.engines import comfyui_root
 from tests.support.poll import eventually
@@ -297,7 +297,7 @@ def test_uploaded_playlist_is_never_followed(tmp_path: Path, suffix: str) -> Non
     read files the tenant names beside the upload (another upload, anything the runner can
     read), or fetch `http://` segments from inside the runner. The container is forced from
     the file's detected content: a list or playlist is invalid_audio, nothing is followed."""
-    from runner.audio.probe import probe_audio
+    from runner.http.audio.probe import probe_audio
 
     _Segments.hits = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Segments)

@@ -19,7 +19,7 @@ Schema = dict[str, Any]
 
 ERROR_MODULES = (
     "runner.errors",
-    "runner.audio.errors",
+    "runner.http.audio.errors",
     "runner.jobs.errors",
     "runner.tasks.errors",
     "runner.scheduler.errors",

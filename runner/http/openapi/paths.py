@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from adapters.image_request import IGNORED_IMAGE_FIELDS, MAX_N, MAX_SEED
-from runner.audio.formats import RESPONSE_FORMATS
+from runner.http.audio.formats import RESPONSE_FORMATS
 from runner.http.openapi.components import (
     DATA_PATH_PARAMETERS,
     IDENTITY_PARAMETERS,

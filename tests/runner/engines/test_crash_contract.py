@@ -19,7 +19,7 @@ import pytest
 from tests.adapters.whisper.speech import speech_files
 from tests.fixtures.fake_vllm import BIN as VLLM_BIN
 from tests.fixtures.fake_vllm import process_env as vllm_env
-from tests.runner.audio.runner_kit import transcribe, whisper_models_file, worker_pids
+from tests.runner.http.audio.runner_kit import transcribe, whisper_models_file, worker_pids
 from tests.support import real_engines
 from tests.support.crash_contract import CrashKind, run_crash_contract
 from tests.support.engines import CHECKPOINT, comfyui_root, processes_with

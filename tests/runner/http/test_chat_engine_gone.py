@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runner.audio.handler import AudioPath
-from runner.audio.multipart import FormLimits
 from runner.http.asgi import Receive, Scope, Send
+from runner.http.audio.handler import AudioPath
+from runner.http.audio.multipart import FormLimits
 from runner.http.chat import ChatPath
 from runner.http.frontend import FrontEnd
 from runner.scheduler import SchedulerAdmission, SchedulerConfig

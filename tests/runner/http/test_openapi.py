@@ -28,13 +28,13 @@ from starlette.routing import Route
 
 from adapters.image_store import FILES_PATH
 from faults import QuorumError
-from runner.audio.handler import AUDIO_PATHS
 from runner.floor.models_file import ModelsFile
 from runner.floor.settings import Settings
+from runner.http.audio.handler import AUDIO_PATHS
 from runner.http.chat import CHAT_PATHS
+from runner.http.images.handler import IMAGES_PATH
 from runner.http.openapi import openapi_document
 from runner.http.openapi.components import ERROR_STATUSES, error_codes, error_rows
-from runner.images.handler import IMAGES_PATH
 from runner.runtime.build import build_app
 from tests.fixtures.launch import start_fake
 from tests.support.engines import CHECKPOINT, GOVERNED, comfyui_root, load_and_wait

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.adapters.whisper.speech import speech_files
-from tests.runner.audio.runner_kit import metric, transcribe, whisper_models_file, worker_pids
+from tests.runner.http.audio.runner_kit import metric, transcribe, whisper_models_file, worker_pids
 from tests.support.engines import CHECKPOINT, comfyui_root, processes_with
 from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner, wait_started

@@ -1,5 +1,5 @@
 """A transcription on the caller's trace: the runner's span for the worker's part, and the
-worker's log line naming the trace (the real tiny.en worker; runner/audio/service.py)."""
+worker's log line naming the trace (the real tiny.en worker; runner/http/audio/service.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.adapters.whisper.speech import SpeechFiles
-from tests.runner.audio.runner_kit import transcribe, whisper_models_file
+from tests.runner.http.audio.runner_kit import transcribe, whisper_models_file
 from tests.support.otlp_receiver import OtlpReceiver, Received, otlp_receiver
 from tests.support.poll import eventually
 from tests.support.runner_proc import start_runner

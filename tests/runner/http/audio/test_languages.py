@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.audio.languages import LANGUAGES, language_name
+from runner.http.audio.languages import LANGUAGES, language_name
 
 
 def test_languages_are_faster_whispers() -> None:

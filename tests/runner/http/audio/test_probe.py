@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from adapters.errors import InvalidAudio
-from runner.audio.errors import AudioTooShort
-from runner.audio.probe import probe_audio
+from runner.http.audio.errors import AudioTooShort
+from runner.http.audio.probe import probe_audio
 from tests.adapters.whisper.speech import SpeechFiles
 
 

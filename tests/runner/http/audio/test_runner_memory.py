@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.adapters.whisper.speech import SpeechFiles, has_words, tree_rss_bytes
-from tests.runner.audio.runner_kit import transcribe, whisper_models_file, worker_pids
+from tests.runner.http.audio.runner_kit import transcribe, whisper_models_file, worker_pids
 from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner
 from tests.support.tokens import DEV_REGISTRY, dev_token

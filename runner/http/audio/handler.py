@@ -8,7 +8,7 @@ Through the one front-end (runner/http/frontend.py), in order:
     4. stream the multipart form, the file to a temporary file      -> 400 / 413 mid-body
     5. validate the fields; the model (`check_model`)               -> 400 / 404 / 503
     6. probe the audio (PyAV)                  -> 400 invalid_audio / audio_too_short
-    7. admission, then the worker (runner/audio/service.py)         -> 429 / 503 / 502
+    7. admission, then the worker (runner/http/audio/service.py)         -> 429 / 503 / 502
        or, with `Prefer: respond-async` and a job submitter, a job    -> 202 (jobs.py)
     8. answer in `response_format`, or stream SSE deltas, with X-Queue-Wait-Ms,
        X-GPU-Time-Ms (the worker's time), X-Cache-Hit: false, X-Cache-Tokens-Reused: 0
@@ -31,8 +31,10 @@ from collections.abc import Mapping
 import orjson
 
 from adapters.speech import Info, Segment, SpeechEngine
-from runner.audio.errors import AudioTooLarge, InvalidForm
-from runner.audio.formats import (
+from runner.errors import HTTP_ERRORS, error_body, error_status
+from runner.http.asgi import Receive, Scope, Send
+from runner.http.audio.errors import AudioTooLarge, InvalidForm
+from runner.http.audio.formats import (
     JSON,
     SSE,
     delta_text,
@@ -42,13 +44,11 @@ from runner.audio.formats import (
     sse_done,
     sse_error,
 )
-from runner.audio.jobs import JOB_KINDS, job_work
-from runner.audio.metrics import SpeechMetrics
-from runner.audio.multipart import AudioUpload, FormLimits, read_form
-from runner.audio.request import TASKS, parse_request
-from runner.audio.service import Caller, SpeechRun, SpeechService
-from runner.errors import HTTP_ERRORS, error_body, error_status
-from runner.http.asgi import Receive, Scope, Send
+from runner.http.audio.jobs import JOB_KINDS, job_work
+from runner.http.audio.metrics import SpeechMetrics
+from runner.http.audio.multipart import AudioUpload, FormLimits, read_form
+from runner.http.audio.request import TASKS, parse_request
+from runner.http.audio.service import Caller, SpeechRun, SpeechService
 from runner.http.frontend import ClientCall, FrontEnd, Headers
 from runner.jobs.http import JobSubmitter, wants_async
 

@@ -27,8 +27,8 @@ from python_multipart import MultipartParser
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import parse_options_header
 
-from runner.audio.errors import AudioTooLarge, InvalidForm
 from runner.http.asgi import ClientGone
+from runner.http.audio.errors import AudioTooLarge, InvalidForm
 
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 
@@ -180,7 +180,7 @@ class _Form:
 
     def _open_file(self) -> None:
         # No suffix from the client: FFmpeg picks demuxers by name too (`.m3u8`: HLS), and
-        # the container is decided by the content alone (runner/audio/probe.py).
+        # the container is decided by the content alone (runner/http/audio/probe.py).
         fd, self.path = tempfile.mkstemp(prefix="quorum-audio-", dir=self.limits.temp_dir)
         self._file = os.fdopen(fd, "wb")
 

@@ -12,10 +12,10 @@ import math
 from dataclasses import dataclass
 
 from adapters.errors import UnsupportedLanguage
-from runner.audio.errors import InvalidForm
-from runner.audio.formats import RESPONSE_FORMATS
-from runner.audio.languages import LANGUAGES
-from runner.audio.multipart import AudioUpload
+from runner.http.audio.errors import InvalidForm
+from runner.http.audio.formats import RESPONSE_FORMATS
+from runner.http.audio.languages import LANGUAGES
+from runner.http.audio.multipart import AudioUpload
 
 TASKS = {
     "/v1/audio/transcriptions": "transcribe",

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import orjson
 
-from runner.audio.formats import Transcript, render, verbose_json
-from runner.audio.multipart import AudioUpload
-from runner.audio.probe import AudioInfo
-from runner.audio.request import SpeechRequest
-from runner.audio.service import Caller, SpeechService
+from runner.http.audio.formats import Transcript, render, verbose_json
+from runner.http.audio.multipart import AudioUpload
+from runner.http.audio.probe import AudioInfo
+from runner.http.audio.request import SpeechRequest
+from runner.http.audio.service import Caller, SpeechService
 from runner.jobs.manager import Work
 from runner.jobs.progress import ProgressReporter
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import orjson
 
 from adapters.speech import Segment
-from runner.audio.languages import language_name
+from runner.http.audio.languages import language_name
 
 RESPONSE_FORMATS = frozenset({"json", "text", "srt", "verbose_json", "vtt"})
 JSON = b"application/json"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 
 from adapters.speech import Segment, Word
-from runner.audio import formats as f
+from runner.http.audio import formats as f
 
 SEGMENTS = (
     Segment(

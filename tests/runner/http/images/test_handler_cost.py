@@ -1,6 +1,6 @@
 """An image request is weighed by what it makes (issue 36, item 7): n x the size it runs
 at (the template's default when it asks none) x the steps it asks over the template's
-default; the synchronous request's ticket and its job's alike (`runner/images/handler.py`)."""
+default; the synchronous request's ticket and its job's alike (`runner/http/images/handler.py`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from adapters.comfyui.facet import ComfyShape
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.workflows import MODEL_FREE_TEST, TXT2IMG, WorkflowTemplate
 from adapters.image_request import parse_image_request
-from runner.images.handler import _ticket
+from runner.http.images.handler import _ticket
 
 pytestmark = pytest.mark.timeout(30)
 

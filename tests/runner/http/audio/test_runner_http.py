@@ -18,8 +18,14 @@ import orjson
 import pytest
 
 from tests.adapters.whisper.speech import SpeechFiles, has_words
-from tests.runner.audio.conftest import SpeechRunner
-from tests.runner.audio.runner_kit import TRANSCRIPTIONS, loaded, metric, transcribe, worker_pids
+from tests.runner.http.audio.conftest import SpeechRunner
+from tests.runner.http.audio.runner_kit import (
+    TRANSCRIPTIONS,
+    loaded,
+    metric,
+    transcribe,
+    worker_pids,
+)
 from tests.support.poll import eventually
 
 pytestmark = pytest.mark.timeout(120)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.audio.errors import AudioTooLarge, InvalidForm
-from runner.audio.multipart import ClientGone, FormLimits, read_form
-from tests.runner.audio.asgi import Feeder, form
+from runner.http.audio.errors import AudioTooLarge, InvalidForm
+from runner.http.audio.multipart import ClientGone, FormLimits, read_form
+from tests.runner.http.audio.asgi import Feeder, form
 
 AUDIO = bytes(range(256)) * 400  # 100 KiB, with \r\n and dashes inside
 

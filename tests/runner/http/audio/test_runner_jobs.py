@@ -10,8 +10,8 @@ import pytest
 from standardwebhooks import Webhook
 
 from tests.adapters.whisper.speech import SpeechFiles, has_words
-from tests.runner.audio.conftest import SpeechRunner
-from tests.runner.audio.runner_kit import SECRET, transcribe, webhook_receiver
+from tests.runner.http.audio.conftest import SpeechRunner
+from tests.runner.http.audio.runner_kit import SECRET, transcribe, webhook_receiver
 from tests.support.poll import eventually
 
 pytestmark = pytest.mark.timeout(120)

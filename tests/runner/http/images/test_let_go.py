@@ -27,7 +27,7 @@ from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.workflows import Param, WorkflowTemplate
 from runner.http.asgi import Message
 from runner.http.frontend import FrontEnd
-from runner.images.handler import ImagesPath
+from runner.http.images.handler import ImagesPath
 from runner.jobs import JobManager, JobStatus, MemoryJobStore
 from runner.jobs.http import job_submitter
 from runner.scheduler import SchedulerAdmission, SchedulerConfig

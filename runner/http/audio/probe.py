@@ -27,7 +27,7 @@ import av.error
 
 from adapters.audio_files import ffmpeg_reason, open_audio
 from adapters.errors import InvalidAudio
-from runner.audio.errors import AudioTooShort
+from runner.http.audio.errors import AudioTooShort
 
 MIN_DURATION_S = 0.1
 CHECK_SECONDS = 1.0

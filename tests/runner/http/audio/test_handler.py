@@ -16,11 +16,11 @@ import pytest
 import pytest_asyncio
 
 from adapters.whisper.engine import WhisperEngine
-from runner.audio.formats import full_text
-from runner.audio.handler import AudioPath
-from runner.audio.multipart import FormLimits
-from runner.audio.request import SpeechRequest
-from runner.audio.service import Caller
+from runner.http.audio.formats import full_text
+from runner.http.audio.handler import AudioPath
+from runner.http.audio.multipart import FormLimits
+from runner.http.audio.request import SpeechRequest
+from runner.http.audio.service import Caller
 from runner.http.frontend import FrontEnd
 from runner.jobs import JobManager, JobNotFound, JobStatus, MemoryJobStore
 from runner.jobs.http import job_submitter
@@ -29,7 +29,7 @@ from runner.scheduler.config import SchedulerConfig
 from tenants.config import build_config
 from tenants.ratelimit import RateLimiter
 from tests.adapters.whisper.speech import SpeechFiles, has_words
-from tests.runner.audio.asgi import Feeder, Response, call, form
+from tests.runner.http.audio.asgi import Feeder, Response, call, form
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from adapters.errors import UnsupportedLanguage
-from runner.audio.errors import InvalidForm
-from runner.audio.multipart import AudioUpload
-from runner.audio.request import parse_request
+from runner.http.audio.errors import InvalidForm
+from runner.http.audio.multipart import AudioUpload
+from runner.http.audio.request import parse_request
 
 
 def _upload(**fields: str | list[str]) -> AudioUpload:

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from tests.adapters.whisper.speech import SpeechFiles, has_words
-from tests.runner.audio.runner_kit import (
+from tests.runner.http.audio.runner_kit import (
     loaded,
     metric,
     transcribe,

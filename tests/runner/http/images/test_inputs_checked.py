@@ -26,7 +26,7 @@ from adapters.comfyui.workflows import MODEL_FREE_TEST, Param, WorkflowTemplate
 from adapters.image_request import ImageRequest
 from faults import ConfigError
 from runner.http.frontend import FrontEnd
-from runner.images.handler import ImagesPath
+from runner.http.images.handler import ImagesPath
 from runner.jobs import JobManager, JobStatus, MemoryJobStore
 from runner.jobs.http import job_submitter
 from runner.scheduler import SchedulerAdmission, SchedulerConfig

@@ -1,6 +1,6 @@
 """The image routes on the runner: `POST /v1/images/generations` and the image files.
 
-The handlers are in `runner/images/handler.py` (`ImagesPath`, `ImageFiles`); this builds
+The handlers are in `runner/http/images/handler.py` (`ImagesPath`, `ImageFiles`); this builds
 them on the runner's front-end, pool and jobs. `ImagesPath` routes by `model` among
 the pool's ready engines with an image facet (`ReadyEngines.images`, adapters/images.py):
 a live view, kept current by the pool like the chat path's; a model not loaded yet is
@@ -22,7 +22,7 @@ from adapters.images import ImageShape
 from runner.engines.pool import ModelPool
 from runner.floor.settings import Settings
 from runner.http.frontend import FrontEnd
-from runner.images.handler import ImageFiles, ImagesPath
+from runner.http.images.handler import ImageFiles, ImagesPath
 from runner.jobs.http import JobSubmitter
 
 log = logging.getLogger("quorum.images")

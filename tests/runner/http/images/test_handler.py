@@ -31,7 +31,7 @@ from adapters.comfyui.workflows import (
 from adapters.image_store import FILES_PATH, ImageStore
 from runner.http.asgi import Message, Receive, Scope, Send
 from runner.http.frontend import FrontEnd
-from runner.images.handler import ImageFiles, ImagesPath
+from runner.http.images.handler import ImageFiles, ImagesPath
 from runner.jobs import (
     JobManager,
     JobNotFound,

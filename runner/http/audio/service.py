@@ -32,12 +32,12 @@ from dataclasses import dataclass
 
 from adapters.errors import EngineCrashed, EngineTimeout, InvalidAudio, UnsupportedLanguage
 from adapters.speech import Info, Segment, SpeechEngine, TranscriptionStream
-from runner.audio.formats import Transcript
-from runner.audio.metrics import SpeechMetrics
-from runner.audio.probe import AudioInfo, probe_audio
-from runner.audio.request import SpeechRequest
 from runner.errors import QuorumError, ServiceUnavailable
 from runner.http.asgi import ClientGone
+from runner.http.audio.formats import Transcript
+from runner.http.audio.metrics import SpeechMetrics
+from runner.http.audio.probe import AudioInfo, probe_audio
+from runner.http.audio.request import SpeechRequest
 from runner.scheduler.grants import Admission, AdmissionRequest, Admit, Hold, Holding, Usage
 from runner.telemetry import tracing
 

@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from tests.adapters.whisper.speech import SpeechFiles
-from tests.runner.audio.conftest import SpeechRunner
-from tests.runner.audio.runner_kit import transcribe
+from tests.runner.http.audio.conftest import SpeechRunner
+from tests.runner.http.audio.runner_kit import transcribe
 from tests.support.poll import eventually
 
 pytestmark = pytest.mark.timeout(180)

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.runner.audio.runner_kit import metric
+from tests.runner.http.audio.runner_kit import metric
 from tests.support.engines import CHECKPOINT, comfyui_root, processes_with
 from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.adapters.whisper.speech import SpeechFiles, speech_files
-from tests.runner.audio.runner_kit import SECRET, whisper_models_file
+from tests.runner.http.audio.runner_kit import SECRET, whisper_models_file
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 
