@@ -130,8 +130,8 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         front = FrontEnd(admission, RateLimiter(tenants), tenants, Metrics())
         generator = ImageGenerator(None, timing=TIMING)
         facets = {name: ComfyImages(engine, generator) for name, engine in engines.items()}
-        images = ImagesPath(front, facets, None, 1 << 20)
-        transport = httpx.ASGITransport(app=images)
+        images = ImagesPath(front.gate, facets, None, 1 << 20)
+        transport = httpx.ASGITransport(app=front.path(images.serve))
         rows: list[dict[str, Any]] = []
         async with httpx.AsyncClient(
             transport=transport, base_url="http://runner", timeout=600

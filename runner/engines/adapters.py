@@ -26,8 +26,8 @@ declaration or its governed load lists (`LoraAdapter.tenants`). A request naming
        by the runner (the client's `lora` is removed by the engine's `rewrite`).
 
 Step 1 is the adapter's own binding; the tenant's `models` entitlement (the tenants
-file, docs/tenants.md) is then checked by the front-end on the adapter's id, exactly as on
-any model id (`FrontEnd.check_model(..., named=adapter id)`): a request needs both. A
+file, docs/tenants.md) is then checked by the path's gate on the adapter's id, exactly as on
+any model id (`PathGate.check_model(..., named=adapter id)`): a request needs both. A
 tenant entitled to an adapter's id needs no entitlement to its base model.
 """
 

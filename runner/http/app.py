@@ -1,36 +1,39 @@
 """The runner as one ASGI application.
 
-Inference paths go straight to the bare chat path (runner/http/chat.py), the audio
-paths to the bare audio path (runner/http/audio/handler.py), the image paths to the
-image handler (runner/http/images/handler.py), all three through the one front-end
-(runner/http/frontend.py); the control plane (runner/http/control_plane.py: health, metrics,
-capabilities, model list, lifecycle, jobs) is a FastAPI app, where a little framework
-cost does not matter. What the runner holds while it lives, the request paths included,
-is built once in runner/runtime/wiring.py. The runner handles the ASGI lifespan itself:
-start-up starts what the runtime holds (`Runtime.start`, each stop pushed on one
-`AsyncExitStack`) and completes at once, so uvicorn listens from the first second; the
-engines are attached and the `preload` models loaded in the background meanwhile
-(`/health` 503 `starting`, capabilities 503 with `Retry-After`), and the runner turns
-ready when they are done. Shutdown, after uvicorn has drained in-flight requests, closes
-the stack: everything stops in the reverse order it started.
+Inference paths go straight to the bare request paths, peers: the chat path
+(runner/http/chat.py), the audio path (runner/http/audio/handler.py), the image path
+(runner/http/images/handler.py), all three through the one front-end
+(runner/http/frontend.py), each mounted when an engine kind of the runner declares it
+(`Traits.request_path`, `request_routes`); the control plane
+(runner/http/control_plane.py: health, metrics, capabilities, model list, lifecycle, jobs)
+is a FastAPI app, where a little framework cost does not matter. What the runner holds
+while it lives, the request paths included, is built once in runner/runtime/wiring.py (the
+paths: runtime/paths.py). The runner handles the ASGI lifespan itself: start-up starts
+what the runtime holds (`Runtime.start`, each stop pushed on one `AsyncExitStack`) and
+completes at once, so uvicorn listens from the first second; the engines are attached and
+the `preload` models loaded in the background meanwhile (`/health` 503 `starting`,
+capabilities 503 with `Retry-After`), and the runner turns ready when they are done.
+Shutdown, after uvicorn has drained in-flight requests, closes the stack: everything stops
+in the reverse order it started.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import math
+from collections.abc import Collection, Iterable, Mapping
 
 from adapters.image_store import FILES_PATH
 from runner.errors import MethodNotAllowed, RouteNotFound
 from runner.floor.periodic import cancelled
-from runner.http.asgi import Receive, Scope, Send, send_error, send_whole
-from runner.http.audio.handler import AUDIO_PATHS, AudioPath
+from runner.http.asgi import ASGIApp, Receive, Scope, Send, send_error, send_whole
+from runner.http.audio.handler import AUDIO_PATHS
 from runner.http.chat import CHAT_PATHS
 from runner.http.control_plane import control_plane
-from runner.http.frontend import ASGIApp
 from runner.http.headers import new_request_id
 from runner.http.images.handler import IMAGES_PATH
 from runner.http.runner_view import RunnerView
@@ -58,6 +61,14 @@ class RunnerApp:
     def __init__(self, rt: RunnerView) -> None:
         self.rt = rt
         self.metric_paths = rt.api_metric_paths()
+        self.routes = request_routes(
+            {
+                "chat": (CHAT_PATHS, functools.partial(self._post_only, rt.chat)),
+                "audio": (AUDIO_PATHS, functools.partial(self._post_only, rt.audio)),
+                "images": ((IMAGES_PATH,), self._images),
+            },
+            {kind.traits.request_path for kind in rt.kinds},
+        )
         self.control = control_plane(rt)
         self._stack = contextlib.AsyncExitStack()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -68,12 +79,10 @@ class RunnerApp:
         kind = scope["type"]
         if kind == "http":
             path = scope["path"]
-            if path == IMAGES_PATH or path.startswith(FILES_PATH):
-                await self._images(scope, receive, send)
-            elif path in CHAT_PATHS:
-                await self._post_only(self.rt.chat, scope, receive, send)
-            elif path in AUDIO_PATHS:
-                await self._post_only(self.rt.audio, scope, receive, send)
+            if (route := self.routes.get(path)) is not None:
+                await route(scope, receive, send)
+            elif path.startswith(FILES_PATH):
+                await self._image_files(scope, receive, send)
             elif (
                 (exposition := self.metric_paths.get(path)) is not None
                 and scope["method"] == "GET"
@@ -104,7 +113,7 @@ class RunnerApp:
         await send_whole(send, 200, headers, exposition.render())
 
     async def _post_only(
-        self, handler: ASGIApp | AudioPath, scope: Scope, receive: Receive, send: Send
+        self, handler: ASGIApp, scope: Scope, receive: Receive, send: Send
     ) -> None:
         """A bare request path: POST only, and only while the runner is ready."""
         if scope["method"] != "POST":
@@ -116,16 +125,25 @@ class RunnerApp:
             await send_error(send, self.rt.unavailable(), new_request_id())
 
     async def _images(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The image routes: bare ASGI like the data path (runner/http/images/handler.py)."""
-        files = scope["path"].startswith(FILES_PATH)
-        routes = self.rt.images
-        handler = routes.files if files else routes.images
-        if self.rt.life is not Life.READY or (handler is None and not files):
+        """The image path, bare like the data path (runner/http/images/handler.py): only
+        while the runner is ready, POST only."""
+        if self.rt.life is not Life.READY:
             await send_error(send, self.rt.unavailable(), new_request_id())
-        elif handler is None:
+        elif scope["method"] != "POST":
+            error = MethodNotAllowed(path=IMAGES_PATH, allow="POST")
+            await send_error(send, error, new_request_id())
+        else:
+            await self.rt.images.images(scope, receive, send)
+
+    async def _image_files(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The images kept for URLs (`ImageFiles`): only while the runner is ready."""
+        files = self.rt.images.files
+        if self.rt.life is not Life.READY:
+            await send_error(send, self.rt.unavailable(), new_request_id())
+        elif files is None:
             await send_error(send, RouteNotFound("no image is kept here"), new_request_id())
         else:
-            await handler(scope, receive, send)
+            await files(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -193,3 +211,12 @@ class RunnerApp:
         """Stop everything, in the reverse order it started (`Runtime.start`)."""
         self.rt.life = Life.STOPPING
         await self._stack.aclose()
+
+
+def request_routes(
+    paths: Mapping[str, tuple[Iterable[str], ASGIApp]], declared: Collection[str]
+) -> dict[str, ASGIApp]:
+    """The bare request paths by URL: each request path (`chat`, `audio`, `images`: its
+    URLs, its handler) that some engine kind of the runner declares (`Traits.request_path`);
+    the URLs of a path no kind declares are left to the control plane (404)."""
+    return {url: app for name, (urls, app) in paths.items() if name in declared for url in urls}

@@ -16,6 +16,7 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 JSON = b"application/json"
 FALSE_REPORT_HEADERS = [(b"x-cache-hit", b"false"), (b"x-cache-tokens-reused", b"0")]

@@ -32,16 +32,14 @@ arguments. Calls go one way: the app calls the front-end with a path's `serve`
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from runner.errors import HTTP_ERRORS, UnsupportedMediaType, error_status
-from runner.http.admitted import Admitted
-from runner.http.asgi import ClientGone, Receive, Scope, Send, read_body, send_error
+from runner.http.asgi import ASGIApp, ClientGone, Receive, Scope, Send, send_error
 from runner.http.call import NO_MODEL, ClientCall, Headers, Serve
 from runner.http.headers import DEFAULT_OBJECTIVES, new_request_id, parse_request_headers
 from runner.http.path_gate import CheckedAdmission, PathGate, RequestMetrics
-from runner.scheduler.grants import AdmissionRequest
 from runner.telemetry.traced_requests import TracedBudgets
 from runner.tenancy.guard import request_headers
 from runner.tenancy.token_budgets import Budgets
@@ -51,9 +49,7 @@ from tenants.identity import Identity
 from tenants.policy import effective_priority
 from tenants.ratelimit import RateLimiter
 
-__all__ = ["ClientCall", "FrontEnd", "Headers", "Serve"]
-
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+__all__ = ["ASGIApp", "ClientCall", "FrontEnd", "Headers", "Serve"]
 
 
 class FrontEnd:
@@ -90,9 +86,6 @@ class FrontEnd:
         self.identity = identity or Identity(tenants, multi_tenant=multi_tenant)
         self.identify = self.identity.identify
         self.gate = PathGate(admission, metrics, path_of, budgets)
-        # the audio and image paths still reach the gate through here (next: handed it)
-        self.check_model = self.gate.check_model
-        self.engine_gone = self.gate.engine_gone
 
     def path(self, serve: Serve, *, json: bool = True) -> ASGIApp:
         """A request path as an ASGI app: every request through this front-end, then
@@ -174,15 +167,6 @@ class FrontEnd:
                 engine_ms=call.engine_ms,
                 queue_ms=call.queue_wait_ms,
             )
-
-    async def read_body(self, call: ClientCall, limit: int) -> bytes:
-        """The whole body, refused with 413 the moment it passes `limit` (`asgi.read_body`);
-        a client gone meanwhile raises `ClientGone`."""
-        return await read_body(call.receive, call.meta.content_length, limit)
-
-    def admitted(self, call: ClientCall, request: AdmissionRequest) -> Admitted:
-        """Step 4 for the audio and image paths: `PathGate.admitted`."""
-        return self.gate.admitted(call, request)
 
 
 _PRIORITY_BYTES = {p: p.encode() for p in ("low", "normal", "high")}

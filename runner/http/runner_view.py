@@ -10,15 +10,14 @@ from typing import Protocol
 
 from adapters.features import Features
 from governance.verifier import Verifier
+from runner.engines.kinds import EngineKinds
 from runner.engines.pool import ModelPool
 from runner.engines.specs import ModelSpecs
 from runner.engines.watch import EngineWatch
 from runner.errors import QuorumError
 from runner.floor.models_file import ModelsFile, ModelSpec
 from runner.floor.settings import Settings
-from runner.http.asgi import Scope
-from runner.http.audio.handler import AudioPath
-from runner.http.frontend import ASGIApp
+from runner.http.asgi import ASGIApp, Scope
 from runner.http.images.routes import ImageRoutes
 from runner.jobs.manager import JobManager
 from runner.lifecycle.adapter_ops import AdapterOps
@@ -53,6 +52,7 @@ class RunnerView(Protocol):
     started_at: float
     identity: Identity
     tenancy: Tenancy
+    kinds: EngineKinds
     refresher: Refresher
     pool: ModelPool
     admission: SchedulerAdmission
@@ -63,7 +63,7 @@ class RunnerView(Protocol):
     adapter_ops: AdapterOps
     jobs: JobManager
     chat: ASGIApp
-    audio: AudioPath
+    audio: ASGIApp
     images: ImageRoutes
 
     @property

@@ -36,14 +36,10 @@ from runner.floor.models_file import ModelsFile, ModelSpec
 from runner.floor.periodic import cancelled
 from runner.floor.settings import Settings
 from runner.http.asgi import Scope
-from runner.http.audio.handler import AudioPath
-from runner.http.audio.multipart import FormLimits
-from runner.http.chat import ChatPath
 from runner.http.frontend import FrontEnd
 from runner.http.headers import tenant_of
-from runner.http.images.routes import ImageRoutes, close_images, image_routes, sweep_forever
+from runner.http.images.routes import ImageRoutes, close_images, sweep_forever
 from runner.jobs.build import Jobs, endpoints_of
-from runner.jobs.http import job_submitter
 from runner.lifecycle.adapter_ops import AdapterOps
 from runner.lifecycle.catalog import Roots, available
 from runner.lifecycle.governed import GovernedOps
@@ -51,6 +47,7 @@ from runner.lifecycle.loads import LoadManager
 from runner.memory.factory import telemetry_from_settings
 from runner.memory.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore
 from runner.memory.proc import tree_resident_mb
+from runner.runtime.paths import request_paths
 from runner.runtime.safety import identity_from
 from runner.runtime.scheduling import scheduler_config
 from runner.runtime.startup import Preloads
@@ -245,31 +242,20 @@ class Runtime:
         )
 
     def _build_paths(self) -> None:
-        """The three request paths on the front-end, each reading the pool's ready engines
-        of its own kind."""
-        s, ready, records = self.settings, self.pool.ready, self.pool.records
-        self.chat = self.front.path(ChatPath(  # the front-end calls the path, never back
-            self.front.gate, ready.chat, self.metrics, s.max_body_bytes,
-            context_of=lambda m: r.context_length if (r := records.get(m)) else None,
-            adapters=self.pool.adapters,
-            fields_of=self.specs.request_fields, counters=ready.tokens,
-        ).serve)  # fmt: skip
-        self.audio = AudioPath(
-            self.front,
-            ready.speech,
-            self.metrics,
-            FormLimits(max_file_bytes=s.audio_max_bytes),
-            submit_job=job_submitter(self.jobs, self.tenancy.usage.request),
-        )
-        images = any(self.specs.kind(m).traits.request_path == "images" for m in self.models.models)
-        self.images: ImageRoutes = image_routes(
+        """The three request paths on the front-end (runner/runtime/paths.py)."""
+        paths = request_paths(
             self.front,
             self.pool,
-            s,
-            job_submitter(self.jobs, self.tenancy.usage.request),
-            keep_files=images,
+            self.specs,
+            self.models,
+            self.settings,
+            self.metrics,
+            self.jobs,
+            job_ended=self.tenancy.usage.request,
             count_images=self.count_images,
         )
+        self.chat, self.audio = paths.chat, paths.audio
+        self.images: ImageRoutes = paths.images
 
     def _register_metrics(self) -> None:
         """The families read at scrape time, and where `/metrics` and the picker's are."""

@@ -1,14 +1,16 @@
-"""POST /v1/audio/transcriptions and /v1/audio/translations, as a bare ASGI handler.
+"""POST /v1/audio/transcriptions and /v1/audio/translations: the audio path.
 
-Through the one front-end (runner/http/frontend.py), in order:
+The one front-end (runner/http/frontend.py) calls `AudioPath.serve`; the path asks only the
+gate it was handed (runner/http/path_gate.py), never the front-end back. In order:
 
     1. read and validate the runner's headers; identify the tenant  -> 400 / 401 / 403
     2. Content-Length above the limit                               -> 413 before reading
     3. rate limit (tenants/)                                        -> 429
     4. stream the multipart form, the file to a temporary file      -> 400 / 413 mid-body
-    5. validate the fields; the model (`check_model`)               -> 400 / 404 / 503
+    5. validate the fields; the model (`PathGate.check_model`)      -> 400 / 404 / 503
     6. probe the audio (PyAV)                  -> 400 invalid_audio / audio_too_short
-    7. admission, then the worker (runner/http/audio/service.py)         -> 429 / 503 / 502
+    7. admission (`PathGate.admitted`), then the worker (runner/http/audio/service.py)
+                                                                    -> 429 / 503 / 502
        or, with `Prefer: respond-async` and a job submitter, a job    -> 202 (jobs.py)
     8. answer in `response_format`, or stream SSE deltas, with X-Queue-Wait-Ms,
        X-GPU-Time-Ms (the worker's time), X-Cache-Hit: false, X-Cache-Tokens-Reused: 0
@@ -32,7 +34,6 @@ import orjson
 
 from adapters.speech import Info, Segment, SpeechEngine
 from runner.errors import HTTP_ERRORS, error_body, error_status
-from runner.http.asgi import Receive, Scope, Send
 from runner.http.audio.errors import AudioTooLarge, InvalidForm
 from runner.http.audio.formats import (
     JSON,
@@ -49,7 +50,8 @@ from runner.http.audio.metrics import SpeechMetrics
 from runner.http.audio.multipart import AudioUpload, FormLimits, read_form
 from runner.http.audio.request import TASKS, parse_request
 from runner.http.audio.service import Caller, SpeechRun, SpeechService
-from runner.http.frontend import ClientCall, FrontEnd, Headers
+from runner.http.call import ClientCall, Headers
+from runner.http.path_gate import PathGate
 from runner.jobs.http import JobSubmitter, wants_async
 
 log = logging.getLogger("quorum.audio")
@@ -58,26 +60,24 @@ AUDIO_PATHS = frozenset(TASKS)
 
 
 class AudioPath:
-    """The ASGI handler for both audio paths; `service` is the part async jobs reuse."""
+    """Both audio routes' `serve` (the front-end's `path(serve, json=False)` makes it an
+    ASGI app); `service` is the part async jobs reuse."""
 
     def __init__(
         self,
-        front: FrontEnd,
+        gate: PathGate,
         engines: Mapping[str, SpeechEngine],
         metrics: SpeechMetrics,
         limits: FormLimits | None = None,
         submit_job: JobSubmitter | None = None,
     ) -> None:
-        self.front = front
-        self.service = SpeechService(engines, front.admission, metrics, gone=front.engine_gone)
+        self.gate = gate
+        self.service = SpeechService(engines, gate.admission, metrics, gone=gate.engine_gone)
         self.metrics = metrics
         self.limits = limits or FormLimits()
         self.submit_job = submit_job
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.front(scope, receive, send, self._serve, json=False)
-
-    async def _serve(self, call: ClientCall) -> int:
+    async def serve(self, call: ClientCall) -> int:
         """Steps 2-8 (1 and 3 are the front-end's); the upload is always discarded, unless
         a job took it."""
         meta = call.meta
@@ -93,7 +93,7 @@ class AudioPath:
         assert upload is not None  # read_form returns the upload or raises
         try:
             request = parse_request(upload, TASKS[call.scope["path"]])  # 5
-            self.front.check_model(call, request.model, "audio")
+            self.gate.check_model(call, request.model, "audio")
             audio = await self.service.probe(upload.path)  # 6
             webhook = upload.fields.get("webhook") or None
             if self.submit_job is not None and wants_async(call.header(b"prefer")):
@@ -122,7 +122,7 @@ class AudioPath:
             run.on_start = answer.start
             run.on_segment = answer.segment
         try:
-            transcript = await run.execute(lambda ticket: self.front.admitted(call, ticket))
+            transcript = await run.execute(lambda ticket: self.gate.admitted(call, ticket))
         except HTTP_ERRORS as exc:
             if answer is None or not answer.started:
                 raise

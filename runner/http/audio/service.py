@@ -82,7 +82,7 @@ class SpeechService:
         gone: Callable[[str], QuorumError] | None = None,
     ) -> None:
         """`gone(model)`: the error for a request granted a slot whose worker died just
-        before it was reached (`FrontEnd.engine_gone`: 503 with Retry-After)."""
+        before it was reached (`PathGate.engine_gone`: 503 with Retry-After)."""
         self.engines = engines
         self.admission = admission
         self.metrics = metrics

@@ -1,17 +1,20 @@
 """The image routes: `POST /v1/images/generations` and `GET /v1/images/files/{token}.png`.
 
-`ImagesPath` goes through the one front-end (runner/http/frontend.py), like chat and audio:
+The one front-end (runner/http/frontend.py) calls `ImagesPath.serve`, like chat and audio;
+the path asks only the gate it was handed (runner/http/path_gate.py), never the front-end
+back:
 
     1. the runner's headers; the tenant; the rate limit   (front-end) -> 400/401/403/429
     2. the body, bounded                                               -> 413
-    3. parse it; the OpenAI fields; the model (`check_model`); `url` needs the image
+    3. parse it; the OpenAI fields; the model (`PathGate.check_model`); `url` needs the image
        store; the model's own checks (its `ImageShape.check`, adapters/images.py: for
        ComfyUI its workflow's size, batch size, `x_*` it declares)     -> 400 / 404 / 503
     4a. `Prefer: respond-async` and a job submitter: the work (admission, then
         generation) becomes a job, after the same checks as the synchronous request
                                                                        -> 202 + Location
-    4b. otherwise admission (the scheduler's fair queue: an engine's own queue, ComfyUI's,
-        is FIFO, so the runner hands it no more than the model's slots at a time) -> 503
+    4b. otherwise admission (`PathGate.admitted`: the scheduler's fair queue; an engine's
+        own queue, ComfyUI's, is FIFO, so the runner hands it no more than the model's
+        slots at a time)                                               -> 503
     5. generate (the model's images facet, `ImagesEngine.generate`, whatever its kind);
        answer 200 with X-Queue-Wait-Ms, X-GPU-Time-Ms (the engine's time from submit to
        end), X-Request-Id, X-Cache-Hit: false, RateLimit-*
@@ -38,10 +41,11 @@ from adapters.image_store import FILES_PATH, TOKEN_RE, ImageStore, file_path
 from adapters.images import Generated, ImagesEngine, ImageShape
 from faults import BadRequest
 from runner.errors import MethodNotAllowed
-from runner.http.asgi import Receive, Scope, Send, send_error
-from runner.http.frontend import ClientCall, FrontEnd, Headers
+from runner.http.asgi import Receive, Scope, Send, read_body, send_error
+from runner.http.call import ClientCall, Headers
 from runner.http.headers import new_request_id
 from runner.http.json_body import load_json
+from runner.http.path_gate import PathGate
 from runner.jobs.http import JobSubmitter, wants_async
 from runner.jobs.manager import Work
 from runner.jobs.progress import ProgressReporter
@@ -52,11 +56,13 @@ JOB_KIND = "image_generation"
 
 
 class ImagesPath:
-    """`models` maps model ids to their images facet (kept current by the model pool)."""
+    """`POST /v1/images/generations`'s `serve` (the front-end's `path(serve)` makes it an
+    ASGI app; the app answers other methods 405). `models` maps model ids to their images
+    facet (kept current by the model pool)."""
 
     def __init__(
         self,
-        front: FrontEnd,
+        gate: PathGate,
         models: Mapping[str, ImagesEngine],
         store: ImageStore | None,
         max_body_bytes: int,
@@ -75,7 +81,7 @@ class ImagesPath:
         not (default: the loaded model's), before they are queued.
         `job_inline_max_bytes`: a job's `b64_json` answer above it is kept as image URLs
         (the job store holds the record, never the images; JOB_RESULT_INLINE_MAX_BYTES)."""
-        self.front = front
+        self.gate = gate
         self.models = models
         self.store = store
         self.max_body = max_body_bytes
@@ -85,18 +91,10 @@ class ImagesPath:
         self.shape_of = shape_of or (lambda model: _loaded_shape(models, model))
         self.job_inline_max_bytes = job_inline_max_bytes
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["method"] != "POST":
-            await send_error(
-                send, MethodNotAllowed(path=IMAGES_PATH, allow="POST"), new_request_id()
-            )
-            return
-        await self.front(scope, receive, send, self._serve)
-
-    async def _serve(self, call: ClientCall) -> int:
-        body = await self.front.read_body(call, self.max_body)  # 2
+    async def serve(self, call: ClientCall) -> int:
+        body = await read_body(call.receive, call.meta.content_length, self.max_body)  # 2
         request = await _parse(body)  # 3
-        self.front.check_model(call, request.model, "images")
+        self.gate.check_model(call, request.model, "images")
         if request.response_format == "url" and self.store is None:
             raise InvalidImageRequest("response_format 'url' is not enabled on this runner")
         shape = self.shape_of(request.model)
@@ -114,7 +112,7 @@ class ImagesPath:
         if request.webhook is not None:
             raise InvalidImageRequest("webhook needs 'Prefer: respond-async'")
         ticket = _ticket(call.request_id, call, request, shape)
-        async with self.front.admitted(call, ticket) as admitted:  # 4b
+        async with self.gate.admitted(call, ticket) as admitted:  # 4b
             generated = await self._model(request.model).generate(
                 request,
                 self.store,
@@ -131,7 +129,7 @@ class ImagesPath:
     def _model(self, model_id: str) -> ImagesEngine:
         model = self.models.get(model_id)
         if model is None:  # it died between the grant and now
-            raise self.front.engine_gone(model_id)
+            raise self.gate.engine_gone(model_id)
         return model
 
     def _url_for(self, call: ClientCall) -> Callable[[str], str]:
@@ -151,7 +149,7 @@ class ImagesPath:
         turns RUNNING once it holds a slot.
         """
         ticket = _ticket(f"{call.request_id}-job", call, request, self.shape_of(request.model))
-        admission, metrics = self.front.admission, self.front.metrics
+        admission, metrics = self.gate.admission, self.gate.metrics
 
         async def work(progress: ProgressReporter) -> object:
             async with Hold(admission, ticket, metrics=metrics) as held:

@@ -1,7 +1,8 @@
 """The image routes on the runner: `POST /v1/images/generations` and the image files.
 
 The handlers are in `runner/http/images/handler.py` (`ImagesPath`, `ImageFiles`); this builds
-them on the runner's front-end, pool and jobs. `ImagesPath` routes by `model` among
+them on the gate the front-end hands its paths, the pool and jobs; the front-end's `path`
+(`mount`) makes `ImagesPath.serve` the route. `ImagesPath` routes by `model` among
 the pool's ready engines with an image facet (`ReadyEngines.images`, adapters/images.py):
 a live view, kept current by the pool like the chat path's; a model not loaded yet is
 checked against what its kind says of it (`EngineKind.image_shape`). What a request for
@@ -21,8 +22,10 @@ from adapters.image_store import ImageStore
 from adapters.images import ImageShape
 from runner.engines.pool import ModelPool
 from runner.floor.settings import Settings
-from runner.http.frontend import FrontEnd
+from runner.http.asgi import ASGIApp
+from runner.http.call import Serve
 from runner.http.images.handler import ImageFiles, ImagesPath
+from runner.http.path_gate import PathGate
 from runner.jobs.http import JobSubmitter
 
 log = logging.getLogger("quorum.images")
@@ -30,13 +33,14 @@ log = logging.getLogger("quorum.images")
 
 @dataclass(frozen=True, slots=True)
 class ImageRoutes:
-    images: ImagesPath
+    images: ASGIApp  # `ImagesPath.serve` behind the front-end (POST only: the app's check)
     files: ImageFiles | None  # None: no image is kept (`response_format: url` refused)
     store: ImageStore | None
 
 
 def image_routes(
-    front: FrontEnd,
+    gate: PathGate,
+    mount: Callable[[Serve], ASGIApp],
     pool: ModelPool,
     settings: Settings,
     submit_job: JobSubmitter,
@@ -44,9 +48,11 @@ def image_routes(
     keep_files: bool,
     count_images: Callable[[str, str, int], None] = lambda _model, _tenant, _n: None,
 ) -> ImageRoutes:
-    """The handlers; with `keep_files` (the runner has image models) an image store in
-    IMAGES_DIR (else a folder of its own under the temporary folder) for `response_format:
-    url`, the runner's own (`ImageStore`: those left by a killed runner are removed)."""
+    """The handlers, `ImagesPath` asking `gate` and mounted by `mount` (the front-end's
+    `path`: every request through the front-end, then the path); with `keep_files` (the
+    runner has image models) an image store in IMAGES_DIR (else a folder of its own under
+    the temporary folder) for `response_format: url`, the runner's own (`ImageStore`: those
+    left by a killed runner are removed)."""
     s = settings
     store = None
     if keep_files:
@@ -57,7 +63,7 @@ def image_routes(
         )
     models = pool.ready.images
     images = ImagesPath(
-        front,
+        gate,
         models,
         store,
         s.max_body_bytes,
@@ -67,7 +73,8 @@ def image_routes(
         shape_of=lambda model: _shape(pool, model),
         job_inline_max_bytes=s.job_result_inline_max_bytes,
     )
-    return ImageRoutes(images, ImageFiles(store) if store is not None else None, store)
+    files = ImageFiles(store) if store is not None else None
+    return ImageRoutes(mount(images.serve), files, store)
 
 
 def _shape(pool: ModelPool, model: str) -> ImageShape | None:

@@ -34,7 +34,8 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     tenants, metrics = TenantsConfig(), Metrics()
     front = FrontEnd(admission, RateLimiter(tenants), tenants, metrics)
     chat = front.path(ChatPath(front.gate, {}, metrics, 1 << 20).serve)
-    audio = AudioPath(front, {}, metrics, FormLimits(temp_dir=str(tmp_path)))
+    audio_path = AudioPath(front.gate, {}, metrics, FormLimits(temp_dir=str(tmp_path)))
+    audio = front.path(audio_path.serve, json=False)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await (audio if scope["path"].startswith("/v1/audio/") else chat)(scope, receive, send)

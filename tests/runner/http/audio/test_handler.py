@@ -16,6 +16,7 @@ import pytest
 import pytest_asyncio
 
 from adapters.whisper.engine import WhisperEngine
+from runner.http.asgi import ASGIApp
 from runner.http.audio.formats import full_text
 from runner.http.audio.handler import AudioPath
 from runner.http.audio.multipart import FormLimits
@@ -70,7 +71,8 @@ class RecordingMetrics:
 
 @dataclass
 class Api:
-    app: AudioPath
+    path: AudioPath  # its `serve`, async jobs' `service`
+    app: ASGIApp  # the path behind the front-end
     engines: dict[str, WhisperEngine]
     metrics: RecordingMetrics
     temp_dir: Path
@@ -104,8 +106,16 @@ async def api(whisper_model: str, tmp_path_factory: pytest.TempPathFactory) -> A
     temp_dir = tmp_path_factory.mktemp("uploads")
     engines = {MODEL: engine}
     front = FrontEnd(admission, limiter, tenants, metrics)
-    app = AudioPath(front, engines, metrics, FormLimits(temp_dir=str(temp_dir)))
-    yield Api(app, engines, metrics, temp_dir, whisper_model, admission)
+    path = AudioPath(front.gate, engines, metrics, FormLimits(temp_dir=str(temp_dir)))
+    yield Api(
+        path,
+        front.path(path.serve, json=False),
+        engines,
+        metrics,
+        temp_dir,
+        whisper_model,
+        admission,
+    )
     await admission.stop()
     for e in engines.values():
         await e.stop()
@@ -362,7 +372,7 @@ async def test_audio_respond_async_is_a_job_with_progress_and_result(
     """Prefer: respond-async -> 202 with the job; the job ends succeeded with the text,
     its progress at the audio's total seconds; another tenant cannot read it."""
     manager = JobManager(MemoryJobStore(time.time), None, "audio-test", time.time)
-    api.app.submit_job = job_submitter(manager)
+    api.path.submit_job = job_submitter(manager)
     try:
         r = await api.post(
             speech.medium,
@@ -383,7 +393,7 @@ async def test_audio_respond_async_is_a_job_with_progress_and_result(
             await manager.get(doc["id"], "intruder")
         assert not os.listdir(api.temp_dir)  # the job's work deleted the upload
     finally:
-        api.app.submit_job = None
+        api.path.submit_job = None
         await manager.aclose()
 
 
@@ -395,7 +405,7 @@ async def test_audio_respond_async_refuses_before_the_202_as_the_sync_form(
     short) gets the same 400 before any 202: no job is created, the upload is gone."""
     jobs = MemoryJobStore(time.time)
     manager = JobManager(jobs, None, "audio-test", time.time)
-    api.app.submit_job = job_submitter(manager)
+    api.path.submit_job = job_submitter(manager)
     audio = getattr(speech, which)
     try:
         sync = await api.post(audio)
@@ -405,7 +415,7 @@ async def test_audio_respond_async_refuses_before_the_202_as_the_sync_form(
         assert "location" not in async_form.headers and len(jobs) == 0
         assert not os.listdir(api.temp_dir)
     finally:
-        api.app.submit_job = None
+        api.path.submit_job = None
         await manager.aclose()
 
 
@@ -416,9 +426,9 @@ async def test_audio_core_reports_progress_in_audio_seconds(api: Api, speech: Sp
     async def report(done: float, total: float) -> None:
         progress.append((done, total))
 
-    audio = await api.app.service.probe(str(speech.medium))
+    audio = await api.path.service.probe(str(speech.medium))
     request = SpeechRequest("transcribe", MODEL, str(speech.medium), "medium.wav")
-    result = await api.app.service.transcribe(
+    result = await api.path.service.transcribe(
         request, audio, Caller("core-1", "acme"), progress=report
     )
     assert "morning" in full_text(result.transcript.segments).lower()

@@ -120,16 +120,16 @@ async def runner(comfy: FakeEngine, comfy_dir: Path, tmp_path: Path) -> AsyncIte
     generator = ImageGenerator(timing=FAST)
     models = {"sd": engine, "loose": loose, "free": free, "wide": wide}
     images = ImagesPath(
-        front,
+        front.gate,
         {name: ComfyImages(model, generator) for name, model in models.items()},
         store,
         1 << 20,
         submit_job=job_submitter(manager),
     )
-    files = ImageFiles(store)
+    files, generations = ImageFiles(store), front.path(images.serve)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        target = files if scope["path"].startswith(FILES_PATH) else images
+        target = files if scope["path"].startswith(FILES_PATH) else generations
         await target(scope, receive, send)
 
     transport = httpx.ASGITransport(app=app)

@@ -145,8 +145,8 @@ async def runner(
     front = FrontEnd(admission, RateLimiter(tenants), tenants, Metrics())
     generator = ImageGenerator(None, timing=FAST)
     facets = {name: ComfyImages(engine, generator) for name, engine in engines.items()}
-    images = ImagesPath(front, facets, None, 1 << 20, submit_job=job_submitter(manager))
-    transport = httpx.ASGITransport(app=images)
+    images = ImagesPath(front.gate, facets, None, 1 << 20, submit_job=job_submitter(manager))
+    transport = httpx.ASGITransport(app=front.path(images.serve))
     async with httpx.AsyncClient(transport=transport, base_url="http://runner") as client:
         yield Runner(comfy_dir / "output", client, manager, jobs, http)
     await manager.aclose()

@@ -25,7 +25,7 @@ from adapters.comfyui.facet import ComfyImages
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import ComfyUIServer
 from adapters.comfyui.workflows import Param, WorkflowTemplate
-from runner.http.asgi import Message
+from runner.http.asgi import ASGIApp, Message
 from runner.http.frontend import FrontEnd
 from runner.http.images.handler import ImagesPath
 from runner.jobs import JobManager, JobStatus, MemoryJobStore
@@ -67,7 +67,7 @@ BLUR = WorkflowTemplate(
 
 @dataclass
 class Runner:
-    images: ImagesPath
+    images: ASGIApp  # the image path behind the front-end
     client: httpx.AsyncClient
     engine: ComfyUIEngine
     admission: SchedulerAdmission
@@ -102,15 +102,16 @@ async def runner(
     front = FrontEnd(admission, RateLimiter(tenants), tenants, Metrics())
     generator = ImageGenerator(None, timing=FAST, settle_poll_s=0.05)
     images = ImagesPath(
-        front,
+        front.gate,
         {"blur": ComfyImages(engine, generator)},
         None,
         1 << 20,
         submit_job=job_submitter(manager),
     )
-    transport = httpx.ASGITransport(app=images)
+    app = front.path(images.serve)
+    transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://runner") as client:
-        yield Runner(images, client, engine, admission, manager, http)
+        yield Runner(app, client, engine, admission, manager, http)
     await http.post("/_fake/blur", json={"hold": False})
     await manager.aclose()
     await admission.stop()
