@@ -14,9 +14,10 @@
 from __future__ import annotations
 
 from adapters.features import Features
-from adapters.kind import Devices, EngineSpec, Host, KindDefaults, Traits
+from adapters.kind import Devices, EngineSettings, EngineSpec, Host, KindDefaults, Traits
 from adapters.launched import Launched
 from adapters.whisper.engine import WHISPER_ENVIRONMENT, WhisperEngine
+from adapters.whisper.settings import WhisperSettings
 from faults import ConfigError
 
 NAME = "faster-whisper"
@@ -101,6 +102,10 @@ class WhisperKind(KindDefaults):
         error_tables=("adapters.whisper.errors",),
     )
 
+    def __init__(self, settings: EngineSettings) -> None:
+        super().__init__(settings)
+        self.own = WhisperSettings.read(settings.environ)
+
     def check(self, spec: EngineSpec) -> None:
         """Started by the runner (no url), from exactly one of `path`, `hf`,
         `whisper_model` (a size name faster-whisper knows)."""
@@ -119,7 +124,7 @@ class WhisperKind(KindDefaults):
         return speech_worker_mb(size_bytes, spec.whisper_model)
 
     def placed(self, spec: EngineSpec) -> bool:
-        return self.settings.whisper_device != "cpu"
+        return self.own.device != "cpu"
 
     async def start(self, spec: EngineSpec, devices: Devices, host: Host) -> Launched:
         """Spawn the speech worker for `spec`; wait for its Ready (EngineStartFailed if
@@ -131,12 +136,12 @@ class WhisperKind(KindDefaults):
         engine = WhisperEngine(
             spec.model_id,
             whisper_model_arg(spec),
-            device=s.whisper_device,
-            compute_type=s.whisper_compute_type,
+            device=self.own.device,
+            compute_type=self.own.compute_type,
             parallel=spec.slots,
-            cpu_threads=s.whisper_cpu_threads,
-            load_timeout_s=spec.load_timeout_s or s.whisper_load_timeout_s,
-            allow_download=s.whisper_allow_download,
+            cpu_threads=self.own.cpu_threads,
+            load_timeout_s=spec.load_timeout_s or self.own.load_timeout_s,
+            allow_download=self.own.allow_download,
             env=env,
             silence_s=s.read_timeout_s,
         )

@@ -2,7 +2,8 @@
 
 The built-in kinds (`adapters/<kind>/kind.py`) and any that ENGINE_KINDS registers
 (`module:attr,...`, each attr a `KindFactory`: called with the engine settings, it
-returns an `EngineKind`) are built once per runner; a registered kind of a built-in's
+returns an `EngineKind`, having read its own settings: a bad one is a ConfigError that
+stops the start) are built once per runner; a registered kind of a built-in's
 name replaces it. Everything the runner does per kind is asked of the kind found here,
 once, by the model's `backend`. No other module of `runner/` imports a concrete kind (an
 import-linter contract in pyproject.toml): the request paths are typed by the kinds'
@@ -46,8 +47,10 @@ class LoadParams:
 
 
 def engine_settings(settings: Settings, environ: Mapping[str, str] | None = None) -> EngineSettings:
-    """The settings engines are started with; `environ` (default: the process's) says
-    where the runner's own spans go (OTEL_*), and with them a started engine's."""
+    """The settings every kind's engines are started with, and the environment `settings`
+    were read from (each kind reads its own there: adapters/kind_settings.py); `environ`
+    (default: the process's) says where the runner's own spans go (OTEL_*), and with them
+    a started engine's."""
     s = settings
     env = os.environ if environ is None else environ
     return EngineSettings(
@@ -56,28 +59,8 @@ def engine_settings(settings: Settings, environ: Mapping[str, str] | None = None
         read_timeout_s=s.engine_read_timeout_s,
         load_timeout_s=s.engine_load_timeout_s,
         hf_home=s.hf_home,
-        llama_server_bin=s.llama_server_bin,
-        llama_slot_cache_entries=s.llama_slot_cache_entries,
-        prefix_cache_dir=s.prefix_cache_dir,
-        prefix_cache_persist=s.prefix_cache_persist,
-        prefix_cache_max_mb=s.prefix_cache_max_mb,
-        prefix_cache_ttl_s=s.prefix_cache_ttl_s,
-        vllm_bin=s.vllm_bin,
-        vllm_max_model_len=s.vllm_max_model_len,
-        vllm_gpu_memory_utilization=s.vllm_gpu_memory_utilization,
-        vllm_enable_prefix_caching=s.vllm_enable_prefix_caching,
-        vllm_enable_sleep_mode=s.vllm_enable_sleep_mode,
-        vllm_cache_salt_secret=s.vllm_cache_salt_secret,
         otlp_traces=engine_traces(env, s.engine_traces),
-        comfyui_path=s.comfyui_path,
-        comfyui_python=s.comfyui_python,
-        comfyui_cpu=s.comfyui_cpu,
-        comfyui_image_metadata=s.comfyui_image_metadata,
-        whisper_device=s.whisper_device,
-        whisper_compute_type=s.whisper_compute_type,
-        whisper_cpu_threads=s.whisper_cpu_threads,
-        whisper_load_timeout_s=s.whisper_load_timeout_s,
-        whisper_allow_download=s.whisper_allow_download,
+        environ=s.environ,
     )
 
 

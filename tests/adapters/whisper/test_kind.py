@@ -23,8 +23,8 @@ def test_speech_worker_mb_from_files_then_size_name() -> None:
 def test_whisper_kind_places_workers_on_gpus_only_off_the_cpu() -> None:
     """WHISPER_DEVICE=cpu: no GPU placement; cuda or auto: placed like any engine."""
     spec = EngineSpec("w", "faster-whisper", 1, whisper_model="tiny.en")
-    assert not WhisperKind(EngineSettings(whisper_device="cpu")).placed(spec)
-    assert WhisperKind(EngineSettings(whisper_device="cuda")).placed(spec)
+    assert not WhisperKind(EngineSettings(environ={"WHISPER_DEVICE": "cpu"})).placed(spec)
+    assert WhisperKind(EngineSettings(environ={"WHISPER_DEVICE": "CUDA"})).placed(spec)
 
 
 def test_whisper_model_arg_names_a_missing_package() -> None:
