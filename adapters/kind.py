@@ -33,6 +33,7 @@ from adapters.base import FlushScope
 from adapters.features import NONE, Features
 from adapters.fields import OPENAI_ONLY, RequestFields
 from adapters.images import ImageShape
+from adapters.kind_settings import KindOptions
 from adapters.launched import Launched
 from adapters.lora import LoraAdapter
 from faults import ServiceUnavailable
@@ -87,9 +88,7 @@ class EngineSpec:
     flash_attn: str | None = None
     gpus: tuple[int, ...] | None = None
     bin: str | None = None
-    workflow: str | None = None
-    checkpoint: str | None = None
-    whisper_model: str | None = None
+    options: KindOptions | None = None  # the kind's own fields (`Traits.options`)
     adapters: tuple[LoraAdapter, ...] = ()
     max_adapters: int | None = None
     adapter_room: int = 0
@@ -149,6 +148,8 @@ class Traits:
     probe_path: str | None = None  # asked to tell whether an engine is there; None: never
     # probed (its own channel tells: the speech worker's socket)
     own_fields: frozenset[str] = frozenset()  # models-file fields only this kind reads
+    # (of `ModelSpec`, which some kinds share); beside them, those it alone declares:
+    options: type[KindOptions] | None = None  # its typed model, read into `EngineSpec.options`
     kv_cache: bool = False  # the memory beyond its weights is a KV cache (else "other")
     reports_kv: bool = False  # its engines report their KV figures themselves (`load`)
     flush: bool = True  # a cache flush addresses its engines (else: not in any scope)

@@ -1,6 +1,9 @@
-"""A kind's own settings: a typed model each kind declares in its package
-(`adapters/<kind>/settings.py`), read from the environment the runner was started with
-(`EngineSettings.environ`) when the runner builds the kind (`KindFactory`).
+"""A kind's own configuration, typed models each kind declares in its package
+(`adapters/<kind>/settings.py`): its settings (`KindSettings`), read from the environment
+the runner was started with (`EngineSettings.environ`) when the runner builds the kind
+(`KindFactory`), and its models-file fields (`KindOptions`, `Traits.options`), read from
+an entry of its backend by the kind table (runner/engines/kinds.py) into
+`EngineSpec.options`.
 
 A field's variable is the model's `env_prefix` and the field's name, upper-cased
 (`VllmSettings.bin`: `VLLM_BIN`); names are case-insensitive and an empty value counts as
@@ -14,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Self
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from faults import ConfigError
@@ -58,3 +61,15 @@ class KindSettings(BaseSettings):
                 name = next((n for n, f in names.items() if f == field), field.upper())
                 problems.append(f"{name}={environ.get(name, '')!r}: {err['msg']}")
             raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+
+
+class KindOptions(BaseModel):
+    """The base of a kind's own models-file fields (subclass: the fields, named as the
+    models file writes them); a field no kind declares is refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @classmethod
+    def of(cls, options: KindOptions | None) -> Self:
+        """`options` as the kind's own (its defaults when the entry was read without)."""
+        return options if isinstance(options, cls) else cls()

@@ -36,7 +36,7 @@ from adapters.comfyui.facet import ComfyImages, ComfyShape
 from adapters.comfyui.follow import FollowTiming
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import COMFYUI_ENVIRONMENT, ComfyUIServer, Memory
-from adapters.comfyui.settings import ComfyUISettings
+from adapters.comfyui.settings import ComfyUIOptions, ComfyUISettings
 from adapters.comfyui.template_checks import load_template
 from adapters.comfyui.workflows import WorkflowTemplate
 from adapters.kind import Devices, EngineSettings, EngineSpec, Host, KindDefaults, Traits
@@ -154,8 +154,9 @@ async def start_comfyui(
     spec: EngineSpec, servers: ComfyUIServers, generator: ImageGenerator | None = None
 ) -> Launched:
     """Start (or reach) `spec`'s ComfyUI and load the model on it (see the module docstring)."""
-    template = load_template(spec.workflow or DEFAULT_WORKFLOW)
-    if "checkpoint" in template.params and not spec.checkpoint:
+    own = ComfyUIOptions.of(spec.options)
+    template = load_template(own.workflow or DEFAULT_WORKFLOW)
+    if "checkpoint" in template.params and not own.checkpoint:
         raise ConfigError(f"model {spec.model_id!r}: workflow {template.name!r} needs a checkpoint")
     server = servers.server_for(spec)
     await server.start()
@@ -164,7 +165,7 @@ async def start_comfyui(
         spec.model_id,
         server,
         template,
-        spec.checkpoint,
+        own.checkpoint,
         slots=spec.slots,
         fetch=checkpoint_fetcher(spec),
         timing=FollowTiming(silence_s=servers.settings.read_timeout_s),
@@ -222,7 +223,7 @@ class ComfyUIKind(KindDefaults):
         request_path="images",
         default_parallel=1,
         probe_path="/system_stats",
-        own_fields=frozenset({"workflow", "checkpoint"}),
+        options=ComfyUIOptions,
         environment=COMFYUI_ENVIRONMENT,
         error_tables=("adapters.comfyui.errors",),
     )
@@ -249,10 +250,11 @@ class ComfyUIKind(KindDefaults):
     def image_shape(self, spec: EngineSpec) -> ComfyShape | None:
         """`spec`'s workflow and checkpoint, before it is loaded (None: its workflow does
         not load; its load fails and says why)."""
-        template = _template(spec.workflow or DEFAULT_WORKFLOW)
+        own = ComfyUIOptions.of(spec.options)
+        template = _template(own.workflow or DEFAULT_WORKFLOW)
         if template is None:
             return None
-        return ComfyShape(spec.model_id, template, spec.checkpoint, self.generator)
+        return ComfyShape(spec.model_id, template, own.checkpoint, self.generator)
 
     async def start(self, spec: EngineSpec, devices: Devices, host: Host) -> Launched:
         return await start_comfyui(spec, self.servers, self.generator)

@@ -1,5 +1,5 @@
 """The faster-whisper kind's settings (adapters/kind_settings.py): `WHISPER_*`,
-docs/configuration.md."""
+docs/configuration.md; and its own models-file field, `whisper_model`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from adapters.kind_settings import KindSettings
+from adapters.kind_settings import KindOptions, KindSettings
 
 ComputeType = Literal[
     "default",
@@ -40,3 +40,10 @@ class WhisperSettings(KindSettings):
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
+
+
+class WhisperOptions(KindOptions):
+    """A faster-whisper entry's own field: `whisper_model`, a size name (tiny.en ...
+    large-v3) faster-whisper fetches or finds cached."""
+
+    whisper_model: str | None = None

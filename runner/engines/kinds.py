@@ -19,10 +19,13 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 from adapters.base import FlushScope
 from adapters.comfyui.kind import ComfyUIKind
 from adapters.fields import pass_through_refusal
 from adapters.kind import DeclaredPrefix, EngineKind, EngineSettings, EngineSpec, KindFactory
+from adapters.kind_settings import KindOptions
 from adapters.launched import Launched
 from adapters.llama_server.kind import LlamaServerKind
 from adapters.lora import LoraAdapter
@@ -160,9 +163,7 @@ class EngineKinds:
             flash_attn=spec.flash_attn,
             gpus=tuple(spec.gpus) if spec.gpus is not None else None,
             bin=os.path.expanduser(spec.bin) if spec.bin else None,
-            workflow=spec.workflow,
-            checkpoint=spec.checkpoint,
-            whisper_model=spec.whisper_model,
+            options=self.options(spec),
             adapters=tuple(adapters),
             max_adapters=spec.max_adapters,
             adapter_room=spec.adapter_capacity,
@@ -171,18 +172,37 @@ class EngineKinds:
             ),
         )
 
+    def options(self, spec: ModelSpec) -> KindOptions | None:
+        """The fields of `spec` its kind alone declares (`Traits.options`), typed; None
+        when it declares none (ConfigError naming the model and each bad field)."""
+        model = self.of(spec).traits.options
+        if model is None:
+            return None
+        try:
+            return model.model_validate(spec.model_extra or {})
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            )
+            raise ConfigError(f"model {spec.id!r}: {problems}") from None
+
     def check(self, spec: ModelSpec) -> None:
         """Refuse an entry of the models file its kind cannot serve (ConfigError naming why).
 
         1. Its backend names a kind of this runner.
-        2. A field only some kinds read is set for those only.
+        2. A field only some kinds read (`Traits.own_fields`, `Traits.options`) is set for
+           those only; a field no kind declares is refused.
         3. Each `pass_through` field is one its kind lets through
            (`adapters/fields.pass_through_refusal`), on a chat-path kind.
         4. Its kind's own checks (`EngineKind.check`).
         """
         kind = self.of(spec)  # 1
-        for name in sorted({f for k in self for f in k.traits.own_fields}):  # 2
-            owners = sorted(k.name for k in self if name in k.traits.own_fields)
+        extra = set(spec.model_extra or {})
+        owned = {k.name: _owned(k) for k in self}
+        for name in sorted({f for fields in owned.values() for f in fields} | extra):  # 2
+            owners = sorted(n for n, fields in owned.items() if name in fields)
+            if not owners:
+                raise ConfigError(f"model {spec.id!r}: {name}: Extra inputs are not permitted")
             if getattr(spec, name, None) and kind.name not in owners:
                 raise ConfigError(
                     f"model {spec.id!r}: {name} applies to backend "
@@ -224,3 +244,9 @@ class EngineKinds:
     async def close(self) -> None:
         for kind in self:
             await kind.close()
+
+
+def _owned(kind: EngineKind) -> frozenset[str]:
+    """The models-file fields `kind` reads that not every kind does."""
+    declared = kind.traits.options.model_fields if kind.traits.options is not None else {}
+    return kind.traits.own_fields | frozenset(declared)
