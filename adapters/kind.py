@@ -13,7 +13,8 @@ which files a download fetches (`Traits.download_patterns`), which error tables 
 (`Traits.error_tables`). The runner looks a model's kind up once, by its `backend`,
 in one table (`runner/engines/kinds.py`), and asks the kind; it never names one.
 
-The runner builds a kind once per runner from `EngineSettings` (`KindFactory`), hands it
+The runner builds a kind once per runner from `EngineSettings` (`KindFactory`; the kind
+reads its own settings from them: adapters/kind_settings.py), hands it
 an `EngineSpec` (a model's engine-facing fields, plain frozen data) and, to start one, a
 `Host` (what the runner lends: measuring a process, the GPU's size, the engine metric
 families). `KindDefaults` gives a kind that declares nothing special its answers.
@@ -32,6 +33,7 @@ from adapters.base import FlushScope
 from adapters.features import NONE, Features
 from adapters.fields import OPENAI_ONLY, RequestFields
 from adapters.images import ImageShape
+from adapters.kind_settings import KindOptions
 from adapters.launched import Launched
 from adapters.lora import LoraAdapter
 from faults import ServiceUnavailable
@@ -86,9 +88,7 @@ class EngineSpec:
     flash_attn: str | None = None
     gpus: tuple[int, ...] | None = None
     bin: str | None = None
-    workflow: str | None = None
-    checkpoint: str | None = None
-    whisper_model: str | None = None
+    options: KindOptions | None = None  # the kind's own fields (`Traits.options`)
     adapters: tuple[LoraAdapter, ...] = ()
     max_adapters: int | None = None
     adapter_room: int = 0
@@ -117,35 +117,17 @@ class OtlpTraces:
 
 @dataclass(frozen=True, slots=True)
 class EngineSettings:
-    """The runner's settings that engines are started with (from `Settings`)."""
+    """The runner's settings every kind's engines are started with (from `Settings`), and
+    `environ`, the environment the runner was started with: each kind reads its own
+    settings from it (adapters/kind_settings.py; `VllmSettings`, ...) when it is built."""
 
     multi_tenant: bool = True
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 300.0
     load_timeout_s: float = 300.0
     hf_home: str | None = None
-    llama_server_bin: str | None = None  # None: the build scripts/install made
-    llama_slot_cache_entries: int = 64
-    prefix_cache_dir: str | None = None  # None: saved prompt states die with their engine
-    prefix_cache_persist: bool = True
-    prefix_cache_max_mb: int = 2048
-    prefix_cache_ttl_s: float = 86_400.0
-    vllm_bin: str = "vllm"
-    vllm_max_model_len: int | None = None
-    vllm_gpu_memory_utilization: float = 0.9
-    vllm_enable_prefix_caching: bool = True
-    vllm_enable_sleep_mode: bool = False
-    vllm_cache_salt_secret: str | None = None
     otlp_traces: OtlpTraces | None = None  # None: started engines export no spans
-    comfyui_path: str | None = None
-    comfyui_python: str | None = None
-    comfyui_cpu: bool = False
-    comfyui_image_metadata: bool = False
-    whisper_device: str = "cpu"
-    whisper_compute_type: str = "int8"
-    whisper_cpu_threads: int = 0
-    whisper_load_timeout_s: float = 120.0
-    whisper_allow_download: bool = False
+    environ: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +148,8 @@ class Traits:
     probe_path: str | None = None  # asked to tell whether an engine is there; None: never
     # probed (its own channel tells: the speech worker's socket)
     own_fields: frozenset[str] = frozenset()  # models-file fields only this kind reads
+    # (of `ModelSpec`, which some kinds share); beside them, those it alone declares:
+    options: type[KindOptions] | None = None  # its typed model, read into `EngineSpec.options`
     kv_cache: bool = False  # the memory beyond its weights is a KV cache (else "other")
     reports_kv: bool = False  # its engines report their KV figures themselves (`load`)
     flush: bool = True  # a cache flush addresses its engines (else: not in any scope)

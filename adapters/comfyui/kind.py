@@ -36,6 +36,7 @@ from adapters.comfyui.facet import ComfyImages, ComfyShape
 from adapters.comfyui.follow import FollowTiming
 from adapters.comfyui.images import ImageGenerator
 from adapters.comfyui.server import COMFYUI_ENVIRONMENT, ComfyUIServer, Memory
+from adapters.comfyui.settings import ComfyUIOptions, ComfyUISettings
 from adapters.comfyui.template_checks import load_template
 from adapters.comfyui.workflows import WorkflowTemplate
 from adapters.kind import Devices, EngineSettings, EngineSpec, Host, KindDefaults, Traits
@@ -51,21 +52,22 @@ DEFAULT_WORKFLOW = "txt2img"
 class ComfyUIServers:
     """The ComfyUI servers of one runner: the one it spawns, and those attached by URL."""
 
-    def __init__(self, settings: EngineSettings) -> None:
+    def __init__(self, settings: EngineSettings, own: ComfyUISettings) -> None:
         self.settings = settings
+        self.own = own
         self._spawned: ComfyUIServer | None = None
         self._attached: dict[str, ComfyUIServer] = {}
         self._retired: list[ComfyUIServer] = []
 
     def server_for(self, spec: EngineSpec) -> ComfyUIServer:
         """The server `spec` runs on (created on first use; a dead spawned one replaced)."""
-        s = self.settings
+        s, own = self.settings, self.own
         if spec.url is not None:
             url = spec.url.rstrip("/")
             if url not in self._attached:
-                self._attached[url] = ComfyUIServer.attach(url, comfyui_path=s.comfyui_path)
+                self._attached[url] = ComfyUIServer.attach(url, comfyui_path=own.path)
             return self._attached[url]
-        if s.comfyui_path is None:
+        if own.path is None:
             raise ConfigError(
                 f"model {spec.model_id!r}: backend comfyui needs COMFYUI_PATH (to start ComfyUI) "
                 "or a url (to attach one)"
@@ -75,12 +77,12 @@ class ComfyUIServers:
             self._spawned = None
         if self._spawned is None:
             self._spawned = ComfyUIServer.spawn(
-                s.comfyui_path,
-                python=s.comfyui_python or sys.executable,
-                cpu=s.comfyui_cpu,
+                own.path,
+                python=own.python or sys.executable,
+                cpu=own.cpu,
                 load_timeout_s=spec.load_timeout_s or s.load_timeout_s,
                 request_timeout_s=s.read_timeout_s,
-                metadata=s.comfyui_image_metadata,
+                metadata=own.image_metadata,
                 logs_of=spec.model_id,
             )
         return self._spawned
@@ -152,8 +154,9 @@ async def start_comfyui(
     spec: EngineSpec, servers: ComfyUIServers, generator: ImageGenerator | None = None
 ) -> Launched:
     """Start (or reach) `spec`'s ComfyUI and load the model on it (see the module docstring)."""
-    template = load_template(spec.workflow or DEFAULT_WORKFLOW)
-    if "checkpoint" in template.params and not spec.checkpoint:
+    own = ComfyUIOptions.of(spec.options)
+    template = load_template(own.workflow or DEFAULT_WORKFLOW)
+    if "checkpoint" in template.params and not own.checkpoint:
         raise ConfigError(f"model {spec.model_id!r}: workflow {template.name!r} needs a checkpoint")
     server = servers.server_for(spec)
     await server.start()
@@ -162,7 +165,7 @@ async def start_comfyui(
         spec.model_id,
         server,
         template,
-        spec.checkpoint,
+        own.checkpoint,
         slots=spec.slots,
         fetch=checkpoint_fetcher(spec),
         timing=FollowTiming(silence_s=servers.settings.read_timeout_s),
@@ -220,17 +223,18 @@ class ComfyUIKind(KindDefaults):
         request_path="images",
         default_parallel=1,
         probe_path="/system_stats",
-        own_fields=frozenset({"workflow", "checkpoint"}),
+        options=ComfyUIOptions,
         environment=COMFYUI_ENVIRONMENT,
         error_tables=("adapters.comfyui.errors",),
     )
 
     def __init__(self, settings: EngineSettings) -> None:
         super().__init__(settings)
-        self.servers = ComfyUIServers(settings)
+        self.own = ComfyUISettings.read(settings.environ)
+        self.servers = ComfyUIServers(settings, self.own)
         self.generator = ImageGenerator(
             timing=FollowTiming(silence_s=settings.read_timeout_s),
-            keep_metadata=settings.comfyui_image_metadata,
+            keep_metadata=self.own.image_metadata,
         )
 
     def check(self, spec: EngineSpec) -> None:
@@ -246,10 +250,11 @@ class ComfyUIKind(KindDefaults):
     def image_shape(self, spec: EngineSpec) -> ComfyShape | None:
         """`spec`'s workflow and checkpoint, before it is loaded (None: its workflow does
         not load; its load fails and says why)."""
-        template = _template(spec.workflow or DEFAULT_WORKFLOW)
+        own = ComfyUIOptions.of(spec.options)
+        template = _template(own.workflow or DEFAULT_WORKFLOW)
         if template is None:
             return None
-        return ComfyShape(spec.model_id, template, spec.checkpoint, self.generator)
+        return ComfyShape(spec.model_id, template, own.checkpoint, self.generator)
 
     async def start(self, spec: EngineSpec, devices: Devices, host: Host) -> Launched:
         return await start_comfyui(spec, self.servers, self.generator)

@@ -59,6 +59,7 @@ from adapters.llama_server.protocol import (
     kv_flags,
     new_api_key,
 )
+from adapters.llama_server.settings import LlamaServerSettings
 from adapters.llama_server.slot_states import PublicText
 from adapters.openai.engine import Isolation
 from adapters.openai.kind import attach_openai
@@ -109,11 +110,15 @@ class LlamaServerKind(KindDefaults):
 
     def __init__(self, settings: EngineSettings) -> None:
         super().__init__(settings)
-        s = settings
-        root = s.prefix_cache_dir if s.prefix_cache_persist else None
+        self.own = own = LlamaServerSettings.read(settings.environ)
+        root = own.prefix_cache_dir if own.prefix_cache_persist else None
         self.prefixes = PrefixCache(
             Path(root).expanduser() if root is not None else None,
-            Bounds(s.prefix_cache_max_mb * 2**20, s.llama_slot_cache_entries, s.prefix_cache_ttl_s),
+            Bounds(
+                own.prefix_cache_max_mb * 2**20,
+                own.llama_slot_cache_entries,
+                own.prefix_cache_ttl_s,
+            ),
         )
 
     def check(self, spec: EngineSpec) -> None:
@@ -172,7 +177,7 @@ class LlamaServerKind(KindDefaults):
                 link = os.path.join(scratch, f"lora-{i}.gguf")
                 os.symlink(os.path.abspath(os.path.expanduser(adapter.path)), link)
                 links.append(link)
-            binary = spec.executable(s.llama_server_bin or default_binary())
+            binary = spec.executable(self.own.llama_server_bin or default_binary())
             opts = LaunchOptions(
                 binary=binary,
                 model_path=str(spec.path),
@@ -193,7 +198,7 @@ class LlamaServerKind(KindDefaults):
                 extra_args=spec.args,
             )
             store = None
-            if isolated and s.llama_slot_cache_entries > 0:
+            if isolated and self.own.llama_slot_cache_entries > 0:
                 resolved = Path(shutil.which(binary) or binary)
                 store = await asyncio.to_thread(
                     self.prefixes.store_for,

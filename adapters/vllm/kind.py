@@ -70,6 +70,7 @@ from adapters.vllm.launch import (
     start,
 )
 from adapters.vllm.prompt_tokens import VllmPromptCounter
+from adapters.vllm.settings import VllmSettings
 
 log = logging.getLogger("quorum.pool")
 
@@ -129,14 +130,15 @@ class VllmKind(KindDefaults):
 
     def __init__(self, settings: EngineSettings) -> None:
         super().__init__(settings)
-        secret = settings.vllm_cache_salt_secret
+        self.own = VllmSettings.read(settings.environ)
+        secret = self.own.cache_salt_secret
         self._secret = secret.encode() if secret else secrets.token_bytes(32)
         self._salts: dict[str, CacheSalts] = {}
 
     def features(self, spec: EngineSpec) -> Features:
         """Streams; caches prefixes unless VLLM_ENABLE_PREFIX_CACHING is off (the runner
         starts it with `--no-enable-prefix-caching`; an attached one is assumed to follow)."""
-        return Features(streaming=True, prefix_caching=self.settings.vllm_enable_prefix_caching)
+        return Features(streaming=True, prefix_caching=self.own.enable_prefix_caching)
 
     def slot_group(self, spec: EngineSpec) -> str | None:
         """One `vllm serve` attached by `url` may serve several models: `vllm:<url>`."""
@@ -145,7 +147,7 @@ class VllmKind(KindDefaults):
     def sleep_refusal(self, spec: EngineSpec, on_gpu: bool) -> str | None:
         if spec.attached:
             return CANNOT_SLEEP
-        if not self.settings.vllm_enable_sleep_mode:
+        if not self.own.enable_sleep_mode:
             return "mode 'sleep' needs VLLM_ENABLE_SLEEP_MODE=true"
         if not on_gpu:
             return (
@@ -159,7 +161,7 @@ class VllmKind(KindDefaults):
         return spec.adapter_room
 
     def memory_share(self, spec: EngineSpec) -> float | None:
-        return None if spec.attached else self.settings.vllm_gpu_memory_utilization
+        return None if spec.attached else self.own.gpu_memory_utilization
 
     def salts(self, spec: EngineSpec) -> CacheSalts | None:
         """The model's cache salts; None when its tenants may share vLLM's prefix cache."""
@@ -176,14 +178,14 @@ class VllmKind(KindDefaults):
         The engine's caches, temporary files and the Unix socket it listens on go to a
         private scratch folder (mode 0700), removed when the engine stops
         (`Launched.scratch`)."""
-        s = self.settings
+        s, own = self.settings, self.own
         total = host.gpu_total_mb(spec.gpus) if spec.gpu_memory_budget_mb else None
         scratch = tempfile.mkdtemp(prefix=f"quorum-vllm-{spec.model_id[:24]}-", dir=_short_tmp())
         for sub in ("cache", "tmp"):
             os.mkdir(os.path.join(scratch, sub))
         try:
             opts = launch_options(
-                binary=spec.executable(s.vllm_bin),
+                binary=spec.executable(own.bin),
                 model=model_source(spec),
                 model_id=spec.model_id,
                 port=None,
@@ -192,12 +194,12 @@ class VllmKind(KindDefaults):
                 slots=spec.slots,
                 quantization=spec.quantization,
                 max_context_length=spec.context_length,
-                default_max_model_len=s.vllm_max_model_len,
+                default_max_model_len=own.max_model_len,
                 gpu_memory_budget_mb=spec.gpu_memory_budget_mb,
                 gpu_total_mb=total,
-                default_gpu_memory_utilization=s.vllm_gpu_memory_utilization,
-                enable_prefix_caching=s.vllm_enable_prefix_caching,
-                enable_sleep_mode=s.vllm_enable_sleep_mode,
+                default_gpu_memory_utilization=own.gpu_memory_utilization,
+                enable_prefix_caching=own.enable_prefix_caching,
+                enable_sleep_mode=own.enable_sleep_mode,
                 scratch_dir=scratch,
                 lora_modules=[(a.name, a.path) for a in spec.adapters],
                 adapter_capacity=max(spec.adapter_room, len(spec.adapters)),

@@ -14,9 +14,10 @@
 from __future__ import annotations
 
 from adapters.features import Features
-from adapters.kind import Devices, EngineSpec, Host, KindDefaults, Traits
+from adapters.kind import Devices, EngineSettings, EngineSpec, Host, KindDefaults, Traits
 from adapters.launched import Launched
 from adapters.whisper.engine import WHISPER_ENVIRONMENT, WhisperEngine
+from adapters.whisper.settings import WhisperOptions, WhisperSettings
 from faults import ConfigError
 
 NAME = "faster-whisper"
@@ -78,8 +79,9 @@ def whisper_model_arg(spec: EngineSpec) -> str:
     A path that does not resolve (a `package:` whose package is not installed) is a
     ConfigError naming it.
     """
-    if spec.whisper_model is not None:
-        return spec.whisper_model
+    size = WhisperOptions.of(spec.options).whisper_model
+    if size is not None:
+        return size
     if spec.hf is not None:
         return spec.hf
     if spec.path is None:
@@ -95,31 +97,36 @@ class WhisperKind(KindDefaults):
         request_path="audio",
         default_parallel=1,
         probe_path=None,
-        own_fields=frozenset({"whisper_model"}),
+        options=WhisperOptions,
         flush=False,
         environment=WHISPER_ENVIRONMENT,
         error_tables=("adapters.whisper.errors",),
     )
+
+    def __init__(self, settings: EngineSettings) -> None:
+        super().__init__(settings)
+        self.own = WhisperSettings.read(settings.environ)
 
     def check(self, spec: EngineSpec) -> None:
         """Started by the runner (no url), from exactly one of `path`, `hf`,
         `whisper_model` (a size name faster-whisper knows)."""
         if spec.url:
             raise ValueError("backend 'faster-whisper' is started by the runner: no url")
-        given = [f for f in (spec.path_text, spec.hf, spec.whisper_model) if f]
+        size = WhisperOptions.of(spec.options).whisper_model
+        given = [f for f in (spec.path_text, spec.hf, size) if f]
         if len(given) != 1:
             raise ValueError("backend 'faster-whisper' needs one of path, hf, whisper_model")
-        if spec.whisper_model is not None and spec.whisper_model not in WHISPER_SIZES:
+        if size is not None and size not in WHISPER_SIZES:
             raise ValueError(f"whisper_model must be one of {', '.join(WHISPER_SIZES)}")
 
     def features(self, spec: EngineSpec) -> Features:
         return Features(audio_input=True)
 
     def estimate_mb(self, spec: EngineSpec, size_bytes: int | None) -> int | None:
-        return speech_worker_mb(size_bytes, spec.whisper_model)
+        return speech_worker_mb(size_bytes, WhisperOptions.of(spec.options).whisper_model)
 
     def placed(self, spec: EngineSpec) -> bool:
-        return self.settings.whisper_device != "cpu"
+        return self.own.device != "cpu"
 
     async def start(self, spec: EngineSpec, devices: Devices, host: Host) -> Launched:
         """Spawn the speech worker for `spec`; wait for its Ready (EngineStartFailed if
@@ -131,12 +138,12 @@ class WhisperKind(KindDefaults):
         engine = WhisperEngine(
             spec.model_id,
             whisper_model_arg(spec),
-            device=s.whisper_device,
-            compute_type=s.whisper_compute_type,
+            device=self.own.device,
+            compute_type=self.own.compute_type,
             parallel=spec.slots,
-            cpu_threads=s.whisper_cpu_threads,
-            load_timeout_s=spec.load_timeout_s or s.whisper_load_timeout_s,
-            allow_download=s.whisper_allow_download,
+            cpu_threads=self.own.cpu_threads,
+            load_timeout_s=spec.load_timeout_s or self.own.load_timeout_s,
+            allow_download=self.own.allow_download,
             env=env,
             silence_s=s.read_timeout_s,
         )

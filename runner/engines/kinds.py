@@ -2,7 +2,8 @@
 
 The built-in kinds (`adapters/<kind>/kind.py`) and any that ENGINE_KINDS registers
 (`module:attr,...`, each attr a `KindFactory`: called with the engine settings, it
-returns an `EngineKind`) are built once per runner; a registered kind of a built-in's
+returns an `EngineKind`, having read its own settings: a bad one is a ConfigError that
+stops the start) are built once per runner; a registered kind of a built-in's
 name replaces it. Everything the runner does per kind is asked of the kind found here,
 once, by the model's `backend`. No other module of `runner/` imports a concrete kind (an
 import-linter contract in pyproject.toml): the request paths are typed by the kinds'
@@ -18,10 +19,13 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 from adapters.base import FlushScope
 from adapters.comfyui.kind import ComfyUIKind
 from adapters.fields import pass_through_refusal
 from adapters.kind import DeclaredPrefix, EngineKind, EngineSettings, EngineSpec, KindFactory
+from adapters.kind_settings import KindOptions
 from adapters.launched import Launched
 from adapters.llama_server.kind import LlamaServerKind
 from adapters.lora import LoraAdapter
@@ -46,8 +50,10 @@ class LoadParams:
 
 
 def engine_settings(settings: Settings, environ: Mapping[str, str] | None = None) -> EngineSettings:
-    """The settings engines are started with; `environ` (default: the process's) says
-    where the runner's own spans go (OTEL_*), and with them a started engine's."""
+    """The settings every kind's engines are started with, and the environment `settings`
+    were read from (each kind reads its own there: adapters/kind_settings.py); `environ`
+    (default: the process's) says where the runner's own spans go (OTEL_*), and with them
+    a started engine's."""
     s = settings
     env = os.environ if environ is None else environ
     return EngineSettings(
@@ -56,28 +62,8 @@ def engine_settings(settings: Settings, environ: Mapping[str, str] | None = None
         read_timeout_s=s.engine_read_timeout_s,
         load_timeout_s=s.engine_load_timeout_s,
         hf_home=s.hf_home,
-        llama_server_bin=s.llama_server_bin,
-        llama_slot_cache_entries=s.llama_slot_cache_entries,
-        prefix_cache_dir=s.prefix_cache_dir,
-        prefix_cache_persist=s.prefix_cache_persist,
-        prefix_cache_max_mb=s.prefix_cache_max_mb,
-        prefix_cache_ttl_s=s.prefix_cache_ttl_s,
-        vllm_bin=s.vllm_bin,
-        vllm_max_model_len=s.vllm_max_model_len,
-        vllm_gpu_memory_utilization=s.vllm_gpu_memory_utilization,
-        vllm_enable_prefix_caching=s.vllm_enable_prefix_caching,
-        vllm_enable_sleep_mode=s.vllm_enable_sleep_mode,
-        vllm_cache_salt_secret=s.vllm_cache_salt_secret,
         otlp_traces=engine_traces(env, s.engine_traces),
-        comfyui_path=s.comfyui_path,
-        comfyui_python=s.comfyui_python,
-        comfyui_cpu=s.comfyui_cpu,
-        comfyui_image_metadata=s.comfyui_image_metadata,
-        whisper_device=s.whisper_device,
-        whisper_compute_type=s.whisper_compute_type,
-        whisper_cpu_threads=s.whisper_cpu_threads,
-        whisper_load_timeout_s=s.whisper_load_timeout_s,
-        whisper_allow_download=s.whisper_allow_download,
+        environ=s.environ,
     )
 
 
@@ -177,9 +163,7 @@ class EngineKinds:
             flash_attn=spec.flash_attn,
             gpus=tuple(spec.gpus) if spec.gpus is not None else None,
             bin=os.path.expanduser(spec.bin) if spec.bin else None,
-            workflow=spec.workflow,
-            checkpoint=spec.checkpoint,
-            whisper_model=spec.whisper_model,
+            options=self.options(spec),
             adapters=tuple(adapters),
             max_adapters=spec.max_adapters,
             adapter_room=spec.adapter_capacity,
@@ -188,18 +172,37 @@ class EngineKinds:
             ),
         )
 
+    def options(self, spec: ModelSpec) -> KindOptions | None:
+        """The fields of `spec` its kind alone declares (`Traits.options`), typed; None
+        when it declares none (ConfigError naming the model and each bad field)."""
+        model = self.of(spec).traits.options
+        if model is None:
+            return None
+        try:
+            return model.model_validate(spec.model_extra or {})
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            )
+            raise ConfigError(f"model {spec.id!r}: {problems}") from None
+
     def check(self, spec: ModelSpec) -> None:
         """Refuse an entry of the models file its kind cannot serve (ConfigError naming why).
 
         1. Its backend names a kind of this runner.
-        2. A field only some kinds read is set for those only.
+        2. A field only some kinds read (`Traits.own_fields`, `Traits.options`) is set for
+           those only; a field no kind declares is refused.
         3. Each `pass_through` field is one its kind lets through
            (`adapters/fields.pass_through_refusal`), on a chat-path kind.
         4. Its kind's own checks (`EngineKind.check`).
         """
         kind = self.of(spec)  # 1
-        for name in sorted({f for k in self for f in k.traits.own_fields}):  # 2
-            owners = sorted(k.name for k in self if name in k.traits.own_fields)
+        extra = set(spec.model_extra or {})
+        owned = {k.name: _owned(k) for k in self}
+        for name in sorted({f for fields in owned.values() for f in fields} | extra):  # 2
+            owners = sorted(n for n, fields in owned.items() if name in fields)
+            if not owners:
+                raise ConfigError(f"model {spec.id!r}: {name}: Extra inputs are not permitted")
             if getattr(spec, name, None) and kind.name not in owners:
                 raise ConfigError(
                     f"model {spec.id!r}: {name} applies to backend "
@@ -241,3 +244,9 @@ class EngineKinds:
     async def close(self) -> None:
         for kind in self:
             await kind.close()
+
+
+def _owned(kind: EngineKind) -> frozenset[str]:
+    """The models-file fields `kind` reads that not every kind does."""
+    declared = kind.traits.options.model_fields if kind.traits.options is not None else {}
+    return kind.traits.own_fields | frozenset(declared)

@@ -31,9 +31,12 @@ A llama-server or vLLM model may carry LoRA `adapters` (each served under its ow
 id, `<base>:<name>` unless it names one, to the tenants it lists) and, on llama-server,
 operator-declared `public_prefixes` whose cached state every tenant may start from
 (docs/engines.md, "Adapters" and "Prefixes"); which kinds read them is their kinds' own
-declaration (`Traits.own_fields`). A chat-path model may let more of its engine's own
-request fields through (`pass_through`), those its kind does not say would run more than
-a request's bound (`adapters/fields.pass_through_refusal`, checked by its kind).
+declaration (`Traits.own_fields`); the fields one kind alone reads (comfyui's `workflow`
+and `checkpoint`, faster-whisper's `whisper_model`) it declares itself (`Traits.options`),
+and `ModelSpec` keeps them as extras for the kind table to check. A chat-path model may
+let more of its engine's own request fields through (`pass_through`), those its kind does
+not say would run more than a request's bound (`adapters/fields.pass_through_refusal`,
+checked by its kind).
 
 The file is the operator's own configuration and trusted as such; `docs/configuration.md`
 lists every field.
@@ -117,7 +120,11 @@ class PublicPrefix(BaseModel):
 
 
 class ModelSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """One entry; besides these fields, those its kind alone declares (`Traits.options`:
+    comfyui's `workflow`, faster-whisper's `whisper_model`, ...), kept as extras and checked
+    by the kind table (runner/engines/kinds.py), which refuses any no kind declares."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     id: str = Field(min_length=1, max_length=256)
     backend: str = Field(min_length=1, max_length=64)  # an engine kind (runner/engines/kinds.py)
@@ -145,9 +152,6 @@ class ModelSpec(BaseModel):
     flash_attn: Literal["on", "off", "auto"] | None = None
     gpus: list[int] | None = None  # GPU indices for CUDA_VISIBLE_DEVICES (default: placed)
     bin: str | None = None  # the engine's executable (default: LLAMA_SERVER_BIN, VLLM_BIN)
-    workflow: str | None = None  # comfyui: a built-in template name or a template file
-    checkpoint: str | None = None  # comfyui: the checkpoint file name ComfyUI lists
-    whisper_model: str | None = None  # faster-whisper: a size name (tiny.en ... large-v3)
     adapters: list[AdapterSpec] = Field(default_factory=list)  # LoRA adapters on this base
     max_adapters: int | None = Field(default=None, ge=0, le=256)  # adapters it may hold
     public_prefixes: list[PublicPrefix] = Field(default_factory=list)  # llama-server

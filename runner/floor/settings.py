@@ -1,8 +1,10 @@
 """Runner configuration, read once at start-up from the environment.
 
-Every variable of the seed contract is here, plus the runner's own (`HOST`,
-`PORT`, `RUNNER_ID`, `REDIS_URL`, `MODELS_CONFIG`, ...). `docs/configuration.md`
-is the table of all of them; keep the two in step.
+Every variable of the seed contract is here but the vLLM kind's (`VLLM_*`), plus the
+runner's own (`HOST`, `PORT`, `RUNNER_ID`, `REDIS_URL`, `MODELS_CONFIG`, ...). Each engine
+kind declares its own settings in its package (adapters/<kind>/settings.py) and reads
+them from the environment the settings keep (`Settings.environ`) when the runner builds
+it. `docs/configuration.md` is the table of all of them; keep them in step.
 
 Invalid configuration never starts a half-configured runner: `load_settings`
 raises `ConfigError` whose message names each bad variable and its problem.
@@ -14,9 +16,17 @@ import os
 import socket
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from faults.redis_clients import CLUSTER_SCHEMES, SENTINEL_SCHEMES, cluster_url, sentinel_url
@@ -36,12 +46,6 @@ PICKER_PATH = "/metrics/picker"
 (runner/telemetry/picker_metrics.py)."""
 
 
-def default_prefix_cache_dir() -> str:
-    """Where saved prompt states outlive their engine (QUORUM_CACHE, else ~/.cache/quorum)."""
-    cache = os.environ.get("QUORUM_CACHE") or os.path.expanduser("~/.cache/quorum")
-    return os.path.join(cache, "prefixes")
-
-
 def _default_runner_id() -> str:
     return f"quorum-{socket.gethostname()}"
 
@@ -55,10 +59,7 @@ class Settings(BaseSettings):
     cuda_visible_devices: str | None = None
     hf_home: str | None = None
     model_base_path: str = "/models"
-    # Seed contract: vLLM engine defaults (used by the vLLM backend).
-    vllm_enable_prefix_caching: bool = True
-    vllm_max_model_len: int | None = Field(default=None, gt=0)
-    vllm_gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+    # Seed contract: vLLM engine defaults: the vLLM kind's own (adapters/vllm/settings.py).
     # Seed contract: multi-tenancy and governance.
     enable_multi_tenant: bool = True
     default_rate_limit: str | None = None
@@ -146,14 +147,7 @@ class Settings(BaseSettings):
     # Engines the runner starts (docs/engines.md).
     engine_kinds: str = ""  # more engine kinds: module:attr,... (runner/engines/kinds.py)
     engine_traces: bool = True  # with tracing on, a started vLLM exports to its collector
-    llama_server_bin: str | None = None  # None: the kind's own build (scripts/install)
     engine_load_timeout_s: float = Field(default=300.0, gt=0)
-    llama_slot_cache_entries: int = Field(default=64, ge=0, le=100_000)
-    # Saved prompt states (warm prefixes) that outlive the engine (docs/engines.md).
-    prefix_cache_dir: str = Field(default_factory=lambda: default_prefix_cache_dir())
-    prefix_cache_persist: bool = True  # false: a private folder per engine, removed with it
-    prefix_cache_max_mb: int = Field(default=2048, ge=1)  # per model folder
-    prefix_cache_ttl_s: float = Field(default=86_400.0, gt=0)  # unused this long: removed
     engine_stop_grace_s: float = Field(default=10.0, ge=0)
     unload_drain_timeout_s: float = Field(default=30.0, ge=0)
     engine_restart_backoff_s: float = Field(default=1.0, gt=0)  # the first; then x2, x4, ...
@@ -162,36 +156,13 @@ class Settings(BaseSettings):
     engine_stats_interval_s: float = Field(default=2.0, gt=0)  # vLLM /metrics, ComfyUI /queue
     engine_probe_misses: int = Field(default=3, ge=1, le=1000)  # runner/engines/probes.py
     engine_probe_timeout_s: float = Field(default=5.0, gt=0)
-    # vLLM backend (docs/engines.md).
-    vllm_bin: str = "vllm"
-    vllm_enable_sleep_mode: bool = False
-    vllm_cache_salt_secret: str | None = Field(default=None, min_length=16)
-    # ComfyUI backend (docs/engines.md).
-    comfyui_path: str | None = None
-    comfyui_python: str | None = None
-    comfyui_cpu: bool = False
-    comfyui_image_metadata: bool = False  # keep ComfyUI's workflow text chunks in the PNGs
+    # Each engine kind reads its own settings (VLLM_*, COMFYUI_*, WHISPER_*, LLAMA_SERVER_BIN,
+    # LLAMA_SLOT_CACHE_ENTRIES, PREFIX_CACHE_*) from `environ` (adapters/<kind>/settings.py).
     images_dir: str | None = None
     images_url_ttl_s: float = Field(default=3600.0, gt=0)
     images_public_url: str | None = None
     # Speech: the audio API and faster-whisper workers (docs/configuration.md).
     audio_max_bytes: int = Field(default=26_214_400, ge=1024)  # OpenAI's 25 MiB
-    whisper_device: Literal["cpu", "cuda", "auto"] = "cpu"
-    whisper_compute_type: Literal[
-        "default",
-        "auto",
-        "int8",
-        "int8_float32",
-        "int8_float16",
-        "int8_bfloat16",
-        "int16",
-        "float16",
-        "bfloat16",
-        "float32",
-    ] = "int8"
-    whisper_cpu_threads: int = Field(default=0, ge=0, le=1024)  # 0: CTranslate2 decides
-    whisper_load_timeout_s: float = Field(default=120.0, gt=0)
-    whisper_allow_download: bool = False  # size names may be fetched from the Hub
     # Async jobs (Prefer: respond-async) and their signed webhooks.
     webhook_secret: SecretStr | None = None  # whsec_<base64>; checked at start-up
     webhook_allow_hosts: str = ""  # CIDRs and host names webhooks may reach despite the rules
@@ -204,6 +175,8 @@ class Settings(BaseSettings):
     governance_audit_log: str | None = None
     governance_audit_key: str | None = None  # Ed25519 PEM: signs audit records and heads
     governance_legacy_hmac: bool = False
+    # The environment these were read from: the engine kinds read their own from it.
+    _environ: Mapping[str, str] = PrivateAttr(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def settings_customise_sources(
@@ -217,6 +190,12 @@ class Settings(BaseSettings):
         # load_settings reads the environment it is given (tests pass their own),
         # so the process environment must not leak in behind its back.
         return (init_settings,)
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        """The environment the settings were read from (`load_settings`), read-only: each
+        engine kind reads its own settings from it (adapters/kind_settings.py)."""
+        return self._environ
 
     @property
     def admins(self) -> frozenset[str]:
@@ -279,7 +258,6 @@ class Settings(BaseSettings):
     @field_validator(
         "log_level",
         "log_format",
-        "whisper_device",
         "state_db_sync",
         "nonce_replicas",
         mode="before",
@@ -353,10 +331,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     known = {name.upper() for name in Settings.model_fields}
     values = {k.lower(): v for k, v in env.items() if k.upper() in known and v != ""}
     try:
-        return Settings(**values)  # type: ignore[arg-type]
+        settings = Settings(**values)  # type: ignore[arg-type]
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
             name = str(err["loc"][0]).upper() if err["loc"] else "?"
             problems.append(f"{name}={env.get(name, '')!r}: {err['msg']}")
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+    settings._environ = MappingProxyType(env)
+    return settings

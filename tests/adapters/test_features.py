@@ -30,7 +30,7 @@ def test_features_each_kind_declares_its_own() -> None:
 
 def test_features_vllm_prefix_caching_follows_the_setting() -> None:
     """VLLM_ENABLE_PREFIX_CACHING=false turns vLLM's prefix caching off, nothing else."""
-    off = EngineSettings(vllm_enable_prefix_caching=False)
+    off = EngineSettings(environ={"VLLM_ENABLE_PREFIX_CACHING": "false"})
     assert VllmKind(off).features(_spec("vllm")) == Features(streaming=True, prefix_caching=False)
     assert LlamaServerKind(off).features(_spec("llama-server")).prefix_caching
 

@@ -7,6 +7,7 @@ import pytest
 
 from adapters.kind import EngineSettings, EngineSpec
 from adapters.whisper.kind import WhisperKind, speech_worker_mb, whisper_model_arg
+from adapters.whisper.settings import WhisperOptions
 from faults import ConfigError
 
 
@@ -22,9 +23,9 @@ def test_speech_worker_mb_from_files_then_size_name() -> None:
 
 def test_whisper_kind_places_workers_on_gpus_only_off_the_cpu() -> None:
     """WHISPER_DEVICE=cpu: no GPU placement; cuda or auto: placed like any engine."""
-    spec = EngineSpec("w", "faster-whisper", 1, whisper_model="tiny.en")
-    assert not WhisperKind(EngineSettings(whisper_device="cpu")).placed(spec)
-    assert WhisperKind(EngineSettings(whisper_device="cuda")).placed(spec)
+    spec = EngineSpec("w", "faster-whisper", 1, options=WhisperOptions(whisper_model="tiny.en"))
+    assert not WhisperKind(EngineSettings(environ={"WHISPER_DEVICE": "cpu"})).placed(spec)
+    assert WhisperKind(EngineSettings(environ={"WHISPER_DEVICE": "CUDA"})).placed(spec)
 
 
 def test_whisper_model_arg_names_a_missing_package() -> None:

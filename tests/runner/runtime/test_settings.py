@@ -20,15 +20,13 @@ def test_settings_defaults_match_the_contract() -> None:
 
 
 def test_settings_read_every_seed_variable() -> None:
-    """Every env var of the seed contract is read."""
+    """Every env var of the seed contract is read (the vLLM kind's own `VLLM_*`:
+    tests/runner/runtime/test_settings_kinds.py)."""
     s = load_settings(
         {
             "CUDA_VISIBLE_DEVICES": "0,1",
             "HF_HOME": "/models/cache",
             "MODEL_BASE_PATH": "/models",
-            "VLLM_ENABLE_PREFIX_CACHING": "false",
-            "VLLM_MAX_MODEL_LEN": "32768",
-            "VLLM_GPU_MEMORY_UTILIZATION": "0.8",
             "ENABLE_MULTI_TENANT": "true",
             "DEFAULT_RATE_LIMIT": "100req/min",
             "VERIFIED_OP_TOKEN_KEY_PATH": "/etc/k",
@@ -41,8 +39,7 @@ def test_settings_read_every_seed_variable() -> None:
         }
     )
     assert s.cuda_visible_devices == "0,1" and s.hf_home == "/models/cache"
-    assert not s.vllm_enable_prefix_caching and s.vllm_max_model_len == 32768
-    assert s.vllm_gpu_memory_utilization == 0.8 and s.default_rate_limit == "100req/min"
+    assert s.default_rate_limit == "100req/min"
     assert s.verified_op_token_key_path == "/etc/k" and s.log_level == "debug"
     assert not s.enable_metrics and s.metrics_port == 9090
     assert (s.max_queue_depth, s.queue_timeout_ms) == (32, 5000)
@@ -59,7 +56,6 @@ def test_settings_empty_value_means_unset() -> None:
         ("MAX_QUEUE_DEPTH", "lots"),
         ("MAX_QUEUE_DEPTH", "0"),
         ("PORT", "70000"),
-        ("VLLM_GPU_MEMORY_UTILIZATION", "1.5"),
         ("LOG_LEVEL", "loud"),
         ("LOG_FORMAT", "xml"),
         ("REDIS_URL", "http://x"),
@@ -86,32 +82,21 @@ def test_settings_ignore_process_environment() -> None:
 
 
 def test_settings_speech_and_jobs_defaults_and_values() -> None:
-    """Audio, faster-whisper and job settings: documented defaults, and read when given;
-    the webhook secret never shows in the settings' repr."""
+    """Audio and job settings: documented defaults, and read when given; the webhook
+    secret never shows in the settings' repr (faster-whisper's own `WHISPER_*`:
+    tests/runner/runtime/test_settings_kinds.py)."""
     s = load_settings({})
     assert s.audio_max_bytes == 26_214_400 and s.job_retention_s == 86_400
-    assert (s.whisper_device, s.whisper_compute_type, s.whisper_cpu_threads) == ("cpu", "int8", 0)
-    assert s.whisper_load_timeout_s == 120 and not s.whisper_allow_download
     assert s.webhook_secret is None
     secret = "whsec_" + "A" * 44
     s = load_settings(
         {
             "AUDIO_MAX_BYTES": "1048576",
-            "WHISPER_DEVICE": "CUDA",
-            "WHISPER_COMPUTE_TYPE": "float16",
-            "WHISPER_CPU_THREADS": "4",
-            "WHISPER_LOAD_TIMEOUT_S": "30",
-            "WHISPER_ALLOW_DOWNLOAD": "true",
             "WEBHOOK_SECRET": secret,
             "JOB_RETENTION_S": "60",
         }
     )
-    assert (s.audio_max_bytes, s.whisper_device, s.whisper_compute_type) == (
-        1048576,
-        "cuda",
-        "float16",
-    )
-    assert s.whisper_cpu_threads == 4 and s.whisper_allow_download and s.job_retention_s == 60
+    assert s.audio_max_bytes == 1048576 and s.job_retention_s == 60
     assert s.webhook_secret is not None and s.webhook_secret.get_secret_value() == secret
     assert secret not in repr(s)
 
@@ -119,8 +104,6 @@ def test_settings_speech_and_jobs_defaults_and_values() -> None:
 @pytest.mark.parametrize(
     ("name", "value"),
     [
-        ("WHISPER_DEVICE", "tpu"),
-        ("WHISPER_COMPUTE_TYPE", "int3"),
         ("AUDIO_MAX_BYTES", "10"),
         ("JOB_RETENTION_S", "0"),
     ],

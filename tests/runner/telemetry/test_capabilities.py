@@ -33,7 +33,8 @@ def _doc(slots: list[Slot], **kw: Any) -> dict[str, Any]:
     views = {view.model: view for view, _ in slots}
     records = {view.model: record for view, record in slots}
     specs = {view.model: record.spec for view, record in slots}
-    kinds = EngineKinds(EngineSettings(vllm_enable_prefix_caching=kw.pop("caching", True)))
+    caching = "true" if kw.pop("caching", True) else "false"
+    kinds = EngineKinds(EngineSettings(environ={"VLLM_ENABLE_PREFIX_CACHING": caching}))
 
     def features(spec: ModelSpec) -> Features:
         return kinds.of(spec).features(kinds.engine_spec(spec))
