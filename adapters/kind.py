@@ -133,6 +133,7 @@ class EngineSettings:
     vllm_enable_prefix_caching: bool = True
     vllm_enable_sleep_mode: bool = False
     vllm_cache_salt_secret: str | None = None
+    vllm_model_info_dir: str | None = None  # None: vLLM inspects the model class at every start
     otlp_traces: OtlpTraces | None = None  # None: started engines export no spans
     comfyui_path: str | None = None
     comfyui_python: str | None = None

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from httpx._types import CertTypes
 
-from tests.support import forkserver, real_engines, xdist_groups
+from tests.support import forkserver, real_engines, real_vllm, xdist_groups
 from tests.support.real_engines import LlamaServer
 from tests.support.real_vllm import require_vllm
 from tests.support.redis_cluster import RedisClusterGroup, running_cluster
@@ -51,6 +51,9 @@ os.environ.setdefault("QUORUM_TEST_FORK", "1")
 # engines inherit an allow-listed environment (adapters/environment.py): the stand-ins of
 # tests/fixtures/ read their knobs (FAKE_*) and coverage its own from it
 os.environ.setdefault("ENGINE_ENV_ALLOW", "FAKE_*,COV_CORE_*,COVERAGE_*,QUORUM_TEST_*")
+# the runners the tests start keep vLLM's model-class inspection between its starts
+# (adapters/vllm/kind.py `keep_model_info`): about 17 real vLLM starts in the full run
+os.environ.setdefault("VLLM_MODEL_INFO_DIR", str(real_vllm.MODEL_INFO_DIR))
 
 
 @pytest.fixture(scope="session")

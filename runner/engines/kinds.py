@@ -65,6 +65,7 @@ def engine_settings(settings: Settings, environ: Mapping[str, str] | None = None
         vllm_enable_prefix_caching=s.vllm_enable_prefix_caching,
         vllm_enable_sleep_mode=s.vllm_enable_sleep_mode,
         vllm_cache_salt_secret=s.vllm_cache_salt_secret,
+        vllm_model_info_dir=s.vllm_model_info_dir,
         otlp_traces=engine_traces(env, s.engine_traces),
         comfyui_path=s.comfyui_path,
         comfyui_python=s.comfyui_python,

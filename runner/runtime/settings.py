@@ -168,6 +168,7 @@ class Settings(BaseSettings):
     vllm_bin: str = DEFAULT_VLLM_BIN
     vllm_enable_sleep_mode: bool = False
     vllm_cache_salt_secret: str | None = Field(default=None, min_length=16)
+    vllm_model_info_dir: str | None = None  # vLLM's model-class inspection, kept between starts
     # ComfyUI backend (docs/engines.md).
     comfyui_path: str | None = None
     comfyui_python: str | None = None
