@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from httpx._types import CertTypes
 
-from tests.support import forkserver, real_engines
+from tests.support import forkserver, real_engines, real_vllm, xdist_groups
 from tests.support.real_engines import LlamaServer
 from tests.support.real_vllm import require_vllm
 from tests.support.redis_cluster import RedisClusterGroup, running_cluster
@@ -51,6 +51,9 @@ os.environ.setdefault("QUORUM_TEST_FORK", "1")
 # engines inherit an allow-listed environment (adapters/environment.py): the stand-ins of
 # tests/fixtures/ read their knobs (FAKE_*) and coverage its own from it
 os.environ.setdefault("ENGINE_ENV_ALLOW", "FAKE_*,COV_CORE_*,COVERAGE_*,QUORUM_TEST_*")
+# the runners the tests start keep vLLM's model-class inspection between its starts
+# (adapters/vllm/kind.py `keep_model_info`): about 17 real vLLM starts in the full run
+os.environ.setdefault("VLLM_MODEL_INFO_DIR", str(real_vllm.MODEL_INFO_DIR))
 
 
 @pytest.fixture(scope="session")
@@ -91,20 +94,21 @@ def whisper_model() -> str:
     return real_engines.whisper_model()
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark `real_engine` every test that asks for a real engine's fixture or has a
-    parameter that is one (`real_engine = True`). The groups of pytest-xdist's `--dist
-    loadgroup` (scripts/test): the real-engine tests share one worker, one at a time, as
-    they share the machine's cores; every other test goes with its module, whose module
-    fixtures (a runner, an engine) then start once."""
+    parameter that is one (`real_engine = True`), and give each test its group for
+    pytest-xdist's `--dist loadgroup` (scripts/test; `real_engines.xdist_group`): the tests
+    that start the real vLLM share one worker, one at a time; the other real-engine tests
+    another, one at a time; every other test goes with its module, whose module fixtures (a
+    runner, an engine) then start once. Run first, so that the hooks turning the groups
+    into the scheduler's units (pytest-xdist's, tests/support/xdist_groups.py) see them."""
     for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        real = set(real_engines.FIXTURES) & set(getattr(item, "fixturenames", ())) or any(
-            getattr(value, "real_engine", False) is True for value in params.values()
-        )
-        if real:
+        params = getattr(getattr(item, "callspec", None), "params", {}).values()
+        fixtures = getattr(item, "fixturenames", ())
+        group = real_engines.xdist_group(item.nodeid, fixtures, params)
+        if group in (real_engines.GROUP_VLLM, real_engines.GROUP_OTHERS):
             item.add_marker(real_engines.MARKER)
-        group = real_engines.MARKER if real else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
 
 
@@ -115,6 +119,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     real = item.get_closest_marker(real_engines.MARKER) is not None
     real_engines.set_current_test(real)
     forkserver.popen_only(real)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The groups `pytest_collection_modifyitems` gives reach pytest-xdist's scheduler
+    (tests/support/xdist_groups.py)."""
+    config.pluginmanager.register(xdist_groups.Suffixes(), "quorum-xdist-group-suffixes")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

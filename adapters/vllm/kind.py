@@ -184,6 +184,8 @@ class VllmKind(KindDefaults):
         for sub in ("cache", "tmp"):
             os.mkdir(os.path.join(scratch, sub))
         try:
+            if own.model_info_dir:
+                keep_model_info(scratch, own.model_info_dir)
             opts = launch_options(
                 binary=spec.executable(own.bin),
                 model=model_source(spec),
@@ -303,6 +305,17 @@ async def launch(
     engine.lora_enabled = opts.max_loras > 0
     engine.read_startup_log(process.logs())
     return process, engine
+
+
+def keep_model_info(scratch: str, folder: str) -> None:
+    """Link the engine's `<scratch>/cache/modelinfos` to `folder` (made, mode 0700, if
+    missing). vLLM inspects the model's class in a subprocess that imports torch and vLLM
+    again, unless `$VLLM_CACHE_ROOT/modelinfos` holds the result for that class's source
+    (vllm/model_executor/models/registry.py: a file per class, keyed by its source's hash):
+    kept there, every start after the first skips it (seconds to tens of seconds on a CPU).
+    The link goes with the scratch folder; `folder` stays."""
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.symlink(os.path.abspath(folder), os.path.join(scratch, "cache", "modelinfos"))
 
 
 def _short_tmp() -> str:

@@ -20,3 +20,4 @@ class VllmSettings(KindSettings):
     bin: str = "vllm"
     enable_sleep_mode: bool = False
     cache_salt_secret: str | None = Field(default=None, min_length=16)
+    model_info_dir: str | None = None  # vLLM's model-class inspection, kept between starts

@@ -28,8 +28,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.supervisor import free_port
+from adapters.vllm.kind import keep_model_info
 from tests.fixtures.fake_vllm import BIN, process_env
-from tests.support.real_vllm import MODEL_DIR, START_TIMEOUT_S, VLLM_BIN, cpu_args
+from tests.support.real_vllm import MODEL_DIR, MODEL_INFO_DIR, START_TIMEOUT_S, VLLM_BIN, cpu_args
 
 START_S = 2 * START_TIMEOUT_S
 """A run here with the 2 cores at load 11 (other real engines starting) errored at set-up
@@ -248,6 +249,7 @@ def _start(argv: list[str], env: dict[str, str], timeout: float) -> Iterator[Eng
     scratch = Path(tempfile.mkdtemp(prefix="quorum-vllm-shapes-"))
     (scratch / "cache").mkdir()
     (scratch / "tmp").mkdir()
+    keep_model_info(str(scratch), str(MODEL_INFO_DIR))  # as the tests' runners do
     env = {
         **os.environ, **env, "VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1",
         "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(scratch / "cache"),

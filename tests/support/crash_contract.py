@@ -47,7 +47,9 @@ class CrashKind:
     `busy(url)`: a request that keeps the engine busy for seconds (read whole, streams
     too). `quick(url, tenant)`: a short request. `env(tmp)`: the runner's settings.
     `real_engine`: the kind is a real engine, so a test it parametrizes is marked
-    `real_engine` (tests/conftest.py) and runs in the full tier only.
+    `real_engine` (tests/conftest.py) and runs in the full tier only; `real_vllm`: the kind
+    is the real vLLM, so the test runs in the vLLM group (one vLLM at a time,
+    tests/support/real_engines.py `xdist_group`).
     """
 
     name: str
@@ -59,6 +61,7 @@ class CrashKind:
     env: Callable[[Path], Mapping[str, str]] = lambda _tmp: {}
     ready_timeout: float = 60.0
     real_engine: bool = False
+    real_vllm: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ checks that no test locates an engine any other way.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,13 @@ from adapters.llama_server.kind import default_binary as default_llama_server_bi
 MARKER = "real_engine"
 FIXTURES = ("real_llama_server", "real_vllm", "whisper_model")
 """The fixtures that mark a test `real_engine` (tests/conftest.py)."""
+GROUP_VLLM = "real_engine_vllm"
+"""pytest-xdist's group of the tests that start the real vLLM: one worker runs them, one
+at a time (one vLLM on the machine at once: its start alone takes a core for a minute)."""
+GROUP_OTHERS = MARKER
+"""The group of the other real-engine tests (llama-server, faster-whisper): one worker, one
+at a time, beside the vLLM group's (each engine's threads then share the cores with one
+other engine at most)."""
 
 MODELS = Path("~/.cache/quorum/models").expanduser()
 """Where scripts/install writes the GGUFs and models.yaml looks for them."""
@@ -57,6 +65,24 @@ class LlamaServer:
     bin: str
     gemma: Path  # Gemma 3 270M, the base model (Q4_K_M)
     smollm2: Path  # SmolLM2 135M Instruct, the default chat model (Q4_1)
+
+
+def xdist_group(nodeid: str, fixtures: Iterable[str], params: Iterable[object]) -> str:
+    """The pytest-xdist group of one test (`--dist loadgroup`, scripts/test):
+
+    1. It asks for `real_vllm` or has a parameter that says `real_vllm = True` (a
+       `CrashKind`): `GROUP_VLLM`.
+    2. Else it asks for another real engine's fixture or has a parameter that says
+       `real_engine = True`: `GROUP_OTHERS`.
+    3. Else its module (`nodeid` up to `::`): the module's tests stay on one worker, so its
+       module fixtures (a runner, an engine) start once.
+    """
+    fixtures, params = set(fixtures), list(params)
+    if "real_vllm" in fixtures or any(getattr(v, "real_vllm", False) is True for v in params):
+        return GROUP_VLLM
+    if set(FIXTURES) & fixtures or any(getattr(v, MARKER, False) is True for v in params):
+        return GROUP_OTHERS
+    return nodeid.split("::")[0]
 
 
 def llama_server() -> LlamaServer:

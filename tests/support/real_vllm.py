@@ -21,6 +21,10 @@ from tests.support.runner_proc import REPO_ROOT
 CACHE = Path(os.environ.get("QUORUM_CACHE") or "~/.cache/quorum").expanduser()
 VLLM_BIN = CACHE / "vllm" / VLLM_VERSION / "venv" / "bin" / "vllm"
 MODEL_DIR = CACHE / "models" / "gemma-3-270m-hf"
+MODEL_INFO_DIR = CACHE / "vllm" / VLLM_VERSION / "model-info"
+"""Where the tests' vLLMs keep vLLM's inspection of the model's class between starts
+(`VLLM_MODEL_INFO_DIR`, tests/conftest.py): each start after the first skips a subprocess
+that imports torch and vLLM again (13 s of an 89 s start on two cores, more when busy)."""
 DEFAULT_ID = "gemma-3-270m-vllm"
 """The default models file's vLLM model (models.yaml)."""
 START_TIMEOUT_S = 240.0

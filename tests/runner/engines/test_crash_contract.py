@@ -194,6 +194,7 @@ VLLM_REAL = CrashKind(
     env=lambda _tmp: {"QUEUE_TIMEOUT_MS": "600000"},
     ready_timeout=START_TIMEOUT_S + 60,
     real_engine=True,
+    real_vllm=True,
 )
 
 

@@ -58,6 +58,7 @@ class Kind:
     headers_report_streams: bool  # a stream's headers carry the engine's cache figure
     block: int  # the unit the engine reuses prompts in (tokens)
     real_engine: bool = True
+    real_vllm: bool = False  # the vLLM group's (tests/support/real_engines.py)
 
     def models_file(self) -> str:
         if self.name == "vllm":  # the default models file's entry, as scripts/run serves it
@@ -76,7 +77,7 @@ class Kind:
 
 KINDS = {
     "llama-server": Kind("llama-server", "gemma", headers_report_streams=True, block=1),
-    "vllm": Kind("vllm", DEFAULT_ID, headers_report_streams=False, block=128),
+    "vllm": Kind("vllm", DEFAULT_ID, headers_report_streams=False, block=128, real_vllm=True),
 }
 
 
