@@ -49,9 +49,9 @@ def test_vllm_tests_in_one_group_the_other_real_engines_in_another() -> None:
     vLLM group; one that starts llama-server or faster-whisper in the other real group; a
     test on fakes in its module's."""
     done = subprocess.run(
-        [sys.executable, "-c", GROUPS, "tests/runner/test_crash_contract.py",
-         "tests/runner/test_adapters_vllm_real.py", "tests/runner/test_llama_real.py",
-         "tests/runner/test_chat.py"],
+        [sys.executable, "-c", GROUPS, "tests/runner/engines/test_crash_contract.py",
+         "tests/runner/lifecycle/test_adapter_ops_vllm_real.py", "tests/runner/engines/test_llama_real.py",
+         "tests/runner/http/test_chat.py"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=150,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -62,8 +62,8 @@ def test_vllm_tests_in_one_group_the_other_real_engines_in_another() -> None:
             groups.setdefault(group, set()).add(nodeid)
     vllm, others = groups[real_engines.GROUP_VLLM], groups[real_engines.GROUP_OTHERS]
     assert {t.split("::")[0] for t in vllm} == {
-        "tests/runner/test_crash_contract.py",
-        "tests/runner/test_adapters_vllm_real.py",
+        "tests/runner/engines/test_crash_contract.py",
+        "tests/runner/lifecycle/test_adapter_ops_vllm_real.py",
     }
     assert {t.split("[")[1] for t in vllm if "crash_contract" in t} == {
         "vllm-restart]",
@@ -74,6 +74,7 @@ def test_vllm_tests_in_one_group_the_other_real_engines_in_another() -> None:
     assert any("[faster-whisper-restart]" in t for t in others)
     assert not any("vllm" in t.split("[")[-1] for t in others if "crash_contract" in t)
     assert all(
-        t.startswith("tests/runner/test_chat.py::") for t in groups["tests/runner/test_chat.py"]
+        t.startswith("tests/runner/http/test_chat.py::")
+        for t in groups["tests/runner/http/test_chat.py"]
     )
     assert not any("test_chat.py" in t for t in vllm | others)

@@ -48,9 +48,7 @@ async def test_vllm_model_info_folder_outlives_each_start(tmp_path: Path) -> Non
     (made, private, when missing), and what vLLM wrote there outlives the engine; without
     it the engine's cache has none of its own to begin with."""
     folder = tmp_path / "model-info"
-    settings = EngineSettings(
-        environ={"VLLM_BIN": str(BIN), "VLLM_MODEL_INFO_DIR": str(folder)}
-    )
+    settings = EngineSettings(environ={"VLLM_BIN": str(BIN), "VLLM_MODEL_INFO_DIR": str(folder)})
     _, target = await _start_and_stop(settings)
     assert target == str(folder)
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700

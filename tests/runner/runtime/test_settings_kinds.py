@@ -30,6 +30,7 @@ KNOBS: dict[str, tuple[object, str, object]] = {
     "VLLM_BIN": ("vllm", "/opt/vllm", "/opt/vllm"),
     "VLLM_ENABLE_SLEEP_MODE": (False, "true", True),
     "VLLM_CACHE_SALT_SECRET": (None, "s" * 16, "s" * 16),
+    "VLLM_MODEL_INFO_DIR": (None, "/var/cache/quorum/model-info", "/var/cache/quorum/model-info"),
     "COMFYUI_PATH": (None, "/opt/comfy", "/opt/comfy"),
     "COMFYUI_PYTHON": (None, "/usr/bin/python3", "/usr/bin/python3"),
     "COMFYUI_CPU": (False, "true", True),
