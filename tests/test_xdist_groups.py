@@ -48,12 +48,19 @@ def test_vllm_tests_in_one_group_the_other_real_engines_in_another() -> None:
     """A test that starts the real vLLM (its fixture, or a real vLLM parameter) is in the
     vLLM group; one that starts llama-server or faster-whisper in the other real group; a
     test on fakes in its module's."""
+    files = [
+        "tests/runner/engines/test_crash_contract.py",
+        "tests/runner/lifecycle/test_adapter_ops_vllm_real.py",
+        "tests/runner/engines/test_llama_real.py",
+        "tests/runner/http/test_chat.py",
+    ]
     done = subprocess.run(
-        [sys.executable, "-c", GROUPS, "tests/runner/engines/test_crash_contract.py",
-         "tests/runner/lifecycle/test_adapter_ops_vllm_real.py", "tests/runner/engines/test_llama_real.py",
-         "tests/runner/http/test_chat.py"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=150,
-    )  # fmt: skip
+        [sys.executable, "-c", GROUPS, *files],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     groups: dict[str, set[str]] = {}
     for line in done.stdout.splitlines():
