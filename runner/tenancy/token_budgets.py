@@ -152,9 +152,11 @@ class Budgets:
         for charge in charges:
             if charge.amount > charge.budget.tokens:
                 raise RequestExceedsBudget(
-                    tenant=tenant, budget_text=charge.budget.text,
-                    budget=charge.budget.to_json(), requested=charge.amount,
-                )  # fmt: skip
+                    tenant=tenant,
+                    budget_text=charge.budget.text,
+                    budget=charge.budget.to_json(),
+                    requested=charge.amount,
+                )
 
     async def _wait(
         self,
