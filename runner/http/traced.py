@@ -21,7 +21,7 @@ app in `TracedApp` then, and the chat path reads `tracing.ON` before it calls
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -29,7 +29,7 @@ import orjson
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from adapters.base import ChatEngine
-from runner.http.asgi import Message, Receive, Scope, Send
+from runner.http.asgi import ASGIApp, Message, Receive, Scope, Send
 from runner.http.call import ClientCall
 from runner.telemetry import tracing
 
@@ -59,7 +59,6 @@ else:
     FRAMEWORK_TELEMETRY_OFF["telemetry"] = _OFF
 
 T = TypeVar("T")
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 _PRIORITIES = {b"low": "low", b"normal": "normal", b"high": "high"}
 
 
