@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.runner.engines.test_crash_contract import COMFYUI, LLAMA, VLLM, VLLM_REAL
+from tests.runner.engines.test_crash_contract import COMFYUI, LLAMA, VLLM, VLLM_REAL, _chat
 from tests.support.crash_contract import HANG, CrashKind, metric, outcome, run_crash_contract
 from tests.support.engines import caps, processes_with
 from tests.support.poll import eventually
@@ -57,7 +57,7 @@ def _port(argv: list[str]) -> int:
     return int(argv[argv.index("--port") + 1])
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(480)  # 300 tokens: seconds when quiet, minutes beside a vLLM
 @pytest.mark.usefixtures("real_llama_server")
 def test_hang_contract_busy_llama_server_answers_its_probe_and_is_kept(tmp_path: Path) -> None:
     """A real llama-server with its one slot busy (a long stream) answers `/health` at once,
@@ -73,7 +73,15 @@ def test_hang_contract_busy_llama_server_answers_its_probe_and_is_kept(tmp_path:
         [(_pid, argv)] = [p for p in processes_with(parent=runner.proc.pid) if "--port" in p[1]]
         health = f"http://127.0.0.1:{_port(argv)}/health"
         with ThreadPoolExecutor(1) as pool:
-            busy = pool.submit(LLAMA.busy, url)
+            busy = pool.submit(
+                _chat,
+                url,
+                "gemma",
+                "Count slowly to two hundred.",
+                "busy",
+                max_tokens=300,
+                stream=True,
+            )
             eventually(lambda: metric(url, "quorum_requests_in_flight", "gemma") >= 1,
                        60, "the busy request in flight")  # fmt: skip
             answered = 0

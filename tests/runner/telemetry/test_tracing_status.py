@@ -32,7 +32,7 @@ def test_span_error_status_names_the_type_not_the_message(
     """An exception's message (a path, an engine's words) stays out of the span's status
     and events; its type and the error status are there."""
     with pytest.raises(OSError), tracing.span("engine call"):
-        raise OSError("/home/op/.cache/quorum/models/secret-model.gguf: no such file")
+        raise OSError("/srv/op/weights/secret-model.bin: no such file")
     (finished,) = exported.get_finished_spans()
     assert finished.status.status_code is StatusCode.ERROR
     assert finished.status.description == "OSError"
