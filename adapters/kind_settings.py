@@ -23,8 +23,9 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from faults import ConfigError
 
 
-class KindSettings(BaseSettings):
-    """The base of a kind's settings (subclass: give `env_prefix` and the fields)."""
+class GivenSettings(BaseSettings):
+    """Settings read from the environment they are handed, never the process's behind
+    their back (tests pass their own): the runner's (`Settings`) and each kind's."""
 
     model_config = SettingsConfigDict(case_sensitive=False, extra="ignore", frozen=True)
 
@@ -37,9 +38,11 @@ class KindSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # `read` is handed the environment (tests pass their own): the process's must
-        # not leak in behind its back.
         return (init_settings,)
+
+
+class KindSettings(GivenSettings):
+    """The base of a kind's settings (subclass: give `env_prefix` and the fields)."""
 
     @classmethod
     def variables(cls) -> dict[str, str]:

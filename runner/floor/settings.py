@@ -27,8 +27,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from adapters.kind_settings import GivenSettings
 from faults.redis_clients import CLUSTER_SCHEMES, SENTINEL_SCHEMES, cluster_url, sentinel_url
 from faults.state_db import MEMORY
 from runner.errors import ConfigError
@@ -50,10 +50,8 @@ def _default_runner_id() -> str:
     return f"quorum-{socket.gethostname()}"
 
 
-class Settings(BaseSettings):
+class Settings(GivenSettings):
     """All settings; field names are the env var names, case-insensitive."""
-
-    model_config = SettingsConfigDict(case_sensitive=False, extra="ignore", frozen=True)
 
     # Seed contract: GPU allocation and model storage.
     cuda_visible_devices: str | None = None
@@ -177,19 +175,6 @@ class Settings(BaseSettings):
     governance_legacy_hmac: bool = False
     # The environment these were read from: the engine kinds read their own from it.
     _environ: Mapping[str, str] = PrivateAttr(default_factory=lambda: MappingProxyType({}))
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # load_settings reads the environment it is given (tests pass their own),
-        # so the process environment must not leak in behind its back.
-        return (init_settings,)
 
     @property
     def environ(self) -> Mapping[str, str]:
