@@ -79,9 +79,6 @@ def loading(r: RunnerProcess) -> list[str]:
     return [m["id"] for m in caps(r)["models"]["loading"]]
 
 
-wait_for = eventually  # its older name here (tests/support/poll.py)
-
-
 def load_token(runner_id: str, model: str = "m", **params: object) -> dict[str, Any]:
     """A 2-of-3 model-load token for `model` on `runner_id` (development keys)."""
     return dev_token("model-load", model, params, aud=runner_id)

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.fixtures.launch import FakeEngine, start_fake
-from tests.support.fleet import wait_for
+from tests.support.poll import eventually
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(120)
@@ -88,7 +88,7 @@ def test_engine_deadline_cut_frees_the_slot_for_the_next_request(setup: Setup) -
     assert _post(setup, "hangs", 1000).status_code == 504
     second = _post(setup, "hangs", 1000)
     assert second.status_code == 504, second.text
-    wait_for(lambda: _arrived(setup.hangs) == before + 2, timeout=10)
+    eventually(lambda: _arrived(setup.hangs) == before + 2, timeout=10)
 
 
 def test_engine_deadline_an_answer_in_time_is_untouched(setup: Setup) -> None:

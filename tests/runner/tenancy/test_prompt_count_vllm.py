@@ -20,7 +20,7 @@ from adapters.vllm.prompt_tokens import VllmPromptCounter
 from tests.fixtures.fake_vllm import BIN
 from tests.runner.tenancy.test_prompt_count import BODIES, IMAGE
 from tests.support.engine_counters import _argv, _descendants, _value
-from tests.support.fleet import wait_for
+from tests.support.poll import eventually
 from tests.support.real_vllm import DEFAULT_ID, START_TIMEOUT_S, default_entry, models_file
 from tests.support.runner_proc import start_runner
 
@@ -59,7 +59,7 @@ async def test_prompt_count_fake_vllm_is_exact() -> None:
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: _healthy(url), timeout=30)
+        eventually(lambda: _healthy(url), timeout=30)
         async with httpx.AsyncClient(base_url=url, timeout=60) as engine:
             await check_exact(url, "a", engine)
     finally:

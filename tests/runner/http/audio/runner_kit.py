@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 
 from runner.memory.proc import process_tree
-from tests.support.poll import eventually
 
 TRANSCRIPTIONS = "/v1/audio/transcriptions"
 SECRET = "whsec_" + base64.b64encode(bytes(range(7, 39))).decode()
@@ -75,9 +74,6 @@ def metric(url: str, name: str, **labels: str) -> float:
         if all(found.get(k) == v for k, v in labels.items()):
             return float(match.group(3))
     return 0.0
-
-
-wait_for = eventually  # its older name here (tests/support/poll.py)
 
 
 def loaded(url: str, model: str = "whisper") -> bool:
