@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 from runner.http.asgi import DisconnectWatch, Receive, Scope, Send
 from runner.http.headers import RequestMeta
 from runner.scheduler.grants import AdmissionRequest, Grant
+from runner.tenancy.guard import Headers as Headers  # the paths read it from here
 from runner.tenancy.guard import Spent
 from runner.tenancy.token_budgets import Held
 from tenants.config import TenantPolicy
-
-Headers = list[tuple[bytes, bytes]]
 
 UNKNOWN_MODEL = "_unknown"
 """The model label of a request naming no model of this runner (no client-chosen labels)."""
