@@ -309,8 +309,7 @@ class ChatPath:
             if first:
                 await send({"type": "http.response.body", "body": first, "more_body": True})
             async for chunk in chunks:
-                # a chat delta's `content`, a completion's `text`: one per token chunk
-                spent.generated += chunk.count(b'"content":"') + chunk.count(b'"text":"')
+                spent.saw(chunk)  # the tokens it carries, for a stream cut short
                 has_usage = b'"usage"' in chunk
                 if has_usage or b'"timings"' in chunk:  # read before `strip` may take it out
                     sniffed = sniff_report(engine, chunk)

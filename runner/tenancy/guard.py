@@ -51,6 +51,9 @@ CUT_ALLOWANCE_TOKENS = 8
 before the engine saw the cut (llama-server, seen: 2 past the client's last chunk)."""
 Headers = list[tuple[bytes, bytes]]
 
+ROLE_CHUNK = b'"delta":{"role":"assistant","content":""}'
+"""A chat stream's first delta, serialized compactly (vLLM's pydantic, OpenAI): no token."""
+
 
 def duration(seconds: float) -> str:
     """OpenAI's form of a reset: `0s`, `45s`, `1m30s`, `2h0m5s`."""
@@ -136,6 +139,13 @@ class Spent:
     completion: int = 0
     cached: int = 0
     generated: int = 0  # content chunks received from the engine (a stream)
+
+    def saw(self, chunk: bytes) -> None:
+        """Count the tokens a stream's `chunk` carries: one per chat delta `content` or
+        completion `text`, but none for a chat stream's first chunk (vLLM's and OpenAI's
+        role with an empty content: no token was made)."""
+        self.generated += chunk.count(b'"content":"') + chunk.count(b'"text":"')
+        self.generated -= chunk.count(ROLE_CHUNK)
 
     def used(self) -> tuple[int, int]:
         """The (input, output) tokens the request is charged, budgets and usage alike.

@@ -30,6 +30,23 @@ def test_spent_stream_cut_short_pays_what_was_made() -> None:
     assert ended.used() == (21, 5)
 
 
+def test_spent_counts_the_tokens_a_stream_carries_but_not_the_role_chunk() -> None:
+    """A chat delta's content and a completion's text are one token each, an empty one
+    too (a token that makes no text yet); a chat stream's first chunk, the role with an
+    empty content (vLLM's, OpenAI's), is none: a stream cut after it was charged one
+    token it never made (vLLM: 123 charged for 97 made over 3 cuts, above 2% + 8 each)."""
+    spent = Spent(500, 64, reached_engine=True, streamed=True)
+    role = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
+    spent.saw(role + b'"logprobs":null,"finish_reason":null}]}\n\n')
+    assert spent.generated == 0
+    spent.saw(b'data: {"choices":[{"index":0,"delta":{"content":" a"}}]}\n\n')
+    spent.saw(b'data: {"choices":[{"index":0,"delta":{"content":""}}]}\n\n')
+    spent.saw(b'data: {"choices":[{"index":0,"text":"b"}]}\n\n')
+    spent.saw(b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":null}}]}\n\n')
+    assert spent.generated == 3
+    assert spent.used() == (500, 3 + CUT_ALLOWANCE_TOKENS)
+
+
 def test_spent_no_answer_pays_its_bounds_and_none_sent_pays_nothing() -> None:
     """3. Sent without an answer: the bounds. 4. Never sent (or refused): nothing."""
     assert Spent(500, 64, reached_engine=True).used() == (500, 64)
