@@ -69,14 +69,18 @@ def _llama_pid(runner: RunnerProcess) -> int:
     raise AssertionError("no llama-server under the runner")
 
 
+def llama_busy(url: str, max_tokens: int = 600) -> httpx.Response:
+    """A long stream that keeps the real llama-server's one slot busy."""
+    prompt = "Count slowly to two hundred."
+    return _chat(url, "gemma", prompt, "busy", max_tokens=max_tokens, stream=True)
+
+
 LLAMA = CrashKind(
     name="llama-server",
     model="gemma",
     models_file=_llama_models,
     engine_pid=_llama_pid,
-    busy=lambda url: _chat(
-        url, "gemma", "Count slowly to two hundred.", "busy", max_tokens=600, stream=True
-    ),
+    busy=llama_busy,
     quick=lambda url, tenant: _chat(url, "gemma", "hi", tenant, max_tokens=2),
     ready_timeout=120,
     real_engine=True,

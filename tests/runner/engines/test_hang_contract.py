@@ -22,7 +22,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.runner.engines.test_crash_contract import COMFYUI, LLAMA, VLLM, VLLM_REAL, _chat
+from tests.runner.engines.test_crash_contract import (
+    COMFYUI,
+    LLAMA,
+    VLLM,
+    VLLM_REAL,
+    llama_busy,
+)
 from tests.support.crash_contract import HANG, CrashKind, metric, outcome, run_crash_contract
 from tests.support.engines import caps, processes_with
 from tests.support.poll import eventually
@@ -73,15 +79,7 @@ def test_hang_contract_busy_llama_server_answers_its_probe_and_is_kept(tmp_path:
         [(_pid, argv)] = [p for p in processes_with(parent=runner.proc.pid) if "--port" in p[1]]
         health = f"http://127.0.0.1:{_port(argv)}/health"
         with ThreadPoolExecutor(1) as pool:
-            busy = pool.submit(
-                _chat,
-                url,
-                "gemma",
-                "Count slowly to two hundred.",
-                "busy",
-                max_tokens=300,
-                stream=True,
-            )
+            busy = pool.submit(llama_busy, url, max_tokens=300)
             eventually(lambda: metric(url, "quorum_requests_in_flight", "gemma") >= 1,
                        60, "the busy request in flight")  # fmt: skip
             answered = 0
