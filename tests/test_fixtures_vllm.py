@@ -13,9 +13,10 @@ import httpx
 import orjson
 import pytest
 
-from adapters.supervisor import EngineProcess, free_port
+from adapters.supervisor import EngineProcess
 from tests.fixtures._vllm_cache import PrefixCache, block_hashes
 from tests.fixtures.fake_vllm import BIN, process_env
+from tests.support.ports import free_port
 
 KEY = "k-test"
 WORDS = " ".join(f"w{i}" for i in range(40))  # 40 tokens: two full 16-token blocks

@@ -12,8 +12,9 @@ import httpx
 import pytest
 
 from adapters.errors import EngineStartFailed, IllegalEngineTransition
-from adapters.supervisor import EngineProcess, EngineState, HealthCheck, LogRing, free_port
+from adapters.supervisor import EngineProcess, EngineState, HealthCheck, LogRing
 from tests.fixtures.launch import REPO_ROOT
+from tests.support.ports import free_port
 
 
 def _fake(module: str, port: int, *args: str) -> list[str]:

@@ -21,7 +21,7 @@ from adapters.errors import (
     EngineUnavailable,
     UnsupportedRequest,
 )
-from adapters.supervisor import EngineProcess, EngineState, free_port
+from adapters.supervisor import EngineProcess, EngineState
 from adapters.vllm.engine import (
     CacheSalts,
     Standby,
@@ -38,6 +38,7 @@ from adapters.vllm.engine import (
 from adapters.vllm.kind import launch
 from adapters.vllm.launch import lora_rank_for
 from tests.fixtures.fake_vllm import BIN, process_env
+from tests.support.ports import free_port
 
 SECRET = b"runner-secret-0123456789abcdef"
 WORDS = " ".join(f"w{i}" for i in range(40))  # two full 16-token blocks on the fake

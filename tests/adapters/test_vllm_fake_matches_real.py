@@ -27,9 +27,9 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from adapters.supervisor import free_port
 from adapters.vllm.kind import keep_model_info
 from tests.fixtures.fake_vllm import BIN, process_env
+from tests.support.ports import free_port
 from tests.support.real_vllm import MODEL_DIR, MODEL_INFO_DIR, START_TIMEOUT_S, VLLM_BIN, cpu_args
 
 START_S = 2 * START_TIMEOUT_S

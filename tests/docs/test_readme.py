@@ -23,8 +23,8 @@ import pytest
 
 from tests.docs import readme
 from tests.docs.readme import Block, in_order, python_expectations, shell_commands
+from tests.support.ports import free_port
 from tests.support.real_engines import LlamaServer
-from tests.support.redis_server import free_port
 from tests.support.runner_proc import REPO_ROOT
 
 pytestmark = pytest.mark.timeout(400)

@@ -17,7 +17,8 @@ from governance.audit_heads import (
     signature_holds,
 )
 from governance.errors import AuditUnavailable
-from tests.support.redis_server import RedisServer, free_port
+from tests.support.ports import free_port
+from tests.support.redis_server import RedisServer
 from tests.support.tokens import DEV_AUDIT_KEY, KEYS
 
 KEY = AuditKey.load(DEV_AUDIT_KEY)

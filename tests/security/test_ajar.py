@@ -34,7 +34,7 @@ from tests.security.kit import (
 from tests.support.engines import process_env
 from tests.support.fleet import entry
 from tests.support.poll import eventually
-from tests.support.redis_server import free_port
+from tests.support.ports import free_port
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(120)

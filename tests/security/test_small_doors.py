@@ -19,7 +19,7 @@ from tests.security.kit import (
     start_refused,
     wait_loaded,
 )
-from tests.support.redis_server import free_port
+from tests.support.ports import free_port
 from tests.support.runner_proc import start_runner
 from tests.support.tokens import DEV_REGISTRY
 

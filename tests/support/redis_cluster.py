@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from faults.redis_clients import cluster_url
+from tests.support.ports import free_port
 from tests.support.redis_sentinel import ask, wait_until
-from tests.support.redis_server import free_port
 
 
 def _binary(name: str) -> str:

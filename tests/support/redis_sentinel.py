@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 
 from faults.redis_clients import sentinel_url
-from tests.support.redis_server import free_port
+from tests.support.ports import free_port
 
 SERVICE = "quorum"
 

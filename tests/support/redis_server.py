@@ -15,11 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.ports import free_port
 
 
 class RedisServer:

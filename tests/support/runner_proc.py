@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 from tests.support.forkserver import Process, spawn
-from tests.support.redis_server import free_port
+from tests.support.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

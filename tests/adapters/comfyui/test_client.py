@@ -271,7 +271,7 @@ async def test_view_of_a_missing_image_is_a_bad_response(client: ComfyUIClient) 
 
 async def test_unreachable_comfyui_is_engine_unavailable() -> None:
     """Nothing listening: the runner's 502 `engine_unavailable`, not an httpx exception."""
-    from adapters.supervisor import free_port
+    from tests.support.ports import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
     async with httpx.AsyncClient(base_url=url, trust_env=False) as http:

@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from adapters.llama_server.engine import LLAMA_SERVER_VERSION
-from adapters.supervisor import free_port
 from tests.fixtures.launch import start_fake
+from tests.support.ports import free_port
 from tests.support.real_engines import LlamaServer
 from tests.support.runner_proc import RunnerProcess, start_runner, wait_started
 from tests.support.tokens import DEV_REGISTRY, dev_token

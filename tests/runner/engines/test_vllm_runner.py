@@ -14,7 +14,6 @@ from typing import Any
 import httpx
 import pytest
 
-from adapters.supervisor import free_port
 from adapters.vllm.launch import SEED_QUANTIZATION
 from runner.lifecycle.load_requests import QUANTIZATIONS
 from tests.fixtures.fake_vllm import BIN, process_env
@@ -32,6 +31,7 @@ from tests.support.engines import (
     process_env as env_of,
 )
 from tests.support.poll import eventually
+from tests.support.ports import free_port
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(120)

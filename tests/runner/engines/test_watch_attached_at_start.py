@@ -13,7 +13,7 @@ import pytest
 from tests.runner.engines.test_watch_attached_kinds import KINDS, attached_engine
 from tests.support.engines import CHECKPOINT, caps
 from tests.support.poll import eventually
-from tests.support.redis_server import free_port
+from tests.support.ports import free_port
 from tests.support.runner_proc import start_runner, wait_started
 
 pytestmark = pytest.mark.timeout(60)

@@ -22,7 +22,7 @@ from tests.fixtures.fake_vllm import BIN as VLLM_BIN
 from tests.fixtures.fake_vllm import process_env as vllm_env
 from tests.support.engines import CHECKPOINT, caps, comfyui_root
 from tests.support.poll import eventually
-from tests.support.redis_server import free_port
+from tests.support.ports import free_port
 from tests.support.runner_proc import REPO_ROOT, start_runner
 
 pytestmark = pytest.mark.timeout(120)

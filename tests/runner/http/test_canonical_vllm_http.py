@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from adapters.supervisor import free_port
 from tests.fixtures.fake_vllm import BIN
 from tests.support.poll import eventually
+from tests.support.ports import free_port
 from tests.support.runner_proc import RunnerProcess, start_runner
 
 pytestmark = pytest.mark.timeout(90)

@@ -63,7 +63,7 @@ def test_bad_models_file_refuses_start_naming_it(tmp_path: object) -> None:
 def test_metrics_port_serves_metrics_too() -> None:
     """METRICS_PORT exposes both metrics paths on a second port: /metrics the runner's own
     series (queue depth included, no `vllm:*`), /metrics/picker the endpoint picker's."""
-    from tests.support.redis_server import free_port
+    from tests.support.ports import free_port
 
     port = free_port()
     with start_runner({}, env={"METRICS_PORT": str(port)}) as runner:

@@ -27,7 +27,7 @@ from runner.jobs.webhooks import (
     validate_webhook_url,
 )
 from tests.runner.jobs.support import OTHER_SECRET, SECRET, Clock, receiver, running
-from tests.support.redis_server import free_port
+from tests.support.ports import free_port
 
 
 class Sleeps:

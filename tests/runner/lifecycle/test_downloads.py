@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +16,7 @@ import httpx
 import pytest
 
 from runner.lifecycle.downloads import ByteMeter, fetch_snapshot
-from tests.support.redis_server import free_port
+from tests.fixtures.launch import start_fake
 from tests.support.runner_proc import fixture_bin, start_runner
 from tests.support.tokens import DEV_REGISTRY, dev_token
 
@@ -29,22 +27,8 @@ REPO = "someorg/paced-model-GGUF"
 
 @contextlib.contextmanager
 def fake_hub(size_mb: float = 40, rate_mb_s: float = 10) -> Iterator[str]:
-    port = free_port()
-    args = ["--port", str(port), "--size-mb", str(size_mb), "--rate-mb-s", str(rate_mb_s)]
-    proc = subprocess.Popen([sys.executable, "-m", "tests.fixtures.fake_hf_hub", *args])
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                httpx.get(f"{url}/api/models/{REPO}/revision/main", timeout=1)
-                break
-            assert time.monotonic() < deadline, "fake hub did not start"
-            time.sleep(0.05)
-        yield url
-    finally:
-        proc.kill()
-        proc.wait()
+    with start_fake("fake_hf_hub", "--size-mb", str(size_mb), "--rate-mb-s", str(rate_mb_s)) as hub:
+        yield hub.url
 
 
 def test_meter_follows_the_bytes_of_a_real_huggingface_hub_download(tmp_path: Path) -> None:

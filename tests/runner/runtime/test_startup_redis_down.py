@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support import forkserver
-from tests.support.redis_server import free_port
+from tests.support.ports import free_port
 
 
 @pytest.mark.timeout(60)

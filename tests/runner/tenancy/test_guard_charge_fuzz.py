@@ -19,11 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapters.supervisor import free_port
 from tests.fixtures.fake_vllm import BIN
 from tests.fixtures.launch import start_fake
 from tests.support.fuzz_bodies import Target, bodies, check_body
 from tests.support.poll import eventually
+from tests.support.ports import free_port
 from tests.support.runner_proc import start_runner
 
 pytestmark = pytest.mark.timeout(240)

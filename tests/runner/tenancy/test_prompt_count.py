@@ -22,8 +22,8 @@ import pytest
 from adapters.http_client import EngineConnections
 from adapters.llama_server.prompt_tokens import LlamaPromptCounter
 from tests.fixtures.launch import start_fake
+from tests.support.ports import free_port
 from tests.support.real_engines import LlamaServer
-from tests.support.redis_server import free_port
 from tests.support.runner_proc import start_runner
 
 pytestmark = pytest.mark.timeout(180)

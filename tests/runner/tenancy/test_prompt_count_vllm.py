@@ -15,12 +15,12 @@ import pytest
 
 from adapters.engine_urls import unix_url
 from adapters.http_client import EngineConnections
-from adapters.supervisor import free_port
 from adapters.vllm.prompt_tokens import VllmPromptCounter
 from tests.fixtures.fake_vllm import BIN
 from tests.runner.tenancy.test_prompt_count import BODIES, IMAGE
 from tests.support.engine_counters import _argv, _descendants, _value
 from tests.support.poll import eventually
+from tests.support.ports import free_port
 from tests.support.real_vllm import DEFAULT_ID, START_TIMEOUT_S, default_entry, models_file
 from tests.support.runner_proc import start_runner
 

@@ -24,7 +24,8 @@ from tenants.config import TenantPolicy
 from tenants.errors import RequestExceedsBudget, TokenBudgetExceeded, TokenBudgetUnavailable
 from tenants.policy import TokenBudget
 from tests.support.poll import eventually_async
-from tests.support.redis_server import RedisServer, free_port
+from tests.support.ports import free_port
+from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.timeout(60)
 
