@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 import ssl
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 from httpx._types import CertTypes
 
-from tests.support import forkserver, real_engines, real_vllm, xdist_groups
+from tests.support import forkserver, real_engines, real_vllm, runner_proc, xdist_groups
 from tests.support.real_engines import LlamaServer
 from tests.support.real_vllm import require_vllm
 from tests.support.redis_cluster import RedisClusterGroup, running_cluster
@@ -48,6 +48,9 @@ def _share_one_tls_context() -> None:
 _share_one_tls_context()
 # the runners and fake engines the tests start are forked (tests/support/forkserver.py)
 os.environ.setdefault("QUORUM_TEST_FORK", "1")
+# a runner, fake or helper the tests start that dies of a fatal signal (SIGSEGV, SIGABRT...)
+# prints its Python stacks into its log (forked ones too: tests/support/forkserver.py)
+os.environ.setdefault("PYTHONFAULTHANDLER", "1")
 # engines inherit an allow-listed environment (adapters/environment.py): the stand-ins of
 # tests/fixtures/ read their knobs (FAKE_*) and coverage its own from it
 os.environ.setdefault("ENGINE_ENV_ALLOW", "FAKE_*,COV_CORE_*,COVERAGE_*,QUORUM_TEST_*")
@@ -119,6 +122,21 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     real = item.get_closest_marker(real_engines.MARKER) is not None
     real_engines.set_current_test(real)
     forkserver.popen_only(real)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report says of every runner still held (its own, its module's)
+    whether it runs or how it ended: "Server disconnected" from a runner that died reads
+    differently from one that closed the connection."""
+    report = yield
+    states = [*runner_proc.LEFT_ON_ERROR, *(r.state() for r in runner_proc.LIVE)]
+    runner_proc.LEFT_ON_ERROR.clear()
+    if report.failed and states:
+        report.sections.append(("runners", "\n".join(states)))
+    return report
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -25,6 +25,7 @@ every process starts with `subprocess.Popen`, as a user starts it.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import importlib
 import json
 import os
@@ -386,6 +387,8 @@ def _become(child: _Child) -> None:
     os.chdir(child.cwd)
     os.environ.clear()
     os.environ.update(child.env)
+    if child.env.get("PYTHONFAULTHANDLER"):  # as `python` does when it starts
+        faulthandler.enable()
     sys.argv = [child.module, *child.args]
     runpy.run_module(child.module, run_name="__main__", alter_sys=True)
 

@@ -19,6 +19,12 @@ from tests.support.forkserver import Process, spawn
 from tests.support.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+LIVE: list[RunnerProcess] = []
+"""The runners `start_runner` started in this process that have not been stopped yet: a
+failed test's report says of each whether it still runs (tests/conftest.py)."""
+LEFT_ON_ERROR: list[str] = []
+"""`RunnerProcess.state()` of each runner whose block an exception left (taken before the
+runner is killed), for the same report; the report empties it."""
 
 
 @dataclass
@@ -33,6 +39,15 @@ class RunnerProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def state(self) -> str:
+        """For a failed test's report: where it listens and whether it still runs (a
+        negative exit code is the signal that ended it); for one that ended, its log's end."""
+        code = self.proc.poll()
+        line = f"runner pid {self.proc.pid} on {self.url}: "
+        if code is None:
+            return line + f"running; log {self.log_path}"
+        return line + f"exited with {code}; the end of its log:\n{self.log()[-3000:]}"
 
     def terminate(self, timeout: float = 20.0) -> int:
         if self.proc.poll() is None:
@@ -87,11 +102,16 @@ def start_runner(
     with open(log_path, "wb") as log:
         proc = spawn("runner", env=full_env, stdout=log, stderr=subprocess.STDOUT)
     runner = RunnerProcess(proc, port, log_path)
+    LIVE.append(runner)
     try:
         if wait_ready:
             _wait_healthy(runner, ready_timeout)
         yield runner
+    except BaseException:
+        LEFT_ON_ERROR.append(runner.state())
+        raise
     finally:
+        LIVE.remove(runner)
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
