@@ -132,10 +132,12 @@ def pytest_runtest_makereport(
     whether it runs or how it ended: "Server disconnected" from a runner that died reads
     differently from one that closed the connection."""
     report = yield
-    states = [*runner_proc.LEFT_ON_ERROR, *(r.state() for r in runner_proc.LIVE)]
+    left = runner_proc.LEFT_ON_ERROR[:]
     runner_proc.LEFT_ON_ERROR.clear()
-    if report.failed and states:
-        report.sections.append(("runners", "\n".join(states)))
+    if report.failed:  # only then: a runner's state is a poll, an ended one's a log read
+        states = [*left, *(r.state() for r in runner_proc.LIVE)]
+        if states:
+            report.sections.append(("runners", "\n".join(states)))
     return report
 
 
