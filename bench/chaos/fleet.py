@@ -23,7 +23,7 @@ from bench.chaos.cluster import ChaosCluster
 from tests.fixtures.launch import start_fake
 from tests.support.engines import comfyui_root
 from tests.support.fleet import entry
-from tests.support.redis_sentinel import SERVICE, SentinelGroup, ask, wait_until
+from tests.support.redis_sentinel import SERVICE, SentinelGroup, wait_until
 from tests.support.runner_proc import RunnerProcess, start_runner, wait_started
 from tests.support.tokens import DEV_REGISTRY
 
@@ -213,30 +213,7 @@ class ChaosFleet:
         killed = time.monotonic()
         self.group.kill(old)
         wait_until(lambda: self.group.primary() != old, "sentinels promoted the replica", 90)
-        new = self.group.primary()
-        folder = self.dir / f"redis-{old}-{time.monotonic_ns()}"
-        folder.mkdir()
-        self.group._spawn(
-            old,
-            "--port",
-            str(old),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(folder),
-            "--replicaof",
-            "127.0.0.1",
-            str(new),
-        )
-        wait_until(
-            lambda: b"master_link_status:up" in ask(old, "INFO", "replication"),
-            "the old primary back as a replica",
-            90,
-        )
+        self.group.restart_as_replica(old)
         return killed
 
     def kill_runner(self, slot: Slot) -> float:

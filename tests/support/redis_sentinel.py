@@ -77,12 +77,14 @@ class SentinelGroup:
         return ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
 
     def _spawn(self, port: int, *args: str) -> None:
-        self.procs[port] = subprocess.Popen(
-            [_binary(), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        """Start one process; its log goes to `<port>.log` (appended to on a restart)."""
+        with (self.dir / f"{port}.log").open("ab") as log:
+            self.procs[port] = subprocess.Popen(
+                [_binary(), *args], stdout=log, stderr=subprocess.STDOUT
+            )
 
     def _server(self, port: int, *extra: str) -> None:
-        folder = self.dir / str(port)
+        folder = self.dir / f"{port}-{time.monotonic_ns()}"  # a restart starts empty
         folder.mkdir()
         self._spawn(port, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                     "--appendonly", "no", "--dir", str(folder), *extra)  # fmt: skip
@@ -121,6 +123,43 @@ class SentinelGroup:
     def kill(self, port: int) -> None:
         self.procs[port].send_signal(signal.SIGKILL)
         self.procs[port].wait(10)
+
+    def restart_as_replica(self, port: int, timeout: float = 90.0) -> None:
+        """Start the server on `port` again, empty, as a replica of the primary the
+        sentinels name, and wait until the group is whole again: the sentinels' primary,
+        whichever it is by then, has a replica online. (On a busy machine the sentinels,
+        1 s from judging a server down, may fail over once more and promote the server
+        just restarted; the group is whole all the same.)"""
+        self._server(port, "--replicaof", "127.0.0.1", str(self.primary()))
+        try:
+            wait_until(self._whole, "the old primary back as a replica", timeout)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}\n{self.report()}") from None
+
+    def _whole(self) -> bool:
+        answer = ask(self.primary(), "INFO", "replication")
+        return b"role:master" in answer and b",state=online," in answer
+
+    def report(self, lines: int = 20) -> str:
+        """What the sentinels name, each server's replication section and the end of each
+        process's log: enough to tell, after a failure, how the group stood."""
+        parts = [f"sentinels name the primary: {self._named()}"]
+        for port in (self.primary_port, self.replica_port):
+            try:
+                info = ask(port, "INFO", "replication").decode(errors="replace")
+            except OSError as exc:
+                info = f"unreachable: {exc}"
+            parts.append(f"--- {port} INFO replication\n{info.strip()}")
+        for log in sorted(self.dir.glob("*.log")):
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+            parts.append(f"--- {log.name}\n" + "\n".join(tail))
+        return "\n".join(parts)
+
+    def _named(self) -> str:
+        try:
+            return str(self.primary())
+        except (OSError, ValueError, IndexError) as exc:
+            return f"unknown ({exc!r})"
 
     def cut_off_replica(self) -> None:
         """Freeze the replica (SIGSTOP) and wait until the primary drops it (its
