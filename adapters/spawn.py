@@ -10,9 +10,17 @@ execs the command: same pid, the runner stays its parent); only without `setpriv
 `preexec_fn` set it, and Popen forks.
 
 The child's output is read through the loop (`connect_read_pipe`); its exit is seen through
-a pidfd the loop watches (Linux 5.3+), else by a thread blocked in `waitpid`. Its process
-group is handed to the runner's guard (`reaper.py`), which kills the whole group should the
-runner die first: the parent-death signal reaches the child only, not what it forked.
+a pidfd the loop watches (Linux 5.3+), else by a thread blocked in `waitid(WNOWAIT)`. Its
+process group is handed to the runner's guard (`reaper.py`), which kills the whole group
+should the runner die first: the parent-death signal reaches the child only, not what it
+forked.
+
+Signals go to the child's group only while the child is not reaped. Once it is, its pid,
+and the group id that is the same number, may be given to any new process: a new session
+started elsewhere on the machine gets it as its group id, and a late `killpg` would end
+that session instead (a runner that stops an engine long dead, for one). So what the child left in its group is killed the moment it exits, while
+it is still a zombie and the number still its own, and only then is it reaped, always on
+the loop's thread, where `signal_group` reads whether it has been.
 """
 
 from __future__ import annotations
@@ -78,6 +86,15 @@ class Child:
         """The exit status as Popen gives it (negative = killed by that signal)."""
         return await asyncio.shield(self._exited)
 
+    def signal_group(self, sig: signal.Signals) -> None:
+        """Send `sig` to the child's process group, unless the child has been reaped (the
+        group's id may belong to someone else by then; what the group held was killed
+        when the child exited)."""
+        if self.popen.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
     def close(self) -> None:
         """Stop reading its output and watching it (after it exited and was drained, and
         its group was killed): the guard forgets its group."""
@@ -90,12 +107,16 @@ class Child:
         try:
             self._pidfd = os.pidfd_open(self.pid)
         except (AttributeError, OSError):  # not Linux 5.3+: a thread waits instead
-            task = loop.create_task(asyncio.to_thread(self.popen.wait))
-            task.add_done_callback(lambda t: self._set_exit(t.result()))
+            waiting = loop.create_task(asyncio.to_thread(_until_exited, self.pid))
+            waiting.add_done_callback(lambda _: self._reap())
             return
-        loop.add_reader(self._pidfd, self._pidfd_readable)
+        loop.add_reader(self._pidfd, self._reap)
 
-    def _pidfd_readable(self) -> None:
+    def _reap(self) -> None:
+        """The child exited (a zombie: its pid and group id still its own): kill what it
+        left in its group (vLLM's EngineCore and worker outlive their API server), then
+        reap it."""
+        self.signal_group(signal.SIGKILL)
         code = self.popen.poll()
         if code is not None:
             self._unwatch()
@@ -110,6 +131,18 @@ class Child:
     def _set_exit(self, code: int) -> None:
         if not self._exited.done():
             self._exited.set_result(code)
+
+
+def _until_exited(pid: int) -> None:
+    """Block until `pid` has exited, leaving it a zombie (not reaped)."""
+    while True:
+        try:
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+            return
+        except InterruptedError:
+            continue
+        except ChildProcessError:  # reaped already: nothing left to wait for
+            return
 
 
 async def spawn(argv: Sequence[str], env: Mapping[str, str]) -> Child:

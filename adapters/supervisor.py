@@ -289,7 +289,6 @@ class EngineProcess:
                 log.warning("engine %s ignored SIGTERM for %g s: SIGKILL", self.name, grace_s)
                 self._signal(signal.SIGKILL)
                 await self._exited.wait()
-        self._signal(signal.SIGKILL)  # anything the engine left behind in its group
         await self._drain_output()
 
     def kill(self, cause: str) -> bool:
@@ -303,10 +302,10 @@ class EngineProcess:
         return True
 
     def _signal(self, sig: signal.Signals) -> None:
-        if self.pid is None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, sig)
+        """To the engine's process group while it has one (never once the engine is
+        reaped: its group id may be another session's by then)."""
+        if self._proc is not None:
+            self._proc.signal_group(sig)
 
     # -- background tasks ------------------------------------------------------------
 
@@ -347,9 +346,7 @@ class EngineProcess:
 
     async def _wait_exit(self) -> None:
         assert self._proc is not None
-        code = await self._proc.wait()
-        # What it forked may outlive it (vLLM's EngineCore and worker): the whole group goes.
-        self._signal(signal.SIGKILL)
+        code = await self._proc.wait()  # what it left in its group is gone (spawn.Child)
         expected = self._stop_requested
         killed = self._kill_cause is not None and code == -signal.SIGKILL
         self.exit = ExitInfo(code, expected, self._kill_cause if killed else None)

@@ -62,15 +62,52 @@ def test_killed_child_reads_as_negative_signal(loop: str) -> None:
     assert LOOPS[loop](kill()) == -signal.SIGKILL
 
 
+def _no_pidfd(pid: int) -> int:
+    raise OSError("pidfd_open not supported")
+
+
 def test_exit_is_seen_without_pidfd(monkeypatch: pytest.MonkeyPatch) -> None:
     """A kernel without pidfd_open: a thread waits for the child instead."""
-
-    def no_pidfd(pid: int) -> int:
-        raise OSError("pidfd_open not supported")
-
-    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    monkeypatch.setattr(os, "pidfd_open", _no_pidfd)
     _, code = uvloop.run(_run([sys.executable, "-c", "raise SystemExit(7)"]))
     assert code == 7
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "waiting-thread"])
+def test_the_childs_group_is_killed_at_its_exit_and_never_signalled_after_the_reap(
+    pidfd: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that exits leaving a process in its group: that process is killed the moment
+    the child exits, while the child is a zombie and the group id still its own; once the
+    child is reaped, `signal_group` sends nothing (the number may be another session's)."""
+    if not pidfd:
+        monkeypatch.setattr(os, "pidfd_open", _no_pidfd)
+    sent: list[tuple[int, int]] = []
+    killpg = os.killpg
+
+    def recorded(pgid: int, sig: int) -> None:
+        sent.append((pgid, sig))
+        killpg(pgid, sig)
+
+    monkeypatch.setattr(os, "killpg", recorded)
+
+    async def run() -> tuple[int, int, int, list[tuple[int, int]]]:
+        child = await spawn(["sh", "-c", "sleep 60 & echo $!; exit 5"], os.environ)
+        left = int((await child.read(100)).split()[0])
+        code = await child.wait()
+        at_exit = list(sent)
+        child.signal_group(signal.SIGTERM)  # reaped: a no-op
+        child.close()
+        return child.pid, left, code, at_exit
+
+    pid, left, code, at_exit = uvloop.run(run())
+    assert code == 5
+    assert at_exit == [(pid, signal.SIGKILL)]
+    assert sent == at_exit
+    deadline = time.monotonic() + 15
+    while _alive(left) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(left)
 
 
 @pytest.mark.parametrize("with_setpriv", [True, False], ids=["setpriv", "preexec_fn"])

@@ -119,6 +119,24 @@ async def test_supervisor_crash_after_ready_marks_failed_and_calls_back() -> Non
     assert proc.state is EngineState.STOPPED
 
 
+async def test_supervisor_stop_of_a_crashed_engine_signals_no_group(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An engine that died (FAILED) and is stopped later (an unload, the runner's shutdown):
+    no signal goes to its old group id. Reaped, that number may be another session's by
+    then (another runner's, say, which the SIGKILL would end without a word)."""
+    proc, _ = _engine("fake_openai")
+    await proc.start()
+    assert proc.pid is not None
+    os.kill(proc.pid, signal.SIGKILL)
+    await asyncio.wait_for(proc.wait_exit(), 10)
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(os, "killpg", lambda pgid, sig: sent.append((pgid, sig)))
+    await proc.stop()
+    assert proc.state is EngineState.STOPPED
+    assert sent == []
+
+
 async def test_supervisor_kill_of_a_stopped_engine_is_a_crash_named_by_its_cause() -> None:
     """`kill(cause)` of a READY engine frozen with SIGSTOP (a hang), and of what it forked:
     the whole group ends, FAILED, the exit callbacks run, and the exit (not expected: a
