@@ -22,6 +22,7 @@ import pytest
 
 from adapters.llama_server.engine import LLAMA_SERVER_VERSION
 from tests.fixtures.launch import start_fake
+from tests.support.groups import end_group
 from tests.support.ports import free_port
 from tests.support.real_engines import LlamaServer
 from tests.support.runner_proc import RunnerProcess, start_runner, wait_started
@@ -222,8 +223,7 @@ def hand_started_llama(real_llama_server: LlamaServer) -> Iterator[str]:
             time.sleep(0.1)
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        end_group(proc)
 
 
 def _attached(url: str, extra: str = "") -> str:

@@ -4,7 +4,6 @@ executable (tests/fixtures/fake_vllm.py, vLLM 0.32.0's CLI and API) or attaches 
 from __future__ import annotations
 
 import os
-import signal
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from tests.support.engines import (
 from tests.support.engines import (
     process_env as env_of,
 )
+from tests.support.groups import end_group
 from tests.support.poll import eventually
 from tests.support.ports import free_port
 from tests.support.runner_proc import RunnerProcess, start_runner
@@ -245,8 +245,7 @@ def attached() -> Iterator[tuple[RunnerProcess, str]]:
         with start_runner(models_file=models, env=env) as r:
             yield r, url
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        end_group(proc)
 
 
 def _healthy(url: str) -> bool:

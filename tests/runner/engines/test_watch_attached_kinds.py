@@ -21,6 +21,7 @@ import pytest
 from tests.fixtures.fake_vllm import BIN as VLLM_BIN
 from tests.fixtures.fake_vllm import process_env as vllm_env
 from tests.support.engines import CHECKPOINT, caps, comfyui_root
+from tests.support.groups import end_group
 from tests.support.poll import eventually
 from tests.support.ports import free_port
 from tests.support.runner_proc import REPO_ROOT, start_runner
@@ -107,9 +108,7 @@ def attached_engine(kind: Attached, port: int, tmp: Path) -> Iterator[subprocess
         eventually(lambda: _answers(f"http://127.0.0.1:{port}{kind.health}"), 30, kind.backend)
         yield proc
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        end_group(proc)
 
 
 def _failed(url: str) -> dict[str, str]:

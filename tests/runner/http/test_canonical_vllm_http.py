@@ -6,8 +6,6 @@ charged, one completion per request."""
 from __future__ import annotations
 
 import hashlib
-import os
-import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +15,7 @@ import httpx
 import pytest
 
 from tests.fixtures.fake_vllm import BIN
+from tests.support.groups import end_group
 from tests.support.poll import eventually
 from tests.support.ports import free_port
 from tests.support.runner_proc import RunnerProcess, start_runner
@@ -62,8 +61,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunnerPro
         with start_runner(models_file=models, env=env) as runner:
             yield runner, url
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        end_group(proc)
 
 
 def _send(

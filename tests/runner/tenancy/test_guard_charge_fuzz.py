@@ -8,8 +8,6 @@ the real engines."""
 from __future__ import annotations
 
 import hashlib
-import os
-import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +20,7 @@ from hypothesis import strategies as st
 from tests.fixtures.fake_vllm import BIN
 from tests.fixtures.launch import start_fake
 from tests.support.fuzz_bodies import Target, bodies, check_body
+from tests.support.groups import end_group
 from tests.support.poll import eventually
 from tests.support.ports import free_port
 from tests.support.runner_proc import start_runner
@@ -74,8 +73,7 @@ def target(
         with start_runner(models_file=models, env=env) as runner:
             yield Target(runner.url, "vllm", "a", lambda: _fake_count(url))
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        end_group(proc)
 
 
 def test_charge_fuzz_fakes_any_body_is_refused_or_charged_what_ran(target: Target) -> None:

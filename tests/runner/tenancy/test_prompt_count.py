@@ -8,8 +8,6 @@ llama-server the runner starts (its API key on the counting calls too)."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,6 +20,7 @@ import pytest
 from adapters.http_client import EngineConnections
 from adapters.llama_server.prompt_tokens import LlamaPromptCounter
 from tests.fixtures.launch import start_fake
+from tests.support.groups import end_group
 from tests.support.ports import free_port
 from tests.support.real_engines import LlamaServer
 from tests.support.runner_proc import start_runner
@@ -99,8 +98,7 @@ def hand_started(request: pytest.FixtureRequest, real_llama_server: LlamaServer)
             time.sleep(0.1)
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        end_group(proc)
 
 
 async def test_prompt_count_real_llama_is_exact(hand_started: str) -> None:

@@ -5,8 +5,6 @@ chat template) and completions alike."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 from collections.abc import Iterator
 
@@ -19,6 +17,7 @@ from adapters.vllm.prompt_tokens import VllmPromptCounter
 from tests.fixtures.fake_vllm import BIN
 from tests.runner.tenancy.test_prompt_count import BODIES, IMAGE
 from tests.support.engine_counters import _argv, _descendants, _value
+from tests.support.groups import end_group
 from tests.support.poll import eventually
 from tests.support.ports import free_port
 from tests.support.real_vllm import DEFAULT_ID, START_TIMEOUT_S, default_entry, models_file
@@ -63,8 +62,7 @@ async def test_prompt_count_fake_vllm_is_exact() -> None:
         async with httpx.AsyncClient(base_url=url, timeout=60) as engine:
             await check_exact(url, "a", engine)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        end_group(proc)
 
 
 @pytest.fixture
