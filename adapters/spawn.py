@@ -18,9 +18,10 @@ forked.
 Signals go to the child's group only while the child is not reaped. Once it is, its pid,
 and the group id that is the same number, may be given to any new process: a new session
 started elsewhere on the machine gets it as its group id, and a late `killpg` would end
-that session instead (a runner that stops an engine long dead, for one). So what the child left in its group is killed the moment it exits, while
-it is still a zombie and the number still its own, and only then is it reaped, always on
-the loop's thread, where `signal_group` reads whether it has been.
+that session instead (a runner that stops an engine long dead, for one). So what the
+child left in its group is killed the moment it exits, while it is still a zombie and the
+number still its own, and only then is it reaped, always on the loop's thread, where
+`signal_group` reads whether it has been.
 """
 
 from __future__ import annotations
