@@ -116,6 +116,13 @@ def _load(url: str, runner_id: str, model: str) -> httpx.Response:
     )
 
 
+def _started(load: httpx.Response) -> str:
+    """The task id of a load that started (202), or a failure that shows the answer."""
+    assert load.status_code == 202, (load.status_code, load.text)
+    task_id: str = load.json()["taskId"]
+    return task_id
+
+
 def _cancel(url: str, runner_id: str, task_id: str, model: str) -> httpx.Response:
     token = dev_token("task-cancel", model, {"taskId": task_id}, aud=runner_id)
     return httpx.request(
@@ -300,10 +307,11 @@ def test_replicas_leases_shared_and_keys_name_their_runner(fleet: Fleet) -> None
     the tenants' policies, budgets, in-flight permits and usage, which are one per fleet)."""
     eventually(lambda: {f"{runner_id}/m" for runner_id in IDS} <= _lease_holders(fleet))
     a, c = fleet.url("replica-a"), fleet.url("replica-c")
-    task_id = _load(a, "replica-a", "slow").json()["taskId"]
+    task_id = _started(_load(a, "replica-a", "slow"))
     job = _image_job(c, "[fake:slow] a kite for the keys", tenant="keys")
     eventually(lambda: _job(c, job["id"], "keys").json()["status"] == "running")
-    assert _flush(a, _flush_token("replica-a")).status_code == 200
+    flushed = _flush(a, _flush_token("replica-a"))
+    assert flushed.status_code == 200, flushed.text
     assert _chat(a, "probe") == 200
     try:
         keys = fleet.redis_keys()
@@ -360,7 +368,8 @@ def test_replicas_redis_down_fails_closed_and_serves_open(fleet: Fleet) -> None:
     for url in (fleet.url(runner_id) for runner_id in IDS):
         eventually(lambda url=url: _limiter_back(url), what="the limiter back")
     for runner_id in IDS:
-        assert _flush(fleet.url(runner_id), _flush_token(runner_id)).status_code == 200
+        flushed = _flush(fleet.url(runner_id), _flush_token(runner_id))
+        assert flushed.status_code == 200, (runner_id, flushed.text)
     assert [_chat(fleet.url(runner_id), "outage") for runner_id in IDS] == [429] * 3
 
 
@@ -376,9 +385,10 @@ def test_replicas_redis_restart_keeps_and_completes_records(fleet: Fleet) -> Non
     job = _ended_job(c, _image_job(c, "a kite before", tenant="painter")["id"], "painter")
     assert (task["status"], job["status"]) == ("completed", "succeeded"), (task, job)
     spent = _flush_token("replica-a")
-    assert _flush(a, spent).status_code == 200
+    flushed = _flush(a, spent)
+    assert flushed.status_code == 200, flushed.text
     assert [_chat(url, "steady") for url in (a, b)] == [200, 200]
-    slow_load = _load(a, "replica-a", "slow").json()["taskId"]  # 3 s: ends during the outage
+    slow_load = _started(_load(a, "replica-a", "slow"))  # 3 s: ends during the outage
     slow_job = _image_job(b, "[fake:slow] a kite during", tenant="painter")["id"]  # 6 s
     eventually(lambda: _job(c, slow_job, "painter").json()["status"] == "running")
     jobs_done = _jobs_succeeded(b)
