@@ -13,6 +13,7 @@ import hashlib
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -26,7 +27,9 @@ from tests.support.adapters import governed
 class Traffic:
     """`clients` threads, each sending chat requests to its (model, tenant) in turn, half
     of them streamed, until the block ends (each sends at least `at_least`). A request
-    counts as failed unless it is a 200 whose stream carries no SSE `error` event."""
+    counts as failed unless it is a 200 whose stream carries no SSE `error` event; one that
+    gets no answer within 120 s (or none at all: the connection cut) is a failure too, named
+    with how long it waited."""
 
     def __init__(
         self, url: str, clients: Sequence[tuple[str, str]], max_tokens: int = 8, at_least: int = 2
@@ -54,13 +57,25 @@ class Traffic:
                     "stream": stream,
                 }
                 headers = {"X-Tenant-ID": tenant}
-                r = http.post(self.url + "/v1/chat/completions", json=body, headers=headers)
-                ok = r.status_code == 200 and not (stream and "event: error" in r.text)
-                with self._lock:
-                    self.outcomes["ok" if ok else str(r.status_code)] += 1
-                    if not ok:
-                        self.failures.append(f"{model} {tenant} {r.status_code}: {r.text[:300]}")
+                sent = time.monotonic()
+                try:
+                    r = http.post(self.url + "/v1/chat/completions", json=body, headers=headers)
+                except httpx.TransportError as exc:  # no answer at all: a request lost
+                    waited = time.monotonic() - sent
+                    self._count(
+                        type(exc).__name__, f"{model} {tenant}: {exc!r} after {waited:.0f} s"
+                    )
+                else:
+                    ok = r.status_code == 200 and not (stream and "event: error" in r.text)
+                    why = f"{model} {tenant} {r.status_code}: {r.text[:300]}"
+                    self._count("ok" if ok else str(r.status_code), None if ok else why)
                 i += 1
+
+    def _count(self, outcome: str, failure: str | None) -> None:
+        with self._lock:
+            self.outcomes[outcome] += 1
+            if failure is not None:
+                self.failures.append(failure)
 
     @property
     def sent(self) -> int:
