@@ -28,13 +28,20 @@ class Traffic:
     """`clients` threads, each sending chat requests to its (model, tenant) in turn, half
     of them streamed, until the block ends (each sends at least `at_least`). A request
     counts as failed unless it is a 200 whose stream carries no SSE `error` event; one that
-    gets no answer within 120 s (or none at all: the connection cut) is a failure too, named
-    with how long it waited."""
+    gets no answer within `timeout_s` (keep it above the runner's queue timeout, or a request
+    the runner still holds by design reads as lost), or none at all (the connection cut), is
+    a failure too, named with how long it waited."""
 
     def __init__(
-        self, url: str, clients: Sequence[tuple[str, str]], max_tokens: int = 8, at_least: int = 2
+        self,
+        url: str,
+        clients: Sequence[tuple[str, str]],
+        max_tokens: int = 8,
+        at_least: int = 2,
+        timeout_s: float = 120.0,
     ) -> None:
         self.url, self.clients, self.max_tokens, self.at_least = url, clients, max_tokens, at_least
+        self.timeout_s = timeout_s  # above the runner's QUEUE_TIMEOUT_MS: a slow answer is not lost
         self.outcomes: Counter[str] = Counter()
         self.failures: list[str] = []
         self._lock = threading.Lock()
@@ -45,7 +52,7 @@ class Traffic:
         ]
 
     def _send(self, client: int, model: str, tenant: str) -> None:
-        with httpx.Client(timeout=120) as http:
+        with httpx.Client(timeout=self.timeout_s) as http:
             i = 0
             while not self._stop.is_set() or i < self.at_least:
                 stream = (client + i) % 2 == 1
@@ -89,7 +96,7 @@ class Traffic:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         for t in self._threads:
-            t.join(180)
+            t.join(self.timeout_s + 60)
 
 
 @contextmanager
