@@ -41,12 +41,13 @@ class RunnerProcess:
         return self.log_path.read_text(errors="replace")
 
     def state(self) -> str:
-        """For a failed test's report: where it listens and whether it still runs (a
-        negative exit code is the signal that ended it); for one that ended, its log's end."""
+        """For a failed test's report: where it listens, whether it still runs (a negative
+        exit code is the signal that ended it) and its log's end (the log's folder under
+        /tmp may be gone by the time the report is read, with the machine CI ran on)."""
         code = self.proc.poll()
         line = f"runner pid {self.proc.pid} on {self.url}: "
         if code is None:
-            return line + f"running; log {self.log_path}"
+            return line + f"running; log {self.log_path}; its end:\n{self.log()[-2000:]}"
         return line + f"exited with {code}; the end of its log:\n{self.log()[-3000:]}"
 
     def terminate(self, timeout: float = 20.0) -> int:
