@@ -235,9 +235,7 @@ def test_replicas_load_task_read_and_cancelled_from_any_replica(
     token addressed to that replica): every replica then reads it cancelled, and A
     does not keep the model."""
     a = fleet.url("replica-a")
-    started = _load(a, "replica-a", "slow")
-    assert started.status_code == 202, started.text
-    task_id = started.json()["taskId"]
+    task_id = _started(_load(a, "replica-a", "slow"))
     for other in ("replica-b", "replica-c"):
         seen = _task(fleet.url(other), task_id).json()
         assert seen["taskId"] == task_id and seen["status"] in ("queued", "loading"), seen
@@ -379,9 +377,7 @@ def test_replicas_redis_restart_keeps_and_completes_records(fleet: Fleet) -> Non
     a load and a job that ended during the outage read as they ended, on every replica,
     once Redis is back."""
     a, b, c = (fleet.url(runner_id) for runner_id in IDS)
-    load = _load(b, "replica-b", "slow")
-    assert load.status_code == 202, load.text
-    task = _ended_task(b, load.json()["taskId"])
+    task = _ended_task(b, _started(_load(b, "replica-b", "slow")))
     job = _ended_job(c, _image_job(c, "a kite before", tenant="painter")["id"], "painter")
     assert (task["status"], job["status"]) == ("completed", "succeeded"), (task, job)
     spent = _flush_token("replica-a")
