@@ -41,7 +41,7 @@ class Traffic:
         timeout_s: float = 120.0,
     ) -> None:
         self.url, self.clients, self.max_tokens, self.at_least = url, clients, max_tokens, at_least
-        self.timeout_s = timeout_s  # above the runner's QUEUE_TIMEOUT_MS: a slow answer is not lost
+        self.timeout_s = timeout_s
         self.outcomes: Counter[str] = Counter()
         self.failures: list[str] = []
         self._lock = threading.Lock()
@@ -73,9 +73,11 @@ class Traffic:
                         type(exc).__name__, f"{model} {tenant}: {exc!r} after {waited:.0f} s"
                     )
                 else:
-                    ok = r.status_code == 200 and not (stream and "event: error" in r.text)
-                    why = f"{model} {tenant} {r.status_code}: {r.text[:300]}"
-                    self._count("ok" if ok else str(r.status_code), None if ok else why)
+                    if r.status_code == 200 and not (stream and "event: error" in r.text):
+                        self._count("ok", None)
+                    else:
+                        why = f"{model} {tenant} {r.status_code}: {r.text[:300]}"
+                        self._count(str(r.status_code), why)
                 i += 1
 
     def _count(self, outcome: str, failure: str | None) -> None:
